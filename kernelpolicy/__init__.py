@@ -1,0 +1,60 @@
+"""kernelpolicy: which kernel runs on this GPU, and why.
+
+The public API is what ``__all__`` lists. Names load on first use, so ``import kernelpolicy`` is
+cheap and never imports torch, grpc, flashinfer or aiter, probes hardware or reads the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Capability": "kernelpolicy.platform.model",
+    "Device": "kernelpolicy.platform.model",
+    "DriverInfo": "kernelpolicy.platform.model",
+    "KernelPolicyError": "kernelpolicy.errors",
+    "Platform": "kernelpolicy.platform.model",
+    "PlatformFileError": "kernelpolicy.errors",
+    "SettingsError": "kernelpolicy.errors",
+    "TorchBuild": "kernelpolicy.platform.model",
+    "VersionError": "kernelpolicy.errors",
+    "load_platform": "kernelpolicy.platform.model",
+    "parse_version": "kernelpolicy.versions",
+    "probe": "kernelpolicy.platform.probe",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+if TYPE_CHECKING:
+    from kernelpolicy.errors import (
+        KernelPolicyError,
+        PlatformFileError,
+        SettingsError,
+        VersionError,
+    )
+    from kernelpolicy.platform.model import (
+        Capability,
+        Device,
+        DriverInfo,
+        Platform,
+        TorchBuild,
+        load_platform,
+    )
+    from kernelpolicy.platform.probe import probe
+    from kernelpolicy.versions import parse_version
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelpolicy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

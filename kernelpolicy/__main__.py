@@ -1,0 +1,5 @@
+import sys
+
+from kernelpolicy.cli import main
+
+sys.exit(main())

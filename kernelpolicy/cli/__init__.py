@@ -1,0 +1,48 @@
+"""The ``kernelpolicy`` command line: one sub-command per question an operator asks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kernelpolicy import __version__
+from kernelpolicy.cli import probe_cmd
+from kernelpolicy.errors import KernelPolicyError
+
+_EPILOG = """\
+examples:
+  kernelpolicy probe                      what this machine is, as a table
+  kernelpolicy probe --json > node.json   the same as a platform snapshot
+  kernelpolicy probe --platform node.json show a snapshot taken elsewhere
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelpolicy",
+        description="Which GPU kernel runs on this machine, and why.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kernelpolicy {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    probe_cmd.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 a finding such as an error, 2 bad usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.run(args)
+    except KernelPolicyError as exc:
+        print(f"kernelpolicy: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `kernelpolicy probe | head` is not an error
+        return 0
+    return code

@@ -1,0 +1,231 @@
+"""AMD detection from the KFD sysfs topology, with amdsmi as a fallback.
+
+KFD (``/sys/class/kfd/kfd/topology/nodes/<n>/properties``) lists every agent; a GPU node has
+``cpu_cores_count 0`` and ``gfx_target_version > 0``. Reading it needs no ROCm install and keeps
+hex steppings (gfx90a), which amdsmi truncates. All paths hang off ``root``, the seam that
+lets tests and users point the probe at a fake tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.platform.amd_ids import (
+    PRODUCTS,
+    REVISIONS,
+    gfx_capability,
+    gfx_name,
+    parse_gfx_override,
+    product_name,
+)
+from kernelpolicy.platform.model import Device
+from kernelpolicy.platform.visible import select_visible
+
+TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
+_HEAP_FRAME_BUFFER = {1, 2}  # HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC and _PRIVATE
+_NUMBER = re.compile(r"^-?\d+$")
+_NEEDS_REVISION = {device for device, _ in REVISIONS}
+
+
+@dataclass
+class AmdReport:
+    """What KFD (or amdsmi) told; ``present`` is False when there is no KFD topology."""
+
+    present: bool
+    devices: list[Device] = field(default_factory=list)
+    driver_version: str | None = None
+    rocm_version: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def probe_amd(root: Path, environ: Mapping[str, str], amdsmi: Any = None) -> AmdReport:
+    """Read AMD GPUs, the amdgpu driver version and the ROCm version under ``root``.
+
+    Args:
+        root: The filesystem root (``/`` in production, a fake tree in tests).
+        environ: For ``ROCR_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``,
+            ``HSA_OVERRIDE_GFX_VERSION`` and ``ROCM_PATH``.
+        amdsmi: An amdsmi module to fall back on when the topology is absent; ``None`` skips it.
+    """
+    nodes_dir = root / TOPOLOGY
+    report = AmdReport(present=nodes_dir.is_dir())
+    if report.present:
+        physical = _read_topology(root, nodes_dir, report.errors)
+    elif amdsmi is not None:
+        from kernelpolicy.platform.amdsmi_fallback import read_amdsmi
+
+        physical = read_amdsmi(amdsmi, report)
+        report.present = bool(physical)
+    else:
+        physical = []
+    _apply_visibility(physical, environ, report)
+    if report.present:
+        # Only the out-of-tree (DKMS) amdgpu has a version file; the in-tree driver has none.
+        report.driver_version = report.driver_version or _read_text(
+            root / "sys/module/amdgpu/version", "amdgpu version", report.errors, quiet_missing=True
+        )
+        report.rocm_version = _rocm_version(root, environ, report.errors)
+    return report
+
+
+def _read_topology(root: Path, nodes_dir: Path, errors: list[str]) -> list[dict[str, Any]]:
+    try:
+        names = sorted((n for n in os.listdir(nodes_dir) if n.isdigit()), key=int)
+    except OSError as exc:
+        errors.append(f"kfd: cannot list {nodes_dir}: {exc.strerror}")
+        return []
+    gpus = []
+    for name in names:
+        props = _read_properties(nodes_dir / name / "properties", errors)
+        if props is None or props.get("cpu_cores_count", 0) != 0:
+            continue
+        if props.get("gfx_target_version", 0) <= 0:
+            continue
+        gpu = _gpu_from_properties(root, nodes_dir / name, props, errors)
+        if gpu is not None:
+            gpus.append(gpu)
+    return gpus
+
+
+def _gpu_from_properties(
+    root: Path, node: Path, props: dict[str, int], errors: list[str]
+) -> dict[str, Any] | None:
+    target = props["gfx_target_version"]
+    try:
+        arch = gfx_name(target)
+    except ValueError as exc:
+        errors.append(f"kfd: {node / 'properties'}: {exc}; node skipped")
+        return None
+    device_id = props.get("device_id")
+    simd_per_cu = props.get("simd_per_cu") or 0
+    revision = _pci_revision(root, props, errors)
+    return {
+        "name": product_name(device_id, revision, arch) if device_id else f"AMD GPU ({arch})",
+        "arch": arch,
+        "capability": gfx_capability(target),
+        "pci_device_id": f"0x{device_id:04x}" if device_id else None,
+        "memory_mib": _vram_mib(node, errors),
+        "compute_units": props["simd_count"] // simd_per_cu
+        if simd_per_cu and "simd_count" in props
+        else None,
+        "gfx_target_version": target,
+        "kfd_node": int(node.name),
+        "unique_id": f"GPU-{props['unique_id']:016x}" if props.get("unique_id") else None,
+    }
+
+
+def _apply_visibility(
+    physical: list[dict[str, Any]], environ: Mapping[str, str], report: AmdReport
+) -> None:
+    indices = list(range(len(physical)))
+    uuids = [gpu.get("unique_id") for gpu in physical]
+    # ROCR_VISIBLE_DEVICES filters in the runtime; HIP_VISIBLE_DEVICES (or, when it is unset,
+    # CUDA_VISIBLE_DEVICES, which HIP also honours) then filters what ROCr left visible.
+    for variable in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if variable == "HIP_VISIBLE_DEVICES" and variable not in environ:
+            variable = "CUDA_VISIBLE_DEVICES"
+        seen = select_visible(variable, environ.get(variable), [uuids[i] for i in indices])
+        report.errors.extend(seen.errors)
+        indices = [indices[i] for i in seen.physical]
+    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    override_arch = parse_gfx_override(override) if override else None
+    if override and override_arch is None:
+        report.errors.append(
+            f"HSA_OVERRIDE_GFX_VERSION={override!r}: expected major.minor.stepping such as 11.0.0"
+        )
+    for logical, physical_index in enumerate(indices):
+        gpu = {k: v for k, v in physical[physical_index].items() if v is not None}
+        gpu["physical_index"] = physical_index
+        if override_arch:
+            gpu["effective_arch"] = override_arch
+        report.devices.append(Device(index=logical, **gpu))
+
+
+def _read_properties(path: Path, errors: list[str]) -> dict[str, int] | None:
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        errors.append(f"kfd: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+        return None
+    props: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, _, value = line.strip().partition(" ")
+        value = value.strip()
+        if not _NUMBER.match(value):
+            errors.append(
+                f"kfd: {path}:{lineno}: expected '<key> <integer>', got {line.strip()!r}; "
+                "node skipped"
+            )
+            return None
+        props[key] = int(value)
+    return props
+
+
+def _vram_mib(node: Path, errors: list[str]) -> int | None:
+    banks = node / "mem_banks"
+    if not banks.is_dir():
+        return None
+    total = 0
+    for bank in sorted(banks.iterdir()):
+        props = _read_properties(bank / "properties", errors)
+        if props and props.get("heap_type") in _HEAP_FRAME_BUFFER:
+            total += props.get("size_in_bytes", 0)
+    return total // (1024 * 1024) if total else None
+
+
+def _pci_revision(root: Path, props: dict[str, int], errors: list[str]) -> int | None:
+    if "location_id" not in props or props.get("device_id") not in _NEEDS_REVISION:
+        return None
+    location = props["location_id"]
+    bdf = (
+        f"{props.get('domain', 0):04x}:{location >> 8:02x}:"
+        f"{(location >> 3) & 0x1F:02x}.{location & 0x7}"
+    )
+    text = _read_text(root / "sys/bus/pci/devices" / bdf / "revision", "PCI revision", errors)
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        errors.append(f"kfd: PCI revision of {bdf}: expected hex such as 0xc8, got {text!r}")
+        return None
+
+
+def _rocm_version(root: Path, environ: Mapping[str, str], errors: list[str]) -> str | None:
+    prefixes = [environ.get("ROCM_PATH", ""), "/opt/rocm"]
+    for prefix in (p for p in prefixes if p):
+        base = root / prefix.lstrip("/")
+        text = _read_text(base / ".info/version", "ROCm version", errors, quiet_missing=True)
+        if text:
+            return text
+        header = _read_text(
+            base / "include/rocm-core/rocm_version.h", "ROCm version", errors, quiet_missing=True
+        )
+        if header:
+            parts = [
+                re.search(rf"#define ROCM_VERSION_{part}\s+(\d+)", header)
+                for part in ("MAJOR", "MINOR", "PATCH")
+            ]
+            if all(parts):
+                return ".".join(m.group(1) for m in parts if m)
+    return None
+
+
+def _read_text(path: Path, what: str, errors: list[str], quiet_missing: bool = False) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        if not quiet_missing:
+            errors.append(f"{what}: {path} not found")
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        errors.append(f"{what}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+        return None
+
+
+__all__ = ["PRODUCTS", "AmdReport", "probe_amd"]

@@ -1,0 +1,126 @@
+"""Installed kernel libraries and the torch build, read without importing any of them."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelpolicy.platform.model import TorchBuild
+
+# Distribution names the probe always looks for; policies add the ones they name.
+DEFAULT_LIBRARIES: tuple[str, ...] = (
+    "torch",
+    "triton",
+    "pytorch-triton-rocm",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "amd-aiter",
+    "vllm",
+    "sglang",
+    "sgl-kernel",
+)
+
+MetadataVersion = Callable[[str], "str | None"]
+"""Return a distribution's version, ``None`` when it is not installed; may raise when broken."""
+
+_LOCAL_CUDA = re.compile(r"^cu(\d+)$")
+_LOCAL_ROCM = re.compile(r"^rocm(\d+(?:\.\d+)*)$")
+
+
+@dataclass
+class LibraryReport:
+    versions: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def installed_version(name: str) -> str | None:
+    """The version importlib.metadata finds, or ``None`` if the distribution is absent.
+
+    Raises:
+        ValueError: The distribution is installed but its metadata has no version.
+    """
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not version:
+        raise ValueError("metadata has no Version field")
+    return str(version)
+
+
+def read_libraries(
+    names: Iterable[str], lookup: MetadataVersion = installed_version
+) -> LibraryReport:
+    """Look up each distribution; broken metadata is reported, never raised."""
+    report = LibraryReport()
+    for name in dict.fromkeys(names):
+        try:
+            version = lookup(name)
+        except Exception as exc:  # noqa: BLE001 - any broken metadata is reported, not raised
+            report.errors.append(f"library {name}: broken package metadata: {exc}")
+            continue
+        if version is not None:
+            report.versions[name] = version
+    return report
+
+
+def torch_build(version: str | None, errors: list[str], version_file: Path | None = None) -> TorchBuild:
+    """The torch build (CUDA or HIP runtime) from ``torch/version.py``, without importing torch.
+
+    Falls back on the local version tag (``+cu130`` -> CUDA 13.0, ``+rocm6.3`` -> HIP 6.3).
+    """
+    if version is None:
+        return TorchBuild()
+    path = version_file if version_file is not None else _torch_version_file()
+    if path is not None:
+        try:
+            values = _literal_assignments(path.read_text(encoding="utf-8"))
+            return TorchBuild(version=version, cuda=values.get("cuda"), hip=values.get("hip"))
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+            errors.append(f"torch build: cannot read {path}: {exc}; using the version tag")
+    return _from_local_tag(version)
+
+
+def _torch_version_file() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "version.py"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _literal_assignments(source: str) -> dict[str, str | None]:
+    values: dict[str, str | None] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            if value.value is None or isinstance(value.value, str):
+                values[target.id] = value.value
+    return values
+
+
+def _from_local_tag(version: str) -> TorchBuild:
+    _, _, local = version.partition("+")
+    if match := _LOCAL_CUDA.match(local):
+        digits = match.group(1)
+        return TorchBuild(version=version, cuda=f"{digits[:-1]}.{digits[-1]}")
+    if match := _LOCAL_ROCM.match(local):
+        return TorchBuild(version=version, hip=match.group(1))
+    return TorchBuild(version=version)

@@ -1,0 +1,46 @@
+"""Evidence of GPUs on the PCI bus, for when the vendor's library cannot be loaded.
+
+A host with an NVIDIA GPU but no loadable libnvidia-ml is a fault worth reporting; a host with
+no NVIDIA GPU and no libnvidia-ml is simply not an NVIDIA host. The PCI bus tells them apart.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+NVIDIA_VENDOR = 0x10DE
+# PCI classes of GPUs: VGA (0x0300), 3D controller (0x0302), processing accelerator (0x1200).
+_GPU_CLASSES = {0x0300, 0x0302, 0x1200}
+
+
+def pci_gpus(root: Path, vendor: int) -> list[str]:
+    """The bus addresses of GPU-class PCI functions of ``vendor``; unreadable entries are skipped."""
+    base = root / "sys/bus/pci/devices"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            dev_vendor = int((base / entry / "vendor").read_text().strip(), 16)
+            dev_class = int((base / entry / "class").read_text().strip(), 16) >> 8
+        except (OSError, ValueError):
+            continue
+        if dev_vendor == vendor and dev_class in _GPU_CLASSES:
+            found.append(entry)
+    return found
+
+
+def nvidia_proc_driver_version(root: Path) -> str | None:
+    """The version in ``/proc/driver/nvidia/version``, when the kernel module is loaded."""
+    try:
+        text = (root / "proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
+    for token in text.split():
+        if token.count(".") >= 1 and token.replace(".", "").isdigit():
+            return token
+    return None

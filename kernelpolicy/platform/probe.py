@@ -1,0 +1,133 @@
+"""``probe()``: what machine is this? Fast, no GPU context, and it never raises."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.platform.amd import AmdReport, probe_amd
+from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
+from kernelpolicy.platform.libraries import (
+    DEFAULT_LIBRARIES,
+    MetadataVersion,
+    installed_version,
+    read_libraries,
+    torch_build,
+)
+from kernelpolicy.platform.model import DriverInfo, Platform
+from kernelpolicy.platform.nvidia import NvidiaReport, load_nvml, probe_nvidia
+from kernelpolicy.platform.pci import NVIDIA_VENDOR, nvidia_proc_driver_version, pci_gpus
+
+_AUTO: Any = object()
+
+
+def probe(
+    *,
+    root: str | Path = "/",
+    nvml: Any = _AUTO,
+    amdsmi: Any = _AUTO,
+    environ: Mapping[str, str] | None = None,
+    libraries: Iterable[str] = (),
+    env_patterns: Iterable[str] = (),
+    metadata: MetadataVersion = installed_version,
+    torch_version_file: Path | None = None,
+) -> Platform:
+    """Detect the GPU vendor, devices, driver, torch build and kernel libraries.
+
+    Every argument is a seam for tests and for answering about another machine; the defaults
+    read this one.
+
+    Args:
+        root: Filesystem root for sysfs, ``/proc`` and ``/opt/rocm`` reads.
+        nvml: An NVML object (``pynvml`` or ``kernelpolicy.testing.FakeNVML``); ``None`` skips NVML.
+        amdsmi: An amdsmi module for the AMD fallback; ``None`` skips it.
+        environ: The environment to read (default ``os.environ``), never written.
+        libraries: Distribution names to report besides :data:`DEFAULT_LIBRARIES`.
+        env_patterns: Variable names or shell patterns to capture besides the defaults.
+        metadata: Looks a distribution's version up (default: importlib.metadata).
+        torch_version_file: The ``torch/version.py`` to read (default: found next to torch).
+
+    Returns:
+        The snapshot. Whatever could not be read is listed in ``probe_errors``.
+    """
+    env = dict(os.environ if environ is None else environ)
+    root_path = Path(root)
+    errors: list[str] = []
+    nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root_path, nvml, env), None)
+    amd = _guard("amd", errors, lambda: _probe_amd(root_path, amdsmi, env, nvidia), None)
+    libs = read_libraries((*DEFAULT_LIBRARIES, *libraries), metadata)
+    errors.extend(libs.errors)
+    torch = _guard(
+        "torch build",
+        errors,
+        lambda: torch_build(libs.versions.get("torch"), errors, torch_version_file),
+        None,
+    )
+    fields: dict[str, Any] = {
+        "vendor": "none",
+        "libraries": libs.versions,
+        "env": capture_env(env, (*DEFAULT_ENV_PATTERNS, *env_patterns)),
+    }
+    if torch is not None:
+        fields["torch"] = torch
+    if nvidia is not None:
+        # NVML is up, or an NVIDIA GPU is on the bus and NVML failed: an NVIDIA host either way.
+        errors.extend(nvidia.errors)
+        if nvidia.init_error:
+            errors.append(nvidia.init_error)
+        fields["vendor"] = "nvidia"
+        fields["devices"] = tuple(nvidia.devices)
+        fields["driver"] = DriverInfo(version=nvidia.driver_version, cuda=nvidia.cuda_version)
+    if amd is not None:
+        errors.extend(amd.errors)
+        if amd.devices and fields["vendor"] == "none":
+            fields["vendor"] = "amd"
+            fields["devices"] = tuple(amd.devices)
+            fields["driver"] = DriverInfo(version=amd.driver_version, rocm=amd.rocm_version)
+        elif amd.devices:
+            errors.append("amd: AMD GPUs found beside NVIDIA ones; reporting the NVIDIA devices")
+    fields["probe_errors"] = tuple(errors)
+    return Platform(**fields)
+
+
+def _probe_nvidia(root: Path, nvml: Any, env: dict[str, str]) -> NvidiaReport | None:
+    if nvml is None:
+        return None
+    report = probe_nvidia(load_nvml() if nvml is _AUTO else nvml, env)
+    if report.available:
+        return report
+    # NVML would not start. That is a fault only where an NVIDIA GPU is actually present.
+    present = pci_gpus(root, NVIDIA_VENDOR)
+    driver = nvidia_proc_driver_version(root)
+    if not present and driver is None:
+        return None
+    where = ", ".join(present) or "per /proc/driver/nvidia"
+    report.init_error = (
+        f"{report.init_error} (NVIDIA GPU present: {where}); NVIDIA kernels fall back"
+    )
+    report.driver_version = driver
+    return report
+
+
+def _probe_amd(
+    root: Path, amdsmi: Any, env: dict[str, str], nvidia: NvidiaReport | None
+) -> AmdReport:
+    if amdsmi is _AUTO:
+        # amdsmi is a fallback for AMD hosts only; importing it elsewhere is wasted time.
+        amdsmi = None
+        if nvidia is None and (root / "dev/kfd").exists():
+            from kernelpolicy.platform.amdsmi_fallback import load_amdsmi
+
+            amdsmi = load_amdsmi()
+    return probe_amd(root, env, amdsmi)
+
+
+def _guard(stage: str, errors: list[str], work: Any, default: Any) -> Any:
+    """Run one probe stage; an unexpected exception becomes a probe error, never a crash."""
+    try:
+        return work()
+    except Exception as exc:  # noqa: BLE001 - the probe's contract is that it never raises
+        errors.append(f"{stage}: unexpected {type(exc).__name__}: {exc}")
+        return default

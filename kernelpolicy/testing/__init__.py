@@ -1,0 +1,22 @@
+"""Fakes for what a test machine lacks: NVML, the AMD KFD sysfs tree, real GPU hosts.
+
+They ship with the package so that users can test their own policies the same way::
+
+    from kernelpolicy.testing import FakeNVML, FakeNvidiaGpu
+    platform = kernelpolicy.probe(nvml=FakeNVML([FakeNvidiaGpu.h100_sxm()]), root=tmp)
+"""
+
+from kernelpolicy.testing.fake_nvml import FakeNVML, FakeNvidiaGpu
+from kernelpolicy.testing.fake_sysfs import FakeAmdGpu, write_kfd_tree
+from kernelpolicy.testing.machines import MACHINES, Machine, fixture_dir, probe_machine
+
+__all__ = [
+    "MACHINES",
+    "FakeAmdGpu",
+    "FakeNVML",
+    "FakeNvidiaGpu",
+    "Machine",
+    "fixture_dir",
+    "probe_machine",
+    "write_kfd_tree",
+]

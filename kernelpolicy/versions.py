@@ -1,0 +1,160 @@
+"""Version strings of the GPU stack, made comparable.
+
+Python distributions use PEP 440 (``0.1.7.post2.dev18``, ``2.11.0+cu130``, ``2.5.0a0+git1234``);
+drivers and toolkits do not (``550.54.15``, ``9.1.0.70``, ``6.3.1-48``, ``12.04``,
+``6.3.42131-fa1d09cbd``). :func:`parse_version` reads both into one :class:`StackVersion`
+backed by :class:`packaging.version.Version`, so that PEP 440 specifiers work on every kind.
+
+A string that cannot be read becomes an :class:`UnreadableVersion` value, never ``None`` and
+never a silent "no match": callers must handle it explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from kernelpolicy.errors import VersionError
+
+__all__ = [
+    "StackVersion",
+    "UnreadableVersion",
+    "cuda_version_from_int",
+    "parse_specifier",
+    "parse_version",
+    "require_version",
+]
+
+# A dotted numeric release with an optional build tag: 550.54.15, 6.3.1-48, 6.3.42131-fa1d09cbd,
+# 12.04, v1.2. The build tag becomes a PEP 440 local label, so it orders after the bare release.
+_DOTTED = re.compile(r"^v?(?P<release>\d+(?:\.\d+)*)(?:[-_+~](?P<build>[0-9A-Za-z][0-9A-Za-z._-]*))?$")
+_LOCAL_UNSAFE = re.compile(r"[^0-9A-Za-z]+")
+
+
+@dataclass(frozen=True, order=False)
+class StackVersion:
+    """A readable version string and the PEP 440 value it compares as.
+
+    Attributes:
+        raw: The string as found.
+        value: The comparable value. PEP 440 reads most strings itself (``12.04`` is 12.4,
+            ``6.3.1-48`` a post release 48, ordering after 6.3.1); a dotted string PEP 440
+            rejects keeps its build tag as a local label (``6.3.42131-fa1d09cbd``).
+        scheme: ``"pep440"`` when packaging read the string as it is, else ``"dotted"``.
+    """
+
+    raw: str
+    value: Version = field(compare=False)
+    scheme: str = field(compare=False)
+
+    @property
+    def base(self) -> Version:
+        """The release alone: ``0.1.16.post3.dev0+g1a2b`` -> ``0.1.16``."""
+        return Version(self.value.base_version)
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        return self.value.release
+
+    def major_minor(self) -> str:
+        """``"12.4"`` for ``12.4.131``; a one-part release gets ``.0``."""
+        rel = self.value.release + (0,)
+        return f"{rel[0]}.{rel[1]}"
+
+    def __lt__(self, other: StackVersion) -> bool:
+        return self.value < other.value
+
+    def __le__(self, other: StackVersion) -> bool:
+        return self.value <= other.value
+
+    def __gt__(self, other: StackVersion) -> bool:
+        return self.value > other.value
+
+    def __ge__(self, other: StackVersion) -> bool:
+        return self.value >= other.value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StackVersion):
+            return NotImplemented
+        return self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __str__(self) -> str:
+        return self.raw
+
+
+@dataclass(frozen=True)
+class UnreadableVersion:
+    """A version string no known format could read. Falsy, so ``if v:`` rejects it."""
+
+    raw: str
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return f"unreadable version {self.raw!r} ({self.reason})"
+
+
+@lru_cache(maxsize=1024)
+def parse_version(raw: str) -> StackVersion | UnreadableVersion:
+    """Read a version string of any format the GPU stack uses.
+
+    Args:
+        raw: A version as a library, driver or toolkit reports it.
+
+    Returns:
+        A :class:`StackVersion`, or an :class:`UnreadableVersion` that says why not.
+    """
+    text = raw.strip()
+    if not text:
+        return UnreadableVersion(raw, "empty string")
+    try:
+        return StackVersion(text, Version(text), "pep440")
+    except InvalidVersion:
+        pass
+    match = _DOTTED.match(text)
+    if match is None:
+        return UnreadableVersion(
+            raw, "expected PEP 440 (2.11.0+cu130) or dotted numbers (550.54.15, 6.3.1-48)"
+        )
+    release = ".".join(str(int(part)) for part in match["release"].split("."))
+    build = match["build"]
+    canonical = release if build is None else f"{release}+{_LOCAL_UNSAFE.sub('.', build).strip('.')}"
+    try:
+        return StackVersion(text, Version(canonical), "dotted")
+    except InvalidVersion:  # pragma: no cover - the regex admits only what Version accepts
+        return UnreadableVersion(raw, "dotted version with an unusable build tag")
+
+
+def require_version(raw: str) -> StackVersion:
+    """Like :func:`parse_version`, but raise :class:`VersionError` for an unreadable string."""
+    parsed = parse_version(raw)
+    if isinstance(parsed, UnreadableVersion):
+        raise VersionError(str(parsed))
+    return parsed
+
+
+@lru_cache(maxsize=256)
+def parse_specifier(text: str) -> SpecifierSet:
+    """Read a PEP 440 specifier set (``">=0.1.13,<0.2"``), raising :class:`VersionError`."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise VersionError(
+            f"invalid version specifier {text!r}: expected PEP 440 such as '>=0.1.13' or '>=8.0,<=12.1'"
+        ) from exc
+
+
+def cuda_version_from_int(value: int) -> str:
+    """Turn the CUDA driver API's integer into ``major.minor``: ``12040`` -> ``"12.4"``."""
+    if value <= 0:
+        raise VersionError(f"CUDA version integer must be positive, got {value}")
+    return f"{value // 1000}.{(value % 1000) // 10}"
