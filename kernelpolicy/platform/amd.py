@@ -63,7 +63,8 @@ def probe_amd(root: Path, environ: Mapping[str, str], amdsmi: Any = None) -> Amd
         report.present = bool(physical)
     else:
         physical = []
-    _apply_visibility(physical, environ, report)
+    if physical:
+        _apply_visibility(physical, environ, report)
     if report.present:
         # Only the out-of-tree (DKMS) amdgpu has a version file; the in-tree driver has none.
         report.driver_version = report.driver_version or _read_text(
