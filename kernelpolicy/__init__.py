@@ -26,25 +26,55 @@ _EXPORTS = {
     "probe": "kernelpolicy.platform.probe",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Capability",
+    "Device",
+    "DriverInfo",
+    "KernelPolicyError",
+    "Platform",
+    "PlatformFileError",
+    "SettingsError",
+    "TorchBuild",
+    "VersionError",
+    "__version__",
+    "load_platform",
+    "parse_version",
+    "probe",
+]
 
 if TYPE_CHECKING:
     from kernelpolicy.errors import (
-        KernelPolicyError,
-        PlatformFileError,
-        SettingsError,
-        VersionError,
+        KernelPolicyError as KernelPolicyError,
+    )
+    from kernelpolicy.errors import (
+        PlatformFileError as PlatformFileError,
+    )
+    from kernelpolicy.errors import (
+        SettingsError as SettingsError,
+    )
+    from kernelpolicy.errors import (
+        VersionError as VersionError,
     )
     from kernelpolicy.platform.model import (
-        Capability,
-        Device,
-        DriverInfo,
-        Platform,
-        TorchBuild,
-        load_platform,
+        Capability as Capability,
     )
-    from kernelpolicy.platform.probe import probe
-    from kernelpolicy.versions import parse_version
+    from kernelpolicy.platform.model import (
+        Device as Device,
+    )
+    from kernelpolicy.platform.model import (
+        DriverInfo as DriverInfo,
+    )
+    from kernelpolicy.platform.model import (
+        Platform as Platform,
+    )
+    from kernelpolicy.platform.model import (
+        TorchBuild as TorchBuild,
+    )
+    from kernelpolicy.platform.model import (
+        load_platform as load_platform,
+    )
+    from kernelpolicy.platform.probe import probe as probe
+    from kernelpolicy.versions import parse_version as parse_version
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,9 @@ __all__ = [
 
 # A dotted numeric release with an optional build tag: 550.54.15, 6.3.1-48, 6.3.42131-fa1d09cbd,
 # 12.04, v1.2. The build tag becomes a PEP 440 local label, so it orders after the bare release.
-_DOTTED = re.compile(r"^v?(?P<release>\d+(?:\.\d+)*)(?:[-_+~](?P<build>[0-9A-Za-z][0-9A-Za-z._-]*))?$")
+_DOTTED = re.compile(
+    r"^v?(?P<release>\d+(?:\.\d+)*)(?:[-_+~](?P<build>[0-9A-Za-z][0-9A-Za-z._-]*))?$"
+)
 _LOCAL_UNSAFE = re.compile(r"[^0-9A-Za-z]+")
 
 
@@ -62,7 +64,7 @@ class StackVersion:
 
     def major_minor(self) -> str:
         """``"12.4"`` for ``12.4.131``; a one-part release gets ``.0``."""
-        rel = self.value.release + (0,)
+        rel = (*self.value.release, 0)
         return f"{rel[0]}.{rel[1]}"
 
     def __lt__(self, other: StackVersion) -> bool:
@@ -127,7 +129,9 @@ def parse_version(raw: str) -> StackVersion | UnreadableVersion:
         )
     release = ".".join(str(int(part)) for part in match["release"].split("."))
     build = match["build"]
-    canonical = release if build is None else f"{release}+{_LOCAL_UNSAFE.sub('.', build).strip('.')}"
+    canonical = (
+        release if build is None else f"{release}+{_LOCAL_UNSAFE.sub('.', build).strip('.')}"
+    )
     try:
         return StackVersion(text, Version(canonical), "dotted")
     except InvalidVersion:  # pragma: no cover - the regex admits only what Version accepts
@@ -149,7 +153,8 @@ def parse_specifier(text: str) -> SpecifierSet:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
         raise VersionError(
-            f"invalid version specifier {text!r}: expected PEP 440 such as '>=0.1.13' or '>=8.0,<=12.1'"
+            f"invalid version specifier {text!r}: "
+            "expected PEP 440 such as '>=0.1.13' or '>=8.0,<=12.1'"
         ) from exc
 
 

@@ -21,7 +21,9 @@ def register(commands: Any) -> None:
             "errors; the probe itself never fails."
         ),
     )
-    parser.add_argument("--json", action="store_true", help="print the kernelpolicy.platform/v1 snapshot")
+    parser.add_argument(
+        "--json", action="store_true", help="print the kernelpolicy.platform/v1 snapshot"
+    )
     parser.add_argument(
         "--platform", metavar="FILE", type=Path,
         help="show a snapshot file (from 'probe --json' on another machine) instead of probing",

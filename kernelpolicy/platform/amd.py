@@ -127,9 +127,10 @@ def _apply_visibility(
     uuids = [gpu.get("unique_id") for gpu in physical]
     # ROCR_VISIBLE_DEVICES filters in the runtime; HIP_VISIBLE_DEVICES (or, when it is unset,
     # CUDA_VISIBLE_DEVICES, which HIP also honours) then filters what ROCr left visible.
-    for variable in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        if variable == "HIP_VISIBLE_DEVICES" and variable not in environ:
-            variable = "CUDA_VISIBLE_DEVICES"
+    hip_variable = (
+        "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ else "CUDA_VISIBLE_DEVICES"
+    )
+    for variable in ("ROCR_VISIBLE_DEVICES", hip_variable):
         seen = select_visible(variable, environ.get(variable), [uuids[i] for i in indices])
         report.errors.extend(seen.errors)
         indices = [indices[i] for i in seen.physical]

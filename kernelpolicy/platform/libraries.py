@@ -62,7 +62,7 @@ def read_libraries(
     for name in dict.fromkeys(names):
         try:
             version = lookup(name)
-        except Exception as exc:  # noqa: BLE001 - any broken metadata is reported, not raised
+        except Exception as exc:
             report.errors.append(f"library {name}: broken package metadata: {exc}")
             continue
         if version is not None:
@@ -70,7 +70,9 @@ def read_libraries(
     return report
 
 
-def torch_build(version: str | None, errors: list[str], version_file: Path | None = None) -> TorchBuild:
+def torch_build(
+    version: str | None, errors: list[str], version_file: Path | None = None
+) -> TorchBuild:
     """The torch build (CUDA or HIP runtime) from ``torch/version.py``, without importing torch.
 
     Falls back on the local version tag (``+cu130`` -> CUDA 13.0, ``+rocm6.3`` -> HIP 6.3).
@@ -110,9 +112,12 @@ def _literal_assignments(source: str) -> dict[str, str | None]:
             target, value = node.target, node.value
         else:
             continue
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
-            if value.value is None or isinstance(value.value, str):
-                values[target.id] = value.value
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(value, ast.Constant)
+            and (value.value is None or isinstance(value.value, str))
+        ):
+            values[target.id] = value.value
     return values
 
 

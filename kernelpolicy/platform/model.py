@@ -92,7 +92,9 @@ class TorchBuild(_Frozen):
 class Platform(_Frozen):
     """Everything the policies may look at about one machine."""
 
-    schema_id: Literal["kernelpolicy.platform/v1"] = Field(default=SCHEMA, alias="schema")
+    schema_id: Literal["kernelpolicy.platform/v1"] = Field(
+        default="kernelpolicy.platform/v1", alias="schema"
+    )
     vendor: Vendor
     devices: tuple[Device, ...] = ()
     driver: DriverInfo = DriverInfo()

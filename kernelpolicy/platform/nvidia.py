@@ -103,13 +103,16 @@ def _read_devices(nvml: Any, environ: Mapping[str, str], report: NvidiaReport) -
         handle = handles[physical]
         if handle is None:
             continue
-        device = _read_device(nvml, handle, logical, physical, uuids[physical], report.errors)
+        device = _read_device(
+            nvml, handle, logical=logical, physical=physical, uuid=uuids[physical],
+            errors=report.errors,
+        )  # fmt: skip
         if device is not None:
             report.devices.append(device)
 
 
 def _read_device(
-    nvml: Any, handle: Any, logical: int, physical: int, uuid: str | None, errors: list[str]
+    nvml: Any, handle: Any, *, logical: int, physical: int, uuid: str | None, errors: list[str]
 ) -> Device | None:
     where = f"nvml: device {physical}"
     try:

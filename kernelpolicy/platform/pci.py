@@ -15,7 +15,7 @@ _GPU_CLASSES = {0x0300, 0x0302, 0x1200}
 
 
 def pci_gpus(root: Path, vendor: int) -> list[str]:
-    """The bus addresses of GPU-class PCI functions of ``vendor``; unreadable entries are skipped."""
+    """Bus addresses of GPU-class PCI functions of ``vendor``; unreadable entries are skipped."""
     base = root / "sys/bus/pci/devices"
     try:
         entries = sorted(os.listdir(base))

@@ -128,6 +128,6 @@ def _guard(stage: str, errors: list[str], work: Any, default: Any) -> Any:
     """Run one probe stage; an unexpected exception becomes a probe error, never a crash."""
     try:
         return work()
-    except Exception as exc:  # noqa: BLE001 - the probe's contract is that it never raises
+    except Exception as exc:
         errors.append(f"{stage}: unexpected {type(exc).__name__}: {exc}")
         return default

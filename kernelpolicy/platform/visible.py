@@ -20,9 +20,7 @@ class Visibility:
     errors: tuple[str, ...] = field(default=())
 
 
-def select_visible(
-    variable: str, value: str | None, uuids: Sequence[str | None]
-) -> Visibility:
+def select_visible(variable: str, value: str | None, uuids: Sequence[str | None]) -> Visibility:
     """Apply one visibility variable to a list of physical devices.
 
     Args:

@@ -6,13 +6,16 @@ They ship with the package so that users can test their own policies the same wa
     platform = kernelpolicy.probe(nvml=FakeNVML([FakeNvidiaGpu.h100_sxm()]), root=tmp)
 """
 
-from kernelpolicy.testing.fake_nvml import FakeNVML, FakeNvidiaGpu
+from kernelpolicy.testing.fake_amdsmi import FakeAmdSmi, FakeAmdSmiGpu
+from kernelpolicy.testing.fake_nvml import FakeNvidiaGpu, FakeNVML
 from kernelpolicy.testing.fake_sysfs import FakeAmdGpu, write_kfd_tree
 from kernelpolicy.testing.machines import MACHINES, Machine, fixture_dir, probe_machine
 
 __all__ = [
     "MACHINES",
     "FakeAmdGpu",
+    "FakeAmdSmi",
+    "FakeAmdSmiGpu",
     "FakeNVML",
     "FakeNvidiaGpu",
     "Machine",

@@ -31,8 +31,13 @@ class FakeNvidiaGpu:
         bus = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
         uid = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"{self.name}/{bus}"))
         return FakeNvidiaGpu(
-            self.name, self.capability, self.pci_device_id, self.memory_mib, self.cuda_cores,
-            bus, uid,
+            self.name,
+            self.capability,
+            self.pci_device_id,
+            self.memory_mib,
+            self.cuda_cores,
+            bus,
+            uid,
         )
 
 

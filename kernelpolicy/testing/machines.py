@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.platform.probe import probe
-from kernelpolicy.testing.fake_nvml import FakeNVML, FakeNvidiaGpu
+from kernelpolicy.testing.fake_nvml import FakeNvidiaGpu, FakeNVML
 from kernelpolicy.testing.fake_sysfs import FakeAmdGpu, write_kfd_tree
 
 GiB = 2**30
@@ -42,7 +42,9 @@ L4 = FakeNvidiaGpu("NVIDIA L4", (8, 9), 0x27B8, 23034, 58 * 128)
 T4 = FakeNvidiaGpu("Tesla T4", (7, 5), 0x1EB8, 15360, 40 * 64)
 B200 = FakeNvidiaGpu("NVIDIA B200", (10, 0), 0x2901, 183359, 148 * 128)
 
-MI250X_GCD = FakeAmdGpu(0x740C, 90010, 110, 4, 64 * GiB, revision=0x01, max_engine_clk_fcompute=1700)
+MI250X_GCD = FakeAmdGpu(
+    0x740C, 90010, 110, 4, 64 * GiB, revision=0x01, max_engine_clk_fcompute=1700
+)
 MI300X = FakeAmdGpu(0x74A1, 90402, 304, 4, 192 * GiB, num_xcc=8)
 MI325X = FakeAmdGpu(0x74A5, 90402, 304, 4, 256 * GiB, num_xcc=8)
 MI355X = FakeAmdGpu(0x75A3, 90500, 256, 4, 288 * GiB, num_xcc=8, max_engine_clk_fcompute=2400)

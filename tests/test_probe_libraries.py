@@ -1,0 +1,126 @@
+"""Library versions and the torch build, read without importing the libraries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy import probe
+from kernelpolicy.platform.envvars import capture_env
+from kernelpolicy.platform.libraries import installed_version, read_libraries, torch_build
+
+
+def test_real_metadata_on_this_machine() -> None:
+    """The real importlib.metadata path finds the installed torch and skips absent ones."""
+    report = read_libraries(["torch", "flashinfer-python", "amd-aiter", "packaging"])
+    assert report.versions["torch"] == importlib.metadata.version("torch")
+    assert "flashinfer-python" not in report.versions
+    assert report.errors == []
+
+
+def test_real_torch_build_without_import() -> None:
+    """This machine's CPU torch build is read from torch/version.py."""
+    errors: list[str] = []
+    build = torch_build(installed_version("torch"), errors)
+    assert build.version is not None
+    assert build.version.endswith("+cpu")
+    assert (build.cuda, build.hip) == (None, None)
+    assert errors == []
+
+
+def test_broken_metadata_is_reported() -> None:
+    """A distribution whose metadata raises is reported, and the others still read."""
+
+    def lookup(name: str) -> str | None:
+        if name == "amd-aiter":
+            raise ValueError("metadata has no Version field")
+        return {"torch": "2.9.0"}.get(name)
+
+    report = read_libraries(["torch", "amd-aiter"], lookup)
+    assert report.versions == {"torch": "2.9.0"}
+    assert report.errors == [
+        "library amd-aiter: broken package metadata: metadata has no Version field"
+    ]
+
+
+def test_broken_dist_info_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real .dist-info with a METADATA lacking Version is reported through importlib.metadata."""
+    dist = tmp_path / "flashinfer_python-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = read_libraries(["flashinfer-python"])
+    assert report.versions == {}
+    assert "flashinfer-python: broken package metadata" in report.errors[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "version", "cuda", "hip"),
+    [
+        pytest.param(
+            "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n",
+            "2.11.0",
+            "13.0",
+            None,
+            id="annotated-cuda",
+        ),
+        pytest.param(
+            "cuda = None\nhip = '6.3.42131-fa1d09cbd'\n",
+            "2.7.0+rocm6.3",
+            None,
+            "6.3.42131-fa1d09cbd",
+            id="plain-hip",
+        ),
+    ],
+)
+def test_torch_version_file(
+    source: str, version: str, cuda: str | None, hip: str | None, tmp_path: Path
+) -> None:
+    """torch/version.py literal assignments give the CUDA or HIP runtime."""
+    path = tmp_path / "version.py"
+    path.write_text(source)
+    build = torch_build(version, [], path)
+    assert (build.cuda, build.hip) == (cuda, hip)
+
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "hip"),
+    [
+        pytest.param("2.11.0+cu130", "13.0", None, id="cu130"),
+        pytest.param("2.5.1+cu124", "12.4", None, id="cu124"),
+        pytest.param("2.7.0+rocm6.3", None, "6.3", id="rocm"),
+        pytest.param("2.13.0+cpu", None, None, id="cpu"),
+        pytest.param("2.9.0", None, None, id="no-tag"),
+    ],
+)
+def test_torch_build_from_local_tag(
+    version: str, cuda: str | None, hip: str | None, tmp_path: Path
+) -> None:
+    """Without a readable version.py, the local version tag is the fallback."""
+    errors: list[str] = []
+    bad = tmp_path / "version.py"
+    bad.write_text("cuda = (\n")
+    build = torch_build(version, errors, bad)
+    assert (build.cuda, build.hip) == (cuda, hip)
+    assert "using the version tag" in errors[0]
+
+
+def test_extra_libraries_and_env_patterns(empty_root: Path) -> None:
+    """Names a policy adds are looked up; env capture takes only matching variables."""
+    versions = {"deep-gemm": "2.1.0", "torch": "2.9.0"}
+    platform = probe(
+        root=empty_root, nvml=None, amdsmi=None, metadata=versions.get,
+        libraries=["deep-gemm"], env_patterns=["MY_FLAG"],
+        environ={"MY_FLAG": "1", "HOME": "/root", "VLLM_ROCM_USE_AITER_MOE": "0",
+                 "KERNELPOLICY_X": "y"},
+        torch_version_file=empty_root / "missing.py",
+    )  # fmt: skip
+    assert platform.libraries == {"torch": "2.9.0", "deep-gemm": "2.1.0"}
+    assert platform.env == {"KERNELPOLICY_X": "y", "MY_FLAG": "1", "VLLM_ROCM_USE_AITER_MOE": "0"}
+
+
+def test_capture_env_is_case_sensitive() -> None:
+    """Environment names are case-sensitive on Linux, and so is the capture."""
+    assert capture_env({"vllm_use_flashinfer_sampler": "1"}, ["VLLM_USE_FLASHINFER_SAMPLER"]) == {}

@@ -1,0 +1,110 @@
+"""kernelpolicy.versions: one reader for every version format of the GPU stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpolicy.errors import VersionError
+from kernelpolicy.versions import (
+    StackVersion,
+    UnreadableVersion,
+    cuda_version_from_int,
+    parse_specifier,
+    parse_version,
+    require_version,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "scheme", "canonical"),
+    [
+        pytest.param("0.1.7.post2.dev18", "pep440", "0.1.7.post2.dev18", id="aiter-dev-post"),
+        pytest.param("2.11.0+cu130", "pep440", "2.11.0+cu130", id="torch-local-cuda"),
+        pytest.param("2.5.0a0+git1234", "pep440", "2.5.0a0+git1234", id="torch-nightly-git"),
+        pytest.param("550.54.15", "pep440", "550.54.15", id="nvidia-driver"),
+        pytest.param("9.1.0.70", "pep440", "9.1.0.70", id="cudnn-four-part"),
+        pytest.param("6.3.1-48", "pep440", "6.3.1.post48", id="rocm-build-number"),
+        pytest.param("12.04", "pep440", "12.4", id="leading-zero-minor"),
+        pytest.param("6.3.42131-fa1d09cbd", "dotted", "6.3.42131+fa1d09cbd", id="hip-git-hash"),
+        pytest.param("v1.2", "pep440", "1.2", id="v-prefix"),
+        pytest.param(" 580.159.04\n", "pep440", "580.159.4", id="whitespace-from-sysfs"),
+    ],
+)
+def test_readable_versions(raw: str, scheme: str, canonical: str) -> None:
+    """Every format the stack uses is read, and compares by its canonical value."""
+    parsed = parse_version(raw)
+    assert isinstance(parsed, StackVersion)
+    assert parsed.scheme == scheme
+    assert str(parsed.value) == canonical
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("   ", id="blank"),
+        pytest.param("N/A", id="not-available"),
+        pytest.param("1.2.3-", id="dangling-dash"),
+        pytest.param("latest", id="word"),
+        pytest.param("1..2", id="empty-part"),
+    ],
+)
+def test_unreadable_versions_are_explicit_values(raw: str) -> None:
+    """An unreadable string is a falsy UnreadableVersion that says why, never None."""
+    parsed = parse_version(raw)
+    assert isinstance(parsed, UnreadableVersion)
+    assert not parsed
+    assert repr(raw) in str(parsed)
+    with pytest.raises(VersionError, match="unreadable version"):
+        require_version(raw)
+
+
+@pytest.mark.parametrize(
+    ("lower", "higher"),
+    [
+        pytest.param("550.54.15", "550.127.05", id="driver-numeric-not-lexical"),
+        pytest.param("0.1.12", "0.1.13", id="aiter-fix-release"),
+        pytest.param("0.1.7.post2.dev18", "0.1.7.post2", id="dev-before-post"),
+        pytest.param("6.3.1", "6.3.1-48", id="build-after-release"),
+        pytest.param("2.5.0a0+git1234", "2.5.0", id="alpha-before-final"),
+        pytest.param("12.4", "12.10", id="cuda-minor-numeric"),
+    ],
+)
+def test_ordering(lower: str, higher: str) -> None:
+    """Versions order numerically and by PEP 440 phase."""
+    low, high = require_version(lower), require_version(higher)
+    assert low < high
+    assert high > low
+    assert low != high
+
+
+def test_base_drops_pre_post_dev_and_local() -> None:
+    """The base of 0.1.16.post3.dev0+g1a2b is 0.1.16, for policies that compare base versions."""
+    assert str(require_version("0.1.16.post3.dev0+g1a2b").base) == "0.1.16"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(12040, "12.4", id="cuda-12.4"),
+        pytest.param(13000, "13.0", id="cuda-13.0"),
+        pytest.param(11080, "11.8", id="cuda-11.8"),
+        pytest.param(12090, "12.9", id="cuda-12.9"),
+    ],
+)
+def test_cuda_version_from_int(value: int, expected: str) -> None:
+    """NVML's integer CUDA version becomes major.minor."""
+    assert cuda_version_from_int(value) == expected
+
+
+def test_cuda_version_from_int_rejects_zero() -> None:
+    """Zero is what a missing driver reports; it is an error, not CUDA 0.0."""
+    with pytest.raises(VersionError, match="positive"):
+        cuda_version_from_int(0)
+
+
+def test_specifier_errors_name_the_text() -> None:
+    """A bad specifier is an error that quotes it and shows the expected form."""
+    with pytest.raises(VersionError, match=r"'=>0\.1'.*>=0\.1\.13"):
+        parse_specifier("=>0.1")
+    assert parse_specifier(">=8.0,<=12.1").contains("9.0")
