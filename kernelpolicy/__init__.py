@@ -23,7 +23,7 @@ _EXPORTS = {
     "VersionError": "kernelpolicy.errors",
     "load_platform": "kernelpolicy.platform.model",
     "parse_version": "kernelpolicy.versions",
-    "probe": "kernelpolicy.platform.probe",
+    "probe": "kernelpolicy.platform.probing",
 }
 
 __all__ = [
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from kernelpolicy.platform.model import (
         load_platform as load_platform,
     )
-    from kernelpolicy.platform.probe import probe as probe
+    from kernelpolicy.platform.probing import probe as probe
     from kernelpolicy.versions import parse_version as parse_version
 
 

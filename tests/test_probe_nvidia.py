@@ -184,3 +184,34 @@ def test_unexpected_exception_never_escapes(empty_root: Path) -> None:
     platform = nvidia_probe(Exploding([H100_SXM]), empty_root)
     assert platform.vendor == "none"
     assert platform.probe_errors == ("nvidia: unexpected RuntimeError: boom",)
+
+
+def test_default_probe_skips_nvml_without_nvidia_evidence(
+    empty_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no NVIDIA driver, device node or PCI function, NVML is not even loaded."""
+
+    def fail() -> None:
+        raise AssertionError("NVML loaded on a host with no NVIDIA evidence")
+
+    monkeypatch.setattr("kernelpolicy.platform.probing.load_nvml", fail)
+    platform = probe(root=empty_root, amdsmi=None, environ={}, metadata=lambda name: None)
+    assert platform.vendor == "none"
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        pytest.param("dev/nvidiactl", id="device-node"),
+        pytest.param("proc/driver/nvidia/version", id="proc"),
+    ],
+)
+def test_default_probe_uses_nvml_with_evidence(
+    evidence: str, empty_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device node or the kernel module is enough to query NVML."""
+    (empty_root / evidence).parent.mkdir(parents=True, exist_ok=True)
+    (empty_root / evidence).write_text("")
+    monkeypatch.setattr("kernelpolicy.platform.probing.load_nvml", lambda: FakeNVML([H100_SXM]))
+    platform = probe(root=empty_root, amdsmi=None, environ={}, metadata=lambda name: None)
+    assert platform.devices[0].name == "NVIDIA H100 80GB HBM3"

@@ -51,7 +51,7 @@ def obtain(args: argparse.Namespace) -> Platform:
         if str(args.platform) == "-":
             return Platform.from_dict(_read_stdin(), source="<stdin>")
         return load_platform(args.platform)
-    from kernelpolicy.platform.probe import probe
+    from kernelpolicy.platform.probing import probe
 
     kwargs: dict[str, Any] = {"root": getattr(args, "root", Path("/"))}
     if getattr(args, "no_nvml", False):

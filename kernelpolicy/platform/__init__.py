@@ -10,7 +10,7 @@ from kernelpolicy.platform.model import (
     TorchBuild,
     load_platform,
 )
-from kernelpolicy.platform.probe import probe
+from kernelpolicy.platform.probing import probe
 
 __all__ = [
     "DEFAULT_LIBRARIES",

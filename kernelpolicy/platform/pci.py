@@ -44,3 +44,15 @@ def nvidia_proc_driver_version(root: Path) -> str | None:
         if token.count(".") >= 1 and token.replace(".", "").isdigit():
             return token
     return None
+
+
+def nvidia_evidence(root: Path) -> bool:
+    """Any sign of an NVIDIA GPU: the kernel module, a device node, or a PCI function.
+
+    Containers get ``/dev/nvidiactl`` from the NVIDIA runtime even where ``/proc`` is masked.
+    """
+    return (
+        (root / "proc/driver/nvidia/version").exists()
+        or (root / "dev/nvidiactl").exists()
+        or bool(pci_gpus(root, NVIDIA_VENDOR))
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpolicy.platform.model import Platform
-from kernelpolicy.platform.probe import probe
+from kernelpolicy.platform.probing import probe
 from kernelpolicy.testing.fake_nvml import FakeNvidiaGpu, FakeNVML
 from kernelpolicy.testing.fake_sysfs import FakeAmdGpu, write_kfd_tree
 

@@ -18,7 +18,12 @@ from kernelpolicy.platform.libraries import (
 )
 from kernelpolicy.platform.model import DriverInfo, Platform
 from kernelpolicy.platform.nvidia import NvidiaReport, load_nvml, probe_nvidia
-from kernelpolicy.platform.pci import NVIDIA_VENDOR, nvidia_proc_driver_version, pci_gpus
+from kernelpolicy.platform.pci import (
+    NVIDIA_VENDOR,
+    nvidia_evidence,
+    nvidia_proc_driver_version,
+    pci_gpus,
+)
 
 _AUTO: Any = object()
 
@@ -95,7 +100,11 @@ def probe(
 def _probe_nvidia(root: Path, nvml: Any, env: dict[str, str]) -> NvidiaReport | None:
     if nvml is None:
         return None
-    report = probe_nvidia(load_nvml() if nvml is _AUTO else nvml, env)
+    if nvml is _AUTO:
+        if not nvidia_evidence(root):
+            return None  # no NVIDIA driver, device node or PCI function: skip loading NVML
+        nvml = load_nvml()
+    report = probe_nvidia(nvml, env)
     if report.available:
         return report
     # NVML would not start. That is a fault only where an NVIDIA GPU is actually present.

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Probe speed, side by side with its references, in one run.
+
+Budgets (DESIGN.md, issue 2):
+  * in-process ``probe()`` on a CPU machine under 20 ms;
+  * ``kernelpolicy probe --json`` as a whole process well under ``python -c "import torch"``
+    (expected ratio < 0.3).
+
+Usage: python benchmarks/bench_probe.py [--runs N] [--calls N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform as host
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+FIRST_CALL = (
+    "import time; t = time.perf_counter(); import kernelpolicy; kernelpolicy.probe(); "
+    "print(time.perf_counter() - t)"
+)
+
+
+def warm_calls(calls: int) -> float:
+    import kernelpolicy
+
+    kernelpolicy.probe()  # the one-time import cost is measured separately
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        kernelpolicy.probe()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def first_call(runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, check=True
+        )
+        samples.append(float(out.stdout))
+    return statistics.median(samples)
+
+
+def whole_process(runs: int) -> tuple[float, float]:
+    """Median wall time of the CLI and of importing torch, runs interleaved."""
+    cli = shutil.which("kernelpolicy")
+    probe_cmd = (
+        [cli, "probe", "--json"]
+        if cli
+        else [sys.executable, "-m", "kernelpolicy", "probe", "--json"]
+    )
+    torch_cmd = [sys.executable, "-c", "import torch"]
+    probe_t, torch_t = [], []
+    for _ in range(runs):
+        for cmd, sink in ((probe_cmd, probe_t), (torch_cmd, torch_t)):
+            start = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, check=True)
+            sink.append(time.perf_counter() - start)
+    return statistics.median(probe_t), statistics.median(torch_t)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="process launches per command")
+    parser.add_argument("--calls", type=int, default=200, help="warm in-process probe() calls")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+
+    warm = warm_calls(args.calls)
+    first = first_call(args.runs)
+    cli, torch = whole_process(args.runs)
+    result = {
+        "machine": f"{host.node()} {host.machine()} {host.processor() or ''}".strip(),
+        "python": host.python_version(),
+        "probe_warm_ms": round(warm * 1e3, 3),
+        "probe_first_call_ms": round(first * 1e3, 1),
+        "cli_probe_json_ms": round(cli * 1e3, 1),
+        "import_torch_ms": round(torch * 1e3, 1),
+        "ratio_cli_over_torch": round(cli / torch, 3),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    rows = [
+        (f"in-process probe(), warm, median of {args.calls}", "probe_warm_ms", "budget 20 ms"),
+        (f"import kernelpolicy + first probe(), median of {args.runs}", "probe_first_call_ms", ""),
+        (f"'kernelpolicy probe --json' process, median of {args.runs}", "cli_probe_json_ms", ""),
+        (f"'python -c \"import torch\"' process, median of {args.runs}", "import_torch_ms", ""),
+    ]
+    for label, key, note in rows:
+        print(f"{label:<52} {result[key]:10.3f} ms  {note}")
+    ratio = result["ratio_cli_over_torch"]
+    print(f"{'ratio: probe CLI / import torch':<52} {ratio:10.3f}     budget < 0.3")
+
+
+if __name__ == "__main__":
+    main()
