@@ -5,13 +5,20 @@ Every error kernelpolicy raises on purpose derives from :class:`KernelPolicyErro
     KernelPolicyError
     ├── PlatformFileError      a platform snapshot file is missing, not JSON, or not the schema
     ├── VersionError           a version string could not be read (raised only on request)
-    └── SettingsError          an environment variable or setting has a value we cannot accept
+    ├── SettingsError          an environment variable or setting has a value we cannot accept
+    ├── PolicyError            policy files are invalid; ``.issues`` lists file, line, feature, key
+    └── ResolutionError        a decision is an error (a required kernel is unsupported, an
+                               unknown feature or implementation was asked for)
 
 The probe itself never raises: what it cannot read is recorded in ``Platform.probe_errors``.
-User mistakes get messages that name the file, the key and what was expected.
+A resolution never raises either: errors are values in ``Decision.error`` until a caller asks
+for an implementation that does not exist. User mistakes get messages that name the file, the
+feature, the key and what was expected.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class KernelPolicyError(Exception):
@@ -28,3 +35,36 @@ class VersionError(KernelPolicyError):
 
 class SettingsError(KernelPolicyError):
     """An environment variable or setting holds a value kernelpolicy cannot accept."""
+
+
+@dataclass(frozen=True)
+class PolicyIssue:
+    """One mistake in a policy file, located as precisely as the file allows."""
+
+    file: str
+    message: str
+    line: int | None = None
+    feature: str | None = None
+    key: str | None = None
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        parts = [where]
+        if self.feature:
+            parts.append(f"[{self.feature}]")
+        if self.key:
+            parts.append(f"{self.key}:")
+        return f"{' '.join(parts)} {self.message}"
+
+
+class PolicyError(KernelPolicyError):
+    """Policy files failed validation; nothing from them was loaded."""
+
+    def __init__(self, issues: list[PolicyIssue]) -> None:
+        self.issues = issues
+        super().__init__("\n".join(str(issue) for issue in issues))
+
+
+class ResolutionError(KernelPolicyError):
+    """A decision was asked for that is an error, or for a feature the policies do not define."""

@@ -1,0 +1,84 @@
+"""``kernelpolicy.resolve()``: the in-process front door, with this machine's defaults.
+
+The only place that reads the process environment and the policy files on a worker's behalf;
+everything it hands the engine is explicit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.switches import FORCE_PREFIX
+from kernelpolicy.logs import log_resolution
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.loader import load_policies, policy_files
+from kernelpolicy.settings import Settings, settings_from
+
+_POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
+
+
+def load_policies_cached(paths: Iterable[str | Path]) -> PolicySet:
+    """:func:`load_policies`, reused while no file changed (path, mtime and size)."""
+    files = policy_files(paths)
+    key = tuple((str(f), *_stamp(f)) for f in files)
+    cached = _POLICY_CACHE.get(key)
+    if cached is None:
+        cached = _POLICY_CACHE[key] = load_policies(files)
+    return cached
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def resolve(
+    platform: Platform | None = None,
+    env: Mapping[str, str] | None = None,
+    policies: PolicySet | Iterable[str | Path] | None = None,
+    *,
+    settings: Settings | None = None,
+) -> Resolution:
+    """Resolve every feature for a platform.
+
+    Args:
+        platform: Default: probe this machine.
+        env: Default: ``os.environ`` (read once, never written).
+        policies: A :class:`PolicySet`, or policy file/directory paths. Default: the paths in
+            settings (``KERNELPOLICY_POLICY_PATHS``), else the bundled pack.
+        settings: Default: read from ``env``.
+
+    Returns:
+        The :class:`Resolution`; decisions that are errors are values in it, not exceptions.
+
+    Raises:
+        PolicyError: The policy files are invalid.
+        SettingsError: A ``KERNELPOLICY_*`` setting is invalid.
+    """
+    environ: Mapping[str, str] = dict(os.environ) if env is None else env
+    settings = settings if settings is not None else settings_from(environ)
+    if policies is None:
+        policy_set = load_policies_cached(settings.policy_paths)
+    elif isinstance(policies, PolicySet):
+        policy_set = policies
+    else:
+        policy_set = load_policies_cached(policies)
+    if platform is None:
+        from kernelpolicy.platform.probing import probe
+
+        platform = probe(
+            environ=environ,
+            libraries=sorted(policy_set.library_names),
+            env_patterns=[*sorted(policy_set.env_names), FORCE_PREFIX + "*"],
+        )
+    resolution = resolve_policies(platform, environ, policy_set, settings.overrides)
+    log_resolution(resolution, settings.log_format)
+    return resolution

@@ -1,0 +1,23 @@
+"""Stage 3 of the flow: the pure engine and the Resolution it returns."""
+
+from kernelpolicy.engine.model import (
+    CandidateResult,
+    Check,
+    CheckKind,
+    Decision,
+    ErrorCode,
+    Reason,
+)
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.resolve import resolve_policies
+
+__all__ = [
+    "CandidateResult",
+    "Check",
+    "CheckKind",
+    "Decision",
+    "ErrorCode",
+    "Reason",
+    "Resolution",
+    "resolve_policies",
+]

@@ -1,0 +1,227 @@
+"""Checks of one candidate against a platform. Pure: no I/O, no environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+
+from kernelpolicy.engine.model import Check, CheckKind, Note
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import (
+    CompiledCandidate,
+    CompiledDisable,
+    CompiledIssue,
+    LibraryCheck,
+)
+from kernelpolicy.versions import UnreadableVersion, parse_version
+
+_VENDOR_NAMES = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "none": "no GPU"}
+_UNIT_NAMES = {"nvidia": "SMs", "amd": "CUs"}
+_VERSION_LABELS = {
+    "driver": "driver",
+    "cuda": "CUDA driver version",
+    "rocm": "ROCm",
+    "torch": "torch",
+}
+
+
+@dataclass
+class CheckResult:
+    failures: list[Check] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    guards: list[str] = field(default_factory=list)
+
+
+def check_candidate(
+    candidate: CompiledCandidate, platform: Platform, disables: tuple[CompiledDisable, ...]
+) -> CheckResult:
+    """Every check ``candidate`` fails on ``platform``; all are reported, not just the first."""
+    result = CheckResult()
+    spec = candidate.spec
+    _check_device(candidate, platform, result.failures)
+    for key, specifier in candidate.versions.items():
+        found = _platform_version(platform, key)
+        failure = _version_failure(_VERSION_LABELS[key], found, specifier, "full", _kind(key))
+        if failure:
+            result.failures.append(failure)
+    issues_by_library = {
+        issue.library.name: issue
+        for issue in candidate.issues
+        if issue.library and issue.spec.action == "disable"
+    }
+    reported: set[str] = set()
+    for library in candidate.libraries:
+        failure = _library_failure(library, platform)
+        issue = issues_by_library.get(library.name)
+        if failure and issue and failure.kind is CheckKind.LIBRARY_VERSION:
+            failure = Check(
+                failure.kind,
+                f"{failure.message}: {issue.spec.reason}",
+                issue.spec.fix or failure.hint,
+                issue.spec.reference,
+            )
+        if failure:
+            result.failures.append(failure)
+            reported.add(library.name)
+    for issue in candidate.issues:
+        _apply_issue(issue, platform, reported, result)
+    for workaround in candidate.workarounds:
+        lifted = bool(workaround.lift_when) and all(
+            _library_failure(check, platform) is None for check in workaround.lift_when
+        )
+        text = f"{workaround.spec.reason}"
+        if lifted:
+            result.notes.append(
+                Note(f"workaround lifted (its condition is met): {text}", workaround.spec.reference)
+            )
+        else:
+            result.failures.append(
+                Check(
+                    CheckKind.WORKAROUND,
+                    f"disabled by a workaround: {text}; may be lifted: {workaround.spec.until}",
+                    None,
+                    workaround.spec.reference,
+                )
+            )
+    for disable in disables:
+        if disable.spec.feature == candidate.feature and disable.spec.impl == spec.impl:
+            result.failures.append(
+                Check(
+                    CheckKind.DISABLED,
+                    f"disabled by policy ({disable.source}): {disable.spec.reason}",
+                    f"remove the [[disable]] entry in {disable.source.file} to re-enable it",
+                    disable.spec.reference,
+                )
+            )
+    return result
+
+
+def _check_device(candidate: CompiledCandidate, platform: Platform, failures: list[Check]) -> None:
+    spec = candidate.spec
+    if spec.vendor and spec.vendor != platform.vendor:
+        failures.append(
+            Check(
+                CheckKind.VENDOR,
+                f"needs {_VENDOR_NAMES[spec.vendor]}, found {_VENDOR_NAMES[platform.vendor]}",
+            )
+        )
+        return
+    device = platform.primary
+    needs_device = spec.vendor or spec.arch or spec.capability or spec.min_compute_units
+    if device is None:
+        if needs_device:
+            why = "; ".join(platform.probe_errors) or "no device visible"
+            failures.append(Check(CheckKind.NO_DEVICE, f"needs a GPU, but none was found ({why})"))
+        return
+    if spec.arch and device.arch not in spec.arch:
+        failures.append(
+            Check(CheckKind.ARCH, f"needs arch {' or '.join(spec.arch)}, found {device.arch}")
+        )
+    if device.arch in spec.exclude_arch:
+        failures.append(Check(CheckKind.ARCH, f"never used on {device.arch}"))
+    if candidate.capability is not None:
+        failure = _version_failure(
+            "compute capability", device.capability, candidate.capability, "full",
+            CheckKind.CAPABILITY,
+        )  # fmt: skip
+        if failure:
+            failures.append(failure)
+    if spec.min_compute_units is not None:
+        units = _UNIT_NAMES.get(platform.vendor, "compute units")
+        if device.compute_units is None:
+            failures.append(
+                Check(CheckKind.COMPUTE_UNITS, f"needs at least {spec.min_compute_units} {units}, count unknown")
+            )
+        elif device.compute_units < spec.min_compute_units:
+            failures.append(
+                Check(
+                    CheckKind.COMPUTE_UNITS,
+                    f"needs at least {spec.min_compute_units} {units}, found {device.compute_units}",
+                )
+            )
+
+
+def _kind(key: str) -> CheckKind:
+    return {
+        "driver": CheckKind.DRIVER,
+        "cuda": CheckKind.CUDA,
+        "rocm": CheckKind.ROCM,
+        "torch": CheckKind.TORCH,
+    }[key]
+
+
+def _platform_version(platform: Platform, key: str) -> str | None:
+    if key == "torch":
+        return platform.torch.version
+    value: str | None = getattr(platform.driver, key)
+    return value
+
+
+def _version_failure(
+    label: str, found: str | None, specifier: SpecifierSet, compare: str, kind: CheckKind
+) -> Check | None:
+    if found is None:
+        return Check(kind, f"needs {label} {specifier}, but it is unknown on this platform")
+    parsed = parse_version(found)
+    if isinstance(parsed, UnreadableVersion):
+        return Check(
+            CheckKind.UNREADABLE_VERSION,
+            f"needs {label} {specifier}, but cannot read {parsed}",
+        )
+    value = parsed.base if compare == "base" else parsed.value
+    if specifier.contains(value, prereleases=True):
+        return None
+    return Check(kind, f"needs {label} {specifier}, found {found}")
+
+
+def _library_failure(check: LibraryCheck, platform: Platform) -> Check | None:
+    found = platform.libraries.get(check.name)
+    if found is None:
+        wanted = check.name if check.specifier is None else f"{check.name}{check.specifier}"
+        return Check(
+            CheckKind.LIBRARY_MISSING,
+            f"needs {check.name} (not installed)",
+            f"pip install '{wanted}'",
+        )
+    if check.specifier is None:
+        return None
+    failure = _version_failure(check.name, found, check.specifier, check.compare, CheckKind.LIBRARY_VERSION)
+    if failure is not None and failure.kind is CheckKind.LIBRARY_VERSION:
+        return Check(failure.kind, failure.message, f"install {check.name}{check.specifier}")
+    return failure
+
+
+def _apply_issue(
+    issue: CompiledIssue, platform: Platform, reported: set[str], result: CheckResult
+) -> None:
+    spec = issue.spec
+    applies = True
+    if issue.library is not None:
+        found = platform.libraries.get(issue.library.name)
+        parsed = parse_version(found) if found else None
+        if parsed is None or isinstance(parsed, UnreadableVersion):
+            applies = False
+        else:
+            value = parsed.base if issue.library.compare == "base" else parsed.value
+            specifier = issue.library.specifier
+            applies = specifier is None or specifier.contains(value, prereleases=True)
+    if not applies:
+        return
+    where = f"{issue.library.name} {platform.libraries[issue.library.name]} " if issue.library else ""
+    if spec.action == "disable":
+        if issue.library and issue.library.name in reported:
+            return  # already explained by the library requirement it overlaps
+        result.failures.append(
+            Check(
+                CheckKind.KNOWN_ISSUE,
+                f"{where}has a known issue: {spec.reason}".strip(),
+                spec.fix,
+                spec.reference,
+            )
+        )
+    elif spec.action == "guard":
+        result.guards.append(spec.guard or "")
+        result.notes.append(Note(f"known issue, output guarded by '{spec.guard}': {spec.reason}", spec.reference))
+    else:
+        result.notes.append(Note(f"known issue: {spec.reason}", spec.reference))

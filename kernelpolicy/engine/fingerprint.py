@@ -1,0 +1,38 @@
+"""A stable hash of the inputs that mattered, so that ranks of one job can compare resolutions.
+
+Only what can change a decision goes in: the primary device's kind (not its index, UUID or bus
+address, which differ between ranks of one node), the driver and torch build, the versions of
+libraries the policies name, the environment switches they read, forced implementations and the
+policy files' contents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import PolicySet
+
+
+def fingerprint(
+    platform: Platform, env: Mapping[str, str], policies: PolicySet, forced: Mapping[str, str]
+) -> str:
+    device = platform.primary
+    names = policies.library_names | {"torch"}
+    inputs = {
+        "vendor": platform.vendor,
+        "device": None
+        if device is None
+        else [device.name, device.arch, device.capability, device.compute_units],
+        "device_count": len(platform.devices),
+        "driver": platform.driver.model_dump(mode="json"),
+        "torch": platform.torch.model_dump(mode="json"),
+        "libraries": {k: v for k, v in sorted(platform.libraries.items()) if k in names},
+        "env": dict(sorted(env.items())),
+        "forced": dict(sorted(forced.items())),
+        "policies": policies.digest,
+    }
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

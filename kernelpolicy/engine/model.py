@@ -1,0 +1,154 @@
+"""What the engine decides: frozen values with reasons from closed sets.
+
+``explain``, the gRPC API and the decision log render these; none of them works an answer out a
+second time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Reason(StrEnum):
+    """Why a decision came out as it did (closed set)."""
+
+    PREFERRED = "preferred"  # the first supported candidate in the policy's order
+    REQUESTED = "requested"  # a switch set to on asked for this candidate, and it is supported
+    FORCED = "forced"  # KERNELPOLICY_FORCE_<FEATURE> or settings.overrides named it
+    FALLBACK = "fallback"  # every preferred candidate was rejected: the always-available one
+    NOT_APPLICABLE = "not_applicable"  # no candidate fits and the feature is not required here
+    ERROR = "error"  # see ErrorCode
+
+
+class ErrorCode(StrEnum):
+    """What kind of error a decision is (closed set)."""
+
+    REQUIRED_UNSUPPORTED = "required_unsupported"  # a switch says on, the platform says no
+    NO_IMPLEMENTATION = "no_implementation"  # a required feature has no usable candidate
+    BAD_ENVIRONMENT = "bad_environment"  # a switch variable holds a non-boolean value
+    UNKNOWN_IMPLEMENTATION = "unknown_implementation"  # a force names no candidate
+    SWITCH_CONFLICT = "switch_conflict"  # one switch says on, another off
+
+
+class CheckKind(StrEnum):
+    """The kinds of check a candidate can fail (closed set)."""
+
+    VENDOR = "vendor"
+    NO_DEVICE = "no_device"
+    ARCH = "arch"
+    CAPABILITY = "capability"
+    COMPUTE_UNITS = "compute_units"
+    DRIVER = "driver"
+    CUDA = "cuda"
+    ROCM = "rocm"
+    TORCH = "torch"
+    LIBRARY_MISSING = "library_missing"
+    LIBRARY_VERSION = "library_version"
+    UNREADABLE_VERSION = "unreadable_version"
+    KNOWN_ISSUE = "known_issue"
+    WORKAROUND = "workaround"
+    DISABLED = "disabled"
+    SWITCH_OFF = "switch_off"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One failed check, in words a person understands, with a hint where one exists."""
+
+    kind: CheckKind
+    message: str
+    hint: str | None = None
+    reference: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.reference})" if self.reference else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "hint": self.hint,
+            "reference": self.reference,
+        }
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something true of an accepted candidate that a reader should know (guards, notes)."""
+
+    message: str
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """How one candidate fared: its switch state and every check it failed."""
+
+    impl: str
+    switch: str  # auto | on | off
+    switch_source: str | None
+    failures: tuple[Check, ...]
+    notes: tuple[Note, ...] = ()
+    when: str | None = None
+    guards: tuple[str, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        """The platform allows it (switches aside)."""
+        return not any(f.kind is not CheckKind.SWITCH_OFF for f in self.failures)
+
+    @property
+    def accepted(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "impl": self.impl,
+            "accepted": self.accepted,
+            "switch": self.switch,
+            "switch_source": self.switch_source,
+            "when": self.when,
+            "guards": list(self.guards),
+            "failures": [f.to_dict() for f in self.failures],
+            "notes": [{"message": n.message, "reference": n.reference} for n in self.notes],
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The resolved choice for one feature.
+
+    Attributes:
+        impl: The implementation chosen when every per-call condition holds, or ``None``.
+        error: Why there is no acceptable choice, or ``None``.
+        reason: One of :class:`Reason`.
+        reasons: The explanation, one sentence per line, in order.
+        candidates: Every candidate in the policy's order and how it fared.
+        order: The implementations ``select()`` may return, in the order it tries them.
+    """
+
+    feature: str
+    impl: str | None
+    reason: Reason
+    reasons: tuple[str, ...]
+    candidates: tuple[CandidateResult, ...]
+    error: str | None = None
+    error_code: ErrorCode | None = None
+    hints: tuple[str, ...] = ()
+    order: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "impl": self.impl,
+            "error": self.error,
+            "error_code": self.error_code.value if self.error_code else None,
+            "reason": self.reason.value,
+            "reasons": list(self.reasons),
+            "hints": list(self.hints),
+            "warnings": list(self.warnings),
+            "order": list(self.order),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }

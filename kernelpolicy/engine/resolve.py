@@ -1,0 +1,227 @@
+"""The engine: ``resolve_policies(platform, env, policies) -> Resolution``.
+
+A pure function. Same platform, environment, policies, overrides and evidence give the same
+decisions and the same fingerprint; it reads no file, no environment variable and no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kernelpolicy.engine.checks import check_candidate
+from kernelpolicy.engine.fingerprint import fingerprint
+from kernelpolicy.engine.model import (
+    CandidateResult,
+    Check,
+    CheckKind,
+    Decision,
+    ErrorCode,
+    Reason,
+)
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.switches import evaluate_switches, force_variable
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
+
+
+def resolve_policies(
+    platform: Platform,
+    env: Mapping[str, str],
+    policies: PolicySet,
+    overrides: Mapping[str, str] | None = None,
+) -> Resolution:
+    """Decide every feature of ``policies`` for ``platform`` under ``env``.
+
+    Args:
+        platform: The probed (or loaded) platform.
+        env: Environment variables, read only for the switches the policies name and for
+            ``KERNELPOLICY_FORCE_<FEATURE>``.
+        policies: A compiled policy set.
+        overrides: Feature -> implementation to force (settings); env forces win.
+    """
+    forced = dict(overrides or {})
+    for name in policies.features:
+        value = env.get(force_variable(name), "").strip()
+        if value:
+            forced[name] = value
+    decisions = {
+        name: decide(feature, platform, env, policies, forced.get(name))
+        for name, feature in policies.features.items()
+    }
+    relevant_env = {
+        k: v
+        for k, v in env.items()
+        if k in policies.env_names or k.startswith("KERNELPOLICY_FORCE_")
+    }
+    return Resolution(
+        platform=platform,
+        policies=policies,
+        decisions=decisions,
+        fingerprint=fingerprint(platform, relevant_env, policies, forced),
+        env=relevant_env,
+        overrides=forced,
+    )
+
+
+def decide(
+    feature: CompiledFeature,
+    platform: Platform,
+    env: Mapping[str, str],
+    policies: PolicySet,
+    forced: str | None,
+) -> Decision:
+    """One feature's decision; see README "How a decision is made"."""
+    results: list[CandidateResult] = []
+    env_problem: tuple[ErrorCode, str] | None = None
+    for candidate in feature.candidates:
+        checked = check_candidate(candidate, platform, policies.disables)
+        switch = evaluate_switches(candidate.spec.switches, env)
+        if switch.error and env_problem is None:
+            env_problem = (ErrorCode.BAD_ENVIRONMENT, switch.error)
+        elif switch.conflict and env_problem is None:
+            env_problem = (
+                ErrorCode.SWITCH_CONFLICT,
+                f"{candidate.impl}: switches disagree ({switch.source}): one says on, one says off",
+            )
+        failures = list(checked.failures)
+        if switch.state == "off":
+            failures.append(Check(CheckKind.SWITCH_OFF, f"switched off ({switch.source})"))
+        results.append(
+            CandidateResult(
+                impl=candidate.impl,
+                switch=switch.state,
+                switch_source=switch.source,
+                failures=tuple(failures),
+                notes=tuple(checked.notes),
+                when=candidate.spec.when,
+                guards=tuple(checked.guards),
+            )
+        )
+    if env_problem is not None:
+        return _error(feature, results, env_problem[0], env_problem[1], ())
+    if forced is not None:
+        return _forced(feature, results, forced)
+    requested = next((r for r in results if r.switch == "on"), None)
+    if requested is not None:
+        if requested.supported:
+            return _chosen(feature, results, requested, Reason.REQUESTED)
+        message = (
+            f"{requested.switch_source} requires {requested.impl}, which is not supported here: "
+            + "; ".join(f.message for f in requested.failures)
+        )
+        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(requested))
+    accepted = next((r for r in results if r.accepted), None)
+    if accepted is not None:
+        reason = Reason.FALLBACK if accepted.impl == feature.spec.fallback and accepted is not results[0] else Reason.PREFERRED
+        return _chosen(feature, results, accepted, reason)
+    required = feature.spec.required
+    if required is not None and required.vendor in (None, platform.vendor):
+        message = f"{feature.name} is required here and no implementation is usable: " + "; ".join(
+            f"{r.impl}: {', '.join(f.message for f in r.failures)}" for r in results
+        )
+        hints = (required.hint, *(h for r in results for h in _hints(r)))
+        return _error(feature, results, ErrorCode.NO_IMPLEMENTATION, message, hints)
+    lines = [f"no implementation applies on this platform (vendor {platform.vendor})"]
+    lines += [_rejected_line(r) for r in results]
+    return Decision(feature.name, None, Reason.NOT_APPLICABLE, tuple(lines), tuple(results))
+
+
+def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: str) -> Decision:
+    variable = force_variable(feature.name)
+    match = next((r for r in results if r.impl == forced), None)
+    if match is None:
+        names = ", ".join(r.impl for r in results)
+        message = f"{variable}={forced!r} is not an implementation of {feature.name}; expected one of {names}"
+        return _error(feature, results, ErrorCode.UNKNOWN_IMPLEMENTATION, message, ())
+    if not match.supported:
+        message = f"{variable}={forced} forces {forced}, which is not supported here: " + "; ".join(
+            f.message for f in match.failures if f.kind is not CheckKind.SWITCH_OFF
+        )
+        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(match))
+    return _chosen(feature, results, match, Reason.FORCED)
+
+
+def _chosen(
+    feature: CompiledFeature, results: list[CandidateResult], chosen: CandidateResult, reason: Reason
+) -> Decision:
+    index = results.index(chosen)
+    later = [r.impl for r in results[index + 1 :] if r.accepted]
+    fallback = feature.spec.fallback
+    order = [chosen.impl, *later]
+    if fallback and fallback not in order:
+        order.append(fallback)
+    lines = [_chosen_line(chosen, reason, results[:index])]
+    lines += [_rejected_line(r) for r in results if r is not chosen and not r.accepted]
+    warnings = tuple(_fallback_warning(r, chosen) for r in results[:index] if _warn_about(r))
+    if chosen.when:
+        lines.append(f"per call: {chosen.impl} only where `{chosen.when}`, else {' then '.join(order[1:]) or 'error'}")
+    lines += [f"note: {n.message}" + (f" ({n.reference})" if n.reference else "") for n in chosen.notes]
+    return Decision(
+        feature.name, chosen.impl, reason, tuple(lines), tuple(results), order=tuple(order),
+        warnings=warnings,
+    )  # fmt: skip
+
+
+_POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED)
+
+
+def _warn_about(result: CandidateResult) -> bool:
+    """Warn when a candidate meant for this kind of machine, left on auto, was rejected for a
+    reason someone can fix (not a workaround or an operator's switch-off)."""
+    kinds = {f.kind for f in result.failures}
+    return (
+        result.switch == "auto"
+        and bool(kinds)
+        and not kinds & {CheckKind.VENDOR, CheckKind.NO_DEVICE}
+        and not kinds <= set(_POLICY_DECISIONS)
+    )
+
+
+def _fallback_warning(result: CandidateResult, chosen: CandidateResult) -> str:
+    text = (
+        f"{result.impl} is not supported here ({'; '.join(map(str, result.failures))}); "
+        f"falling back to {chosen.impl}"
+    )
+    source = result.switch_source or ""
+    if source.endswith(" unset"):
+        text += f". Set {source.removesuffix(' unset')}=0 to silence this warning"
+    return text
+
+
+def _chosen_line(chosen: CandidateResult, reason: Reason, before: list[CandidateResult]) -> str:
+    switch = f" ({chosen.switch_source}: {chosen.switch})" if chosen.switch_source else ""
+    if reason is Reason.FORCED:
+        return f"{chosen.impl}: forced{switch}"
+    if reason is Reason.REQUESTED:
+        return f"{chosen.impl}: requested by {chosen.switch_source}, and supported"
+    if reason is Reason.FALLBACK:
+        return f"{chosen.impl}: fallback, {len(before)} preferred candidate(s) rejected"
+    return f"{chosen.impl}: first supported candidate{switch}"
+
+
+def _rejected_line(result: CandidateResult) -> str:
+    return f"{result.impl} rejected: " + "; ".join(map(str, result.failures))
+
+
+def _hints(result: CandidateResult) -> tuple[str, ...]:
+    return tuple(f.hint for f in result.failures if f.hint)
+
+
+def _error(
+    feature: CompiledFeature,
+    results: list[CandidateResult],
+    code: ErrorCode,
+    message: str,
+    hints: tuple[str, ...],
+) -> Decision:
+    lines = [f"error: {message}", *(_rejected_line(r) for r in results if not r.accepted)]
+    return Decision(
+        feature.name,
+        None,
+        Reason.ERROR,
+        tuple(lines),
+        tuple(results),
+        error=message,
+        error_code=code,
+        hints=tuple(dict.fromkeys(hints)),
+    )

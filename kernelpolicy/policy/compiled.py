@@ -1,0 +1,172 @@
+"""Compiled policies: frozen values with every specifier parsed and every CEL program compiled.
+
+The engine reads only these; nothing here is parsed again at resolution or call time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from kernelpolicy.policy.schema import (
+    Candidate,
+    Disable,
+    Feature,
+    Gate,
+    KnownIssue,
+    LibrarySpec,
+    Workaround,
+)
+from kernelpolicy.versions import parse_specifier
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a policy element was written."""
+
+    file: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class LibraryCheck:
+    """``name`` installed, in ``specifier`` when one is given (``None`` = any version)."""
+
+    name: str
+    text: str
+    specifier: SpecifierSet | None
+    compare: str = "full"
+
+    @classmethod
+    def build(cls, name: str, spec: LibrarySpec) -> LibraryCheck:
+        text, compare = (spec, "full") if isinstance(spec, str) else (spec.version, spec.compare)
+        specifier = None if text.strip() == "*" else parse_specifier(text)
+        return cls(name, text.strip(), specifier, compare)
+
+
+def _spec(text: str | None) -> SpecifierSet | None:
+    return None if text is None or text.strip() == "*" else parse_specifier(text)
+
+
+@dataclass(frozen=True)
+class CompiledIssue:
+    spec: KnownIssue
+    library: LibraryCheck | None
+
+
+@dataclass(frozen=True)
+class CompiledWorkaround:
+    spec: Workaround
+    lift_when: tuple[LibraryCheck, ...]
+
+
+@dataclass(frozen=True)
+class CompiledCandidate:
+    """One implementation of a feature, ready to check against a platform."""
+
+    feature: str
+    spec: Candidate
+    source: Source
+    capability: SpecifierSet | None
+    versions: Mapping[str, SpecifierSet]  # driver / cuda / rocm / torch
+    libraries: tuple[LibraryCheck, ...]
+    issues: tuple[CompiledIssue, ...]
+    workarounds: tuple[CompiledWorkaround, ...]
+    when: Any  # a compiled CEL program, or None
+
+    @property
+    def impl(self) -> str:
+        return self.spec.impl
+
+
+@dataclass(frozen=True)
+class CompiledFeature:
+    name: str
+    spec: Feature
+    source: Source
+    candidates: tuple[CompiledCandidate, ...]
+
+    def candidate(self, impl: str) -> CompiledCandidate | None:
+        return next((c for c in self.candidates if c.impl == impl), None)
+
+
+@dataclass(frozen=True)
+class CompiledGate:
+    name: str
+    spec: Gate
+    source: Source
+    rule: Any  # compiled CEL program
+
+
+@dataclass(frozen=True)
+class CompiledDisable:
+    spec: Disable
+    source: Source
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Validated policies from one or more files; the engine's policy input.
+
+    Attributes:
+        digest: A hash of the files' contents, part of every resolution's fingerprint.
+    """
+
+    features: Mapping[str, CompiledFeature]
+    gates: Mapping[str, CompiledGate]
+    disables: tuple[CompiledDisable, ...]
+    files: tuple[str, ...]
+    digest: str
+    env_names: frozenset[str] = field(default=frozenset())
+    library_names: frozenset[str] = field(default=frozenset())
+
+
+def compile_candidate(
+    feature: str, spec: Candidate, source: Source, when: Any
+) -> CompiledCandidate:
+    versions = {
+        key: parsed
+        for key in ("driver", "cuda", "rocm", "torch")
+        if (parsed := _spec(getattr(spec, key))) is not None
+    }
+    return CompiledCandidate(
+        feature=feature,
+        spec=spec,
+        source=source,
+        capability=_spec(spec.capability),
+        versions=versions,
+        libraries=tuple(LibraryCheck.build(n, s) for n, s in spec.libraries.items()),
+        issues=tuple(
+            CompiledIssue(
+                issue,
+                LibraryCheck.build(
+                    issue.library, issue.versions if issue.compare == "full" else _base(issue)
+                )
+                if issue.library and issue.versions
+                else None,
+            )
+            for issue in spec.known_issues
+        ),
+        workarounds=tuple(
+            CompiledWorkaround(
+                w,
+                tuple(LibraryCheck.build(n, s) for n, s in w.lift_when.libraries.items())
+                if w.lift_when
+                else (),
+            )
+            for w in spec.workarounds
+        ),
+        when=when,
+    )
+
+
+def _base(issue: KnownIssue) -> LibrarySpec:
+    from kernelpolicy.policy.schema import LibraryRequirement
+
+    return LibraryRequirement(version=issue.versions or "*", compare="base")

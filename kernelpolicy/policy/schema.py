@@ -1,0 +1,278 @@
+"""The policy language: what a ``policies/*.toml`` file may say, validated with pydantic.
+
+Every key is known (unknown keys are errors), every version range is a PEP 440 specifier checked
+at load time, and every CEL expression is compiled and type-checked against the variables its
+feature declares. Evaluation later only evaluates.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kernelpolicy.errors import VersionError
+from kernelpolicy.versions import parse_specifier
+
+POLICY_SCHEMA = "kernelpolicy.policy/v1"
+Vendor = Literal["nvidia", "amd"]
+SwitchState = Literal["auto", "on", "off", "ignore"]
+ContextType = Literal["bool", "int", "double", "string"]
+
+_IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+_FEATURE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_ENV = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ARCH = re.compile(r"^(sm_\d+[a-z]?|gfx\d+[0-9a-f]{2})$")
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _specifier(value: str | None) -> str | None:
+    if value is None or value.strip() == "*":
+        return value
+    try:
+        parse_specifier(value)
+    except VersionError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class LibraryRequirement(_Strict):
+    """A distribution that must be installed, optionally in a version range.
+
+    ``compare = "base"`` compares the release only, so ``0.1.16.post3.dev0+g1a2b`` counts as
+    0.1.16 (PEP 440 would otherwise exclude dev releases from ``>=0.1.13``).
+    """
+
+    version: str = "*"
+    compare: Literal["full", "base"] = "full"
+
+    _check = field_validator("version")(lambda cls, v: _specifier(v))
+
+
+LibrarySpec = str | LibraryRequirement
+
+
+def _libraries(value: dict[str, LibrarySpec]) -> dict[str, LibrarySpec]:
+    for name, spec in value.items():
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+            raise ValueError(f"library {name!r} is not a distribution name")
+        if isinstance(spec, str):
+            _specifier(spec)
+    return value
+
+
+class Switch(_Strict):
+    """An environment variable that turns a candidate on, off, or leaves it to the policy.
+
+    Each of the variable's three conditions maps to a state: ``auto`` (use where supported, else
+    fall back with a warning), ``on`` (required: unsupported is an error), ``off`` (never), or
+    ``ignore`` (no opinion). ``SGLANG_DISABLE_AITER_GREEDY_SAMPLE`` has the inverted sense:
+    ``true = "off"``, ``false = "ignore"``, ``unset = "ignore"``.
+    """
+
+    env: str
+    unset: SwitchState = "auto"
+    true: SwitchState = "on"
+    false: SwitchState = "off"
+    note: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name (A-Z, 0-9, _)")
+        return value
+
+
+class KnownIssue(_Strict):
+    """A known bug of a candidate, with what to do about it.
+
+    ``action = "disable"`` rejects the candidate where ``library`` is in ``versions`` (or always,
+    without a library); ``guard`` keeps it but asks for an output guard (``guard`` names it);
+    ``note`` only records it for ``explain``.
+    """
+
+    reason: str
+    reference: str | None = None
+    library: str | None = None
+    versions: str | None = None
+    compare: Literal["full", "base"] = "full"
+    action: Literal["disable", "guard", "note"] = "disable"
+    guard: str | None = None
+    fix: str | None = None
+
+    _check = field_validator("versions")(lambda cls, v: _specifier(v))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KnownIssue:
+        if (self.library is None) != (self.versions is None):
+            raise ValueError("'library' and 'versions' go together: name both or neither")
+        if self.action == "guard" and not self.guard:
+            raise ValueError("action 'guard' needs 'guard', the name of the output guard")
+        return self
+
+
+class LiftCondition(_Strict):
+    """When a workaround may be lifted, as checks on the platform (all must hold)."""
+
+    libraries: dict[str, LibrarySpec] = Field(default_factory=dict, min_length=1)
+
+    _check = field_validator("libraries")(lambda cls, v: _libraries(v))
+
+
+class Workaround(_Strict):
+    """A candidate disabled until a fix lands; ``until`` says when in words, ``lift_when`` in checks."""
+
+    reason: str
+    reference: str | None = None
+    until: str
+    lift_when: LiftCondition | None = None
+
+
+class Candidate(_Strict):
+    """One implementation of a feature and everything that must hold for it to be chosen."""
+
+    impl: str
+    vendor: Vendor | None = None
+    arch: list[str] | None = None
+    exclude_arch: list[str] = Field(default_factory=list)
+    capability: str | None = None
+    min_compute_units: int | None = Field(default=None, ge=1)
+    driver: str | None = None
+    cuda: str | None = None
+    rocm: str | None = None
+    torch: str | None = None
+    libraries: dict[str, LibrarySpec] = Field(default_factory=dict)
+    switches: list[Switch] = Field(default_factory=list)
+    when: str | None = None
+    known_issues: list[KnownIssue] = Field(default_factory=list)
+    workarounds: list[Workaround] = Field(default_factory=list)
+    entry: str | None = None
+    reference: str | None = None
+    notes: str | None = None
+
+    _specs = field_validator("capability", "driver", "cuda", "rocm", "torch")(
+        lambda cls, v: _specifier(v)
+    )
+    _libs = field_validator("libraries")(lambda cls, v: _libraries(v))
+
+    @field_validator("impl")
+    @classmethod
+    def _impl_name(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            raise ValueError(f"implementation name {value!r}: expected lower_snake_case")
+        return value
+
+    @field_validator("arch", "exclude_arch")
+    @classmethod
+    def _arch_names(cls, value: list[str] | None) -> list[str] | None:
+        for arch in value or ():
+            if not _ARCH.match(arch):
+                raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
+        return value
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_point(cls, value: str | None) -> str | None:
+        if value is not None and not _ENTRY.match(value):
+            raise ValueError(f"entry {value!r}: expected 'package.module:function'")
+        return value
+
+    @property
+    def unconditional(self) -> bool:
+        """True when nothing about the platform, environment or call can reject it."""
+        return not any(
+            (
+                self.vendor, self.arch, self.exclude_arch, self.capability,
+                self.min_compute_units, self.driver, self.cuda, self.rocm, self.torch,
+                self.libraries, self.switches, self.when, self.workarounds,
+                [k for k in self.known_issues if k.action == "disable"],
+            )
+        )  # fmt: skip
+
+
+class Requirement(_Strict):
+    """The feature must not silently fall back (on ``vendor``, or everywhere)."""
+
+    vendor: Vendor | None = None
+    hint: str
+
+
+class Feature(_Strict):
+    """A kernel choice: candidates in order of preference and what happens when none fits."""
+
+    description: str
+    context: dict[str, ContextType] = Field(default_factory=dict)
+    candidates: list[Candidate] = Field(min_length=1)
+    fallback: str | None = None
+    required: Requirement | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Feature:
+        names = [c.impl for c in self.candidates]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"implementation {duplicates[0]!r} listed twice")
+        if self.fallback is None and self.required is None:
+            raise ValueError(
+                "a feature needs 'fallback' (an always-available implementation) or 'required'"
+            )
+        if self.fallback is not None:
+            if self.fallback not in names:
+                raise ValueError(f"fallback {self.fallback!r} is not one of the candidates {names}")
+            fallback = self.candidates[names.index(self.fallback)]
+            if not fallback.unconditional:
+                raise ValueError(
+                    f"fallback {self.fallback!r} has requirements; a fallback must always be "
+                    "available, so give it none"
+                )
+        for variable in self.context:
+            if not _IDENT.match(variable):
+                raise ValueError(f"context variable {variable!r}: expected lower_snake_case")
+        return self
+
+
+class GateRequires(_Strict):
+    feature: str
+    impl: str
+
+
+class Gate(_Strict):
+    """A call-time boolean, written as the kernel's real rule in CEL."""
+
+    description: str
+    context: dict[str, ContextType] = Field(default_factory=dict)
+    rule: str
+    requires: GateRequires | None = None
+    reference: str | None = None
+
+
+class Disable(_Strict):
+    """An operator's switch-off: never choose ``impl`` for ``feature``, with the reason why."""
+
+    feature: str
+    impl: str
+    reason: str
+    reference: str | None = None
+
+
+class PolicyFile(_Strict):
+    """One TOML file of a policy set."""
+
+    schema_id: Literal["kernelpolicy.policy/v1"] = Field(alias="schema")
+    features: dict[str, Feature] = Field(default_factory=dict)
+    gates: dict[str, Gate] = Field(default_factory=dict)
+    disable: list[Disable] = Field(default_factory=list)
+
+    @field_validator("features", "gates")
+    @classmethod
+    def _names(cls, value: dict[str, object]) -> dict[str, object]:
+        for name in value:
+            if not _FEATURE.match(name):
+                raise ValueError(f"name {name!r}: expected dotted lower_snake_case (sampler.greedy)")
+        return value

@@ -1,0 +1,137 @@
+"""Settings, parsed once, and the one boolean parser every switch uses.
+
+``Settings()`` reads ``KERNELPOLICY_*`` variables (pydantic-settings) and is passed explicitly to
+whatever needs it; nothing else in kernelpolicy reads the environment on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from kernelpolicy.errors import SettingsError
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+ACCEPTED_BOOLEANS = "1/0, true/false, yes/no, on/off (any case)"
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """The only boolean parser: 1/0/true/false/yes/no/on/off in any case.
+
+    Args:
+        name: The variable's name, for the error message.
+        value: Its value.
+
+    Raises:
+        SettingsError: Anything else, naming the variable and the accepted values.
+    """
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{name}={value!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
+
+
+def bundled_policy_dir() -> Path:
+    """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
+    return Path(__file__).resolve().parent / "bundled_policies"
+
+
+class Settings(BaseSettings):
+    """kernelpolicy's own settings, from ``KERNELPOLICY_*`` environment variables.
+
+    Attributes:
+        policy_paths: Policy files or directories, in order (``KERNELPOLICY_POLICY_PATHS``,
+            colon-separated like PATH, or a JSON list). Default: the bundled pack.
+        overrides: Feature -> implementation to force (``KERNELPOLICY_OVERRIDES``, JSON object);
+            ``KERNELPOLICY_FORCE_<FEATURE>`` variables take precedence.
+        log_format: ``console`` (one readable line per resolution on stderr), ``json`` or ``off``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KERNELPOLICY_", extra="ignore", frozen=True)
+
+    policy_paths: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default_factory=lambda: (bundled_policy_dir(),)
+    )
+    overrides: dict[str, str] = Field(default_factory=dict)
+    log_format: Literal["console", "json", "off"] = "console"
+
+    @field_validator("policy_paths", mode="before")
+    @classmethod
+    def _path_list(cls, value: object) -> object:
+        """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
+        if isinstance(value, Path):
+            return (value,)
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                import json
+
+                return tuple(json.loads(value))
+            return tuple(part for part in value.split(":") if part)
+        return value
+
+
+def load_settings() -> Settings:
+    """Read settings from the environment, translating validation errors to SettingsError."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError as SourceError
+
+    try:
+        return Settings()
+    except SourceError as exc:
+        raise SettingsError(f"bad kernelpolicy settings: {exc} (expected JSON)") from None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"bad kernelpolicy settings: {problems}") from None
+
+
+class _MappingSettings(Settings):
+    """Settings read from an explicit mapping only, never from ``os.environ``."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        return (init_settings,)
+
+
+def settings_from(env: Mapping[str, str]) -> Settings:
+    """Settings from ``KERNELPOLICY_*`` entries of ``env`` (not the process environment).
+
+    Raises:
+        SettingsError: A value does not fit, naming the variable.
+    """
+    import json
+
+    from pydantic import ValidationError
+
+    values: dict[str, object] = {}
+    for name in ("policy_paths", "overrides", "log_format"):
+        raw = env.get(f"KERNELPOLICY_{name.upper()}")
+        if raw is None:
+            continue
+        if name == "overrides":
+            try:
+                values[name] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise SettingsError(
+                    f"KERNELPOLICY_OVERRIDES={raw!r}: expected a JSON object such as "
+                    f'{{"sampler.greedy": "torch"}} ({exc.msg})'
+                ) from None
+        else:
+            values[name] = raw
+    try:
+        return _MappingSettings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"bad kernelpolicy settings: {problems}") from None
