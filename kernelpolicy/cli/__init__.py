@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelpolicy import __version__
-from kernelpolicy.cli import probe_cmd
+from kernelpolicy.cli import check_cmd, explain_cmd, matrix_cmd, probe_cmd
 from kernelpolicy.errors import KernelPolicyError
 
 _EPILOG = """\
@@ -15,6 +15,10 @@ examples:
   kernelpolicy probe                      what this machine is, as a table
   kernelpolicy probe --json > node.json   the same as a platform snapshot
   kernelpolicy probe --platform node.json show a snapshot taken elsewhere
+  kernelpolicy explain                    which kernel each feature uses here, and why
+  kernelpolicy explain --platform node.json --env VLLM_ROCM_USE_AITER=1
+  kernelpolicy check my-policies/         validate policy files, every mistake located
+  kernelpolicy matrix                     decisions on every shipped platform fixture
 """
 
 
@@ -28,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kernelpolicy {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     probe_cmd.register(commands)
+    explain_cmd.register(commands)
+    check_cmd.register(commands)
+    matrix_cmd.register(commands)
     return parser
 
 

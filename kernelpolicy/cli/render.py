@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kernelpolicy.platform.model import Platform
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.model import Decision
+    from kernelpolicy.engine.resolution import Resolution
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
@@ -64,4 +69,52 @@ def platform_table(platform: Platform) -> str:
     if platform.probe_errors:
         out += ["", "Probe errors (affected kernels fall back)"]
         out += [f"  - {e}" for e in platform.probe_errors]
+    return "\n".join(out)
+
+
+def _why(decision: Decision) -> str:
+    if decision.error:
+        return f"ERROR ({decision.error_code.value if decision.error_code else 'error'})"
+    return decision.reasons[0].split(": ", 1)[-1] if decision.reasons else decision.reason.value
+
+
+def _candidate_hints(decision: Decision) -> list[str]:
+    """Hints of rejected candidates meant for this machine and not switched off."""
+    hints = []
+    for candidate in decision.candidates:
+        kinds = {f.kind.value for f in candidate.failures}
+        if candidate.switch == "off" or kinds & {"vendor", "no_device"}:
+            continue
+        hints += [f.hint for f in candidate.failures if f.hint]
+    return hints
+
+
+def explain_table(resolution: Resolution, features: Sequence[str] | None = None) -> str:
+    """Summary table, then each feature's rejected candidates, hints and warnings."""
+    platform = resolution.platform
+    device = platform.primary
+    where = f"vendor {platform.vendor}"
+    if device is not None:
+        where += f", {device.arch}, {device.name} x{len(platform.devices)}"
+    names = list(features) if features else list(resolution.decisions)
+    decisions = [resolution.decisions[n] for n in names]
+    out = [
+        f"fingerprint {resolution.fingerprint}  ({where}; {len(resolution.policies.files)} policy files)",
+        "",
+        table(
+            ["feature", "impl", "why"],
+            [[d.feature, d.impl or "-", _why(d)] for d in decisions],
+            indent="",
+        ),
+    ]
+    for decision in decisions:
+        detail = [f"  {line}" for line in decision.reasons[1:]]
+        if decision.error:
+            detail.insert(0, f"  error: {decision.error}")
+        detail += [f"  hint: {hint}" for hint in decision.hints]
+        if not decision.error:
+            detail += [f"  hint: {hint}" for hint in _candidate_hints(decision)]
+        detail += [f"  warning: {w}" for w in decision.warnings]
+        if detail:
+            out += ["", f"{decision.feature} -> {decision.impl or '(none)'}", *dict.fromkeys(detail)]
     return "\n".join(out)

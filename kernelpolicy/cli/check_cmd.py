@@ -1,0 +1,66 @@
+"""``kernelpolicy check``: validate policy files, with every mistake located."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.errors import PolicyError, PolicyIssue
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "check",
+        help="validate policy files (exit 1 on any mistake)",
+        description=(
+            "Validate policy files: TOML syntax, unknown keys, version specifiers, CEL "
+            "expressions, implementation names, candidates that can never be chosen, and (with "
+            "--platform) workarounds whose lift condition is already met. Every mistake is "
+            "reported with file, line, feature and key."
+        ),
+        epilog="examples:\n  kernelpolicy check\n  kernelpolicy check my-policies/ --platform node.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="files or directories (default: the bundled pack)")
+    parser.add_argument(
+        "--platform", metavar="FILE", type=Path, action="append", default=[],
+        help="also report workarounds that may be lifted on this platform (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print {ok, files, issues} as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.platform.model import load_platform
+    from kernelpolicy.policy.lint import lint
+    from kernelpolicy.policy.loader import load_policies, policy_files
+    from kernelpolicy.settings import bundled_policy_dir
+
+    paths = args.paths or [bundled_policy_dir()]
+    files = [str(f) for f in policy_files(paths)]
+    policies = None
+    try:
+        policies = load_policies(paths)
+        issues: list[PolicyIssue] = lint(policies, [(str(p), load_platform(p)) for p in args.platform])
+    except PolicyError as exc:
+        issues = exc.issues
+    if args.json:
+        print(json.dumps({
+            "ok": not issues,
+            "files": files,
+            "features": sorted(policies.features) if policies else [],
+            "issues": [issue.__dict__ for issue in issues],
+        }, indent=2))  # fmt: skip
+    elif issues:
+        for issue in issues:
+            print(issue)
+        print(f"{len(issues)} problem(s) in {len(files)} file(s)")
+    else:
+        assert policies is not None
+        print(
+            f"ok: {len(policies.features)} features, {len(policies.gates)} gates in "
+            f"{len(files)} file(s)"
+        )
+    return 1 if issues else 0
