@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kernelpolicy.engine.model import Decision
@@ -26,38 +25,69 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-@dataclass(eq=False)
 class Resolution:
     """Every feature's decision for one platform, environment and policy set.
 
     Attributes:
         fingerprint: A stable hash of the inputs that mattered (see ``engine.fingerprint``).
         decisions: Feature name -> :class:`Decision`, in policy order.
+        select: ``select(feature, **context) -> str``, the implementation to run for one call,
+            per-call conditions applied (see :meth:`_select_miss` for the rules).
+        gate: ``gate(name, **context) -> bool``, a call-time boolean gate such as
+            ``allreduce_rmsnorm.one_stage``.
+
+    ``select`` and ``gate`` raise :class:`ResolutionError` when the decision is an error, the
+    name is unknown, or the context misses a declared variable or has one of the wrong type.
+    They are per-instance closures over a cache: a repeated context is one dict lookup. They are
+    marked for TorchDynamo as constant-result functions, so that inside
+    ``torch.compile(fullgraph=True)`` they are evaluated at trace time with no graph break (the
+    compiled graph is guarded on the Python values of the context).
     """
 
-    platform: Platform
-    policies: PolicySet
-    decisions: Mapping[str, Decision]
-    fingerprint: str
-    env: Mapping[str, str] = field(default_factory=dict)
-    overrides: Mapping[str, str] = field(default_factory=dict)
+    select: Callable[..., str]
+    gate: Callable[..., bool]
 
-    def __post_init__(self) -> None:
-        device = self.platform.primary
+    def __init__(
+        self,
+        platform: Platform,
+        policies: PolicySet,
+        decisions: Mapping[str, Decision],
+        fingerprint: str,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        self.platform = platform
+        self.policies = policies
+        self.decisions = decisions
+        self.fingerprint = fingerprint
+        self.env = dict(env or {})
+        self.overrides = dict(overrides or {})
+        device = platform.primary
         self._static: dict[str, object] = {
-            "vendor": self.platform.vendor,
+            "vendor": platform.vendor,
             "arch": device.arch if device else "",
-            "compute_units": device.compute_units or 0 if device else 0,
-            "device_count": len(self.platform.devices),
+            "compute_units": (device.compute_units or 0) if device else 0,
+            "device_count": len(platform.devices),
         }
-        self._select_cache: dict[tuple[Any, ...], str] = {}
-        self._gate_cache: dict[tuple[Any, ...], bool] = {}
         # A gate whose required implementation was not chosen is False for every call.
         self._gate_static: dict[str, bool | None] = {}
-        for name, gate in self.policies.gates.items():
+        for name, gate in policies.gates.items():
             req = gate.spec.requires
-            chosen = self.decisions[req.feature].impl if req else None
+            chosen = decisions[req.feature].impl if req else None
             self._gate_static[name] = False if req and chosen != req.impl else None
+        self.select = _hot_path(
+            "select",
+            {name: tuple(f.spec.context) for name, f in policies.features.items()},
+            self._select_miss,
+        )
+        self.gate = _hot_path(
+            "gate", {name: tuple(g.spec.context) for name, g in policies.gates.items()},
+            self._gate_miss,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        chosen = ", ".join(f"{n}={d.impl or d.reason.value}" for n, d in self.decisions.items())
+        return f"<Resolution {self.fingerprint} {chosen}>"
 
     @property
     def errors(self) -> dict[str, str]:
@@ -76,39 +106,6 @@ class Resolution:
             raise ResolutionError(
                 f"unknown feature {feature!r}; the policies define: {', '.join(self.decisions)}"
             ) from None
-
-    def select(self, feature: str, /, **context: object) -> str:
-        """The implementation to run for one call, per-call conditions applied.
-
-        Args:
-            feature: A feature name.
-            **context: The call context the feature declares (``has_generators=...``).
-
-        Raises:
-            ResolutionError: The decision is an error, the feature is unknown, or the context
-                is missing a variable or has one of the wrong type.
-        """
-        key = (feature, *context.items())
-        try:
-            return self._select_cache[key]
-        except KeyError:
-            return self._select_miss(feature, key, context)
-        except TypeError:  # an unhashable context value: evaluate without caching
-            return self._select_miss(feature, None, context)
-
-    def gate(self, name: str, /, **context: object) -> bool:
-        """A call-time boolean gate such as ``allreduce_rmsnorm.one_stage``.
-
-        Raises:
-            ResolutionError: The gate is unknown or the context does not fit its declaration.
-        """
-        key = (name, *context.items())
-        try:
-            return self._gate_cache[key]
-        except KeyError:
-            return self._gate_miss(name, key, context)
-        except TypeError:
-            return self._gate_miss(name, None, context)
 
     def impl(self, feature: str) -> Callable[..., Any]:
         """The callable of the chosen implementation (imported on first use).
@@ -153,32 +150,35 @@ class Resolution:
             raise ResolutionError(f"{feature}: {decision.reasons[0]}")
         return decision
 
-    def _select_miss(self, feature: str, key: tuple[Any, ...] | None, context: Mapping[str, object]) -> str:
-        decision = self._usable(feature)
+    def _select_miss(
+        self, cache: dict[Any, Any], feature: str, key: tuple[Any, ...] | None,
+        context: Mapping[str, object],
+    ) -> str:
+        """Try the decision's ``order`` and return the first implementation whose ``when``
+        holds for this context (one without ``when`` always holds)."""
+        decision = self._usable(feature)  # raises for an unknown feature or an error decision
         compiled = self.policies.features[feature]
         variables = self._variables(f"select({feature!r})", compiled.spec.context, context)
         for impl in decision.order:
             candidate = compiled.candidate(impl)
             if candidate is None or candidate.when is None or self._holds(feature, candidate.when, variables):
-                return self._remember(self._select_cache, key, impl)
+                return _remember(cache, key, impl)
         raise ResolutionError(f"{feature}: no implementation accepts this call ({dict(context)})")
 
-    def _gate_miss(self, name: str, key: tuple[Any, ...] | None, context: Mapping[str, object]) -> bool:
+    def _gate_miss(
+        self, cache: dict[Any, Any], name: str, key: tuple[Any, ...] | None,
+        context: Mapping[str, object],
+    ) -> bool:
         gate = self.policies.gates.get(name)
-        if gate is None:
+        if gate is None or cache is None:
             known = ", ".join(self.policies.gates) or "none"
             raise ResolutionError(f"unknown gate {name!r}; the policies define: {known}")
         variables = self._variables(f"gate({name!r})", gate.spec.context, context)
         static = self._gate_static[name]
         result = static if static is not None else self._holds(name, gate.rule, variables)
-        return self._remember(self._gate_cache, key, result)
+        return _remember(cache, key, result)
 
     def _variables(self, call: str, declared: Mapping[str, str], context: Mapping[str, object]) -> dict[str, object]:
-        unknown = [k for k in context if k not in declared]
-        if unknown:
-            raise ResolutionError(
-                f"{call}: unknown context variable {unknown[0]!r}; declared: {', '.join(declared) or 'none'}"
-            )
         missing = [k for k in declared if k not in context]
         if missing:
             raise ResolutionError(f"{call}: missing context variable(s) {', '.join(missing)}")
@@ -194,13 +194,56 @@ class Resolution:
         except (TypeError, RuntimeError, ValueError) as exc:
             raise ResolutionError(f"{name}: condition failed to evaluate: {exc}") from exc
 
-    @staticmethod
-    def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
-        if key is not None:
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[key] = value
-        return value
+
+
+def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
+    if key is not None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
+_MISSING = object()
+
+
+def _hot_path(
+    kind: str, contexts: Mapping[str, tuple[str, ...]], miss: Callable[..., Any]
+) -> Callable[..., Any]:
+    """Generate ``kind(name, /, *, <every declared context variable>)``.
+
+    Explicit keyword parameters (instead of ``**context``) spare a dict per call, and each
+    feature's cache is keyed by the tuple of its own variables, so a repeated call costs about
+    what a hand-written rule does. A miss hands every given variable to ``miss`` (which
+    validates them, evaluates the CEL and fills the cache). Python itself raises ``TypeError``
+    for a keyword no policy declares; a variable declared only by another feature is ignored.
+    """
+    params = sorted({v for variables in contexts.values() for v in variables})
+    given = "{" + ", ".join(f"{p!r}: {p}" for p in params) + "}"
+    signature = "".join(f", {p}=_M" for p in params)
+    lines = [f"def {kind}(_name, /{', *' if params else ''}{signature}):"]
+    namespace: dict[str, Any] = {"_M": _MISSING, "_miss": miss}
+    for index, (name, variables) in enumerate(contexts.items()):
+        cache: dict[Any, Any] = {}
+        namespace[f"_c{index}"] = cache
+        key = "(" + "".join(f"{v}, " for v in variables) + ")"
+        lines += [
+            f"    if _name == {name!r}:",
+            "        try:",
+            f"            return _c{index}[{key}]",
+            "        except KeyError:",
+            f"            return _miss(_c{index}, _name, {key}, _given({given}))",
+            "        except TypeError:  # an unhashable value: evaluate, do not cache",
+            f"            return _miss(_c{index}, _name, None, _given({given}))",
+        ]
+    lines.append(f"    return _miss(None, _name, None, _given({given}))")
+    namespace["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
+    exec(compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), namespace)  # noqa: S102 - code generated from validated identifiers only
+    function: Callable[..., Any] = namespace[kind]
+    # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
+    # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
+    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return function
 
 
 def _convert(call: str, name: str, kind: str, value: object) -> object:
