@@ -42,7 +42,9 @@ def check_candidate(
     _check_device(candidate, platform, result.failures)
     for key, specifier in candidate.versions.items():
         found = _platform_version(platform, key)
-        failure = _version_failure(_VERSION_LABELS[key], found, specifier, "full", _kind(key))
+        failure = _version_failure(
+            _VERSION_LABELS[key], found, specifier, "full", _kind(key), getattr(spec, key)
+        )
         if failure:
             result.failures.append(failure)
     issues_by_library = {
@@ -123,7 +125,7 @@ def _check_device(candidate: CompiledCandidate, platform: Platform, failures: li
     if candidate.capability is not None:
         failure = _version_failure(
             "compute capability", device.capability, candidate.capability, "full",
-            CheckKind.CAPABILITY,
+            CheckKind.CAPABILITY, spec.capability,
         )  # fmt: skip
         if failure:
             failures.append(failure)
@@ -159,26 +161,32 @@ def _platform_version(platform: Platform, key: str) -> str | None:
 
 
 def _version_failure(
-    label: str, found: str | None, specifier: SpecifierSet, compare: str, kind: CheckKind
+    label: str,
+    found: str | None,
+    specifier: SpecifierSet,
+    compare: str,
+    kind: CheckKind,
+    text: str | None = None,
 ) -> Check | None:
+    wanted = text or str(specifier)  # as the policy wrote it; SpecifierSet reorders its parts
     if found is None:
-        return Check(kind, f"needs {label} {specifier}, but it is unknown on this platform")
+        return Check(kind, f"needs {label} {wanted}, but it is unknown on this platform")
     parsed = parse_version(found)
     if isinstance(parsed, UnreadableVersion):
         return Check(
             CheckKind.UNREADABLE_VERSION,
-            f"needs {label} {specifier}, but cannot read {parsed}",
+            f"needs {label} {wanted}, but cannot read {parsed}",
         )
     value = parsed.base if compare == "base" else parsed.value
     if specifier.contains(value, prereleases=True):
         return None
-    return Check(kind, f"needs {label} {specifier}, found {found}")
+    return Check(kind, f"needs {label} {wanted}, found {found}")
 
 
 def _library_failure(check: LibraryCheck, platform: Platform) -> Check | None:
     found = platform.libraries.get(check.name)
     if found is None:
-        wanted = check.name if check.specifier is None else f"{check.name}{check.specifier}"
+        wanted = check.name if check.specifier is None else f"{check.name}{check.text}"
         return Check(
             CheckKind.LIBRARY_MISSING,
             f"needs {check.name} (not installed)",
@@ -186,9 +194,11 @@ def _library_failure(check: LibraryCheck, platform: Platform) -> Check | None:
         )
     if check.specifier is None:
         return None
-    failure = _version_failure(check.name, found, check.specifier, check.compare, CheckKind.LIBRARY_VERSION)
+    failure = _version_failure(
+        check.name, found, check.specifier, check.compare, CheckKind.LIBRARY_VERSION, check.text
+    )
     if failure is not None and failure.kind is CheckKind.LIBRARY_VERSION:
-        return Check(failure.kind, failure.message, f"install {check.name}{check.specifier}")
+        return Check(failure.kind, failure.message, f"install '{check.name}{check.text}'")
     return failure
 
 

@@ -7,6 +7,7 @@ feature declares. Evaluation later only evaluates.
 
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Literal
 
@@ -62,7 +63,10 @@ def _libraries(value: dict[str, LibrarySpec]) -> dict[str, LibrarySpec]:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
             raise ValueError(f"library {name!r} is not a distribution name")
         if isinstance(spec, str):
-            _specifier(spec)
+            try:
+                _specifier(spec)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
     return value
 
 
@@ -231,10 +235,23 @@ class Feature(_Strict):
                     f"fallback {self.fallback!r} has requirements; a fallback must always be "
                     "available, so give it none"
                 )
-        for variable in self.context:
-            if not _IDENT.match(variable):
-                raise ValueError(f"context variable {variable!r}: expected lower_snake_case")
+        _check_context(self.context)
         return self
+
+
+def _check_context(context: dict[str, ContextType]) -> None:
+    from kernelpolicy.policy.cel import STATIC_VARIABLES
+
+    for variable in context:
+        if not _IDENT.match(variable) or keyword.iskeyword(variable):
+            raise ValueError(
+                f"context variable {variable!r}: expected a lower_snake_case name that is not a "
+                "Python keyword"
+            )
+        if variable in STATIC_VARIABLES:
+            raise ValueError(
+                f"context variable {variable!r} shadows the platform variable of that name"
+            )
 
 
 class GateRequires(_Strict):
@@ -250,6 +267,11 @@ class Gate(_Strict):
     rule: str
     requires: GateRequires | None = None
     reference: str | None = None
+
+    @model_validator(mode="after")
+    def _context_names(self) -> Gate:
+        _check_context(self.context)
+        return self
 
 
 class Disable(_Strict):

@@ -1,0 +1,110 @@
+"""select() and gate(): per-call answers, their errors, and torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelpolicy.errors import ResolutionError
+from tests.helpers import resolve_on
+
+TOPK = "sampler.top_k_top_p"
+CALL = {"has_generators": False, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw_logprobs"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "impl"),
+    [
+        pytest.param({}, "flashinfer", id="plain-call"),
+        pytest.param({"has_generators": True}, "torch", id="seeded-request"),
+        pytest.param({"has_top_k": False, "has_top_p": False}, "torch", id="no-k-no-p"),
+        pytest.param({"has_top_k": False}, "flashinfer", id="top-p-only"),
+        pytest.param({"logprobs_mode": "processed_logprobs"}, "torch", id="processed-logprobs"),
+        pytest.param({"logprobs_mode": "processed_logits"}, "torch", id="processed-logits"),
+        pytest.param({"logprobs_mode": "raw_logits"}, "flashinfer", id="raw-logits"),
+    ],
+)
+def test_select_per_call(changes: dict[str, object], impl: str) -> None:
+    """Seeded requests, no k/p, or processed logprobs go to torch."""
+    assert resolve_on("h100-sxm").select(TOPK, **{**CALL, **changes}) == impl
+
+
+def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CEL runs once per distinct context; repeated calls are lookups."""
+    import kernelpolicy.engine.resolution as module
+
+    calls: list[object] = []
+    real = module.evaluate
+
+    def counting(program: object, variables: dict[str, object]) -> bool:
+        calls.append(program)
+        return real(program, variables)
+
+    monkeypatch.setattr(module, "evaluate", counting)
+    resolution = resolve_on("h100-sxm")
+    for _ in range(5):
+        assert resolution.select(TOPK, **CALL) == "flashinfer"
+    assert len(calls) == 1
+    resolution.select(TOPK, **{**CALL, "has_generators": True})
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        pytest.param(lambda r: r.select("sampler.nope", **CALL), "unknown feature 'sampler.nope'", id="unknown-feature"),
+        pytest.param(lambda r: r.select(TOPK, has_generators=False), "missing context variable", id="missing-variable"),
+        pytest.param(lambda r: r.select(TOPK, **{**CALL, "has_top_k": 1}), "'has_top_k' must be bool, got int 1", id="wrong-type"),
+        pytest.param(lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": None}), "'logprobs_mode' must be string", id="none-string"),
+        pytest.param(lambda r: r.gate("nope.gate"), "unknown gate 'nope.gate'", id="unknown-gate"),
+        pytest.param(lambda r: r.select("sampler.greedy", vocab_size=True), "'vocab_size' must be int, got bool", id="bool-is-not-int"),
+        pytest.param(lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": ["x"]}), "'logprobs_mode' must be string, got list", id="unhashable"),
+    ],
+)
+def test_select_errors(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    """Bad calls raise ResolutionError naming what was wrong."""
+    with pytest.raises(ResolutionError, match=message.replace("(", r"\(")):
+        call(resolve_on("h100-sxm"))
+
+
+def test_unknown_keyword_is_a_type_error() -> None:
+    """A keyword no policy declares is rejected by Python itself, naming it."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temperature'"):
+        resolve_on("h100-sxm").select(TOPK, temperature=0.7, **CALL)  # type: ignore[call-arg]
+
+
+def test_select_on_an_error_decision_raises() -> None:
+    """Asking for an implementation of an errored feature raises its error."""
+    resolution = resolve_on("mi300x")
+    with pytest.raises(ResolutionError, match="sparse_attn_indexer is required here"):
+        resolution.select("sparse_attn_indexer")
+
+
+def test_gate_accepts_torch_dtypes() -> None:
+    """dtype may be a torch.dtype; it is compared by name."""
+    resolution = resolve_on("mi355x", VLLM_ROCM_USE_AITER="1")
+    ctx = {"hidden_dim": 4096, "tokens": 8, "world_size": 2, "total_bytes": 1, "fully_connected": True}
+    assert resolution.gate("allreduce_rmsnorm.one_stage", dtype=torch.bfloat16, **ctx) is True
+    assert resolution.gate("allreduce_rmsnorm.one_stage", dtype=torch.float32, **ctx) is False
+
+
+def test_no_graph_break_under_torch_compile() -> None:
+    """select() and gate() inside torch.compile(fullgraph=True) compile without a graph break."""
+    resolution = resolve_on("mi355x", VLLM_ROCM_USE_AITER="1")
+
+    def step(x: torch.Tensor, seeded: bool) -> torch.Tensor:
+        impl = resolution.select(TOPK, **{**CALL, "has_generators": seeded})
+        one_stage = resolution.gate(
+            "allreduce_rmsnorm.one_stage", dtype=x.dtype, hidden_dim=x.shape[-1],
+            tokens=x.shape[0], world_size=8, total_bytes=x.numel() * x.element_size(),
+            fully_connected=True,
+        )  # fmt: skip
+        y = x * 2 if impl == "aiter" else x + 1
+        return y - 10 if one_stage else y
+
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    x = torch.ones(4, 4096, dtype=torch.bfloat16)
+    assert torch.equal(compiled(x, False), step(x, False))
+    assert torch.equal(compiled(x, True), step(x, True))
+    assert compiled(x, False)[0, 0].item() == -8.0  # aiter (x*2) and one-stage (-10)
+    assert compiled(x, True)[0, 0].item() == -8.0  # torch (x+1) and one-stage (-10)
