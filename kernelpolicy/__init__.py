@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Decision": "kernelpolicy.engine.model",
+    "PolicyError": "kernelpolicy.errors",
+    "PolicySet": "kernelpolicy.policy.compiled",
+    "Reason": "kernelpolicy.engine.model",
+    "Resolution": "kernelpolicy.engine.resolution",
+    "ResolutionError": "kernelpolicy.errors",
+    "load_policies": "kernelpolicy.policy.loader",
+    "resolve": "kernelpolicy.api",
     "Capability": "kernelpolicy.platform.model",
     "Device": "kernelpolicy.platform.model",
     "DriverInfo": "kernelpolicy.platform.model",
@@ -28,27 +36,41 @@ _EXPORTS = {
 
 __all__ = [
     "Capability",
+    "Decision",
     "Device",
     "DriverInfo",
     "KernelPolicyError",
     "Platform",
     "PlatformFileError",
+    "PolicyError",
+    "PolicySet",
+    "Reason",
+    "Resolution",
+    "ResolutionError",
     "SettingsError",
     "TorchBuild",
     "VersionError",
     "__version__",
     "load_platform",
+    "load_policies",
     "parse_version",
     "probe",
+    "resolve",
 ]
 
 if TYPE_CHECKING:
+    from kernelpolicy.api import resolve as resolve
+    from kernelpolicy.engine.model import Decision as Decision
+    from kernelpolicy.engine.model import Reason as Reason
+    from kernelpolicy.engine.resolution import Resolution as Resolution
     from kernelpolicy.errors import (
         KernelPolicyError as KernelPolicyError,
     )
     from kernelpolicy.errors import (
         PlatformFileError as PlatformFileError,
     )
+    from kernelpolicy.errors import PolicyError as PolicyError
+    from kernelpolicy.errors import ResolutionError as ResolutionError
     from kernelpolicy.errors import (
         SettingsError as SettingsError,
     )
@@ -74,6 +96,8 @@ if TYPE_CHECKING:
         load_platform as load_platform,
     )
     from kernelpolicy.platform.probing import probe as probe
+    from kernelpolicy.policy.compiled import PolicySet as PolicySet
+    from kernelpolicy.policy.loader import load_policies as load_policies
     from kernelpolicy.versions import parse_version as parse_version
 
 

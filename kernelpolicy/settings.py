@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from kernelpolicy.errors import SettingsError
 
@@ -95,10 +100,17 @@ def load_settings() -> Settings:
 
 
 class _MappingSettings(Settings):
-    """Settings read from an explicit mapping only, never from ``os.environ``."""
+    """Settings from explicit values only: no environment, no dotenv, no secrets directory."""
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
 
@@ -128,7 +140,7 @@ def settings_from(env: Mapping[str, str]) -> Settings:
         else:
             values[name] = raw
     try:
-        return _MappingSettings(**values)
+        return _MappingSettings.model_validate(values)
     except ValidationError as exc:
         problems = "; ".join(
             f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"

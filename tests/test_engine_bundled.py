@@ -24,14 +24,48 @@ TOPK = "sampler.top_k_top_p"
         pytest.param("t4", {}, "torch", Reason.FALLBACK, id="t4-sm75-falls-back"),
         pytest.param("cpu", {}, "torch", Reason.FALLBACK, id="cpu"),
         pytest.param("h100-real", {}, "torch", Reason.FALLBACK, id="h100-without-flashinfer"),
-        pytest.param("h100-sxm", {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, "torch", Reason.FALLBACK, id="h100-off"),
-        pytest.param("h100-sxm", {"VLLM_USE_FLASHINFER_SAMPLER": "TRUE"}, "flashinfer", Reason.REQUESTED, id="h100-required"),
+        pytest.param(
+            "h100-sxm",
+            {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+            "torch",
+            Reason.FALLBACK,
+            id="h100-off",
+        ),
+        pytest.param(
+            "h100-sxm",
+            {"VLLM_USE_FLASHINFER_SAMPLER": "TRUE"},
+            "flashinfer",
+            Reason.REQUESTED,
+            id="h100-required",
+        ),
         pytest.param("mi300x", {}, "torch", Reason.FALLBACK, id="mi300x-aiter-off-by-default"),
-        pytest.param("mi300x", {"VLLM_ROCM_USE_AITER": "1"}, "torch", Reason.FALLBACK, id="mi300x-aiter-0.1.12-buggy"),
-        pytest.param("mi325x", {"VLLM_ROCM_USE_AITER": "1"}, "aiter", Reason.PREFERRED, id="mi325x-aiter-0.1.13"),
-        pytest.param("mi355x", {"VLLM_ROCM_USE_AITER": "yes"}, "aiter", Reason.PREFERRED, id="mi355x-dev-build-base-version"),
-        pytest.param("mi250x", {"VLLM_ROCM_USE_AITER": "1"}, "torch", Reason.FALLBACK, id="mi250x-gfx90a"),
-        pytest.param("rx7900xtx", {"VLLM_ROCM_USE_AITER": "1"}, "torch", Reason.FALLBACK, id="rdna3"),
+        pytest.param(
+            "mi300x",
+            {"VLLM_ROCM_USE_AITER": "1"},
+            "torch",
+            Reason.FALLBACK,
+            id="mi300x-aiter-0.1.12-buggy",
+        ),
+        pytest.param(
+            "mi325x",
+            {"VLLM_ROCM_USE_AITER": "1"},
+            "aiter",
+            Reason.PREFERRED,
+            id="mi325x-aiter-0.1.13",
+        ),
+        pytest.param(
+            "mi355x",
+            {"VLLM_ROCM_USE_AITER": "yes"},
+            "aiter",
+            Reason.PREFERRED,
+            id="mi355x-dev-build-base-version",
+        ),
+        pytest.param(
+            "mi250x", {"VLLM_ROCM_USE_AITER": "1"}, "torch", Reason.FALLBACK, id="mi250x-gfx90a"
+        ),
+        pytest.param(
+            "rx7900xtx", {"VLLM_ROCM_USE_AITER": "1"}, "torch", Reason.FALLBACK, id="rdna3"
+        ),
     ],
 )
 def test_top_k_top_p(platform: str, env: dict[str, str], impl: str, reason: Reason) -> None:
@@ -112,7 +146,9 @@ def test_bad_switch_value_is_an_error_naming_the_variable() -> None:
 
 def test_empty_switch_counts_as_unset() -> None:
     """VAR= (empty) is the same as unset."""
-    assert resolve_on("h100-sxm", VLLM_USE_FLASHINFER_SAMPLER="").decision(TOPK).impl == "flashinfer"
+    assert (
+        resolve_on("h100-sxm", VLLM_USE_FLASHINFER_SAMPLER="").decision(TOPK).impl == "flashinfer"
+    )
 
 
 def test_fallback_without_nvml_devices() -> None:
@@ -130,10 +166,25 @@ def test_fallback_without_nvml_devices() -> None:
     [
         pytest.param("mi300x", {}, "torch", id="sglang-aiter-off-by-default"),
         pytest.param("mi300x", {"SGLANG_USE_AITER": "1"}, "aiter", id="sglang-aiter-on"),
-        pytest.param("mi300x", {"SGLANG_USE_AITER": "1", "SGLANG_DISABLE_AITER_GREEDY_SAMPLE": "1"}, "torch", id="kill-switch"),
-        pytest.param("mi300x", {"SGLANG_USE_AITER": "1", "SGLANG_DISABLE_AITER_GREEDY_SAMPLE": "0"}, "aiter", id="kill-switch-off"),
+        pytest.param(
+            "mi300x",
+            {"SGLANG_USE_AITER": "1", "SGLANG_DISABLE_AITER_GREEDY_SAMPLE": "1"},
+            "torch",
+            id="kill-switch",
+        ),
+        pytest.param(
+            "mi300x",
+            {"SGLANG_USE_AITER": "1", "SGLANG_DISABLE_AITER_GREEDY_SAMPLE": "0"},
+            "aiter",
+            id="kill-switch-off",
+        ),
         pytest.param("h100-sxm", {"SGLANG_USE_AITER": "1"}, "torch", id="nvidia"),
-        pytest.param(with_device("mi355x", arch="gfx1250", capability="12.5"), {"SGLANG_USE_AITER": "1"}, "torch", id="never-gfx1250"),
+        pytest.param(
+            with_device("mi355x", arch="gfx1250", capability="12.5"),
+            {"SGLANG_USE_AITER": "1"},
+            "torch",
+            id="never-gfx1250",
+        ),
     ],
 )
 def test_greedy(platform, env: dict[str, str], impl: str) -> None:  # type: ignore[no-untyped-def]
@@ -165,7 +216,7 @@ def test_greedy_per_call_vocab_rule(platform: str, vocab_size: int, impl: str) -
 
 
 def test_mhc_stays_on_torch_with_its_workaround() -> None:
-    """mhc: torch everywhere while the aiter workaround stands; explain shows it and its reference."""
+    """mhc: torch while the aiter workaround stands; explain shows it and its reference."""
     decision = resolve_on("mi355x", VLLM_ROCM_USE_AITER="1").decision("mhc")
     assert decision.impl == "torch"
     failure = decision.candidates[0].failures[0]
@@ -179,12 +230,16 @@ def test_mhc_stays_on_torch_with_its_workaround() -> None:
 @pytest.mark.parametrize(
     ("platform", "env", "impl", "reason"),
     [
-        pytest.param("mi300x", {"VLLM_ROCM_USE_AITER": "1"}, "aiter", Reason.PREFERRED, id="amd-aiter-on"),
+        pytest.param(
+            "mi300x", {"VLLM_ROCM_USE_AITER": "1"}, "aiter", Reason.PREFERRED, id="amd-aiter-on"
+        ),
         pytest.param("h100-sxm", {}, None, Reason.NOT_APPLICABLE, id="nvidia-not-applicable"),
         pytest.param("cpu", {}, None, Reason.NOT_APPLICABLE, id="cpu-not-applicable"),
     ],
 )
-def test_sparse_attn_indexer(platform: str, env: dict[str, str], impl: str | None, reason: Reason) -> None:
+def test_sparse_attn_indexer(
+    platform: str, env: dict[str, str], impl: str | None, reason: Reason
+) -> None:
     """The indexer is required on AMD only."""
     decision = resolve_on(platform, **env).decision("sparse_attn_indexer")
     assert (decision.impl, decision.reason, decision.error) == (impl, reason, None)
@@ -219,7 +274,14 @@ def test_allreduce_rmsnorm(platform: str, env: dict[str, str], impl: str) -> Non
 
 
 GATE = "allreduce_rmsnorm.one_stage"
-BASE = {"dtype": "bfloat16", "hidden_dim": 4096, "tokens": 16, "world_size": 8, "total_bytes": 65536, "fully_connected": True}
+BASE = {
+    "dtype": "bfloat16",
+    "hidden_dim": 4096,
+    "tokens": 16,
+    "world_size": 8,
+    "total_bytes": 65536,
+    "fully_connected": True,
+}
 
 
 @pytest.mark.parametrize(
@@ -234,7 +296,9 @@ BASE = {"dtype": "bfloat16", "hidden_dim": 4096, "tokens": 16, "world_size": 8, 
         pytest.param({"dtype": "float32"}, False, id="fp32-never"),
         pytest.param({"tokens": 80}, True, id="80-tokens"),
         pytest.param({"tokens": 81}, False, id="81-tokens"),
-        pytest.param({"world_size": 2, "fully_connected": False, "total_bytes": 10**7}, True, id="tp2-always"),
+        pytest.param(
+            {"world_size": 2, "fully_connected": False, "total_bytes": 10**7}, True, id="tp2-always"
+        ),
         pytest.param({"world_size": 4, "fully_connected": False}, False, id="not-fully-connected"),
         pytest.param({"world_size": 4, "total_bytes": 262143}, True, id="tp4-under-256k"),
         pytest.param({"world_size": 4, "total_bytes": 262144}, False, id="tp4-256k"),

@@ -25,8 +25,12 @@ def test_force_variable_name() -> None:
     [
         pytest.param("h100-sxm", "torch", "torch", None, id="force-fallback"),
         pytest.param("h100-sxm", "flashinfer", "flashinfer", None, id="force-preferred"),
-        pytest.param("h100-sxm", "aiter", None, ErrorCode.REQUIRED_UNSUPPORTED, id="force-unsupported"),
-        pytest.param("h100-sxm", "triton", None, ErrorCode.UNKNOWN_IMPLEMENTATION, id="force-unknown"),
+        pytest.param(
+            "h100-sxm", "aiter", None, ErrorCode.REQUIRED_UNSUPPORTED, id="force-unsupported"
+        ),
+        pytest.param(
+            "h100-sxm", "triton", None, ErrorCode.UNKNOWN_IMPLEMENTATION, id="force-unknown"
+        ),
     ],
 )
 def test_force(platform: str, forced: str, impl: str | None, code: ErrorCode | None) -> None:
@@ -39,7 +43,9 @@ def test_force(platform: str, forced: str, impl: str | None, code: ErrorCode | N
 
 def test_force_unknown_lists_the_choices() -> None:
     """An unknown forced implementation names the variable and the valid names."""
-    decision = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="triton").decision(TOPK)
+    decision = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="triton").decision(
+        TOPK
+    )
     assert decision.error == (
         "KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P='triton' is not an implementation of "
         "sampler.top_k_top_p; expected one of flashinfer, aiter, torch"
@@ -69,9 +75,30 @@ def test_forced_kernel_keeps_per_call_fallback() -> None:
         pytest.param([Switch(env="A")], {"A": "1"}, "on", id="true-on"),
         pytest.param([Switch(env="A")], {"A": "off"}, "off", id="false-off"),
         pytest.param([Switch(env="A", unset="off", true="auto")], {}, "off", id="default-off"),
-        pytest.param([Switch(env="A", unset="off", true="auto"), Switch(env="B", unset="ignore", true="off", false="ignore")], {"A": "1"}, "auto", id="inverted-unset"),
-        pytest.param([Switch(env="A", unset="off", true="auto"), Switch(env="B", unset="ignore", true="off", false="ignore")], {"A": "1", "B": "1"}, "off", id="inverted-set"),
-        pytest.param([Switch(env="B", unset="ignore", true="off", false="ignore")], {"B": "0"}, "auto", id="all-ignore-is-auto"),
+        pytest.param(
+            [
+                Switch(env="A", unset="off", true="auto"),
+                Switch(env="B", unset="ignore", true="off", false="ignore"),
+            ],
+            {"A": "1"},
+            "auto",
+            id="inverted-unset",
+        ),
+        pytest.param(
+            [
+                Switch(env="A", unset="off", true="auto"),
+                Switch(env="B", unset="ignore", true="off", false="ignore"),
+            ],
+            {"A": "1", "B": "1"},
+            "off",
+            id="inverted-set",
+        ),
+        pytest.param(
+            [Switch(env="B", unset="ignore", true="off", false="ignore")],
+            {"B": "0"},
+            "auto",
+            id="all-ignore-is-auto",
+        ),
     ],
 )
 def test_switch_combination(switches: list[Switch], env: dict[str, str], state: str) -> None:
@@ -87,7 +114,10 @@ fallback = "torch"
 [[features.demo.candidates]]
 impl = "fast"
 entry = "math:sqrt"
-switches = [{ env = "USE_FAST" }, { env = "NO_FAST", unset = "ignore", true = "off", false = "ignore" }]
+switches = [
+  { env = "USE_FAST" },
+  { env = "NO_FAST", unset = "ignore", true = "off", false = "ignore" },
+]
 [[features.demo.candidates]]
 impl = "torch"
 entry = "math:floor"
@@ -97,7 +127,9 @@ entry = "math:floor"
 def test_switch_conflict_is_an_error() -> None:
     """One switch saying on and another off is an error naming both."""
     policies = load_policy_text(CONFLICT)
-    decision = resolve_policies(fixture("cpu"), {"USE_FAST": "1", "NO_FAST": "1"}, policies).decision("demo")
+    decision = resolve_policies(
+        fixture("cpu"), {"USE_FAST": "1", "NO_FAST": "1"}, policies
+    ).decision("demo")
     assert decision.error_code is ErrorCode.SWITCH_CONFLICT
     assert "USE_FAST=1 and NO_FAST=1" in (decision.error or "")
 
@@ -113,7 +145,9 @@ def test_same_inputs_same_fingerprint() -> None:
 def test_ranks_of_one_node_share_a_fingerprint() -> None:
     """Different visible devices and irrelevant env do not change the fingerprint."""
     platform = fixture("h100-sxm")
-    rank1 = platform.model_copy(update={"devices": platform.devices[1:2] + platform.devices[:1] + platform.devices[2:]})
+    rank1 = platform.model_copy(
+        update={"devices": platform.devices[1:2] + platform.devices[:1] + platform.devices[2:]}
+    )
     a = resolve_policies(platform, {"CUDA_VISIBLE_DEVICES": "0", "HOME": "/a"}, bundled())
     b = resolve_policies(rank1, {"CUDA_VISIBLE_DEVICES": "1", "HOME": "/b"}, bundled())
     assert a.fingerprint == b.fingerprint

@@ -9,7 +9,7 @@ import pytest
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.policy import load_policies
 
-GOOD = '''schema = "kernelpolicy.policy/v1"
+GOOD = """schema = "kernelpolicy.policy/v1"
 
 [features."sampler.greedy"]
 description = "Greedy sampling"
@@ -24,7 +24,7 @@ when = "vocab_size >= 16384"
 
 [[features."sampler.greedy".candidates]]
 impl = "torch"
-'''
+"""
 
 
 def write(tmp_path: Path, text: str, name: str = "p.toml") -> Path:
@@ -43,22 +43,150 @@ def test_good_policy_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "line", "feature", "key", "message"),
     [
-        pytest.param('impl = "torch"\n', 'impl = "torch"\nfoo = 1\n', 16, "sampler.greedy", "candidates.1.foo", "unknown key", id="unknown-key"),
-        pytest.param('">=0.1.13"', '"=>0.1.13"', 11, "sampler.greedy", "candidates.0.libraries", "amd-aiter: invalid version specifier '=>0.1.13'", id="bad-specifier"),
-        pytest.param('"vocab_size >= 16384"', '"vocab_size >="', 12, "sampler.greedy", "candidates.0.when", "CEL syntax error", id="bad-cel-syntax"),
-        pytest.param('"vocab_size >= 16384"', '"vocab >= 16384"', 12, "sampler.greedy", "candidates.0.when", "undeclared variable 'vocab'", id="cel-undeclared"),
-        pytest.param('"vocab_size >= 16384"', '"vocab_size >= \\"x\\""', 12, "sampler.greedy", "candidates.0.when", "does not type-check", id="cel-type-error"),
-        pytest.param('"vocab_size >= 16384"', '"vocab_size + 1"', 12, "sampler.greedy", "candidates.0.when", "must be a boolean", id="cel-not-boolean"),
-        pytest.param('impl = "aiter"', 'impl = "cutlass"', 9, "sampler.greedy", "candidates.0.impl", "unknown implementation 'cutlass'", id="unknown-impl"),
-        pytest.param('vendor = "amd"', 'vendor = "intel"', 10, "sampler.greedy", "candidates.0.vendor", "Input should be 'nvidia' or 'amd'", id="bad-vendor"),
-        pytest.param('fallback = "torch"', 'fallback = "aiter"', 3, "sampler.greedy", None, "fallback 'aiter' has requirements", id="conditional-fallback"),
-        pytest.param('fallback = "torch"', 'fallback = "triton"', 3, "sampler.greedy", None, "fallback 'triton' is not one of the candidates", id="missing-fallback"),
-        pytest.param('fallback = "torch"\n', '', 3, "sampler.greedy", None, "needs 'fallback'", id="no-fallback-not-required"),
-        pytest.param('impl = "torch"', 'impl = "aiter"', 3, "sampler.greedy", None, "implementation 'aiter' listed twice", id="duplicate-impl"),
-        pytest.param('vendor = "amd"', 'vendor = "amd"\narch = ["gfx9x"]', 11, "sampler.greedy", "candidates.0.arch", "arch 'gfx9x'", id="bad-arch"),
-        pytest.param('context = { vocab_size = "int" }', 'context = { vocab_size = "long" }', 6, "sampler.greedy", "context.vocab_size", "Input should be 'bool', 'int', 'double' or 'string'", id="bad-context-type"),
-        pytest.param('context = { vocab_size = "int" }', 'context = { vocab_size = "int", class = "int" }', 3, "sampler.greedy", None, "not a Python keyword", id="keyword-context"),
-        pytest.param('impl = "aiter"', 'impl = "aiter"\nswitches = [{ env = "lower" }]', 10, "sampler.greedy", "candidates.0.switches.0.env", "not an environment variable name", id="bad-env-name"),
+        pytest.param(
+            'impl = "torch"\n',
+            'impl = "torch"\nfoo = 1\n',
+            16,
+            "sampler.greedy",
+            "candidates.1.foo",
+            "unknown key",
+            id="unknown-key",
+        ),
+        pytest.param(
+            '">=0.1.13"',
+            '"=>0.1.13"',
+            11,
+            "sampler.greedy",
+            "candidates.0.libraries",
+            "amd-aiter: invalid version specifier '=>0.1.13'",
+            id="bad-specifier",
+        ),
+        pytest.param(
+            '"vocab_size >= 16384"',
+            '"vocab_size >="',
+            12,
+            "sampler.greedy",
+            "candidates.0.when",
+            "CEL syntax error",
+            id="bad-cel-syntax",
+        ),
+        pytest.param(
+            '"vocab_size >= 16384"',
+            '"vocab >= 16384"',
+            12,
+            "sampler.greedy",
+            "candidates.0.when",
+            "undeclared variable 'vocab'",
+            id="cel-undeclared",
+        ),
+        pytest.param(
+            '"vocab_size >= 16384"',
+            '"vocab_size >= \\"x\\""',
+            12,
+            "sampler.greedy",
+            "candidates.0.when",
+            "does not type-check",
+            id="cel-type-error",
+        ),
+        pytest.param(
+            '"vocab_size >= 16384"',
+            '"vocab_size + 1"',
+            12,
+            "sampler.greedy",
+            "candidates.0.when",
+            "must be a boolean",
+            id="cel-not-boolean",
+        ),
+        pytest.param(
+            'impl = "aiter"',
+            'impl = "cutlass"',
+            9,
+            "sampler.greedy",
+            "candidates.0.impl",
+            "unknown implementation 'cutlass'",
+            id="unknown-impl",
+        ),
+        pytest.param(
+            'vendor = "amd"',
+            'vendor = "intel"',
+            10,
+            "sampler.greedy",
+            "candidates.0.vendor",
+            "Input should be 'nvidia' or 'amd'",
+            id="bad-vendor",
+        ),
+        pytest.param(
+            'fallback = "torch"',
+            'fallback = "aiter"',
+            3,
+            "sampler.greedy",
+            None,
+            "fallback 'aiter' has requirements",
+            id="conditional-fallback",
+        ),
+        pytest.param(
+            'fallback = "torch"',
+            'fallback = "triton"',
+            3,
+            "sampler.greedy",
+            None,
+            "fallback 'triton' is not one of the candidates",
+            id="missing-fallback",
+        ),
+        pytest.param(
+            'fallback = "torch"\n',
+            "",
+            3,
+            "sampler.greedy",
+            None,
+            "needs 'fallback'",
+            id="no-fallback-not-required",
+        ),
+        pytest.param(
+            'impl = "torch"',
+            'impl = "aiter"',
+            3,
+            "sampler.greedy",
+            None,
+            "implementation 'aiter' listed twice",
+            id="duplicate-impl",
+        ),
+        pytest.param(
+            'vendor = "amd"',
+            'vendor = "amd"\narch = ["gfx9x"]',
+            11,
+            "sampler.greedy",
+            "candidates.0.arch",
+            "arch 'gfx9x'",
+            id="bad-arch",
+        ),
+        pytest.param(
+            'context = { vocab_size = "int" }',
+            'context = { vocab_size = "long" }',
+            6,
+            "sampler.greedy",
+            "context.vocab_size",
+            "Input should be 'bool', 'int', 'double' or 'string'",
+            id="bad-context-type",
+        ),
+        pytest.param(
+            'context = { vocab_size = "int" }',
+            'context = { vocab_size = "int", class = "int" }',
+            3,
+            "sampler.greedy",
+            None,
+            "not a Python keyword",
+            id="keyword-context",
+        ),
+        pytest.param(
+            'impl = "aiter"',
+            'impl = "aiter"\nswitches = [{ env = "lower" }]',
+            10,
+            "sampler.greedy",
+            "candidates.0.switches.0.env",
+            "not an environment variable name",
+            id="bad-env-name",
+        ),
     ],
 )
 def test_mistakes_are_located(
@@ -106,7 +234,9 @@ def test_feature_defined_twice(tmp_path: Path) -> None:
     """A feature may live in one file only."""
     a = write(tmp_path, GOOD, "a.toml")
     b = write(tmp_path, GOOD, "b.toml")
-    with pytest.raises(PolicyError, match=r"b\.toml:3 \[sampler\.greedy\] feature also defined in .*a\.toml:3"):
+    with pytest.raises(
+        PolicyError, match=r"b\.toml:3 \[sampler\.greedy\] feature also defined in .*a\.toml:3"
+    ):
         load_policies([a, b])
 
 
@@ -123,14 +253,19 @@ def test_operator_disable_file(tmp_path: Path) -> None:
     base = write(tmp_path, GOOD, "10-base.toml")
     override = write(
         tmp_path,
-        'schema = "kernelpolicy.policy/v1"\n\n[[disable]]\nfeature = "sampler.greedy"\nimpl = "aiter"\n'
+        'schema = "kernelpolicy.policy/v1"\n\n[[disable]]\n'
+        'feature = "sampler.greedy"\nimpl = "aiter"\n'
         'reason = "incident 4711: bad tokens on node pool B"\n',
         "90-ops.toml",
     )
     policies = load_policies([base, override])
     assert policies.disables[0].spec.reason.startswith("incident 4711")
     override.write_text(override.read_text().replace('impl = "aiter"', 'impl = "aitr"'))
-    with pytest.raises(PolicyError, match=r"90-ops\.toml:3 \[sampler\.greedy\] disable: disables sampler\.greedy/aitr, which is not defined \(known: aiter, torch\)"):
+    with pytest.raises(
+        PolicyError,
+        match=r"90-ops\.toml:3 \[sampler\.greedy\] disable: disables sampler\.greedy/aitr, "
+        r"which is not defined \(known: aiter, torch\)",
+    ):
         load_policies([base, override])
 
 

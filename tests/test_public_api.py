@@ -44,9 +44,10 @@ def test_all_is_the_curated_list() -> None:
     """__all__ changes only on purpose: this list is the public API."""
     assert sorted(kernelpolicy.__all__) == sorted(
         [
-            "Capability", "Device", "DriverInfo", "KernelPolicyError", "Platform",
-            "PlatformFileError", "SettingsError", "TorchBuild", "VersionError", "__version__",
-            "load_platform", "parse_version", "probe",
+            "Capability", "Decision", "Device", "DriverInfo", "KernelPolicyError", "Platform",
+            "PlatformFileError", "PolicyError", "PolicySet", "Reason", "Resolution",
+            "ResolutionError", "SettingsError", "TorchBuild", "VersionError", "__version__",
+            "load_platform", "load_policies", "parse_version", "probe", "resolve",
         ]
     )  # fmt: skip
 
@@ -58,7 +59,13 @@ def test_all_matches_the_lazy_exports() -> None:
 
 def test_errors_share_one_root() -> None:
     """Every public exception derives from KernelPolicyError."""
-    for name in ("PlatformFileError", "SettingsError", "VersionError"):
+    for name in (
+        "PlatformFileError",
+        "PolicyError",
+        "ResolutionError",
+        "SettingsError",
+        "VersionError",
+    ):
         assert issubclass(getattr(kernelpolicy, name), kernelpolicy.KernelPolicyError)
 
 

@@ -9,7 +9,12 @@ from kernelpolicy.errors import ResolutionError
 from tests.helpers import resolve_on
 
 TOPK = "sampler.top_k_top_p"
-CALL = {"has_generators": False, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw_logprobs"}
+CALL = {
+    "has_generators": False,
+    "has_top_k": True,
+    "has_top_p": True,
+    "logprobs_mode": "raw_logprobs",
+}
 
 
 @pytest.mark.parametrize(
@@ -52,13 +57,37 @@ def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        pytest.param(lambda r: r.select("sampler.nope", **CALL), "unknown feature 'sampler.nope'", id="unknown-feature"),
-        pytest.param(lambda r: r.select(TOPK, has_generators=False), "missing context variable", id="missing-variable"),
-        pytest.param(lambda r: r.select(TOPK, **{**CALL, "has_top_k": 1}), "'has_top_k' must be bool, got int 1", id="wrong-type"),
-        pytest.param(lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": None}), "'logprobs_mode' must be string", id="none-string"),
+        pytest.param(
+            lambda r: r.select("sampler.nope", **CALL),
+            "unknown feature 'sampler.nope'",
+            id="unknown-feature",
+        ),
+        pytest.param(
+            lambda r: r.select(TOPK, has_generators=False),
+            "missing context variable",
+            id="missing-variable",
+        ),
+        pytest.param(
+            lambda r: r.select(TOPK, **{**CALL, "has_top_k": 1}),
+            "'has_top_k' must be bool, got int 1",
+            id="wrong-type",
+        ),
+        pytest.param(
+            lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": None}),
+            "'logprobs_mode' must be string",
+            id="none-string",
+        ),
         pytest.param(lambda r: r.gate("nope.gate"), "unknown gate 'nope.gate'", id="unknown-gate"),
-        pytest.param(lambda r: r.select("sampler.greedy", vocab_size=True), "'vocab_size' must be int, got bool", id="bool-is-not-int"),
-        pytest.param(lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": ["x"]}), "'logprobs_mode' must be string, got list", id="unhashable"),
+        pytest.param(
+            lambda r: r.select("sampler.greedy", vocab_size=True),
+            "'vocab_size' must be int, got bool",
+            id="bool-is-not-int",
+        ),
+        pytest.param(
+            lambda r: r.select(TOPK, **{**CALL, "logprobs_mode": ["x"]}),
+            "'logprobs_mode' must be string, got list",
+            id="unhashable",
+        ),
     ],
 )
 def test_select_errors(call, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -83,7 +112,13 @@ def test_select_on_an_error_decision_raises() -> None:
 def test_gate_accepts_torch_dtypes() -> None:
     """dtype may be a torch.dtype; it is compared by name."""
     resolution = resolve_on("mi355x", VLLM_ROCM_USE_AITER="1")
-    ctx = {"hidden_dim": 4096, "tokens": 8, "world_size": 2, "total_bytes": 1, "fully_connected": True}
+    ctx = {
+        "hidden_dim": 4096,
+        "tokens": 8,
+        "world_size": 2,
+        "total_bytes": 1,
+        "fully_connected": True,
+    }
     assert resolution.gate("allreduce_rmsnorm.one_stage", dtype=torch.bfloat16, **ctx) is True
     assert resolution.gate("allreduce_rmsnorm.one_stage", dtype=torch.float32, **ctx) is False
 

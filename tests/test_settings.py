@@ -13,7 +13,10 @@ from kernelpolicy.settings import bundled_policy_dir, parse_bool, settings_from
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        *[pytest.param(v, True, id=f"true-{v}") for v in ("1", "true", "TRUE", "Yes", "on", " On ")],
+        *[
+            pytest.param(v, True, id=f"true-{v}")
+            for v in ("1", "true", "TRUE", "Yes", "on", " On ")
+        ],
         *[pytest.param(v, False, id=f"false-{v}") for v in ("0", "false", "False", "no", "OFF")],
     ],
 )
@@ -22,10 +25,14 @@ def test_booleans(value: str, expected: bool) -> None:
     assert parse_bool("X", value) is expected
 
 
-@pytest.mark.parametrize("value", [pytest.param(v, id=v or "empty") for v in ("2", "y", "enable", "", "truee", "-1")])
+@pytest.mark.parametrize(
+    "value", [pytest.param(v, id=v or "empty") for v in ("2", "y", "enable", "", "truee", "-1")]
+)
 def test_non_booleans_name_variable_and_accepted_values(value: str) -> None:
     """Anything else is an error naming the variable and the accepted values."""
-    with pytest.raises(SettingsError, match=r"VLLM_USE_FLASHINFER_SAMPLER=.* 1/0, true/false, yes/no, on/off"):
+    with pytest.raises(
+        SettingsError, match=r"VLLM_USE_FLASHINFER_SAMPLER=.* 1/0, true/false, yes/no, on/off"
+    ):
         parse_bool("VLLM_USE_FLASHINFER_SAMPLER", value)
 
 
@@ -55,12 +62,26 @@ def test_settings_from_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        pytest.param({"KERNELPOLICY_LOG_FORMAT": "xml"}, "KERNELPOLICY_LOG_FORMAT: Input should be 'console', 'json' or 'off'", id="log-format"),
-        pytest.param({"KERNELPOLICY_OVERRIDES": "sampler=torch"}, "KERNELPOLICY_OVERRIDES='sampler=torch': expected a JSON object", id="overrides-not-json"),
-        pytest.param({"KERNELPOLICY_OVERRIDES": '["torch"]'}, "KERNELPOLICY_OVERRIDES: Input should be a valid dictionary", id="overrides-not-object"),
+        pytest.param(
+            {"KERNELPOLICY_LOG_FORMAT": "xml"},
+            "KERNELPOLICY_LOG_FORMAT: Input should be 'console', 'json' or 'off'",
+            id="log-format",
+        ),
+        pytest.param(
+            {"KERNELPOLICY_OVERRIDES": "sampler=torch"},
+            "KERNELPOLICY_OVERRIDES='sampler=torch': expected a JSON object",
+            id="overrides-not-json",
+        ),
+        pytest.param(
+            {"KERNELPOLICY_OVERRIDES": '["torch"]'},
+            "KERNELPOLICY_OVERRIDES: Input should be a valid dictionary",
+            id="overrides-not-object",
+        ),
     ],
 )
 def test_bad_settings(env: dict[str, str], message: str) -> None:
     """A bad setting is one SettingsError naming the variable."""
-    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        SettingsError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         settings_from(env)

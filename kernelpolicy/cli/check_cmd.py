@@ -20,10 +20,19 @@ def register(commands: Any) -> None:
             "--platform) workarounds whose lift condition is already met. Every mistake is "
             "reported with file, line, feature and key."
         ),
-        epilog="examples:\n  kernelpolicy check\n  kernelpolicy check my-policies/ --platform node.json",
+        epilog=(
+            "examples:\n  kernelpolicy check\n"
+            "  kernelpolicy check my-policies/ --platform node.json"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="files or directories (default: the bundled pack)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="files or directories (default: the bundled pack)",
+    )
     parser.add_argument(
         "--platform", metavar="FILE", type=Path, action="append", default=[],
         help="also report workarounds that may be lifted on this platform (repeatable)",
@@ -43,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     policies = None
     try:
         policies = load_policies(paths)
-        issues: list[PolicyIssue] = lint(policies, [(str(p), load_platform(p)) for p in args.platform])
+        issues: list[PolicyIssue] = lint(
+            policies, [(str(p), load_platform(p)) for p in args.platform]
+        )
     except PolicyError as exc:
         issues = exc.issues
     if args.json:

@@ -42,7 +42,9 @@ def obtain_platform(args: argparse.Namespace, **probe_kwargs: Any) -> Platform:
             try:
                 data = json.load(sys.stdin)
             except json.JSONDecodeError as exc:
-                raise PlatformFileError(f"<stdin>:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+                raise PlatformFileError(
+                    f"<stdin>:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})"
+                ) from None
             return Platform.from_dict(data, source="<stdin>")
         return load_platform(path)
     from kernelpolicy.platform.probing import probe
@@ -53,7 +55,11 @@ def obtain_platform(args: argparse.Namespace, **probe_kwargs: Any) -> Platform:
 def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str, str]:
     """The environment an answer uses: the snapshot's (with --platform) or this process's,
     then each ``--env K=V``."""
-    env = dict(platform.env) if getattr(args, "platform", None) is not None and platform else dict(os.environ)
+    env = (
+        dict(platform.env)
+        if getattr(args, "platform", None) is not None and platform
+        else dict(os.environ)
+    )
     for item in getattr(args, "env", []):
         key, sep, value = item.partition("=")
         if not sep or not key:

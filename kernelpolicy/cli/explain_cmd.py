@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(
-            f"unknown feature {unknown[0]!r}; the policies define: {', '.join(resolution.decisions)}"
+            f"unknown feature {unknown[0]!r}; "
+            f"the policies define: {', '.join(resolution.decisions)}"
         )
     chosen = args.features or list(resolution.decisions)
     if args.json:

@@ -18,16 +18,25 @@ def register(commands: Any) -> None:
             "Resolve every platform snapshot in a directory (default: the shipped fixtures) and "
             "print feature x platform. CI uses it to know which kernel paths to test."
         ),
-        epilog="examples:\n  kernelpolicy matrix\n  kernelpolicy matrix --env VLLM_ROCM_USE_AITER=1 --json",
+        epilog=(
+            "examples:\n  kernelpolicy matrix\n"
+            "  kernelpolicy matrix --env VLLM_ROCM_USE_AITER=1 --json"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--platforms", metavar="DIR", type=Path, help="directory of *.json snapshots")
+    parser.add_argument(
+        "--platforms", metavar="DIR", type=Path, help="directory of *.json snapshots"
+    )
     parser.add_argument(
         "--env", metavar="K=V", action="append", default=[],
         help="set on every platform (repeatable; K= unsets)",
     )  # fmt: skip
-    parser.add_argument("--policies", metavar="PATH", action="append", type=Path, help="policy file or directory")
-    parser.add_argument("--json", action="store_true", help="print {platform: {feature: impl}} as JSON")
+    parser.add_argument(
+        "--policies", metavar="PATH", action="append", type=Path, help="policy file or directory"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print {platform: {feature: impl}} as JSON"
+    )
     parser.set_defaults(run=run)
 
 

@@ -99,7 +99,8 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
     names = list(features) if features else list(resolution.decisions)
     decisions = [resolution.decisions[n] for n in names]
     out = [
-        f"fingerprint {resolution.fingerprint}  ({where}; {len(resolution.policies.files)} policy files)",
+        f"fingerprint {resolution.fingerprint}  "
+        f"({where}; {len(resolution.policies.files)} policy files)",
         "",
         table(
             ["feature", "impl", "why"],
@@ -116,5 +117,9 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
             detail += [f"  hint: {hint}" for hint in _candidate_hints(decision)]
         detail += [f"  warning: {w}" for w in decision.warnings]
         if detail:
-            out += ["", f"{decision.feature} -> {decision.impl or '(none)'}", *dict.fromkeys(detail)]
+            out += [
+                "",
+                f"{decision.feature} -> {decision.impl or '(none)'}",
+                *dict.fromkeys(detail),
+            ]
     return "\n".join(out)

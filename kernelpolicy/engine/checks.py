@@ -43,7 +43,7 @@ def check_candidate(
     for key, specifier in candidate.versions.items():
         found = _platform_version(platform, key)
         failure = _version_failure(
-            _VERSION_LABELS[key], found, specifier, "full", _kind(key), getattr(spec, key)
+            _VERSION_LABELS[key], found, specifier, "full", _kind(key), text=getattr(spec, key)
         )
         if failure:
             result.failures.append(failure)
@@ -125,7 +125,7 @@ def _check_device(candidate: CompiledCandidate, platform: Platform, failures: li
     if candidate.capability is not None:
         failure = _version_failure(
             "compute capability", device.capability, candidate.capability, "full",
-            CheckKind.CAPABILITY, spec.capability,
+            CheckKind.CAPABILITY, text=spec.capability,
         )  # fmt: skip
         if failure:
             failures.append(failure)
@@ -133,13 +133,17 @@ def _check_device(candidate: CompiledCandidate, platform: Platform, failures: li
         units = _UNIT_NAMES.get(platform.vendor, "compute units")
         if device.compute_units is None:
             failures.append(
-                Check(CheckKind.COMPUTE_UNITS, f"needs at least {spec.min_compute_units} {units}, count unknown")
+                Check(
+                    CheckKind.COMPUTE_UNITS,
+                    f"needs at least {spec.min_compute_units} {units}, count unknown",
+                )
             )
         elif device.compute_units < spec.min_compute_units:
             failures.append(
                 Check(
                     CheckKind.COMPUTE_UNITS,
-                    f"needs at least {spec.min_compute_units} {units}, found {device.compute_units}",
+                    f"needs at least {spec.min_compute_units} {units}, "
+                    f"found {device.compute_units}",
                 )
             )
 
@@ -166,6 +170,7 @@ def _version_failure(
     specifier: SpecifierSet,
     compare: str,
     kind: CheckKind,
+    *,
     text: str | None = None,
 ) -> Check | None:
     wanted = text or str(specifier)  # as the policy wrote it; SpecifierSet reorders its parts
@@ -195,8 +200,9 @@ def _library_failure(check: LibraryCheck, platform: Platform) -> Check | None:
     if check.specifier is None:
         return None
     failure = _version_failure(
-        check.name, found, check.specifier, check.compare, CheckKind.LIBRARY_VERSION, check.text
-    )
+        check.name, found, check.specifier, check.compare, CheckKind.LIBRARY_VERSION,
+        text=check.text,
+    )  # fmt: skip
     if failure is not None and failure.kind is CheckKind.LIBRARY_VERSION:
         return Check(failure.kind, failure.message, f"install '{check.name}{check.text}'")
     return failure
@@ -218,7 +224,9 @@ def _apply_issue(
             applies = specifier is None or specifier.contains(value, prereleases=True)
     if not applies:
         return
-    where = f"{issue.library.name} {platform.libraries[issue.library.name]} " if issue.library else ""
+    where = (
+        f"{issue.library.name} {platform.libraries[issue.library.name]} " if issue.library else ""
+    )
     if spec.action == "disable":
         if issue.library and issue.library.name in reported:
             return  # already explained by the library requirement it overlaps
@@ -232,6 +240,8 @@ def _apply_issue(
         )
     elif spec.action == "guard":
         result.guards.append(spec.guard or "")
-        result.notes.append(Note(f"known issue, output guarded by '{spec.guard}': {spec.reason}", spec.reference))
+        result.notes.append(
+            Note(f"known issue, output guarded by '{spec.guard}': {spec.reason}", spec.reference)
+        )
     else:
         result.notes.append(Note(f"known issue: {spec.reason}", spec.reference))

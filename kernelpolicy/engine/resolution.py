@@ -53,6 +53,7 @@ class Resolution:
         policies: PolicySet,
         decisions: Mapping[str, Decision],
         fingerprint: str,
+        *,
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
     ) -> None:
@@ -151,7 +152,10 @@ class Resolution:
         return decision
 
     def _select_miss(
-        self, cache: dict[Any, Any], feature: str, key: tuple[Any, ...] | None,
+        self,
+        cache: dict[Any, Any],
+        feature: str,
+        key: tuple[Any, ...] | None,
         context: Mapping[str, object],
     ) -> str:
         """Try the decision's ``order`` and return the first implementation whose ``when``
@@ -161,12 +165,19 @@ class Resolution:
         variables = self._variables(f"select({feature!r})", compiled.spec.context, context)
         for impl in decision.order:
             candidate = compiled.candidate(impl)
-            if candidate is None or candidate.when is None or self._holds(feature, candidate.when, variables):
-                return _remember(cache, key, impl)
+            if (
+                candidate is None
+                or candidate.when is None
+                or self._holds(feature, candidate.when, variables)
+            ):
+                return str(_remember(cache, key, impl))
         raise ResolutionError(f"{feature}: no implementation accepts this call ({dict(context)})")
 
     def _gate_miss(
-        self, cache: dict[Any, Any], name: str, key: tuple[Any, ...] | None,
+        self,
+        cache: dict[Any, Any],
+        name: str,
+        key: tuple[Any, ...] | None,
         context: Mapping[str, object],
     ) -> bool:
         gate = self.policies.gates.get(name)
@@ -176,9 +187,11 @@ class Resolution:
         variables = self._variables(f"gate({name!r})", gate.spec.context, context)
         static = self._gate_static[name]
         result = static if static is not None else self._holds(name, gate.rule, variables)
-        return _remember(cache, key, result)
+        return bool(_remember(cache, key, result))
 
-    def _variables(self, call: str, declared: Mapping[str, str], context: Mapping[str, object]) -> dict[str, object]:
+    def _variables(
+        self, call: str, declared: Mapping[str, str], context: Mapping[str, object]
+    ) -> dict[str, object]:
         missing = [k for k in declared if k not in context]
         if missing:
             raise ResolutionError(f"{call}: missing context variable(s) {', '.join(missing)}")
@@ -193,7 +206,6 @@ class Resolution:
             return evaluate(program, variables)
         except (TypeError, RuntimeError, ValueError) as exc:
             raise ResolutionError(f"{name}: condition failed to evaluate: {exc}") from exc
-
 
 
 def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
@@ -238,7 +250,7 @@ def _hot_path(
         ]
     lines.append(f"    return _miss(None, _name, None, _given({given}))")
     namespace["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
-    exec(compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), namespace)  # noqa: S102 - code generated from validated identifiers only
+    exec(compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), namespace)
     function: Callable[..., Any] = namespace[kind]
     # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
     # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
@@ -256,6 +268,7 @@ def _convert(call: str, name: str, kind: str, value: object) -> object:
         ok = isinstance(value, _PY_TYPES[kind])
     if not ok:
         raise ResolutionError(
-            f"{call}: context variable {name!r} must be {kind}, got {type(value).__name__} {value!r}"
+            f"{call}: context variable {name!r} must be {kind}, "
+            f"got {type(value).__name__} {value!r}"
         )
     return float(value) if kind == "double" else value  # type: ignore[arg-type]

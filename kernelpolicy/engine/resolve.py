@@ -99,6 +99,16 @@ def decide(
         )
     if env_problem is not None:
         return _error(feature, results, env_problem[0], env_problem[1], ())
+    return _choose(feature, results, platform, forced)
+
+
+def _choose(
+    feature: CompiledFeature,
+    results: list[CandidateResult],
+    platform: Platform,
+    forced: str | None,
+) -> Decision:
+    """Forced, else requested by a switch, else the first accepted, else required or n/a."""
     if forced is not None:
         return _forced(feature, results, forced)
     requested = next((r for r in results if r.switch == "on"), None)
@@ -112,7 +122,11 @@ def decide(
         return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(requested))
     accepted = next((r for r in results if r.accepted), None)
     if accepted is not None:
-        reason = Reason.FALLBACK if accepted.impl == feature.spec.fallback and accepted is not results[0] else Reason.PREFERRED
+        reason = (
+            Reason.FALLBACK
+            if accepted.impl == feature.spec.fallback and accepted is not results[0]
+            else Reason.PREFERRED
+        )
         return _chosen(feature, results, accepted, reason)
     required = feature.spec.required
     if required is not None and required.vendor in (None, platform.vendor):
@@ -131,7 +145,10 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
     match = next((r for r in results if r.impl == forced), None)
     if match is None:
         names = ", ".join(r.impl for r in results)
-        message = f"{variable}={forced!r} is not an implementation of {feature.name}; expected one of {names}"
+        message = (
+            f"{variable}={forced!r} is not an implementation of {feature.name}; "
+            f"expected one of {names}"
+        )
         return _error(feature, results, ErrorCode.UNKNOWN_IMPLEMENTATION, message, ())
     if not match.supported:
         message = f"{variable}={forced} forces {forced}, which is not supported here: " + "; ".join(
@@ -142,7 +159,10 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
 
 
 def _chosen(
-    feature: CompiledFeature, results: list[CandidateResult], chosen: CandidateResult, reason: Reason
+    feature: CompiledFeature,
+    results: list[CandidateResult],
+    chosen: CandidateResult,
+    reason: Reason,
 ) -> Decision:
     index = results.index(chosen)
     later = [r.impl for r in results[index + 1 :] if r.accepted]
@@ -154,8 +174,13 @@ def _chosen(
     lines += [_rejected_line(r) for r in results if r is not chosen and not r.accepted]
     warnings = tuple(_fallback_warning(r, chosen) for r in results[:index] if _warn_about(r))
     if chosen.when:
-        lines.append(f"per call: {chosen.impl} only where `{chosen.when}`, else {' then '.join(order[1:]) or 'error'}")
-    lines += [f"note: {n.message}" + (f" ({n.reference})" if n.reference else "") for n in chosen.notes]
+        lines.append(
+            f"per call: {chosen.impl} only where `{chosen.when}`, "
+            f"else {' then '.join(order[1:]) or 'error'}"
+        )
+    lines += [
+        f"note: {n.message}" + (f" ({n.reference})" if n.reference else "") for n in chosen.notes
+    ]
     return Decision(
         feature.name, chosen.impl, reason, tuple(lines), tuple(results), order=tuple(order),
         warnings=warnings,

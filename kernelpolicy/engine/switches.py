@@ -32,7 +32,9 @@ class SwitchOutcome:
     conflict: bool = False
 
 
-def evaluate_switches(switches: tuple[Switch, ...] | list[Switch], env: Mapping[str, str]) -> SwitchOutcome:
+def evaluate_switches(
+    switches: tuple[Switch, ...] | list[Switch], env: Mapping[str, str]
+) -> SwitchOutcome:
     """Combine a candidate's switches under ``env``."""
     states: list[tuple[str, str]] = []
     for switch in switches:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledCandidate, CompiledFeature, PolicySet
-from kernelpolicy.versions import parse_version
+from kernelpolicy.versions import StackVersion, parse_version
 
 # Capabilities of real devices, to tell a range that matches none of them.
 _CAPABILITIES = {
@@ -59,15 +59,17 @@ def _never_chosen(feature: CompiledFeature) -> list[PolicyIssue]:
             wrong = [a for a in spec.arch if not a.startswith(prefixes[spec.vendor])]
             if wrong:
                 issues.append(
-                    _issue(candidate, f"arch {wrong[0]} never occurs on vendor {spec.vendor}", "arch")
+                    _issue(
+                        candidate, f"arch {wrong[0]} never occurs on vendor {spec.vendor}", "arch"
+                    )
                 )
         if spec.arch and set(spec.arch) <= set(spec.exclude_arch):
-            issues.append(_issue(candidate, "every arch it allows is also excluded", "exclude_arch"))
+            issues.append(
+                _issue(candidate, "every arch it allows is also excluded", "exclude_arch")
+            )
         if candidate.capability is not None:
             vendors = [spec.vendor] if spec.vendor else list(_CAPABILITIES)
-            if not any(
-                candidate.capability.contains(c) for v in vendors for c in _CAPABILITIES[v]
-            ):
+            if not any(candidate.capability.contains(c) for v in vendors for c in _CAPABILITIES[v]):
                 issues.append(
                     _issue(
                         candidate,
@@ -93,10 +95,12 @@ def _liftable(candidate: CompiledCandidate, name: str, platform: Platform) -> li
         for check in workaround.lift_when:
             found = platform.libraries.get(check.name)
             parsed = parse_version(found) if found else None
-            if not parsed:
+            if not isinstance(parsed, StackVersion):
                 break
             value = parsed.base if check.compare == "base" else parsed.value
-            if check.specifier is not None and not check.specifier.contains(value, prereleases=True):
+            if check.specifier is not None and not check.specifier.contains(
+                value, prereleases=True
+            ):
                 break
             met.append(f"{check.name} {found}")
         else:

@@ -83,7 +83,9 @@ def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
     except FileNotFoundError:
         issues.append(PolicyIssue(str(path), "no such policy file"))
     except (OSError, UnicodeDecodeError) as exc:
-        issues.append(PolicyIssue(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}"))
+        issues.append(
+            PolicyIssue(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+        )
     return None
 
 
@@ -125,7 +127,9 @@ def _issue(name: str, text: str, loc: tuple[Any, ...], msg: str, kind: str) -> P
     return PolicyIssue(name, message, line=locate(text, loc), feature=feature, key=key)
 
 
-def _compile_expressions(name: str, text: str, model: PolicyFile, issues: list[PolicyIssue]) -> None:
+def _compile_expressions(
+    name: str, text: str, model: PolicyFile, issues: list[PolicyIssue]
+) -> None:
     for feature_name, feature in model.features.items():
         for index, candidate in enumerate(feature.candidates):
             if candidate.when is None:
@@ -135,13 +139,19 @@ def _compile_expressions(name: str, text: str, model: PolicyFile, issues: list[P
                 compile_expression(candidate.when, feature.context)
             except ValueError as exc:
                 issues.append(
-                    PolicyIssue(name, str(exc), locate(text, loc), feature_name, f"candidates.{index}.when")
+                    PolicyIssue(
+                        name, str(exc), locate(text, loc), feature_name, f"candidates.{index}.when"
+                    )
                 )
     for gate_name, gate in model.gates.items():
         try:
             compile_expression(gate.rule, gate.context)
         except ValueError as exc:
-            issues.append(PolicyIssue(name, str(exc), locate(text, ("gates", gate_name, "rule")), gate_name, "rule"))
+            issues.append(
+                PolicyIssue(
+                    name, str(exc), locate(text, ("gates", gate_name, "rule")), gate_name, "rule"
+                )
+            )
 
 
 def _assemble(
@@ -156,7 +166,9 @@ def _assemble(
             line = locate(text, ("features", fname))
             if fname in features:
                 issues.append(
-                    PolicyIssue(name, f"feature also defined in {features[fname].source}", line, fname)
+                    PolicyIssue(
+                        name, f"feature also defined in {features[fname].source}", line, fname
+                    )
                 )
                 continue
             candidates = tuple(
@@ -172,7 +184,9 @@ def _assemble(
         for gname, gate in model.gates.items():
             line = locate(text, ("gates", gname))
             if gname in gates:
-                issues.append(PolicyIssue(name, f"gate also defined in {gates[gname].source}", line, gname))
+                issues.append(
+                    PolicyIssue(name, f"gate also defined in {gates[gname].source}", line, gname)
+                )
                 continue
             gates[gname] = CompiledGate(
                 gname, gate, Source(name, line), compile_expression(gate.rule, gate.context)
@@ -210,7 +224,9 @@ def _cross_references(
     issues = []
     for gate in gates.values():
         req = gate.spec.requires
-        if req and (req.feature not in features or features[req.feature].candidate(req.impl) is None):
+        if req and (
+            req.feature not in features or features[req.feature].candidate(req.impl) is None
+        ):
             issues.append(
                 PolicyIssue(
                     gate.source.file,

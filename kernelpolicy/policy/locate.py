@@ -24,7 +24,9 @@ def locate(text: str, loc: Sequence[str | int]) -> int | None:
     if len(loc) < 2 or loc[0] not in {"features", "gates", "disable"}:
         return _key_line(lines, 0, len(lines), str(loc[0])) if loc else None
     if loc[0] == "disable":
-        return _nth_header(lines, r"\[\[\s*disable\s*\]\]", loc[1] if isinstance(loc[1], int) else 0)
+        return _nth_header(
+            lines, r"\[\[\s*disable\s*\]\]", loc[1] if isinstance(loc[1], int) else 0
+        )
     table, name = str(loc[0]), str(loc[1])
     rest = list(loc[2:])
     if len(rest) >= 2 and rest[0] == "candidates" and isinstance(rest[1], int):
@@ -45,7 +47,8 @@ def locate(text: str, loc: Sequence[str | int]) -> int | None:
         if found is not None:
             return found
         # Not a key of this table: maybe a sub-table such as [[...candidates.known_issues]].
-        nth = rest[index] if index < len(rest) and isinstance(rest[index], int) else 0
+        following = rest[index] if index < len(rest) else None
+        nth = following if isinstance(following, int) else 0
         sub = _nth_header(lines[start:], rf"\[\[?[^\]]*\.{_name_pattern(key)}\s*\]\]?", nth)
         if sub is None:
             return start

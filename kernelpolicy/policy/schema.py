@@ -130,7 +130,10 @@ class LiftCondition(_Strict):
 
 
 class Workaround(_Strict):
-    """A candidate disabled until a fix lands; ``until`` says when in words, ``lift_when`` in checks."""
+    """A candidate disabled until a fix lands.
+
+    ``until`` says in words when it may be lifted; ``lift_when``, once known, in checks.
+    """
 
     reason: str
     reference: str | None = None
@@ -296,5 +299,7 @@ class PolicyFile(_Strict):
     def _names(cls, value: dict[str, object]) -> dict[str, object]:
         for name in value:
             if not _FEATURE.match(name):
-                raise ValueError(f"name {name!r}: expected dotted lower_snake_case (sampler.greedy)")
+                raise ValueError(
+                    f"name {name!r}: expected dotted lower_snake_case (sampler.greedy)"
+                )
         return value

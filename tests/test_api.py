@@ -1,0 +1,59 @@
+"""kernelpolicy.resolve(): defaults, explicit inputs, and the decision log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import kernelpolicy
+from kernelpolicy.api import resolve
+from tests.helpers import ROOT, fixture
+
+
+def test_resolve_probes_this_machine() -> None:
+    """With no arguments: probe, os.environ, the bundled pack."""
+    resolution = resolve(env={"KERNELPOLICY_LOG_FORMAT": "off"})
+    assert resolution.platform.vendor in {"nvidia", "amd", "none"}
+    assert resolution.decision("topk_per_row").impl == "torch"
+
+
+def test_resolve_is_exported() -> None:
+    """resolve and the Resolution types are part of the public API."""
+    assert kernelpolicy.resolve is resolve
+    assert kernelpolicy.Resolution.__name__ == "Resolution"
+
+
+def test_explicit_policies_paths(tmp_path: Path) -> None:
+    """policies= takes paths; KERNELPOLICY_POLICY_PATHS does the same through env."""
+    only = tmp_path / "pack"
+    only.mkdir()
+    (only / "greedy.toml").write_text((ROOT / "policies/10-sampler.toml").read_text())
+    a = resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "off"}, [only])
+    b = resolve(
+        fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "off", "KERNELPOLICY_POLICY_PATHS": str(only)}
+    )
+    assert list(a.decisions) == list(b.decisions) == ["sampler.top_k_top_p", "sampler.greedy"]
+
+
+def test_decision_log_is_one_json_event(capsys: pytest.CaptureFixture[str]) -> None:
+    """KERNELPOLICY_LOG_FORMAT=json: one JSON event per resolution with the fingerprint."""
+    resolution = resolve(
+        fixture("mi300x"), {"KERNELPOLICY_LOG_FORMAT": "json", "VLLM_ROCM_USE_AITER": "1"}
+    )
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    event = json.loads(lines[0])
+    assert event["event"] == "kernelpolicy.resolved"
+    assert event["fingerprint"] == resolution.fingerprint
+    assert event["level"] == "warning"  # the aiter sampler fell back: aiter 0.1.12 is buggy
+    assert event["decisions"]["sampler.top_k_top_p"] == "torch"
+    assert event["errors"] is None
+    assert "ROCm/aiter#2035" in event["warnings"][0]
+
+
+def test_decision_log_off(capsys: pytest.CaptureFixture[str]) -> None:
+    """KERNELPOLICY_LOG_FORMAT=off: nothing on stderr."""
+    resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "off"})
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,155 @@
+"""explain, check and matrix as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy/fixtures/platforms"
+
+
+def platform(name: str) -> str:
+    return str(FIXTURES / f"{name}.json")
+
+
+def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table: feature, implementation, why; then rejected candidates with hints."""
+    assert (
+        main(["explain", "--platform", platform("mi300x"), "--env", "VLLM_ROCM_USE_AITER=1"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "sampler.top_k_top_p  torch  fallback, 2 preferred candidate(s) rejected" in out
+    assert (
+        "allreduce_rmsnorm    aiter  first supported candidate (VLLM_ROCM_USE_AITER=1: auto)" in out
+    )
+    assert "aiter rejected: needs amd-aiter >=0.1.13, found 0.1.12" in out
+    assert "hint: upgrade amd-aiter to >= 0.1.13" in out
+    assert "hint: pip install 'flashinfer-python'" not in out  # not for an AMD machine
+
+
+def test_explain_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json has fingerprint and decisions with impl, error, reasons, candidates."""
+    assert main(["explain", "--platform", platform("h100-sxm"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"fingerprint", "decisions"}
+    topk = doc["decisions"]["sampler.top_k_top_p"]
+    assert {"impl", "error", "reasons", "candidates"} <= set(topk)
+    assert topk["impl"] == "flashinfer"
+    assert [c["impl"] for c in topk["candidates"]] == ["flashinfer", "aiter", "torch"]
+
+
+def test_explain_exits_one_on_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A decision that is an error makes explain exit 1 and shows the hint."""
+    assert main(["explain", "sparse_attn_indexer", "--platform", platform("mi355x")]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR (no_implementation)" in out
+    assert "hint: set VLLM_ROCM_USE_AITER=1" in out
+
+
+def test_explain_env_unset_and_snapshot_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--platform answers with the snapshot's env; --env K= unsets a variable from it."""
+    snapshot = json.loads(Path(platform("h100-sxm")).read_text())
+    snapshot["env"] = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(snapshot))
+    main(["explain", "sampler.top_k_top_p", "--platform", str(path), "--json"])
+    assert (
+        json.loads(capsys.readouterr().out)["decisions"]["sampler.top_k_top_p"]["impl"] == "torch"
+    )
+    main(
+        [
+            "explain",
+            "sampler.top_k_top_p",
+            "--platform",
+            str(path),
+            "--env",
+            "VLLM_USE_FLASHINFER_SAMPLER=",
+            "--json",
+        ]
+    )
+    assert (
+        json.loads(capsys.readouterr().out)["decisions"]["sampler.top_k_top_p"]["impl"]
+        == "flashinfer"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            ["explain", "sampler.nope", "--platform", platform("cpu")],
+            "unknown feature 'sampler.nope'",
+            id="unknown-feature",
+        ),
+        pytest.param(
+            ["explain", "--env", "NOEQUALS", "--platform", platform("cpu")],
+            "--env 'NOEQUALS': expected KEY=VALUE",
+            id="bad-env",
+        ),
+        pytest.param(
+            ["explain", "--platform", "/nonexistent.json"],
+            "cannot read platform file",
+            id="missing-platform",
+        ),
+    ],
+)
+def test_explain_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Usage mistakes exit 2 with one line naming the problem."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_check_bundled(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped pack checks clean."""
+    assert main(["check"]) == 0
+    assert capsys.readouterr().out.startswith("ok: 6 features, 1 gates in 3 file(s)")
+
+
+def test_check_reports_located_mistakes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad file: every mistake with file:line [feature] key, exit 1, no traceback."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'schema = "kernelpolicy.policy/v1"\n[features.mhc]\ndescription = "d"\nfallback = "torch"\n'
+        '[[features.mhc.candidates]]\nimpl = "torch"\nlibraries = { x = "=>1" }\n'
+    )
+    assert main(["check", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:7 [mhc] candidates.0.libraries: x: invalid version specifier '=>1'" in out
+    assert main(["check", str(bad), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False
+    assert doc["issues"][0]["line"] == 7
+
+
+def test_matrix(capsys: pytest.CaptureFixture[str]) -> None:
+    """One row per platform fixture, one column per feature."""
+    assert main(["matrix", "--env", "VLLM_ROCM_USE_AITER=1", "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)
+    assert cells["mi325x"]["sampler.top_k_top_p"] == "aiter"
+    assert cells["mi300x"]["sampler.top_k_top_p"] == "torch"
+    assert cells["h100-sxm"]["sampler.top_k_top_p"] == "flashinfer"
+    assert cells["cpu"]["sparse_attn_indexer"] == "-"
+    assert cells["mi250x"]["sparse_attn_indexer"] == "ERROR"
+
+
+def test_explain_as_a_process_on_this_machine() -> None:
+    """The real command probes this machine and explains it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "explain", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["decisions"]["topk_per_row"]["impl"] == "torch"
