@@ -35,7 +35,7 @@ def test_select_per_call(changes: dict[str, object], impl: str) -> None:
 
 
 def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CEL runs once per distinct context; repeated calls are lookups."""
+    """Where a rule is not compiled to Python, CEL runs once per distinct context."""
     import kernelpolicy.engine.resolution as module
 
     calls: list[object] = []
@@ -47,6 +47,9 @@ def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(module, "evaluate", counting)
     resolution = resolve_on("h100-sxm")
+    # What a feature whose rule is outside the translatable subset gets: cache and CEL only.
+    resolution.select = module._hot_path("select", {TOPK: tuple(CALL)}, resolution._select_miss)
+    calls.clear()
     for _ in range(5):
         assert resolution.select(TOPK, **CALL) == "flashinfer"
     assert len(calls) == 1
@@ -68,8 +71,8 @@ def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
             id="missing-variable",
         ),
         pytest.param(
-            lambda r: r.select(TOPK, **{**CALL, "has_top_k": 1}),
-            "'has_top_k' must be bool, got int 1",
+            lambda r: r.select("sampler.greedy", vocab_size="32000"),
+            "'vocab_size' must be int, got str '32000'",
             id="wrong-type",
         ),
         pytest.param(
@@ -94,6 +97,43 @@ def test_select_errors(call, message: str) -> None:  # type: ignore[no-untyped-d
     """Bad calls raise ResolutionError naming what was wrong."""
     with pytest.raises(ResolutionError, match=message.replace("(", r"\(")):
         call(resolve_on("h100-sxm"))
+
+
+def test_booleans_are_taken_by_truthiness_on_the_compiled_path() -> None:
+    """As in a hand-written rule, 1 counts as True where the rule is compiled to Python."""
+    resolution = resolve_on("h100-sxm")
+    assert resolution.select(TOPK, **{**CALL, "has_generators": 1}) == "torch"
+
+
+@pytest.mark.parametrize(
+    ("platform", "env"),
+    [
+        pytest.param("h100-sxm", {}, id="flashinfer"),
+        pytest.param("mi355x", {"VLLM_ROCM_USE_AITER": "1", "SGLANG_USE_AITER": "1"}, id="aiter"),
+        pytest.param("cpu", {}, id="torch-only"),
+    ],
+)
+def test_compiled_rules_agree_with_cel(platform: str, env: dict[str, str]) -> None:
+    """Every feature with a per-call rule got a compiled body, and it answers as CEL does."""
+    import itertools
+
+    import kernelpolicy.engine.resolution as module
+
+    resolution = resolve_on(platform, **env)
+    assert set(resolution._compiled_rules()) >= {TOPK, "sampler.greedy"}
+    reference = resolve_on(platform, **env)
+    reference.select = module._hot_path(
+        "select",
+        {TOPK: tuple(CALL), "sampler.greedy": ("vocab_size",)},
+        reference._select_miss,
+    )
+    modes = ["raw_logprobs", "processed_logits", "processed_logprobs", ""]
+    for g, k, p, m in itertools.product([False, True], [False, True], [False, True], modes):
+        ctx = {"has_generators": g, "has_top_k": k, "has_top_p": p, "logprobs_mode": m}
+        assert resolution.select(TOPK, **ctx) == reference.select(TOPK, **ctx), ctx
+    for vocab in (0, 8192, 16383, 16384, 151936):
+        ours = resolution.select("sampler.greedy", vocab_size=vocab)
+        assert ours == reference.select("sampler.greedy", vocab_size=vocab)
 
 
 def test_unknown_keyword_is_a_type_error() -> None:

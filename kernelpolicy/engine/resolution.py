@@ -6,6 +6,7 @@ answer, so a repeated call is one dictionary lookup. Platform facts are bound on
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -80,6 +81,8 @@ class Resolution:
             "select",
             {name: tuple(f.spec.context) for name, f in policies.features.items()},
             self._select_miss,
+            fast=self._compiled_rules(),
+            namespace=self._rule_namespace,
         )
         self.gate = _hot_path(
             "gate", {name: tuple(g.spec.context) for name, g in policies.gates.items()},
@@ -151,6 +154,54 @@ class Resolution:
             raise ResolutionError(f"{feature}: {decision.reasons[0]}")
         return decision
 
+    def _compiled_rules(self) -> dict[str, list[str]]:
+        """Feature -> the lines of a Python body that returns the implementation for a call.
+
+        Each candidate's ``when`` is translated to Python with the platform facts inlined, and
+        used only if it agrees with the CEL program on a grid of sample contexts. A feature with
+        an error decision, or a condition outside the translatable subset, has no body and goes
+        through the cache and CEL.
+        """
+        from kernelpolicy.policy.cel import dtype_size
+        from kernelpolicy.policy.transpile import HELPERS, Untranslatable, fold, translate, verify
+
+        namespace = {
+            **HELPERS, "_dtype_size": dtype_size, "type": type, "str": str, "int": int,
+            "float": float,
+        }  # fmt: skip
+        rules: dict[str, list[str]] = {}
+        for name, decision in self.decisions.items():
+            if decision.error is not None or not decision.order:
+                continue
+            feature = self.policies.features[name]
+            declared = feature.spec.context
+            lines: list[str] = []
+            try:
+                for impl in decision.order:
+                    candidate = feature.candidate(impl)
+                    if candidate is None or candidate.when is None:
+                        lines.append(f"return {impl!r}")
+                        break
+                    source = candidate.spec.when or ""
+                    python = fold(translate(source, self._static, set(declared)))
+                    reference = functools.partial(_evaluate_with, candidate.when, self._static)
+
+                    if not verify(python, reference, declared, source, namespace):
+                        raise Untranslatable(f"{name}/{impl}: translation disagrees with CEL")
+                    lines.append(f"if {python}: return {impl!r}")
+            except Untranslatable:
+                continue
+            # Booleans are taken by truthiness, as a hand-written rule would; other kinds are
+            # guarded (None for a string must not quietly pick a kernel). A guard or the body
+            # failing sends the call through the cache and CEL, which raise with the details.
+            guards = " and ".join(
+                _type_guard(v, kind) for v, kind in declared.items() if kind != "bool"
+            )
+            guards = guards or "True"
+            rules[name] = [f"if {guards}:", *(f"    {line}" for line in lines)]
+        self._rule_namespace = namespace
+        return rules
+
     def _select_miss(
         self,
         cache: dict[Any, Any],
@@ -208,6 +259,12 @@ class Resolution:
             raise ResolutionError(f"{name}: condition failed to evaluate: {exc}") from exc
 
 
+def _evaluate_with(
+    program: Any, static: Mapping[str, object], context: Mapping[str, object]
+) -> bool:
+    return evaluate(program, {**static, **context})
+
+
 def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
     if key is not None:
         if len(cache) >= _CACHE_LIMIT:
@@ -216,31 +273,62 @@ def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) ->
     return value
 
 
-_MISSING = object()
+class _Missing:
+    """The default of every context parameter: any use of it in a compiled rule raises, so a
+    missing variable always ends in the CEL path's clear error."""
+
+    def __bool__(self) -> bool:
+        raise TypeError("missing context variable")
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+_GUARDS = {
+    "bool": "type({v}) is bool",
+    "int": "type({v}) is int",
+    "double": "(type({v}) is float or type({v}) is int)",
+    "string": "type({v}) is str",
+}
+
+
+def _type_guard(variable: str, kind: str) -> str:
+    return _GUARDS[kind].format(v=variable)
 
 
 def _hot_path(
-    kind: str, contexts: Mapping[str, tuple[str, ...]], miss: Callable[..., Any]
+    kind: str,
+    contexts: Mapping[str, tuple[str, ...]],
+    miss: Callable[..., Any],
+    fast: Mapping[str, list[str]] | None = None,
+    namespace: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """Generate ``kind(name, /, *, <every declared context variable>)``.
 
-    Explicit keyword parameters (instead of ``**context``) spare a dict per call, and each
-    feature's cache is keyed by the tuple of its own variables, so a repeated call costs about
-    what a hand-written rule does. A miss hands every given variable to ``miss`` (which
-    validates them, evaluates the CEL and fills the cache). Python itself raises ``TypeError``
-    for a keyword no policy declares; a variable declared only by another feature is ignored.
+    Explicit keyword parameters (instead of ``**context``) spare a dict per call. Where
+    ``fast`` has a body for a feature (its rule compiled to Python, with type guards), a call
+    runs that body; otherwise, or when a guard fails or the body raises, the feature's cache is
+    looked up by the tuple of its variables, and a miss hands every given variable to ``miss``
+    (which validates them, evaluates the CEL and fills the cache). Python itself raises
+    ``TypeError`` for a keyword no policy declares; a variable declared only by another feature
+    is ignored.
     """
     params = sorted({v for variables in contexts.values() for v in variables})
     given = "{" + ", ".join(f"{p!r}: {p}" for p in params) + "}"
     signature = "".join(f", {p}=_M" for p in params)
     lines = [f"def {kind}(_name, /{', *' if params else ''}{signature}):"]
-    namespace: dict[str, Any] = {"_M": _MISSING, "_miss": miss}
+    scope: dict[str, Any] = {"_M": _MISSING, "_miss": miss, **(namespace or {})}
     for index, (name, variables) in enumerate(contexts.items()):
-        cache: dict[Any, Any] = {}
-        namespace[f"_c{index}"] = cache
+        scope[f"_c{index}"] = {}
         key = "(" + "".join(f"{v}, " for v in variables) + ")"
+        lines.append(f"    if _name == {name!r}:")
+        if fast and name in fast:
+            lines += ["        try:", *(f"            {line}" for line in fast[name])]
+            lines += ["        except Exception:", "            pass  # CEL decides, below"]
         lines += [
-            f"    if _name == {name!r}:",
             "        try:",
             f"            return _c{index}[{key}]",
             "        except KeyError:",
@@ -249,9 +337,11 @@ def _hot_path(
             f"            return _miss(_c{index}, _name, None, _given({given}))",
         ]
     lines.append(f"    return _miss(None, _name, None, _given({given}))")
-    namespace["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
-    exec(compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), namespace)
-    function: Callable[..., Any] = namespace[kind]
+    scope["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
+    exec(
+        compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), scope
+    )  # generated from validated identifiers only
+    function: Callable[..., Any] = scope[kind]
     # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
     # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
     function._dynamo_marked_constant = True  # type: ignore[attr-defined]
