@@ -47,6 +47,31 @@ def check_candidate(
         )
         if failure:
             result.failures.append(failure)
+    reported = _check_libraries(candidate, platform, result)
+    for issue in candidate.issues:
+        _apply_issue(issue, platform, reported, result)
+    _check_workarounds(candidate, platform, result)
+    for disable in disables:
+        if disable.spec.feature == candidate.feature and disable.spec.impl == spec.impl:
+            result.failures.append(
+                Check(
+                    CheckKind.DISABLED,
+                    f"disabled by policy ({disable.source}): {disable.spec.reason}",
+                    f"remove the [[disable]] entry in {disable.source.file} to re-enable it",
+                    disable.spec.reference,
+                )
+            )
+    return result
+
+
+def _check_libraries(
+    candidate: CompiledCandidate, platform: Platform, result: CheckResult
+) -> set[str]:
+    """Library requirements; a version failure that a known issue explains gets its reason.
+
+    Returns:
+        The libraries already reported, so the overlapping known issue is not repeated.
+    """
     issues_by_library = {
         issue.library.name: issue
         for issue in candidate.issues
@@ -66,37 +91,32 @@ def check_candidate(
         if failure:
             result.failures.append(failure)
             reported.add(library.name)
-    for issue in candidate.issues:
-        _apply_issue(issue, platform, reported, result)
+    return reported
+
+
+def _check_workarounds(
+    candidate: CompiledCandidate, platform: Platform, result: CheckResult
+) -> None:
     for workaround in candidate.workarounds:
         lifted = bool(workaround.lift_when) and all(
             _library_failure(check, platform) is None for check in workaround.lift_when
         )
-        text = f"{workaround.spec.reason}"
+        reason = workaround.spec.reason
         if lifted:
             result.notes.append(
-                Note(f"workaround lifted (its condition is met): {text}", workaround.spec.reference)
+                Note(
+                    f"workaround lifted (its condition is met): {reason}", workaround.spec.reference
+                )
             )
         else:
             result.failures.append(
                 Check(
                     CheckKind.WORKAROUND,
-                    f"disabled by a workaround: {text}; may be lifted: {workaround.spec.until}",
+                    f"disabled by a workaround: {reason}; may be lifted: {workaround.spec.until}",
                     None,
                     workaround.spec.reference,
                 )
             )
-    for disable in disables:
-        if disable.spec.feature == candidate.feature and disable.spec.impl == spec.impl:
-            result.failures.append(
-                Check(
-                    CheckKind.DISABLED,
-                    f"disabled by policy ({disable.source}): {disable.spec.reason}",
-                    f"remove the [[disable]] entry in {disable.source.file} to re-enable it",
-                    disable.spec.reference,
-                )
-            )
-    return result
 
 
 def _check_device(candidate: CompiledCandidate, platform: Platform, failures: list[Check]) -> None:

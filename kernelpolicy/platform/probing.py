@@ -77,6 +77,16 @@ def probe(
     }
     if torch is not None:
         fields["torch"] = torch
+    fields.update(_hardware(nvidia, amd, errors))
+    fields["probe_errors"] = tuple(errors)
+    return Platform(**fields)
+
+
+def _hardware(
+    nvidia: NvidiaReport | None, amd: AmdReport | None, errors: list[str]
+) -> dict[str, Any]:
+    """Vendor, devices and driver from the vendor reports; their errors go to ``errors``."""
+    fields: dict[str, Any] = {}
     if nvidia is not None:
         # NVML is up, or an NVIDIA GPU is on the bus and NVML failed: an NVIDIA host either way.
         errors.extend(nvidia.errors)
@@ -87,14 +97,13 @@ def probe(
         fields["driver"] = DriverInfo(version=nvidia.driver_version, cuda=nvidia.cuda_version)
     if amd is not None:
         errors.extend(amd.errors)
-        if amd.devices and fields["vendor"] == "none":
+        if amd.devices and not fields:
             fields["vendor"] = "amd"
             fields["devices"] = tuple(amd.devices)
             fields["driver"] = DriverInfo(version=amd.driver_version, rocm=amd.rocm_version)
         elif amd.devices:
             errors.append("amd: AMD GPUs found beside NVIDIA ones; reporting the NVIDIA devices")
-    fields["probe_errors"] = tuple(errors)
-    return Platform(**fields)
+    return fields
 
 
 def _probe_nvidia(root: Path, nvml: Any, env: dict[str, str]) -> NvidiaReport | None:

@@ -27,7 +27,7 @@ from kernelpolicy.policy.compiled import (
 )
 from kernelpolicy.policy.locate import locate
 from kernelpolicy.policy.names import check_names
-from kernelpolicy.policy.schema import PolicyFile
+from kernelpolicy.policy.schema import Feature, PolicyFile
 
 
 def policy_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -171,16 +171,7 @@ def _assemble(
                     )
                 )
                 continue
-            candidates = tuple(
-                compile_candidate(
-                    fname,
-                    cand,
-                    Source(name, locate(text, ("features", fname, "candidates", i))),
-                    compile_expression(cand.when, feature.context) if cand.when else None,
-                )
-                for i, cand in enumerate(feature.candidates)
-            )
-            features[fname] = CompiledFeature(fname, feature, Source(name, line), candidates)
+            features[fname] = _compile_feature(name, text, fname, feature, line)
         for gname, gate in model.gates.items():
             line = locate(text, ("gates", gname))
             if gname in gates:
@@ -214,6 +205,21 @@ def _assemble(
             for lib in (*c.libraries, *(i.library for i in c.issues if i.library))
         ),
     )
+
+
+def _compile_feature(
+    name: str, text: str, fname: str, feature: Feature, line: int | None
+) -> CompiledFeature:
+    candidates = tuple(
+        compile_candidate(
+            fname,
+            cand,
+            Source(name, locate(text, ("features", fname, "candidates", i))),
+            compile_expression(cand.when, feature.context) if cand.when else None,
+        )
+        for i, cand in enumerate(feature.candidates)
+    )
+    return CompiledFeature(fname, feature, Source(name, line), candidates)
 
 
 def _cross_references(
