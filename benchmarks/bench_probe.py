@@ -19,6 +19,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import clean_env, fresh
 
 FIRST_CALL = (
     "import time; t = time.perf_counter(); import kernelpolicy; kernelpolicy.probe(); "
@@ -39,13 +44,7 @@ def warm_calls(calls: int) -> float:
 
 
 def first_call(runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        out = subprocess.run(
-            [sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, check=True
-        )
-        samples.append(float(out.stdout))
-    return statistics.median(samples)
+    return fresh(FIRST_CALL, runs)
 
 
 def whole_process(runs: int) -> tuple[float, float]:
@@ -61,7 +60,7 @@ def whole_process(runs: int) -> tuple[float, float]:
     for _ in range(runs):
         for cmd, sink in ((probe_cmd, probe_t), (torch_cmd, torch_t)):
             start = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, check=True)
+            subprocess.run(cmd, capture_output=True, check=True, env=clean_env())
             sink.append(time.perf_counter() - start)
     return statistics.median(probe_t), statistics.median(torch_t)
 
