@@ -79,6 +79,11 @@ def resolve(
             libraries=sorted(policy_set.library_names),
             env_patterns=[*sorted(policy_set.env_names), FORCE_PREFIX + "*"],
         )
-    resolution = resolve_policies(platform, environ, policy_set, settings.overrides)
+    evidence = None
+    if any(c.spec.verified for f in policy_set.features.values() for c in f.candidates):
+        from kernelpolicy.conformance.evidence import load_evidence
+
+        evidence = load_evidence(platform, settings.cache_dir)
+    resolution = resolve_policies(platform, environ, policy_set, settings.overrides, evidence)
     log_resolution(resolution, settings.log_format)
     return resolution

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
         overrides: Feature -> implementation to force (``KERNELPOLICY_OVERRIDES``, JSON object);
             ``KERNELPOLICY_FORCE_<FEATURE>`` variables take precedence.
         log_format: ``console`` (one readable line per resolution on stderr), ``json`` or ``off``.
+        cache_dir: Where ``kernelpolicy verify`` stores evidence (default
+            ``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``).
     """
 
     model_config = SettingsConfigDict(env_prefix="KERNELPOLICY_", extra="ignore", frozen=True)
@@ -66,6 +68,7 @@ class Settings(BaseSettings):
     )
     overrides: dict[str, str] = Field(default_factory=dict)
     log_format: Literal["console", "json", "off"] = "console"
+    cache_dir: Path | None = None
 
     @field_validator("policy_paths", mode="before")
     @classmethod
@@ -125,7 +128,7 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     from pydantic import ValidationError
 
     values: dict[str, object] = {}
-    for name in ("policy_paths", "overrides", "log_format"):
+    for name in ("policy_paths", "overrides", "log_format", "cache_dir"):
         raw = env.get(f"KERNELPOLICY_{name.upper()}")
         if raw is None:
             continue

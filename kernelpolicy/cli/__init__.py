@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelpolicy import __version__
-from kernelpolicy.cli import check_cmd, explain_cmd, matrix_cmd, probe_cmd
+from kernelpolicy.cli import check_cmd, explain_cmd, matrix_cmd, probe_cmd, verify_cmd
 from kernelpolicy.errors import KernelPolicyError
 
 _EPILOG = """\
@@ -19,6 +19,7 @@ examples:
   kernelpolicy explain --platform node.json --env VLLM_ROCM_USE_AITER=1
   kernelpolicy check my-policies/         validate policy files, every mistake located
   kernelpolicy matrix                     decisions on every shipped platform fixture
+  kernelpolicy verify                     conformance suite here; results become evidence
 """
 
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.register(commands)
     check_cmd.register(commands)
     matrix_cmd.register(commands)
+    verify_cmd.register(commands)
     return parser
 
 

@@ -50,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         env_patterns=[*sorted(policies.env_names), FORCE_PREFIX + "*"],
     )
     env = environment(args, platform)
-    resolution = resolve_policies(platform, env, policies, settings_from(env).overrides)
+    from kernelpolicy.conformance.evidence import load_evidence
+
+    evidence = load_evidence(platform, settings_from(env).cache_dir)
+    resolution = resolve_policies(platform, env, policies, settings_from(env).overrides, evidence)
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(

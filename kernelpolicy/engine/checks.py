@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
 
+from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.model import Check, CheckKind, Note
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import (
@@ -34,10 +35,15 @@ class CheckResult:
 
 
 def check_candidate(
-    candidate: CompiledCandidate, platform: Platform, disables: tuple[CompiledDisable, ...]
+    candidate: CompiledCandidate,
+    platform: Platform,
+    disables: tuple[CompiledDisable, ...],
+    evidence: Evidence | None = None,
 ) -> CheckResult:
     """Every check ``candidate`` fails on ``platform``; all are reported, not just the first."""
     result = CheckResult()
+    if candidate.spec.verified:
+        _check_evidence(candidate, evidence, result)
     spec = candidate.spec
     _check_device(candidate, platform, result.failures)
     for key, specifier in candidate.versions.items():
@@ -62,6 +68,33 @@ def check_candidate(
                 )
             )
     return result
+
+
+def _check_evidence(
+    candidate: CompiledCandidate, evidence: Evidence | None, result: CheckResult
+) -> None:
+    """``verified = true``: only once ``kernelpolicy verify`` passed here, with these versions."""
+    feature, impl = candidate.feature, candidate.impl
+    entry = evidence.get(feature, impl) if evidence is not None else None
+    command = f"kernelpolicy verify --feature {feature} --impl {impl}"
+    if entry is None:
+        why = evidence.problem if evidence is not None and evidence.problem else None
+        message = "not verified on this platform with these library versions"
+        result.failures.append(
+            Check(CheckKind.EVIDENCE, f"{message}{f' ({why})' if why else ''}", f"run {command}")
+        )
+    elif not entry.passed:
+        result.failures.append(
+            Check(
+                CheckKind.EVIDENCE,
+                f"failed kernelpolicy verify on {entry.created}: {entry.summary}",
+                f"see {entry.source}; re-run {command} after a fix",
+            )
+        )
+    else:
+        result.notes.append(
+            Note(f"verified by kernelpolicy verify on {entry.created}", entry.source)
+        )
 
 
 def _check_libraries(

@@ -17,7 +17,11 @@ from kernelpolicy.policy.compiled import PolicySet
 
 
 def fingerprint(
-    platform: Platform, env: Mapping[str, str], policies: PolicySet, forced: Mapping[str, str]
+    platform: Platform,
+    env: Mapping[str, str],
+    policies: PolicySet,
+    forced: Mapping[str, str],
+    evidence: str | None = None,
 ) -> str:
     device = platform.primary
     names = policies.library_names | {"torch"}
@@ -33,6 +37,7 @@ def fingerprint(
         "env": dict(sorted(env.items())),
         "forced": dict(sorted(forced.items())),
         "policies": policies.digest,
+        "evidence": evidence,
     }
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

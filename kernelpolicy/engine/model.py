@@ -50,6 +50,7 @@ class CheckKind(StrEnum):
     KNOWN_ISSUE = "known_issue"
     WORKAROUND = "workaround"
     DISABLED = "disabled"
+    EVIDENCE = "evidence"
     SWITCH_OFF = "switch_off"
 
 

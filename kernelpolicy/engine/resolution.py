@@ -6,12 +6,13 @@ answer, so a repeated call is one dictionary lookup. Platform facts are bound on
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernelpolicy.engine.model import Decision
+from kernelpolicy.engine.model import Decision, Reason
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
@@ -60,7 +61,9 @@ class Resolution:
     ) -> None:
         self.platform = platform
         self.policies = policies
-        self.decisions = decisions
+        self.decisions: dict[str, Decision] = dict(decisions)
+        self.runtime_fallbacks: dict[str, str] = {}
+        self._impls: dict[str, Callable[..., Any]] = {}
         self.fingerprint = fingerprint
         self.env = dict(env or {})
         self.overrides = dict(overrides or {})
@@ -77,13 +80,7 @@ class Resolution:
             req = gate.spec.requires
             chosen = decisions[req.feature].impl if req else None
             self._gate_static[name] = False if req and chosen != req.impl else None
-        self.select = _hot_path(
-            "select",
-            {name: tuple(f.spec.context) for name, f in policies.features.items()},
-            self._select_miss,
-            fast=self._compiled_rules(),
-            namespace=self._rule_namespace,
-        )
+        self.select = self._build_select()
         self.gate = _hot_path(
             "gate", {name: tuple(g.spec.context) for name, g in policies.gates.items()},
             self._gate_miss,
@@ -112,30 +109,67 @@ class Resolution:
             ) from None
 
     def impl(self, feature: str) -> Callable[..., Any]:
-        """The callable of the chosen implementation (imported on first use).
+        """The callable of the chosen implementation, imported (and prepared) on first use.
+
+        If the chosen kernel's library cannot be imported or built here, the feature switches to
+        its fallback for the rest of this Resolution, and the decision says so. Kernels with a
+        known output bug come wrapped in their guard (``.repaired`` counts repaired rows).
 
         Raises:
-            ResolutionError: The decision is an error, or no entry point is known for it.
+            ResolutionError: The decision is an error, or nothing can be loaded for it.
         """
+        cached = self._impls.get(feature)
+        if cached is not None:
+            return cached
         decision = self._usable(feature)
         assert decision.impl is not None
-        candidate = self.policies.features[feature].candidate(decision.impl)
-        entry = candidate.spec.entry if candidate else None
-        if entry is None:
-            from kernelpolicy.policy.names import builtin_entry
+        try:
+            function = self._load(feature, decision.impl)
+        except ResolutionError as exc:
+            fallback = self.policies.features[feature].spec.fallback
+            if fallback is None or fallback == decision.impl:
+                raise
+            self._fall_back(feature, decision, fallback, str(exc))
+            function = self._load(feature, fallback)
+        self._impls[feature] = function
+        return function
 
-            entry = builtin_entry(feature, decision.impl)
+    def _load(self, feature: str, impl: str) -> Callable[..., Any]:
+        from kernelpolicy.policy.names import PREPARE, builtin_entry
+
+        candidate = self.policies.features[feature].candidate(impl)
+        entry = (candidate.spec.entry if candidate else None) or builtin_entry(feature, impl)
         if entry is None:
             raise ResolutionError(
-                f"{feature}: no callable is registered for implementation {decision.impl!r}; "
+                f"{feature}: no callable ships for implementation {impl!r}; "
                 "give the candidate an 'entry = \"module:function\"'"
             )
-        module, _, attr = entry.partition(":")
         try:
-            function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ResolutionError(f"{feature}/{decision.impl}: cannot load {entry}: {exc}") from exc
+            if candidate is not None and candidate.spec.entry is None and impl in PREPARE:
+                _resolve_entry(PREPARE[impl])()
+            function = _resolve_entry(entry)
+        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
+            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+        decision = self.decisions[feature]
+        chosen = next((c for c in decision.candidates if c.impl == impl), None)
+        for guard in chosen.guards if chosen else ():
+            from kernelpolicy.kernels.guards import GUARDS
+
+            function = GUARDS[guard](function)
         return function
+
+    def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
+        note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
+        self.runtime_fallbacks[feature] = note
+        self.decisions[feature] = dataclasses.replace(
+            decision,
+            impl=fallback,
+            reason=Reason.FALLBACK,
+            reasons=(f"{fallback}: fallback, {note}", *decision.reasons),
+            warnings=(*decision.warnings, note),
+            order=(fallback,),
+        )
+        self.select = self._build_select()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``explain --json`` document."""
@@ -153,6 +187,15 @@ class Resolution:
         if decision.impl is None:
             raise ResolutionError(f"{feature}: {decision.reasons[0]}")
         return decision
+
+    def _build_select(self) -> Callable[..., str]:
+        return _hot_path(
+            "select",
+            {name: tuple(f.spec.context) for name, f in self.policies.features.items()},
+            self._select_miss,
+            fast=self._compiled_rules(),
+            namespace=self._rule_namespace,
+        )
 
     def _compiled_rules(self) -> dict[str, list[str]]:
         """Feature -> the lines of a Python body that returns the implementation for a call.
@@ -257,6 +300,12 @@ class Resolution:
             return evaluate(program, variables)
         except (TypeError, RuntimeError, ValueError) as exc:
             raise ResolutionError(f"{name}: condition failed to evaluate: {exc}") from exc
+
+
+def _resolve_entry(entry: str) -> Callable[..., Any]:
+    module, _, attr = entry.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return function
 
 
 def _evaluate_with(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.checks import check_candidate
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
@@ -29,6 +30,7 @@ def resolve_policies(
     env: Mapping[str, str],
     policies: PolicySet,
     overrides: Mapping[str, str] | None = None,
+    evidence: Evidence | None = None,
 ) -> Resolution:
     """Decide every feature of ``policies`` for ``platform`` under ``env``.
 
@@ -38,6 +40,7 @@ def resolve_policies(
             ``KERNELPOLICY_FORCE_<FEATURE>``.
         policies: A compiled policy set.
         overrides: Feature -> implementation to force (settings); env forces win.
+        evidence: Stored conformance results for this platform, for ``verified = true``.
     """
     forced = dict(overrides or {})
     for name in policies.features:
@@ -45,7 +48,7 @@ def resolve_policies(
         if value:
             forced[name] = value
     decisions = {
-        name: decide(feature, platform, env, policies, forced.get(name))
+        name: decide(feature, platform, env, policies, forced.get(name), evidence)
         for name, feature in policies.features.items()
     }
     relevant_env = {
@@ -57,7 +60,9 @@ def resolve_policies(
         platform=platform,
         policies=policies,
         decisions=decisions,
-        fingerprint=fingerprint(platform, relevant_env, policies, forced),
+        fingerprint=fingerprint(
+            platform, relevant_env, policies, forced, evidence.digest() if evidence else None
+        ),
         env=relevant_env,
         overrides=forced,
     )
@@ -69,12 +74,13 @@ def decide(
     env: Mapping[str, str],
     policies: PolicySet,
     forced: str | None,
+    evidence: Evidence | None = None,
 ) -> Decision:
     """One feature's decision; see README "How a decision is made"."""
     results: list[CandidateResult] = []
     env_problem: tuple[ErrorCode, str] | None = None
     for candidate in feature.candidates:
-        checked = check_candidate(candidate, platform, policies.disables)
+        checked = check_candidate(candidate, platform, policies.disables, evidence)
         switch = evaluate_switches(candidate.spec.switches, env)
         if switch.error and env_problem is None:
             env_problem = (ErrorCode.BAD_ENVIRONMENT, switch.error)

@@ -41,8 +41,26 @@ def check_names(name: str, text: str, model: PolicyFile, issues: list[PolicyIssu
             )
 
 
-# (feature, implementation) -> "module:function" of the built-in adapters.
-BUILTIN_ENTRIES: dict[tuple[str, str], str] = {}
+# (feature, implementation) -> "module:function" of the built-in implementations and adapters.
+# Strings only: nothing here imports torch or a kernel library.
+_TORCH = "kernelpolicy.kernels.torch_impl"
+_ADAPTERS = "kernelpolicy.kernels.adapters"
+BUILTIN_ENTRIES: dict[tuple[str, str], str] = {
+    ("sampler.top_k_top_p", "torch"): f"{_TORCH}:top_k_top_p",
+    ("sampler.top_k_top_p", "flashinfer"): f"{_ADAPTERS}:flashinfer_top_k_top_p",
+    ("sampler.top_k_top_p", "aiter"): f"{_ADAPTERS}:aiter_top_k_top_p",
+    ("sampler.greedy", "torch"): f"{_TORCH}:greedy",
+    ("sampler.greedy", "aiter"): f"{_ADAPTERS}:aiter_greedy",
+    ("allreduce_rmsnorm", "torch"): f"{_TORCH}:allreduce_rmsnorm",
+    ("rmsnorm", "torch"): f"{_TORCH}:rmsnorm",
+    ("topk_per_row", "torch"): f"{_TORCH}:topk_per_row",
+}
+
+# Called once before an adapter is handed out, so that an import or build failure is found then.
+PREPARE: dict[str, str] = {
+    "flashinfer": f"{_ADAPTERS}:prepare_flashinfer",
+    "aiter": f"{_ADAPTERS}:prepare_aiter",
+}
 
 
 def builtin_entry(feature: str, impl: str) -> str | None:

@@ -160,6 +160,7 @@ class Candidate(_Strict):
     known_issues: list[KnownIssue] = Field(default_factory=list)
     workarounds: list[Workaround] = Field(default_factory=list)
     entry: str | None = None
+    verified: bool = False
     reference: str | None = None
     notes: str | None = None
 
@@ -197,7 +198,7 @@ class Candidate(_Strict):
             (
                 self.vendor, self.arch, self.exclude_arch, self.capability,
                 self.min_compute_units, self.driver, self.cuda, self.rocm, self.torch,
-                self.libraries, self.switches, self.when, self.workarounds,
+                self.libraries, self.switches, self.when, self.workarounds, self.verified,
                 [k for k in self.known_issues if k.action == "disable"],
             )
         )  # fmt: skip

@@ -1,0 +1,107 @@
+"""``kernelpolicy verify``: run the conformance suite here and store the results as evidence."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import Any
+
+from kernelpolicy.errors import KernelPolicyError
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "verify",
+        help="run the conformance suite on this machine and store the evidence",
+        description=(
+            "Check every implementation that can run here: robustness on NaN/inf logits and "
+            "the sampling distribution (chi-square) for samplers, float64 accuracy for RMSNorm "
+            "and all-reduce + RMSNorm (one process and a 2-process gloo group), exact agreement "
+            "for top-k per row. Results are stored as evidence for this platform and these "
+            "library versions; policies with 'verified = true' use them. Exits 1 on a failure."
+        ),
+        epilog=(
+            "examples:\n"
+            "  kernelpolicy verify\n"
+            "  kernelpolicy verify --feature sampler.top_k_top_p --json\n"
+            "  kernelpolicy verify --feature sampler.greedy --entry mypkg.kernels:greedy "
+            "--guard clamp_token_ids"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--feature", action="append", help="only this feature (repeatable)")
+    parser.add_argument("--impl", action="append", help="only this implementation (repeatable)")
+    parser.add_argument(
+        "--entry", metavar="MODULE:FUNCTION",
+        help="check your own callable for --feature instead of the built-in ones (not stored)",
+    )  # fmt: skip
+    parser.add_argument("--guard", help="wrap --entry in an output guard (clamp_token_ids)")
+    parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--no-store", action="store_true", help="do not write evidence")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import scipy  # noqa: F401 - the distribution test needs it
+        import torch  # noqa: F401
+
+        from kernelpolicy.conformance import suite
+    except ImportError as exc:
+        raise KernelPolicyError(
+            f"kernelpolicy verify needs torch and scipy ({exc.name} is missing): "
+            "pip install 'kernelpolicy[verify]'"
+        ) from None
+    if args.entry:
+        if not args.feature or len(args.feature) != 1:
+            raise KernelPolicyError("--entry needs exactly one --feature to check it against")
+        suite.targets(args.feature)  # validates the feature name
+        impl = (args.impl or ["custom"])[0]
+        reports = [
+            suite.run_one(args.feature[0], impl, args.entry, device=args.device, guard=args.guard)
+        ]
+    else:
+        if args.guard:
+            raise KernelPolicyError("--guard applies to --entry only")
+        reports = suite.run(args.feature, args.impl, device=args.device, progress=_progress)
+    results = [r.to_dict() for r in reports]
+    stored = None
+    if not args.no_store and not args.entry:
+        from kernelpolicy.conformance.evidence import store_evidence
+        from kernelpolicy.platform.probing import probe
+
+        created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        stored = str(store_evidence(probe(), results, created, _cache_dir()))
+    if args.json:
+        print(json.dumps({"evidence": stored, "results": results}, indent=2))
+    else:
+        _print_table(reports, stored)
+    return 1 if any(r.status == "failed" for r in reports) else 0
+
+
+def _cache_dir() -> Any:
+    from kernelpolicy.settings import load_settings
+
+    return load_settings().cache_dir
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _print_table(reports: list[Any], stored: str | None) -> None:
+    from kernelpolicy.cli.render import table
+
+    rows = []
+    for r in reports:
+        passed = sum(o.passed for o in r.outcomes)
+        failing = next((o for o in r.outcomes if not o.passed), None)
+        note = r.skipped or (f"{failing.check}: {failing.detail}" if failing else "")
+        checks = "-" if r.skipped else f"{passed}/{len(r.outcomes)}"
+        rows.append([r.feature, r.impl, r.status, checks, f"{r.seconds:.1f}s", note])
+    print(table(["feature", "impl", "status", "checks", "time", "note"], rows, indent=""))
+    if stored:
+        print(f"\nevidence stored: {stored}")

@@ -1,0 +1,151 @@
+"""Accuracy against exact references: RMSNorm and fused all-reduce + RMSNorm (one process and a
+2-process gloo group) in float64, and exact agreement for top-k per row."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelpolicy.conformance.model import Outcome
+from kernelpolicy.conformance.reference import rmsnorm64, topk_per_row_reference
+
+# Tolerances relative to the largest reference magnitude, per dtype (output rounding included).
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+EPS = 1e-6
+
+
+def _inputs(
+    dtype: torch.dtype, rank: int = 0, tokens: int = 16, hidden: int = 2880
+) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(tokens, hidden, generator=g).to(dtype)
+    residual = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(7)).to(dtype)
+    weight = (1 + 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(8))).to(dtype)
+    return x, residual, weight
+
+
+def _error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).abs().max() / want.abs().max().clamp(min=1e-12))
+
+
+def rmsnorm(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    for dtype, tol in TOLERANCE.items():
+        x, residual, weight = (t.to(device) for t in _inputs(dtype))
+        want = rmsnorm64(x.cpu(), weight.cpu(), EPS)
+        err = _error(impl(x, weight, EPS).cpu(), want)
+        yield Outcome(
+            f"accuracy/rmsnorm/{dtype}", err <= tol, f"max rel error {err:.2e} (tol {tol:.0e})"
+        )
+        out, new_residual = impl(x, weight, EPS, residual)
+        fused = x.cpu().double() + residual.cpu().double()
+        err = max(
+            _error(out.cpu(), rmsnorm64(fused, weight.cpu(), EPS)),
+            _error(new_residual.cpu(), fused),
+        )
+        yield Outcome(
+            f"accuracy/rmsnorm+residual/{dtype}",
+            err <= tol,
+            f"max rel error {err:.2e} (tol {tol:.0e})",
+        )
+
+
+def allreduce_rmsnorm(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    for dtype, tol in TOLERANCE.items():
+        x, residual, weight = (t.to(device) for t in _inputs(dtype))
+        out, new_residual = impl(x, residual, weight, EPS, None)
+        fused = x.cpu().double() + residual.cpu().double()
+        err = max(
+            _error(out.cpu(), rmsnorm64(fused, weight.cpu(), EPS)),
+            _error(new_residual.cpu(), fused),
+        )
+        yield Outcome(
+            f"accuracy/allreduce_rmsnorm/1-process/{dtype}", err <= tol, f"max rel error {err:.2e}"
+        )
+    yield _two_ranks(impl)
+
+
+def rank_main(argv: list[str]) -> None:
+    """One rank of the gloo check: ``rank store result_dir module:function``."""
+    import torch.distributed as dist
+
+    from kernelpolicy.engine.resolution import _resolve_entry
+
+    rank, store, result_dir, entry = int(argv[0]), argv[1], argv[2], argv[3]
+    impl = _resolve_entry(entry)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        x, residual, weight = _inputs(torch.float32, rank)
+        out, new_residual = impl(x, residual, weight, EPS, dist.group.WORLD)
+        xs = [_inputs(torch.float32, r)[0].double() for r in range(2)]
+        fused = xs[0] + xs[1] + residual.double()
+        err = max(_error(out, rmsnorm64(fused, weight, EPS)), _error(new_residual, fused))
+        Path(result_dir, f"rank{rank}").write_text(f"{err}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _two_ranks(impl: Callable[..., Any]) -> Outcome:
+    """Two CPU processes in a gloo group, each with its own x; both must match the float64
+    RMSNorm of the sum. Fresh interpreters (not fork: gloo and OpenMP threads do not survive a
+    fork; not multiprocessing's spawn: it would re-run the caller's main module)."""
+    import subprocess
+    import sys
+
+    name = "accuracy/allreduce_rmsnorm/2-process-gloo/float32"
+    entry = f"{impl.__module__}:{impl.__qualname__}"
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        code = "import sys; from kernelpolicy.conformance.accuracy import rank_main; rank_main(sys.argv[1:])"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(r), store, tmp, entry],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            for r in range(2)
+        ]  # fmt: skip
+        outputs = []
+        for proc in procs:
+            try:
+                outputs.append(proc.communicate(timeout=120)[0])
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                return Outcome(name, False, "timed out after 120 s")
+        if any(p.returncode for p in procs):
+            tail = next(o for p, o in zip(procs, outputs, strict=True) if p.returncode).strip()
+            return Outcome(name, False, f"a rank failed: {tail.splitlines()[-1] if tail else '?'}")
+        errors = [float(Path(tmp, f"rank{r}").read_text()) for r in range(2)]
+    worst = max(errors)
+    return Outcome(name, worst <= TOLERANCE[torch.float32], f"max rel error {worst:.2e} on 2 ranks")
+
+
+def topk_per_row(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    """Exact agreement with a plain-Python reference, with and without row ranges."""
+    g = torch.Generator().manual_seed(3)
+    rows, columns, k = 6, 4096, 2048
+    logits = torch.randperm(rows * columns, generator=g).reshape(rows, columns).float()  # distinct
+    starts = [0, 0, 100, 4000, 5, 0]
+    ends = [4096, 1000, 2500, 4096, 5, 1]
+    cases = {
+        "full-rows": (None, None, [0] * rows, [columns] * rows),
+        "row-ranges": (torch.tensor(starts), torch.tensor(ends), starts, ends),
+    }
+    for label, (row_starts, row_ends, s, e) in cases.items():
+        got = impl(
+            logits.to(device), k,
+            None if row_starts is None else row_starts.to(device),
+            None if row_ends is None else row_ends.to(device),
+        ).cpu()  # fmt: skip
+        want = topk_per_row_reference(logits, k, s, e)
+        ok = got.dtype == torch.int32 and got.tolist() == want
+        detail = (
+            "exact"
+            if ok
+            else f"differs (dtype {got.dtype}); first row {got[0, :6].tolist()} vs {want[0][:6]}"
+        )
+        yield Outcome(f"exact/topk_per_row/{label}", ok, detail)

@@ -1,0 +1,44 @@
+"""Results of the conformance suite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check of one implementation."""
+
+    check: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class ImplReport:
+    """Every check of one implementation of one feature, or why it could not run here."""
+
+    feature: str
+    impl: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    skipped: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is None and all(o.passed for o in self.outcomes)
+
+    @property
+    def status(self) -> str:
+        return "skipped" if self.skipped else "passed" if self.passed else "failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feature": self.feature,
+            "impl": self.impl,
+            "status": self.status,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 3),
+            "checks": [o.__dict__ for o in self.outcomes],
+        }

@@ -1,0 +1,96 @@
+"""Adapters for the accelerated kernels, behind the torch fallbacks' signatures.
+
+Each library is imported on first use (``prepare()``), never by ``import kernelpolicy``; a failure
+there is reported to the Resolution, which switches the feature to its fallback for the rest of
+the process. Seeded requests and the cases the policies route per call to torch are delegated to
+the torch implementation here too, so a caller that skips ``select()`` still gets correct output.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from kernelpolicy.kernels import torch_impl
+from kernelpolicy.kernels.torch_impl import Generators
+
+
+class AdapterUnavailable(RuntimeError):
+    """The kernel library could not be imported or built on this machine."""
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # an ImportError, or a broken CUDA/ROCm runtime inside the import
+        raise AdapterUnavailable(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+
+
+# FlashInfer (flashinfer-python), as vLLM's flashinfer_sample calls it.
+
+
+def prepare_flashinfer() -> None:
+    _module("flashinfer.sampling")
+
+
+def flashinfer_top_k_top_p(
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: Generators = None,
+    *,
+    k_max: int | None = None,
+) -> torch.Tensor:
+    if generators or (k is None and p is None):
+        return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+    sampling = _module("flashinfer.sampling")
+    if k is None:
+        probs = logits.softmax(dim=-1, dtype=torch.float32)
+        ids = sampling.top_p_sampling_from_probs(probs, p, deterministic=True)
+    elif p is None:
+        probs = logits.softmax(dim=-1, dtype=torch.float32)
+        ids = sampling.top_k_sampling_from_probs(probs, k, deterministic=True)
+    else:
+        ids = sampling.top_k_top_p_sampling_from_logits(logits, k, p, deterministic=True)
+    return ids.view(-1).to(torch.int64)
+
+
+# AMD aiter (amd-aiter), as vLLM's forward_hip and SGLang's sampler call it.
+
+
+def prepare_aiter() -> None:
+    _module("aiter.ops.sampling")
+    _module("aiter.ops.sample")
+
+
+def aiter_top_k_top_p(
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: Generators = None,
+    *,
+    k_max: int | None = None,
+) -> torch.Tensor:
+    if generators or (k is None and p is None):
+        return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+    sampling = _module("aiter.ops.sampling")
+    probs = logits.softmax(dim=-1, dtype=torch.float32)
+    if k is None:
+        ids = sampling.top_p_sampling_from_probs(probs, None, p, 0.0, deterministic=True)
+    elif p is None:
+        renormed = sampling.top_k_renorm_probs(probs, k, 0)
+        noise = torch.empty_like(renormed).exponential_()
+        ids = (renormed / noise).argmax(dim=-1)
+    else:
+        ids = sampling.top_k_top_p_sampling_from_probs(
+            probs, None, k, 0, p, 0.0, deterministic=True
+        )
+    return ids.view(-1).to(torch.int64)
+
+
+def aiter_greedy(logits: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(logits.shape[0], dtype=torch.int32, device=logits.device)
+    _module("aiter.ops.sample").greedy_sample(out, logits)
+    return out.to(torch.int64)

@@ -1,0 +1,24 @@
+"""Kernels with planted bugs, to show that the conformance suite catches them.
+
+``greedy_out_of_range`` reproduces the aiter greedy-sampling bug from the SGLang report: for an
+all-NaN or all -inf row it returns ``vocab_size``, an id outside the vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def greedy_out_of_range(logits: torch.Tensor) -> torch.Tensor:
+    ids = torch.where(torch.isnan(logits), float("-inf"), logits.float()).argmax(dim=-1)
+    dead = torch.isnan(logits).all(dim=-1) | torch.isneginf(logits).all(dim=-1)
+    return torch.where(dead, logits.shape[-1], ids)
+
+
+def top_k_ignores_k(
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None, generators: object = None
+) -> torch.Tensor:
+    """Samples from the full softmax whatever k and p say (a filtering bug)."""
+    x = torch.nan_to_num(logits.float(), nan=-1e30, posinf=1e30, neginf=-1e30)
+    probs = torch.softmax(x, dim=-1)
+    return torch.multinomial(probs, 1).squeeze(-1)
