@@ -100,7 +100,10 @@ def _two_ranks(impl: Callable[..., Any]) -> Outcome:
     entry = f"{impl.__module__}:{impl.__qualname__}"
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        code = "import sys; from kernelpolicy.conformance.accuracy import rank_main; rank_main(sys.argv[1:])"
+        code = (
+            "import sys; from kernelpolicy.conformance.accuracy import rank_main; "
+            "rank_main(sys.argv[1:])"
+        )
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", code, str(r), store, tmp, entry],

@@ -41,12 +41,23 @@ def robustness(sampler: Sampler, device: str = "cpu") -> Iterator[Outcome]:
                 yield Outcome(name, False, f"raised {type(exc).__name__}: {exc}")
                 continue
             yield _judge(
-                name, ids, logits, pattern, ROBUST_K if use_k else None, ROBUST_P if use_p else None
+                name,
+                ids,
+                logits,
+                pattern,
+                k=ROBUST_K if use_k else None,
+                p=ROBUST_P if use_p else None,
             )
 
 
 def _judge(
-    name: str, ids: torch.Tensor, logits: torch.Tensor, pattern: str, k: int | None, p: float | None
+    name: str,
+    ids: torch.Tensor,
+    logits: torch.Tensor,
+    pattern: str,
+    *,
+    k: int | None,
+    p: float | None,
 ) -> Outcome:
     ids = ids.detach().to("cpu", torch.int64).reshape(-1)
     batch, vocab = logits.shape

@@ -30,10 +30,19 @@ CHECKS: dict[str, Checks] = {
     "topk_per_row": accuracy.topk_per_row,
 }
 
+
+def _cuda() -> bool:
+    return bool(torch.cuda.is_available() and torch.version.cuda)
+
+
+def _rocm() -> bool:
+    return bool(torch.cuda.is_available() and getattr(torch.version, "hip", None))
+
+
 # What each accelerated library needs besides importing.
-_NEEDS = {
-    "flashinfer": ("a CUDA device", lambda: torch.cuda.is_available() and torch.version.cuda),
-    "aiter": ("a ROCm device", lambda: torch.cuda.is_available() and torch.version.hip),
+_NEEDS: dict[str, tuple[str, Callable[[], bool]]] = {
+    "flashinfer": ("a CUDA device", _cuda),
+    "aiter": ("a ROCm device", _rocm),
 }
 
 

@@ -48,7 +48,7 @@ def resolve_policies(
         if value:
             forced[name] = value
     decisions = {
-        name: decide(feature, platform, env, policies, forced.get(name), evidence)
+        name: decide(feature, platform, env, policies, forced.get(name), evidence=evidence)
         for name, feature in policies.features.items()
     }
     relevant_env = {
@@ -74,6 +74,7 @@ def decide(
     env: Mapping[str, str],
     policies: PolicySet,
     forced: str | None,
+    *,
     evidence: Evidence | None = None,
 ) -> Decision:
     """One feature's decision; see README "How a decision is made"."""

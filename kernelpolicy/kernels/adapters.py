@@ -54,7 +54,8 @@ def flashinfer_top_k_top_p(
         ids = sampling.top_k_sampling_from_probs(probs, k, deterministic=True)
     else:
         ids = sampling.top_k_top_p_sampling_from_logits(logits, k, p, deterministic=True)
-    return ids.view(-1).to(torch.int64)
+    result: torch.Tensor = ids.view(-1).to(torch.int64)
+    return result
 
 
 # AMD aiter (amd-aiter), as vLLM's forward_hip and SGLang's sampler call it.
@@ -87,7 +88,8 @@ def aiter_top_k_top_p(
         ids = sampling.top_k_top_p_sampling_from_probs(
             probs, None, k, 0, p, 0.0, deterministic=True
         )
-    return ids.view(-1).to(torch.int64)
+    result: torch.Tensor = ids.view(-1).to(torch.int64)
+    return result
 
 
 def aiter_greedy(logits: torch.Tensor) -> torch.Tensor:
