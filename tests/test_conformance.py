@@ -1,0 +1,86 @@
+"""The conformance suite: the torch fallbacks pass, planted bugs fail, the guard repairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpolicy.conformance import suite
+from kernelpolicy.errors import KernelPolicyError
+
+BUGGY = "kernelpolicy.testing.buggy_kernels"
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[tuple[str, str], object]:
+    return {(r.feature, r.impl): r for r in suite.run()}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        ("sampler.top_k_top_p", "torch"),
+        ("sampler.greedy", "torch"),
+        ("rmsnorm", "torch"),
+        ("allreduce_rmsnorm", "torch"),
+        ("topk_per_row", "torch"),
+    ],
+    ids="/".join,
+)
+def test_torch_fallbacks_pass(reports: dict, target: tuple[str, str]) -> None:  # type: ignore[type-arg]
+    """Every torch implementation passes every check on CPU."""
+    report = reports[target]
+    failing = [o for o in report.outcomes if not o.passed]
+    assert report.status == "passed", failing
+
+
+def test_sampler_suite_covers_the_specified_cases(reports: dict) -> None:  # type: ignore[type-arg]
+    """9 patterns x 3 paths of robustness and 7 (k, p) cases of chi-square."""
+    checks = [o.check for o in reports[("sampler.top_k_top_p", "torch")].outcomes]
+    assert len([c for c in checks if c.startswith("robustness/")]) == 27
+    assert len([c for c in checks if c.startswith("distribution/")]) == 7
+    assert "accuracy/allreduce_rmsnorm/2-process-gloo/float32" in [
+        o.check for o in reports[("allreduce_rmsnorm", "torch")].outcomes
+    ]
+
+
+@pytest.mark.parametrize(
+    ("impl", "reason"), [("flashinfer", "needs a CUDA device"), ("aiter", "needs a ROCm device")]
+)
+def test_accelerated_kernels_are_skipped_with_a_reason(
+    reports: dict, impl: str, reason: str
+) -> None:  # type: ignore[type-arg]
+    """What cannot run on this machine is skipped, saying why, not failed."""
+    report = reports[("sampler.top_k_top_p", impl)]
+    assert (report.status, report.skipped) == ("skipped", reason)
+
+
+def test_planted_greedy_bug_fails() -> None:
+    """The seed's bug (id == vocab_size for all-NaN / all -inf rows) fails the suite."""
+    report = suite.run_one("sampler.greedy", "planted", f"{BUGGY}:greedy_out_of_range")
+    assert report.status == "failed"
+    assert {o.check for o in report.outcomes if not o.passed} == {
+        "robustness/greedy/nan_one_row",
+        "robustness/greedy/nan_all_rows",
+        "robustness/greedy/neg_inf_one_row",
+    }
+
+
+def test_guard_makes_the_planted_bug_pass() -> None:
+    """With the clamp_token_ids guard the same kernel passes."""
+    report = suite.run_one(
+        "sampler.greedy", "planted", f"{BUGGY}:greedy_out_of_range", guard="clamp_token_ids"
+    )
+    assert report.status == "passed"
+
+
+def test_a_sampler_that_ignores_k_fails_robustness_and_distribution() -> None:
+    """Filtering bugs are caught both by the support check and by chi-square."""
+    report = suite.run_one("sampler.top_k_top_p", "planted", f"{BUGGY}:top_k_ignores_k")
+    failing = {o.check.split("/")[0] for o in report.outcomes if not o.passed}
+    assert failing == {"robustness", "distribution"}
+
+
+def test_unknown_feature() -> None:
+    """Asking for a feature without checks names the checked ones."""
+    with pytest.raises(KernelPolicyError, match="no conformance checks for feature 'mhc'"):
+        suite.targets(["mhc"])
