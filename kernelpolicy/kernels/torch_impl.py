@@ -78,20 +78,23 @@ def top_k_top_p(
     Returns:
         ``int64 [batch]`` token ids, every one in ``[0, vocab)``.
     """
-    x = _clean(logits)
-    vocab = x.shape[-1]
-    if k is None and p is None:
-        return _sample(x, generators)
-    if k is None:  # top-p alone needs the whole distribution: no fixed candidate count
+    vocab = logits.shape[-1]
+    if k is None:
+        x = _clean(logits)
+        if p is None:
+            return _sample(x, generators)
+        # top-p alone needs the whole distribution: no fixed candidate count
         values, indices = torch.sort(x, dim=-1, descending=True)
-        values = values.masked_fill(_top_p_mask(values, p), float("-inf"))  # type: ignore[arg-type]
+        values = values.masked_fill(_top_p_mask(values, p), float("-inf"))
         return indices.gather(-1, _sample(values, generators).unsqueeze(-1)).squeeze(-1)
+    # Top-k first: one pass to hide NaN, one top-k; the rest works on [batch, k] candidates.
     k = k.to(torch.int64)
     k = torch.where((k <= 0) | (k >= vocab), vocab, k)
     bound = min(vocab, int(k_max) if k_max is not None else int(k.max()))
+    x = torch.nan_to_num(logits.float(), nan=float("-inf"), posinf=float("inf"))
     values, indices = torch.topk(x, bound, dim=-1)  # sorted, descending
     ranks = torch.arange(bound, device=x.device)
-    values = values.masked_fill(ranks >= k.to(x.device).unsqueeze(-1), float("-inf"))
+    values = _clean(values.masked_fill(ranks >= k.to(x.device).unsqueeze(-1), float("-inf")))
     if p is not None:
         values = values.masked_fill(_top_p_mask(values, p.to(x.device)), float("-inf"))
     return indices.gather(-1, _sample(values, generators).unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Time per call of every sampler implementation that runs here, with effective GB/s.
+
+Batch 1, 32, 256 (add 1024 on a GPU) x vocab 32000, 128256, 151936, float32 logits, k 50,
+p 0.9, on the paths top-k, top-p, top-k+top-p and greedy. Inputs rotate among several buffers so
+that caches do not flatter the numbers; the median of the repeats is reported. GB/s counts the
+logits read once (batch x vocab x 4 bytes), the floor any sampler pays. On CUDA, timing uses
+CUDA events.
+
+Usage: python benchmarks/bench_samplers.py [--device cpu|cuda] [--batches 1,32,256]
+       [--vocabs 32000,128256,151936] [--repeat N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import machine
+
+from kernelpolicy.conformance.suite import run_one  # noqa: F401 - importable means torch works here
+from kernelpolicy.kernels import torch_impl
+from kernelpolicy.policy.names import BUILTIN_ENTRIES, PREPARE
+
+PATHS = {"top_k": (50, None), "top_p": (None, 0.9), "top_k_top_p": (50, 0.9)}
+
+
+def _loadable(impl: str, entry: str) -> Callable[..., Any] | None:
+    from kernelpolicy.engine.resolution import _resolve_entry
+
+    try:
+        if impl in PREPARE:
+            _resolve_entry(PREPARE[impl])()
+        return _resolve_entry(entry)
+    except Exception:  # not on this machine
+        return None
+
+
+def _time(fn: Callable[[int], Any], repeat: int, device: str) -> float:
+    for i in range(3):
+        fn(i)  # warm-up (and JIT builds, on a GPU)
+    samples = []
+    for i in range(repeat):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(i)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            t = time.perf_counter()
+            fn(i)
+            samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batches", default="1,32,256")
+    parser.add_argument("--vocabs", default="32000,128256,151936")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    device = args.device
+    samplers = {
+        impl: fn
+        for (feature, impl), entry in BUILTIN_ENTRIES.items()
+        if feature == "sampler.top_k_top_p" and (fn := _loadable(impl, entry)) is not None
+    }
+    greedy = {
+        impl: fn
+        for (feature, impl), entry in BUILTIN_ENTRIES.items()
+        if feature == "sampler.greedy" and (fn := _loadable(impl, entry)) is not None
+    }
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        for vocab in (int(v) for v in args.vocabs.split(",")):
+            buffers = [torch.randn(batch, vocab, device=device) * 5 for _ in range(3)]
+            gbytes = batch * vocab * 4 / 1e9
+            k = torch.full((batch,), 50, dtype=torch.int64)
+            p = torch.full((batch,), 0.9, device=device)
+            cases: list[tuple[str, str, Callable[[int], Any]]] = []
+            for impl, fn in samplers.items():
+                for path, (use_k, use_p) in PATHS.items():
+                    kk, pp = (k if use_k else None), (p if use_p else None)
+                    cases.append(
+                        (impl, path, lambda i, fn=fn, kk=kk, pp=pp, b=buffers: fn(b[i % 3], kk, pp))
+                    )
+            for impl, fn in greedy.items():
+                cases.append((impl, "greedy", lambda i, fn=fn, b=buffers: fn(b[i % 3])))
+            for impl, path, call in cases:
+                seconds = _time(call, args.repeat, device)
+                rows.append({
+                    "impl": impl, "path": path, "batch": batch, "vocab": vocab,
+                    "ms": seconds * 1e3, "gb_per_s": gbytes / seconds,
+                })  # fmt: skip
+    if args.json:
+        print(json.dumps({"machine": machine(), "device": device, "rows": rows}, indent=2))
+        return
+    print(f"machine: {machine()}; device: {device}; torch {torch.__version__}")
+    print(f"{'impl':<10} {'path':<12} {'batch':>5} {'vocab':>7} {'ms/call':>10} {'GB/s':>8}")
+    for r in rows:
+        print(
+            f"{r['impl']:<10} {r['path']:<12} {r['batch']:>5} {r['vocab']:>7} "
+            f"{r['ms']:>10.3f} {r['gb_per_s']:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    _ = torch_impl  # the fallbacks are always measured
+    main()
