@@ -84,6 +84,11 @@ def main() -> None:
         for (feature, impl), entry in BUILTIN_ENTRIES.items()
         if feature == "sampler.greedy" and (fn := _loadable(impl, entry)) is not None
     }
+    # The output guard's cost, beside the same kernel unguarded.
+    from kernelpolicy.kernels.guards import ClampTokenIds
+
+    for impl in list(greedy):
+        greedy[f"{impl}+clamp"] = ClampTokenIds(greedy[impl])
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         for vocab in (int(v) for v in args.vocabs.split(",")):
