@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Decision": "kernelpolicy.engine.model",
+    "connect": "kernelpolicy.server.client",
     "PolicyError": "kernelpolicy.errors",
     "PolicySet": "kernelpolicy.policy.compiled",
     "Reason": "kernelpolicy.engine.model",
@@ -51,6 +52,7 @@ __all__ = [
     "TorchBuild",
     "VersionError",
     "__version__",
+    "connect",
     "load_platform",
     "load_policies",
     "parse_version",
@@ -60,6 +62,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from kernelpolicy.api import resolve as resolve
+    from kernelpolicy.server.client import connect as connect
     from kernelpolicy.engine.model import Decision as Decision
     from kernelpolicy.engine.model import Reason as Reason
     from kernelpolicy.engine.resolution import Resolution as Resolution

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
         log_format: ``console`` (one readable line per resolution on stderr), ``json`` or ``off``.
         cache_dir: Where ``kernelpolicy verify`` stores evidence (default
             ``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``).
+        tls_cert_file, tls_key_file: The daemon's TLS certificate and key (PEM); with them,
+            every TCP listener uses TLS.
+        tls_client_ca_file: With it, clients must present a certificate signed by this CA.
     """
 
     model_config = SettingsConfigDict(env_prefix="KERNELPOLICY_", extra="ignore", frozen=True)
@@ -69,6 +72,9 @@ class Settings(BaseSettings):
     overrides: dict[str, str] = Field(default_factory=dict)
     log_format: Literal["console", "json", "off"] = "console"
     cache_dir: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
 
     @field_validator("policy_paths", mode="before")
     @classmethod
@@ -128,7 +134,10 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     from pydantic import ValidationError
 
     values: dict[str, object] = {}
-    for name in ("policy_paths", "overrides", "log_format", "cache_dir"):
+    for name in (
+        "policy_paths", "overrides", "log_format", "cache_dir",
+        "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+    ):  # fmt: skip
         raw = env.get(f"KERNELPOLICY_{name.upper()}")
         if raw is None:
             continue

@@ -7,7 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from kernelpolicy import __version__
-from kernelpolicy.cli import check_cmd, explain_cmd, matrix_cmd, probe_cmd, verify_cmd
+from kernelpolicy.cli import (
+    check_cmd,
+    explain_cmd,
+    matrix_cmd,
+    probe_cmd,
+    serve_cmd,
+    verify_cmd,
+)
 from kernelpolicy.errors import KernelPolicyError
 
 _EPILOG = """\
@@ -20,6 +27,8 @@ examples:
   kernelpolicy check my-policies/         validate policy files, every mistake located
   kernelpolicy matrix                     decisions on every shipped platform fixture
   kernelpolicy verify                     conformance suite here; results become evidence
+  kernelpolicy serve                      the daemon (gRPC, flagd-compatible), explain table first
+  kernelpolicy status                     how a running daemon is: revision, last reload error
 """
 
 
@@ -37,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.register(commands)
     matrix_cmd.register(commands)
     verify_cmd.register(commands)
+    serve_cmd.register(commands)
     return parser
 
 

@@ -118,3 +118,26 @@ def store_evidence(
     tmp.write_text(json.dumps(document, indent=2) + "\n")
     tmp.replace(path)  # atomic: a reader never sees half a file
     return path
+
+
+def evidence_to_json(evidence: Evidence) -> str:
+    """A compact form for the wire (the daemon sends it to clients that rebuild a Resolution)."""
+    return json.dumps(
+        {
+            "key": evidence.key,
+            "problem": evidence.problem,
+            "entries": [
+                [feature, impl, e.passed, e.created, e.summary, e.source]
+                for (feature, impl), e in sorted(evidence.entries.items())
+            ],
+        }
+    )
+
+
+def evidence_from_json(text: str) -> Evidence:
+    data = json.loads(text)
+    entries = {
+        (feature, impl): EvidenceEntry(passed, created, summary, source)
+        for feature, impl, passed, created, summary, source in data["entries"]
+    }
+    return Evidence(data["key"], entries, data.get("problem"))

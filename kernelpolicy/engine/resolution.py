@@ -63,6 +63,10 @@ class Resolution:
         self.policies = policies
         self.decisions: dict[str, Decision] = dict(decisions)
         self.runtime_fallbacks: dict[str, str] = {}
+        # Set by kernelpolicy.connect(): the daemon revision this came from, and its last
+        # policy reload error (None in-process).
+        self.revision: int | None = None
+        self.policy_error: str | None = None
         self._impls: dict[str, Callable[..., Any]] = {}
         self.fingerprint = fingerprint
         self.env = dict(env or {})

@@ -42,6 +42,22 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
+def read_policy_sources(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
+    """(file name, text) of every policy file under ``paths``.
+
+    Raises:
+        PolicyError: A file is missing or unreadable, or there is no file at all.
+    """
+    files = policy_files(paths)
+    if not files:
+        raise PolicyError([PolicyIssue("<policies>", "no policy files found")])
+    issues: list[PolicyIssue] = []
+    sources = [(str(path), text) for path in files if (text := _read(path, issues)) is not None]
+    if issues:
+        raise PolicyError(issues)
+    return sources
+
+
 def load_policies(paths: Iterable[str | Path]) -> PolicySet:
     """Load, validate and compile policy files.
 
@@ -49,32 +65,31 @@ def load_policies(paths: Iterable[str | Path]) -> PolicySet:
         PolicyError: Every problem found, each with file, line, feature and key where known.
             Nothing is half-loaded.
     """
-    files = policy_files(paths)
+    return load_policy_sources(read_policy_sources(paths))
+
+
+def load_policy_sources(sources: Sequence[tuple[str, str]]) -> PolicySet:
+    """Load policy documents given as (name, text) pairs, as if read from files of those names.
+
+    The digest depends on the base names and texts only, so a daemon's clients rebuild the same
+    PolicySet (and the same fingerprints) from the texts it sends them.
+    """
     issues: list[PolicyIssue] = []
     parsed: list[tuple[str, str, PolicyFile]] = []
     digest = hashlib.sha256()
-    if not files:
-        raise PolicyError([PolicyIssue("<policies>", "no policy files found")])
-    for path in files:
-        text = _read(path, issues)
-        if text is None:
-            continue
-        digest.update(str(path.name).encode() + b"\0" + text.encode() + b"\0")
-        model = _validate(str(path), text, issues)
+    for name, text in sources:
+        digest.update(Path(name).name.encode() + b"\0" + text.encode() + b"\0")
+        model = _validate(name, text, issues)
         if model is not None:
-            parsed.append((str(path), text, model))
+            parsed.append((name, text, model))
     if issues:
         raise PolicyError(issues)
-    return _assemble(parsed, tuple(str(f) for f in files), digest.hexdigest()[:16])
+    return _assemble(parsed, tuple(name for name, _ in sources), digest.hexdigest()[:16])
 
 
 def load_policy_text(text: str, name: str = "<string>") -> PolicySet:
     """Load one policy document from a string (tests, and ``check`` on standard input)."""
-    issues: list[PolicyIssue] = []
-    model = _validate(name, text, issues)
-    if model is None:
-        raise PolicyError(issues)
-    return _assemble([(name, text, model)], (name,), hashlib.sha256(text.encode()).hexdigest()[:16])
+    return load_policy_sources([(name, text)])
 
 
 def _read(path: Path, issues: list[PolicyIssue]) -> str | None:

@@ -1,0 +1,148 @@
+"""``kernelpolicy.connect(address)``: the daemon's answers as in-process Resolutions.
+
+``resolve()`` asks the daemon for its inputs (platform snapshot, relevant environment, policy
+texts, evidence) and resolves them here with the same pure engine: the Resolution has the same
+type, the same decisions and the same fingerprint as the daemon's, and its ``select()`` and
+``gate()`` run in this process at in-process speed. The fingerprint is checked against the one
+the daemon reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
+from kernelpolicy.server.convert import rebuild
+
+
+class DaemonError(KernelPolicyError):
+    """The daemon could not be reached or refused a request (status code and details kept)."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Client:
+    """A connection to ``kernelpolicy serve``; use it as a context manager or call close()."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.channel = (
+            grpc.secure_channel(address, credentials)
+            if credentials is not None
+            else grpc.insecure_channel(address)
+        )
+        self.stub = pb_grpc.KernelPolicyStub(self.channel)
+
+    def _call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self.stub, method)(request, timeout=self.timeout, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            raise DaemonError(
+                f"{self.address}: {method} failed: {exc.code().name}: {exc.details()}", exc.code()
+            ) from None
+
+    def resolve(
+        self, *, platform_json: str | None = None, env: Mapping[str, str] | None = None
+    ) -> Resolution:
+        """The daemon's Resolution (or what it would decide for another platform or env)."""
+        request = pb.ResolveRequest(include_inputs=True)
+        if platform_json is not None:
+            request.platform_json = platform_json
+        if env is not None:
+            request.env.update(env)
+            request.hypothetical_env = True
+        return _checked(self._call("Resolve", request))
+
+    def decisions(
+        self,
+        features: list[str] | None = None,
+        context: Mapping[str, Any] | None = None,
+        gates: list[str] | None = None,
+    ) -> pb.ResolveResponse:
+        """The raw decisions message, with per-call choices and gates for ``context``."""
+        request = pb.ResolveRequest(features=features or [], gates=gates or [])
+        if context is not None:
+            request.context.CopyFrom(_struct(context))
+        response: pb.ResolveResponse = self._call("Resolve", request)
+        return response
+
+    def explain(self, features: list[str] | None = None) -> pb.ExplainResponse:
+        response: pb.ExplainResponse = self._call(
+            "Explain", pb.ExplainRequest(features=features or [])
+        )
+        return response
+
+    def platform_json(self) -> str:
+        return str(self._call("GetPlatform", pb.GetPlatformRequest()).json)
+
+    def watch(self) -> Iterator[Resolution]:
+        """The current Resolution at once, then each new one after a reload."""
+        stream = self.stub.Watch(pb.WatchRequest(include_inputs=True), wait_for_ready=True)
+        try:
+            for response in stream:
+                yield _checked(response)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise DaemonError(
+                    f"{self.address}: Watch failed: {exc.details()}", exc.code()
+                ) from None
+        finally:
+            stream.cancel()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    address: str = "127.0.0.1:50151",
+    *,
+    timeout: float = 10.0,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> Client:
+    """A client of the daemon at ``address`` (``host:port`` or ``unix:/path``)."""
+    return Client(address, timeout=timeout, credentials=credentials)
+
+
+def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(
+        {
+            k: str(v).removeprefix("torch.") if type(v).__module__ == "torch" else v
+            for k, v in values.items()
+        }
+    )
+    return struct
+
+
+def _checked(response: pb.ResolveResponse) -> Resolution:
+    resolution = rebuild(response.inputs)
+    if resolution.fingerprint != response.fingerprint:
+        raise DaemonError(
+            f"rebuilt resolution has fingerprint {resolution.fingerprint}, the daemon reported "
+            f"{response.fingerprint}: client and daemon run different kernelpolicy versions?"
+        )
+    resolution.revision = response.revision
+    resolution.policy_error = response.policy_error or None
+    return resolution

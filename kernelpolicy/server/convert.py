@@ -1,0 +1,135 @@
+"""Between Resolutions and messages: decisions out, call contexts in, inputs both ways."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+from kernelpolicy.conformance.evidence import Evidence, evidence_from_json, evidence_to_json
+from kernelpolicy.engine.model import Decision
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import ResolutionError
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+
+
+def context_dict(struct: struct_pb2.Struct | None) -> dict[str, Any]:
+    """A call context from a Struct. JSON has one number type: integral doubles become ints."""
+    if struct is None:
+        return {}
+    values = json_format.MessageToDict(struct)
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in values.items()}
+
+
+def context_for(declared: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of ``context`` a feature or gate declares, with doubles where it says double."""
+    out = {}
+    for name, kind in declared.items():
+        if name in context:
+            value = context[name]
+            out[name] = float(value) if kind == "double" and isinstance(value, int) else value
+    return out
+
+
+def decision_message(decision: Decision) -> pb.Decision:
+    return pb.Decision(
+        feature=decision.feature,
+        impl=decision.impl or "",
+        error=decision.error or "",
+        error_code=decision.error_code.value if decision.error_code else "",
+        reason=decision.reason.value,
+        reasons=list(decision.reasons),
+        hints=list(decision.hints),
+        warnings=list(decision.warnings),
+        order=list(decision.order),
+        candidates=[
+            pb.Candidate(
+                impl=c.impl,
+                accepted=c.accepted,
+                switch_state=c.switch,
+                switch_source=c.switch_source or "",
+                when=c.when or "",
+                guards=list(c.guards),
+                failures=[
+                    pb.Check(
+                        kind=f.kind.value,
+                        message=f.message,
+                        hint=f.hint or "",
+                        reference=f.reference or "",
+                    )
+                    for f in c.failures
+                ],
+                notes=[n.message for n in c.notes],
+            )
+            for c in decision.candidates
+        ],
+    )
+
+
+def resolve_response(
+    resolution: Resolution,
+    *,
+    revision: int,
+    features: Iterable[str] = (),
+    context: Mapping[str, Any] | None = None,
+    gates: Iterable[str] = (),
+    inputs: pb.Inputs | None = None,
+    policy_error: str | None = None,
+) -> pb.ResolveResponse:
+    """The Resolve/Watch answer. Raises ResolutionError for an unknown feature or gate."""
+    names = list(features) or list(resolution.decisions)
+    response = pb.ResolveResponse(
+        fingerprint=resolution.fingerprint, revision=revision, policy_error=policy_error or ""
+    )
+    for name in names:
+        message = decision_message(resolution.decision(name))
+        if context:
+            declared = resolution.policies.features[name].spec.context
+            try:
+                message.selected = resolution.select(name, **context_for(declared, context))
+            except (ResolutionError, TypeError) as exc:
+                message.select_error = str(exc)
+        response.decisions.append(message)
+    for gate in gates:
+        spec = resolution.policies.gates.get(gate)
+        if spec is None:
+            known = ", ".join(resolution.policies.gates)
+            raise ResolutionError(f"unknown gate {gate!r}; the policies define: {known}")
+        try:
+            value = resolution.gate(gate, **context_for(spec.spec.context, context or {}))
+            response.gates.append(pb.GateValue(name=gate, value=value))
+        except (ResolutionError, TypeError) as exc:
+            response.gates.append(pb.GateValue(name=gate, error=str(exc)))
+    if inputs is not None:
+        response.inputs.CopyFrom(inputs)
+    return response
+
+
+def inputs_message(
+    resolution: Resolution, sources: Iterable[tuple[str, str]], evidence: Evidence | None
+) -> pb.Inputs:
+    """What a client needs to rebuild the same Resolution (same fingerprint) in its process."""
+    from pathlib import Path
+
+    return pb.Inputs(
+        platform_json=resolution.platform.to_json(indent=None),
+        env=dict(resolution.env),
+        overrides=dict(resolution.overrides),
+        policies=[pb.PolicySource(name=Path(n).name, text=t) for n, t in sources],
+        evidence_json=evidence_to_json(evidence) if evidence is not None else "",
+    )
+
+
+def rebuild(inputs: pb.Inputs) -> Resolution:
+    """A Resolution from a daemon's inputs, resolved here by the same pure engine."""
+    import json
+
+    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.platform.model import Platform
+    from kernelpolicy.policy.loader import load_policy_sources
+
+    platform = Platform.from_dict(json.loads(inputs.platform_json), source="<daemon>")
+    policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
+    evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
+    return resolve_policies(platform, dict(inputs.env), policies, dict(inputs.overrides), evidence)

@@ -1,0 +1,66 @@
+"""Run a real daemon in this process, on loopback, for tests (yours and ours)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.platform.model import Platform
+
+
+@contextmanager
+def running_daemon(
+    platform: Platform,
+    policy_paths: Sequence[Path],
+    env: Mapping[str, str] | None = None,
+    *,
+    listen: Sequence[str] = ("127.0.0.1:0",),
+    watch: bool = True,
+    overrides: Mapping[str, str] | None = None,
+) -> Iterator[Any]:
+    """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
+
+    Yields the daemon; ``daemon.bound[0]`` is its address, ``daemon.call(coro)`` runs a
+    coroutine (such as ``daemon.reload()``) on its loop and returns the result.
+    """
+    from kernelpolicy.server.daemon import Daemon
+    from kernelpolicy.server.state import ServingState
+
+    state = ServingState(platform, env or {}, list(policy_paths), overrides or {})
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def main() -> None:
+            daemon = Daemon(
+                state, list(listen), log_format="off", watch=watch, reload_debounce_ms=50
+            )
+            holder["daemon"] = daemon
+            await daemon.serve(handle_signals=False, on_started=ready.set)
+
+        try:
+            loop.run_until_complete(main())
+        except BaseException as exc:  # surface start-up failures to the caller
+            holder["error"] = exc
+            ready.set()
+
+    thread = threading.Thread(target=run, name="kernelpolicy-daemon", daemon=True)
+    thread.start()
+    ready.wait(30)
+    if "error" in holder:
+        raise holder["error"]
+    daemon = holder["daemon"]
+    daemon.call = lambda coro: asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+    try:
+        yield daemon
+    finally:
+        loop.call_soon_threadsafe(daemon.stop)
+        thread.join(30)
+        loop.close()
