@@ -62,7 +62,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from kernelpolicy.api import resolve as resolve
-    from kernelpolicy.server.client import connect as connect
     from kernelpolicy.engine.model import Decision as Decision
     from kernelpolicy.engine.model import Reason as Reason
     from kernelpolicy.engine.resolution import Resolution as Resolution
@@ -101,6 +100,7 @@ if TYPE_CHECKING:
     from kernelpolicy.platform.probing import probe as probe
     from kernelpolicy.policy.compiled import PolicySet as PolicySet
     from kernelpolicy.policy.loader import load_policies as load_policies
+    from kernelpolicy.server.client import connect as connect
     from kernelpolicy.versions import parse_version as parse_version
 
 

@@ -46,8 +46,8 @@ def test_all_is_the_curated_list() -> None:
         [
             "Capability", "Decision", "Device", "DriverInfo", "KernelPolicyError", "Platform",
             "PlatformFileError", "PolicyError", "PolicySet", "Reason", "Resolution",
-            "ResolutionError", "SettingsError", "TorchBuild", "VersionError", "__version__", "connect",
-            "load_platform", "load_policies", "parse_version", "probe", "resolve",
+            "ResolutionError", "SettingsError", "TorchBuild", "VersionError", "__version__",
+            "connect", "load_platform", "load_policies", "parse_version", "probe", "resolve",
         ]
     )  # fmt: skip
 
