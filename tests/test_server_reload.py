@@ -1,0 +1,181 @@
+"""Hot reload: edited files, ConfigMap symlink swaps, bad files kept out, streams notified."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
+from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
+from kernelpolicy.server.client import connect
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture
+
+TOPK = "sampler.top_k_top_p"
+DISABLE = (
+    'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "sampler.top_k_top_p"\n'
+    'impl = "flashinfer"\nreason = "incident 4711"\n'
+)
+
+
+def pack(tmp_path: Path) -> Path:
+    directory = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", directory)
+    return directory
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def impl_of(address: str) -> str:
+    with grpc.insecure_channel(address) as channel:
+        response = pb_grpc.KernelPolicyStub(channel).Resolve(pb.ResolveRequest(features=[TOPK]))
+        return str(response.decisions[0].impl)
+
+
+def test_edited_file_is_reloaded_and_watchers_are_told(tmp_path: Path) -> None:
+    """Adding an operator's disable file switches the kernel off, without a restart."""
+    policies = pack(tmp_path)
+    with (
+        running_daemon(fixture("h100-sxm"), [policies]) as daemon,
+        connect(daemon.bound[0]) as client,
+    ):
+        seen = []
+        stream = client.watch()
+        seen.append(next(stream))
+        assert seen[0].decision(TOPK).impl == "flashinfer"
+        (policies / "90-ops.toml").write_text(DISABLE)
+        seen.append(next(stream))
+        stream.close()
+        assert seen[1].decision(TOPK).impl == "torch"
+        assert seen[1].revision == 2
+        assert "incident 4711" in seen[1].decision(TOPK).reasons[1]
+
+
+def test_bad_file_keeps_the_last_good_set(tmp_path: Path) -> None:
+    """A broken file is reported (Explain, status) and the last good policies keep serving."""
+    policies = pack(tmp_path)
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as daemon:
+        (policies / "90-ops.toml").write_text(
+            DISABLE.replace('impl = "flashinfer"', 'impl = "flashinfr"')
+        )
+        daemon.call(daemon.reload("test"))
+        with grpc.insecure_channel(daemon.bound[0]) as channel:
+            explain = pb_grpc.KernelPolicyStub(channel).Explain(pb.ExplainRequest())
+        assert (
+            "disables sampler.top_k_top_p/flashinfr, which is not defined" in explain.policy_error
+        )
+        assert explain.revision == 1
+        assert impl_of(daemon.bound[0]) == "flashinfer"
+        (policies / "90-ops.toml").write_text(DISABLE)  # fixed
+        daemon.call(daemon.reload("test"))
+        assert impl_of(daemon.bound[0]) == "torch"
+        with grpc.insecure_channel(daemon.bound[0]) as channel:
+            assert pb_grpc.KernelPolicyStub(channel).Explain(pb.ExplainRequest()).policy_error == ""
+
+
+def test_configmap_symlink_swap(tmp_path: Path) -> None:
+    """Kubernetes ConfigMaps swap a ..data symlink to a new directory; that reloads too."""
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    first = mount / "..2026_11_22_01"
+    shutil.copytree(ROOT / "policies", first)
+    (mount / "..data").symlink_to(first.name)
+    for name in sorted(p.name for p in first.iterdir()):
+        (mount / name).symlink_to(f"..data/{name}")
+    with running_daemon(fixture("h100-sxm"), [mount]) as daemon:
+        assert impl_of(daemon.bound[0]) == "flashinfer"
+        second = mount / "..2026_11_22_02"
+        shutil.copytree(first, second)
+        (second / "90-ops.toml").write_text(DISABLE)
+        (mount / "90-ops.toml").symlink_to("..data/90-ops.toml")
+        tmp_link = mount / "..data_tmp"
+        tmp_link.symlink_to(second.name)
+        tmp_link.replace(mount / "..data")  # the atomic swap kubelet does
+        wait_for(lambda: impl_of(daemon.bound[0]) == "torch")
+
+
+def test_event_stream_announces_changed_flags(tmp_path: Path) -> None:
+    """flagd EventStream: provider_ready at once, then configuration_change with the keys."""
+    policies = pack(tmp_path)
+    with (
+        running_daemon(fixture("h100-sxm"), [policies]) as daemon,
+        grpc.insecure_channel(daemon.bound[0]) as channel,
+    ):
+        stream = f2_grpc.ServiceStub(channel).EventStream(f2.EventStreamRequest())
+        assert next(stream).type == "provider_ready"
+        (policies / "90-ops.toml").write_text(DISABLE)
+        event = next(stream)
+        stream.cancel()
+        assert event.type == "configuration_change"
+        assert list(event.data["flags"].keys()) == [TOPK]
+
+
+def test_disconnected_streams_leak_nothing(tmp_path: Path) -> None:
+    """Clients that drop Watch and EventStream streams leave no subscription behind."""
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
+        for _ in range(5):
+            with grpc.insecure_channel(daemon.bound[0]) as channel:
+                watch = pb_grpc.KernelPolicyStub(channel).Watch(pb.WatchRequest())
+                events = f2_grpc.ServiceStub(channel).EventStream(f2.EventStreamRequest())
+                next(watch)
+                next(events)
+                assert daemon.state.subscriber_count == 2
+            # the channel is closed without cancelling: the server must notice
+        wait_for(lambda: daemon.state.subscriber_count == 0)
+        assert threading.active_count() < 50
+
+
+def test_sighup_and_sigterm(tmp_path: Path) -> None:
+    """As a process: SIGHUP reloads (file watching off), SIGTERM shuts down cleanly."""
+    import signal
+    import subprocess
+    import sys
+
+    policies = pack(tmp_path)
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--listen", "127.0.0.1:0", "--no-watch",
+         "--quiet", "--port-file", str(port_file), "--policies", str(policies),
+         "--platform", str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "KERNELPOLICY_LOG_FORMAT": "json", **_python_env()},
+    )  # fmt: skip
+    try:
+        wait_for(lambda: port_file.exists() and port_file.read_text().strip() != "")
+        address = port_file.read_text().split()[0]
+        assert impl_of(address) == "flashinfer"
+        (policies / "90-ops.toml").write_text(DISABLE)
+        time.sleep(0.3)
+        assert impl_of(address) == "flashinfer"  # not watching: nothing yet
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: impl_of(address) == "torch")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        log = proc.stderr.read() if proc.stderr else ""
+        assert '"event": "kernelpolicy.reload"' in log
+        assert '"why": "SIGHUP"' in log
+        assert '"event": "kernelpolicy.serve.stop"' in log
+    finally:
+        proc.kill()
+
+
+def _python_env() -> dict[str, str]:
+    import os
+
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("PYTHON", "HOME", "VIRTUAL_ENV", "LANG"))
+    }
