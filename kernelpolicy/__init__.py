@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "DaemonError": "kernelpolicy.errors",
     "Decision": "kernelpolicy.engine.model",
     "connect": "kernelpolicy.server.client",
     "PolicyError": "kernelpolicy.errors",
@@ -37,6 +38,7 @@ _EXPORTS = {
 
 __all__ = [
     "Capability",
+    "DaemonError",
     "Decision",
     "Device",
     "DriverInfo",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from kernelpolicy.engine.model import Decision as Decision
     from kernelpolicy.engine.model import Reason as Reason
     from kernelpolicy.engine.resolution import Resolution as Resolution
+    from kernelpolicy.errors import DaemonError as DaemonError
     from kernelpolicy.errors import (
         KernelPolicyError as KernelPolicyError,
     )

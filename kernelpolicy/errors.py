@@ -7,8 +7,9 @@ Every error kernelpolicy raises on purpose derives from :class:`KernelPolicyErro
     ├── VersionError           a version string could not be read (raised only on request)
     ├── SettingsError          an environment variable or setting has a value we cannot accept
     ├── PolicyError            policy files are invalid; ``.issues`` lists file, line, feature, key
-    └── ResolutionError        a decision is an error (a required kernel is unsupported, an
-                               unknown feature or implementation was asked for)
+    ├── ResolutionError        a decision is an error (a required kernel is unsupported, an
+    │                          unknown feature or implementation was asked for)
+    └── DaemonError            the daemon cannot listen, or a client's request to it failed
 
 The probe itself never raises: what it cannot read is recorded in ``Platform.probe_errors``.
 A resolution never raises either: errors are values in ``Decision.error`` until a caller asks
@@ -68,3 +69,15 @@ class PolicyError(KernelPolicyError):
 
 class ResolutionError(KernelPolicyError):
     """A decision was asked for that is an error, or for a feature the policies do not define."""
+
+
+class DaemonError(KernelPolicyError):
+    """The daemon cannot listen where asked, or a request to a daemon failed.
+
+    Attributes:
+        code: The gRPC status code of a failed request (``None`` when there was none).
+    """
+
+    def __init__(self, message: str, code: object = None) -> None:
+        super().__init__(message)
+        self.code = code

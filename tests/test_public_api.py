@@ -44,7 +44,8 @@ def test_all_is_the_curated_list() -> None:
     """__all__ changes only on purpose: this list is the public API."""
     assert sorted(kernelpolicy.__all__) == sorted(
         [
-            "Capability", "Decision", "Device", "DriverInfo", "KernelPolicyError", "Platform",
+            "Capability", "DaemonError", "Decision", "Device", "DriverInfo", "KernelPolicyError",
+            "Platform",
             "PlatformFileError", "PolicyError", "PolicySet", "Reason", "Resolution",
             "ResolutionError", "SettingsError", "TorchBuild", "VersionError", "__version__",
             "connect", "load_platform", "load_policies", "parse_version", "probe", "resolve",

@@ -23,4 +23,12 @@ def test_python_example_runs(index: int) -> None:
         runner.run(test)
         assert runner.failures == 0
     else:
-        exec(compile(block, f"README[{index}]", "exec"), {})
+        # A fresh interpreter per example: some import the OpenFeature flagd provider, whose
+        # protobuf messages may not share a process with the daemon's (see the README).
+        import subprocess
+        import sys
+
+        result = subprocess.run(
+            [sys.executable, "-c", block], check=False, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr

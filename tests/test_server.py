@@ -199,3 +199,16 @@ def test_unix_socket(tmp_path: Path) -> None:
         connect(address) as client,
     ):
         assert client.resolve().decision("topk_per_row").impl == "torch"
+
+
+def test_address_in_use_is_one_clear_error(
+    daemon: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second daemon on a taken port exits 2 with a line that says what to do."""
+    from kernelpolicy.cli import main
+
+    code = main(["serve", "--quiet", "--no-watch", "--listen", daemon.bound[0]])  # type: ignore[attr-defined]
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on {daemon.bound[0]}" in err  # type: ignore[attr-defined]
+    assert "Traceback" not in err

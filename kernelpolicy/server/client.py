@@ -16,18 +16,10 @@ import grpc
 from google.protobuf import struct_pb2
 
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.errors import DaemonError
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.convert import rebuild
-
-
-class DaemonError(KernelPolicyError):
-    """The daemon could not be reached or refused a request (status code and details kept)."""
-
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Client:

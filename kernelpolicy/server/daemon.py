@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from kernelpolicy.errors import DaemonError
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2_grpc as f1_grpc
@@ -118,12 +119,16 @@ class Daemon:
                     message=f"listening on {address}, reachable beyond this machine"
                     + ("" if self.tls else " WITHOUT TLS: set KERNELPOLICY_TLS_CERT_FILE/KEY_FILE"),
                 )
-            if self.tls is not None and not address.startswith("unix:"):
-                port = server.add_secure_port(address, self.tls.credentials())
-            else:
-                port = server.add_insecure_port(address)
-            if port == 0 and not address.startswith("unix:"):
-                raise OSError(f"cannot listen on {address}")
+            try:
+                if self.tls is not None and not address.startswith("unix:"):
+                    port = server.add_secure_port(address, self.tls.credentials())
+                else:
+                    port = server.add_insecure_port(address)
+            except RuntimeError:
+                raise DaemonError(
+                    f"cannot listen on {address}: the address is in use (another kernelpolicy "
+                    "serve?) or not valid here; pick another with --listen"
+                ) from None
             self.bound.append(address if address.startswith("unix:") else _with_port(address, port))
         await server.start()
         self.server = server
