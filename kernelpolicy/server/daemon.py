@@ -18,11 +18,8 @@ from grpc_reflection.v1alpha import reflection
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
-from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2_grpc as f1_grpc
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
-from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.state import ServingState
 
@@ -103,9 +100,11 @@ class Daemon:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_KernelPolicyServicer_to_server(KernelPolicyService(self.state), server)
-        f1_grpc.add_ServiceServicer_to_server(FlagdV1(self.state), server)
-        f2_grpc.add_ServiceServicer_to_server(FlagdV2(self.state), server)
+        add_service(
+            server, pb.DESCRIPTOR.services_by_name["KernelPolicy"], KernelPolicyService(self.state)
+        )
+        add_service(server, f1.DESCRIPTOR.services_by_name["Service"], FlagdV1(self.state))
+        add_service(server, f2.DESCRIPTOR.services_by_name["Service"], FlagdV2(self.state))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -200,6 +199,34 @@ class Daemon:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._emit("kernelpolicy.serve.stop", grace_seconds=grace)
         await self.server.stop(grace)
+
+
+def _serialize(message: Any) -> bytes:
+    """Messages are serialised as usual; answers cached as bytes go out as they are."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def add_service(server: Any, service: Any, servicer: Any) -> None:
+    """Register ``servicer`` for a service descriptor, as the generated ``add_*_to_server``
+    does, except that handlers may return pre-serialised bytes (the cached hot answers)."""
+    from google.protobuf.message_factory import GetMessageClass
+
+    handlers = {}
+    for method in service.methods:
+        request_class = GetMessageClass(method.input_type)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=request_class.FromString,
+            response_serializer=_serialize,
+        )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(service.full_name, handlers)]
+    )
 
 
 def _with_port(address: str, port: int) -> str:

@@ -78,7 +78,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         except ResolutionError as exc:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         if key is not None:
-            snapshot.cache[key] = response
+            snapshot.cache[key] = response.SerializeToString()  # sent as is next time
         return response
 
     async def Explain(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -180,6 +180,22 @@ class _Flagd:
 
     async def _string(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
+        with_context = request.HasField("context") and bool(request.context.fields)
+        key = (self.m.__name__, request.flag_key)
+        if not with_context and key in snapshot.cache:  # the common call: one dict lookup
+            return snapshot.cache[key]
+        response = await self._evaluate_string(snapshot, request, context, with_context)
+        if not with_context:
+            snapshot.cache[key] = response.SerializeToString()  # sent as is next time
+        return response
+
+    async def _evaluate_string(
+        self,
+        snapshot: Snapshot,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        with_context: bool,
+    ) -> Any:
         resolution = snapshot.resolution
         name = request.flag_key
         if name in resolution.policies.gates:
@@ -196,7 +212,7 @@ class _Flagd:
                 value="", reason="DISABLED", metadata=_metadata(snapshot)
             )
         value = decision.impl
-        if request.HasField("context") and request.context.fields:
+        if with_context:
             declared = resolution.policies.features[name].spec.context
             call = context_for(declared, context_dict(request.context))
             if len(call) == len(declared):
