@@ -87,6 +87,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self.server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -94,6 +95,7 @@ class Daemon:
             self.log.info(event, **fields)
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -193,7 +195,12 @@ class Daemon:
             watcher.cancel()
 
     def stop(self) -> None:
-        self._stopping.set()
+        """Ask the daemon to shut down; safe to call from any thread."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._stopping.set)
+        else:
+            self._stopping.set()
 
     async def shutdown(self, grace: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
