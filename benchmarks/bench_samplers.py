@@ -65,6 +65,16 @@ def _time(fn: Callable[[int], Any], repeat: int, device: str) -> float:
     return statistics.median(samples)
 
 
+def copy_bandwidth(device: str) -> float | None:
+    """Device-to-device copy rate in GB/s, counting bytes read and written (CUDA only)."""
+    if device != "cuda":
+        return None
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = _time(lambda i: dst.copy_(src), 20, device)
+    return 2 * src.numel() / seconds / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -89,6 +99,7 @@ def main() -> None:
 
     for impl in list(greedy):
         greedy[f"{impl}+clamp"] = ClampTokenIds(greedy[impl])
+    bandwidth = copy_bandwidth(device)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         for vocab in (int(v) for v in args.vocabs.split(",")):
@@ -107,19 +118,28 @@ def main() -> None:
                 cases.append((impl, "greedy", lambda i, fn=fn, b=buffers: fn(b[i % 3])))
             for impl, path, call in cases:
                 seconds = _time(call, args.repeat, device)
+                floor_ms = gbytes / bandwidth * 1e3 if bandwidth else None
                 rows.append({
                     "impl": impl, "path": path, "batch": batch, "vocab": vocab,
                     "ms": seconds * 1e3, "gb_per_s": gbytes / seconds,
+                    "floor_ms": floor_ms,
+                    "x_floor": seconds * 1e3 / floor_ms if floor_ms else None,
                 })  # fmt: skip
     if args.json:
-        print(json.dumps({"machine": machine(), "device": device, "rows": rows}, indent=2))
+        name = torch.cuda.get_device_name() if device == "cuda" else machine()
+        print(json.dumps({"machine": machine(), "device": name, "copy_gb_per_s": bandwidth,
+                          "torch": torch.__version__, "rows": rows}, indent=2))  # fmt: skip
         return
     print(f"machine: {machine()}; device: {device}; torch {torch.__version__}")
-    print(f"{'impl':<10} {'path':<12} {'batch':>5} {'vocab':>7} {'ms/call':>10} {'GB/s':>8}")
+    if bandwidth:
+        print(f"device-to-device copy: {bandwidth:.0f} GB/s (read + write); floor = logits / that")
+    header = ("impl", "path", "batch", "vocab", "ms/call", "GB/s", "x floor")
+    print("{:<12} {:<12} {:>5} {:>7} {:>10} {:>8} {:>8}".format(*header))
     for r in rows:
+        ratio = f"{r['x_floor']:8.1f}" if r["x_floor"] else "       -"
         print(
-            f"{r['impl']:<10} {r['path']:<12} {r['batch']:>5} {r['vocab']:>7} "
-            f"{r['ms']:>10.3f} {r['gb_per_s']:>8.2f}"
+            f"{r['impl']:<12} {r['path']:<12} {r['batch']:>5} {r['vocab']:>7} "
+            f"{r['ms']:>10.3f} {r['gb_per_s']:>8.2f} {ratio}"
         )
 
 

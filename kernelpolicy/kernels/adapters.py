@@ -46,6 +46,9 @@ def flashinfer_top_k_top_p(
     if generators or (k is None and p is None):
         return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
     sampling = _module("flashinfer.sampling")
+    # The kernels read per-row parameters from device memory: int32 k, float32 p.
+    k = None if k is None else k.to(device=logits.device, dtype=torch.int32)
+    p = None if p is None else p.to(device=logits.device, dtype=torch.float32)
     if k is None:
         probs = logits.softmax(dim=-1, dtype=torch.float32)
         ids = sampling.top_p_sampling_from_probs(probs, p, deterministic=True)
