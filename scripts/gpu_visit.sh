@@ -19,6 +19,7 @@ cat "$out/env.txt"
 stage() { echo "== $1 ($(date +%T))"; }
 stage probe;   python3 -m kernelpolicy probe --json > "$out/probe.json"
 stage explain; python3 -m kernelpolicy explain --json > "$out/explain.json"; echo "explain exit $?"
+if [ -n "${SKIP_EARLY:-}" ]; then stage skip-to-bench; else
 stage jit
 python3 - > "$out/jit.txt" 2>&1 <<'PY'
 import time, torch
@@ -39,8 +40,11 @@ for r in json.load(open(sys.argv[1]))["results"]:
     bad = [c["check"] + ": " + c["detail"] for c in r["checks"] if not c["passed"]][:3]
     print(r["feature"], r["impl"], r["status"], r["skipped"] or "", r["seconds"], bad)
 PY
+fi
 stage bench
 timeout 420 python3 benchmarks/bench_samplers.py --device cuda --batches 1,32,256,1024 \
     --vocabs 128256,151936 --repeat 20 --json > "$out/samplers.json" 2> "$out/samplers.err"
 echo "bench exit $?"; tail -3 "$out/samplers.err"
+stage micro
+python3 scripts/gpu_microbench.py > "$out/micro.json" 2> "$out/micro.err"; cat "$out/micro.json"
 stage done
