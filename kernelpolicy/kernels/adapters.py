@@ -8,7 +8,9 @@ the torch implementation here too, so a caller that skips ``select()`` still get
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,16 +37,32 @@ def prepare_flashinfer() -> None:
     _module("flashinfer.sampling")
 
 
+def _seeded_and_unfiltered_to_torch(
+    kernel: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], torch.Tensor],
+) -> Callable[..., torch.Tensor]:
+    """The sampler signature around a kernel that takes (logits, k, p): seeded rows and calls
+    with neither k nor p go to the torch implementation, as the policies route them."""
+
+    @functools.wraps(kernel)
+    def sampler(
+        logits: torch.Tensor,
+        k: torch.Tensor | None,
+        p: torch.Tensor | None,
+        generators: Generators = None,
+        *,
+        k_max: int | None = None,
+    ) -> torch.Tensor:
+        if generators or (k is None and p is None):
+            return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+        return kernel(logits, k, p)
+
+    return sampler
+
+
+@_seeded_and_unfiltered_to_torch
 def flashinfer_top_k_top_p(
-    logits: torch.Tensor,
-    k: torch.Tensor | None,
-    p: torch.Tensor | None,
-    generators: Generators = None,
-    *,
-    k_max: int | None = None,
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
 ) -> torch.Tensor:
-    if generators or (k is None and p is None):
-        return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
     sampling = _module("flashinfer.sampling")
     # The kernels read per-row parameters from device memory: int32 k, float32 p.
     k = None if k is None else k.to(device=logits.device, dtype=torch.int32)
@@ -69,16 +87,10 @@ def prepare_aiter() -> None:
     _module("aiter.ops.sample")
 
 
+@_seeded_and_unfiltered_to_torch
 def aiter_top_k_top_p(
-    logits: torch.Tensor,
-    k: torch.Tensor | None,
-    p: torch.Tensor | None,
-    generators: Generators = None,
-    *,
-    k_max: int | None = None,
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
 ) -> torch.Tensor:
-    if generators or (k is None and p is None):
-        return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
     sampling = _module("aiter.ops.sampling")
     probs = logits.softmax(dim=-1, dtype=torch.float32)
     if k is None:
