@@ -42,9 +42,9 @@ for r in json.load(open(sys.argv[1]))["results"]:
 PY
 fi
 stage bench
-timeout 420 python3 benchmarks/bench_samplers.py --device cuda --batches 1,32,256,1024 \
-    --vocabs 128256,151936 --repeat 20 --json > "$out/samplers.json" 2> "$out/samplers.err"
+timeout 420 python3 benchmarks/bench_samplers.py --device cuda --batches "${BATCHES:-1,32,256,1024}" \
+    --vocabs "${VOCABS:-128256,151936}" --repeat 20 --json > "$out/samplers.json" 2> "$out/samplers.err"
 echo "bench exit $?"; tail -3 "$out/samplers.err"
 stage micro
-python3 scripts/gpu_microbench.py > "$out/micro.json" 2> "$out/micro.err"; cat "$out/micro.json"
+[ -n "${NO_MICRO:-}" ] || python3 scripts/gpu_microbench.py > "$out/micro.json" 2> "$out/micro.err"; cat "$out/micro.json"
 stage done
