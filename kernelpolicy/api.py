@@ -80,7 +80,7 @@ def resolve(
             env_patterns=[*sorted(policy_set.env_names), FORCE_PREFIX + "*"],
         )
     evidence = None
-    if any(c.spec.verified for f in policy_set.features.values() for c in f.candidates):
+    if policy_set.needs_evidence:
         from kernelpolicy.conformance.evidence import load_evidence
 
         evidence = load_evidence(platform, settings.cache_dir)

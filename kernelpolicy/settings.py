@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -91,6 +91,15 @@ class Settings(BaseSettings):
         return value
 
 
+def _settings_error(exc: Any) -> SettingsError:
+    """A pydantic ValidationError as one message naming each KERNELPOLICY_* variable."""
+    problems = "; ".join(
+        f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+        for err in exc.errors()
+    )
+    return SettingsError(f"bad kernelpolicy settings: {problems}")
+
+
 def load_settings() -> Settings:
     """Read settings from the environment, translating validation errors to SettingsError."""
     from pydantic import ValidationError
@@ -101,11 +110,7 @@ def load_settings() -> Settings:
     except SourceError as exc:
         raise SettingsError(f"bad kernelpolicy settings: {exc} (expected JSON)") from None
     except ValidationError as exc:
-        problems = "; ".join(
-            f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise SettingsError(f"bad kernelpolicy settings: {problems}") from None
+        raise _settings_error(exc) from None
 
 
 class _MappingSettings(Settings):
@@ -154,8 +159,4 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     try:
         return _MappingSettings.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise SettingsError(f"bad kernelpolicy settings: {problems}") from None
+        raise _settings_error(exc) from None

@@ -50,10 +50,13 @@ def run(args: argparse.Namespace) -> int:
         env_patterns=[*sorted(policies.env_names), FORCE_PREFIX + "*"],
     )
     env = environment(args, platform)
-    from kernelpolicy.conformance.evidence import load_evidence
+    answer_settings = settings_from(env)
+    evidence = None
+    if policies.needs_evidence:
+        from kernelpolicy.conformance.evidence import load_evidence
 
-    evidence = load_evidence(platform, settings_from(env).cache_dir)
-    resolution = resolve_policies(platform, env, policies, settings_from(env).overrides, evidence)
+        evidence = load_evidence(platform, answer_settings.cache_dir)
+    resolution = resolve_policies(platform, env, policies, answer_settings.overrides, evidence)
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(

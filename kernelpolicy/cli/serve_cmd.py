@@ -106,6 +106,7 @@ def run_status(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
     from kernelpolicy.server.daemon import DEFAULT_PORT, default_unix_socket
 
@@ -119,7 +120,7 @@ def run_status(args: argparse.Namespace) -> int:
                 health = health_pb2_grpc.HealthStub(client.channel).Check(
                     health_pb2.HealthCheckRequest(service=""), timeout=3.0
                 )
-                explain = client.stub.Explain(client_request(), timeout=3.0)
+                explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
             except grpc.RpcError as exc:
                 last_error = f"{address}: {exc.code().name}: {exc.details()}"
                 continue
@@ -151,9 +152,3 @@ def run_status(args: argparse.Namespace) -> int:
                 print(f"decision error: {feature}: {error}")
         return 0 if serving and not explain.policy_error else 1
     raise KernelPolicyError(f"no daemon answered ({last_error or 'nothing tried'})")
-
-
-def client_request() -> Any:
-    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-
-    return pb.ExplainRequest()

@@ -132,7 +132,7 @@ def _check_workarounds(
 ) -> None:
     for workaround in candidate.workarounds:
         lifted = bool(workaround.lift_when) and all(
-            _library_failure(check, platform) is None for check in workaround.lift_when
+            check.satisfied(platform.libraries) for check in workaround.lift_when
         )
         reason = workaround.spec.reason
         if lifted:
@@ -265,17 +265,7 @@ def _apply_issue(
     issue: CompiledIssue, platform: Platform, reported: set[str], result: CheckResult
 ) -> None:
     spec = issue.spec
-    applies = True
-    if issue.library is not None:
-        found = platform.libraries.get(issue.library.name)
-        parsed = parse_version(found) if found else None
-        if parsed is None or isinstance(parsed, UnreadableVersion):
-            applies = False
-        else:
-            value = parsed.base if issue.library.compare == "base" else parsed.value
-            specifier = issue.library.specifier
-            applies = specifier is None or specifier.contains(value, prereleases=True)
-    if not applies:
+    if issue.library is not None and not issue.library.satisfied(platform.libraries):
         return
     where = (
         f"{issue.library.name} {platform.libraries[issue.library.name]} " if issue.library else ""

@@ -20,7 +20,7 @@ from kernelpolicy.policy.schema import (
     LibrarySpec,
     Workaround,
 )
-from kernelpolicy.versions import parse_specifier
+from kernelpolicy.versions import StackVersion, parse_specifier, parse_version
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,15 @@ class LibraryCheck:
         text, compare = (spec, "full") if isinstance(spec, str) else (spec.version, spec.compare)
         specifier = None if text.strip() == "*" else parse_specifier(text)
         return cls(name, text.strip(), specifier, compare)
+
+    def satisfied(self, libraries: Mapping[str, str]) -> bool:
+        """Installed, readable, and in range (compared as ``compare`` says)."""
+        found = libraries.get(self.name)
+        parsed = parse_version(found) if found is not None else None
+        if not isinstance(parsed, StackVersion):
+            return False
+        value = parsed.base if self.compare == "base" else parsed.value
+        return self.specifier is None or self.specifier.contains(value, prereleases=True)
 
 
 def _spec(text: str | None) -> SpecifierSet | None:
@@ -125,6 +134,11 @@ class PolicySet:
     digest: str
     env_names: frozenset[str] = field(default=frozenset())
     library_names: frozenset[str] = field(default=frozenset())
+
+    @property
+    def needs_evidence(self) -> bool:
+        """Some candidate says ``verified = true``: resolving needs the stored evidence."""
+        return any(c.spec.verified for f in self.features.values() for c in f.candidates)
 
 
 def compile_candidate(

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledCandidate, CompiledFeature, PolicySet
-from kernelpolicy.versions import StackVersion, parse_version
 
 # Capabilities of real devices, to tell a range that matches none of them.
 _CAPABILITIES = {
@@ -91,19 +90,8 @@ def _liftable(candidate: CompiledCandidate, name: str, platform: Platform) -> li
     for workaround in candidate.workarounds:
         if not workaround.lift_when:
             continue
-        met = []
-        for check in workaround.lift_when:
-            found = platform.libraries.get(check.name)
-            parsed = parse_version(found) if found else None
-            if not isinstance(parsed, StackVersion):
-                break
-            value = parsed.base if check.compare == "base" else parsed.value
-            if check.specifier is not None and not check.specifier.contains(
-                value, prereleases=True
-            ):
-                break
-            met.append(f"{check.name} {found}")
-        else:
+        if all(check.satisfied(platform.libraries) for check in workaround.lift_when):
+            met = [f"{c.name} {platform.libraries[c.name]}" for c in workaround.lift_when]
             issues.append(
                 _issue(
                     candidate,

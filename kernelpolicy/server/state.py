@@ -68,7 +68,7 @@ class ServingState:
     ) -> Snapshot:
         policies = load_policy_sources(sources)
         evidence = None
-        if any(c.spec.verified for f in policies.features.values() for c in f.candidates):
+        if policies.needs_evidence:
             evidence = load_evidence(self.platform, self.cache_dir)
         resolution = resolve_policies(self.platform, self.env, policies, self.overrides, evidence)
         return Snapshot(revision, resolution, sources, evidence, error)
