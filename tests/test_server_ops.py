@@ -14,7 +14,7 @@ from kernelpolicy.cli import main
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-from kernelpolicy.server.daemon import Daemon, TlsFiles, is_loopback
+from kernelpolicy.server.daemon import TlsFiles, is_loopback
 from kernelpolicy.testing.daemon import running_daemon
 from tests.helpers import ROOT, fixture
 
@@ -47,35 +47,18 @@ def _certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_tls(tmp_path: Path) -> None:
     """With a certificate, TCP listeners speak TLS: a TLS client is served, plaintext is not."""
-    import asyncio
-    import threading
-
     from kernelpolicy.server.client import connect
-    from kernelpolicy.server.state import ServingState
 
     cert, key = _certificate(tmp_path)
-    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
-    loop = asyncio.new_event_loop()
-    daemon = Daemon(state, ["127.0.0.1:0"], tls=TlsFiles(cert, key), log_format="off", watch=False)
-    started = threading.Event()
-    thread = threading.Thread(
-        target=lambda: loop.run_until_complete(
-            daemon.serve(handle_signals=False, on_started=started.set)
-        ),
-        daemon=True,
-    )
-    thread.start()
-    started.wait(20)
-    try:
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], watch=False, tls=TlsFiles(cert, key)
+    ) as daemon:
         credentials = grpc.ssl_channel_credentials(cert.read_bytes())
         with connect(daemon.bound[0], credentials=credentials) as client:
             assert client.resolve().decision("topk_per_row").impl == "torch"
         with connect(daemon.bound[0], timeout=2) as plain, pytest.raises(grpc.RpcError) as info:
             plain.stub.ListFeatures(pb.ListFeaturesRequest(), timeout=2)
         assert info.value.code() in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-    finally:
-        loop.call_soon_threadsafe(daemon.stop)
-        thread.join(20)
 
 
 def test_status_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,11 +21,13 @@ def running_daemon(
     listen: Sequence[str] = ("127.0.0.1:0",),
     watch: bool = True,
     overrides: Mapping[str, str] | None = None,
+    tls: Any = None,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
     Yields the daemon; ``daemon.bound[0]`` is its address, ``daemon.call(coro)`` runs a
-    coroutine (such as ``daemon.reload()``) on its loop and returns the result.
+    coroutine (such as ``daemon.reload()``) on its loop and returns the result. ``tls`` takes a
+    :class:`~kernelpolicy.server.daemon.TlsFiles`.
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -40,8 +42,9 @@ def running_daemon(
 
         async def main() -> None:
             daemon = Daemon(
-                state, list(listen), log_format="off", watch=watch, reload_debounce_ms=50
-            )
+                state, list(listen), tls=tls, log_format="off", watch=watch,
+                reload_debounce_ms=50,
+            )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)
 
