@@ -8,7 +8,7 @@ logits read once (batch x vocab x 4 bytes), the floor any sampler pays. On CUDA,
 CUDA events.
 
 Usage: python benchmarks/bench_samplers.py [--device cpu|cuda] [--batches 1,32,256]
-       [--vocabs 32000,128256,151936] [--repeat N] [--json]
+       [--vocabs 32000,128256,151936] [--repeat N] [--impls torch,triton] [--json]
 """
 
 from __future__ import annotations
@@ -81,19 +81,28 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32,256")
     parser.add_argument("--vocabs", default="32000,128256,151936")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--impls", help="only these implementations (comma-separated)")
+    parser.add_argument(
+        "--scale", type=float, default=5.0,
+        help="logits are N(0, scale^2); 5 gives a nucleus of ~10 tokens at p 0.9, 1 one of "
+        "~60%% of the vocabulary",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     device = args.device
-    samplers = {
-        impl: fn
-        for (feature, impl), entry in BUILTIN_ENTRIES.items()
-        if feature == "sampler.top_k_top_p" and (fn := _loadable(impl, entry)) is not None
-    }
-    greedy = {
-        impl: fn
-        for (feature, impl), entry in BUILTIN_ENTRIES.items()
-        if feature == "sampler.greedy" and (fn := _loadable(impl, entry)) is not None
-    }
+    wanted = set(args.impls.split(",")) if args.impls else None
+
+    def loaded(name: str) -> dict[str, Callable[..., Any]]:
+        return {
+            impl: fn
+            for (feature, impl), entry in BUILTIN_ENTRIES.items()
+            if feature == name
+            and (wanted is None or impl in wanted)
+            and (fn := _loadable(impl, entry)) is not None
+        }
+
+    samplers = loaded("sampler.top_k_top_p")
+    greedy = loaded("sampler.greedy")
     # The output guard's cost, beside the same kernel unguarded.
     from kernelpolicy.kernels.guards import ClampTokenIds
 
@@ -103,7 +112,7 @@ def main() -> None:
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         for vocab in (int(v) for v in args.vocabs.split(",")):
-            buffers = [torch.randn(batch, vocab, device=device) * 5 for _ in range(3)]
+            buffers = [torch.randn(batch, vocab, device=device) * args.scale for _ in range(3)]
             gbytes = batch * vocab * 4 / 1e9
             k = torch.full((batch,), 50, dtype=torch.int64)
             p = torch.full((batch,), 0.9, device=device)
@@ -128,6 +137,7 @@ def main() -> None:
     if args.json:
         name = torch.cuda.get_device_name() if device == "cuda" else machine()
         print(json.dumps({"machine": machine(), "device": name, "copy_gb_per_s": bandwidth,
+                          "scale": args.scale,
                           "torch": torch.__version__, "rows": rows}, indent=2))  # fmt: skip
         return
     print(f"machine: {machine()}; device: {device}; torch {torch.__version__}")

@@ -2,6 +2,8 @@
 # One visit to a lent NVIDIA GPU machine (no internet): install what .gpu/ carries, then probe,
 # explain, JIT-build FlashInfer's sampling kernels, run the conformance suite and the sampler
 # benchmark on CUDA. Everything lands under $OUT. The recipe is explained in docs/gpu.md.
+# Knobs: IMPLS=torch,triton (only these implementations), NO_JIT=1 (skip the FlashInfer build),
+# SKIP_EARLY=1 (only the benchmarks), BATCHES, VOCABS, NO_MICRO=1.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 KERNELPOLICY_LOG_FORMAT=off XDG_CACHE_HOME=/tmp/kpcache
@@ -19,7 +21,9 @@ cat "$out/env.txt"
 stage() { echo "== $1 ($(date +%T))"; }
 stage probe;   python3 -m kernelpolicy probe --json > "$out/probe.json"
 stage explain; python3 -m kernelpolicy explain --json > "$out/explain.json"; echo "explain exit $?"
+impl_args=(); for i in ${IMPLS//,/ }; do impl_args+=(--impl "$i"); done
 if [ -n "${SKIP_EARLY:-}" ]; then stage skip-to-bench; else
+if [ -n "${NO_JIT:-}" ]; then stage no-jit; else
 stage jit
 python3 - > "$out/jit.txt" 2>&1 <<'PY'
 import time, torch
@@ -31,9 +35,10 @@ torch.cuda.synchronize()
 print("flashinfer sampling JIT build + first call:", round(time.perf_counter() - t, 1), "s", ids.tolist())
 PY
 tail -3 "$out/jit.txt"
+fi
 stage verify
 python3 -m kernelpolicy verify --json --feature sampler.top_k_top_p --feature sampler.greedy \
-    --feature rmsnorm --feature topk_per_row > "$out/verify.json" 2> "$out/verify.err"
+    --feature rmsnorm --feature topk_per_row "${impl_args[@]}" > "$out/verify.json" 2> "$out/verify.err"
 echo "verify exit $?"; python3 - "$out/verify.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:
@@ -43,7 +48,7 @@ PY
 fi
 stage bench
 timeout 420 python3 benchmarks/bench_samplers.py --device cuda --batches "${BATCHES:-1,32,256,1024}" \
-    --vocabs "${VOCABS:-128256,151936}" --repeat 20 --json > "$out/samplers.json" 2> "$out/samplers.err"
+    --vocabs "${VOCABS:-128256,151936}" --repeat 20 ${IMPLS:+--impls "$IMPLS"} --json > "$out/samplers.json" 2> "$out/samplers.err"
 echo "bench exit $?"; tail -3 "$out/samplers.err"
 stage micro
 [ -n "${NO_MICRO:-}" ] || python3 scripts/gpu_microbench.py > "$out/micro.json" 2> "$out/micro.err"; cat "$out/micro.json"

@@ -24,7 +24,7 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
         main(["explain", "--platform", platform("mi300x"), "--env", "VLLM_ROCM_USE_AITER=1"]) == 0
     )
     out = capsys.readouterr().out
-    assert "sampler.top_k_top_p  torch  fallback, 2 preferred candidate(s) rejected" in out
+    assert "sampler.top_k_top_p  torch  fallback, 3 preferred candidate(s) rejected" in out
     assert (
         "allreduce_rmsnorm    aiter  first supported candidate (VLLM_ROCM_USE_AITER=1: auto)" in out
     )
@@ -41,7 +41,7 @@ def test_explain_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     topk = doc["decisions"]["sampler.top_k_top_p"]
     assert {"impl", "error", "reasons", "candidates"} <= set(topk)
     assert topk["impl"] == "flashinfer"
-    assert [c["impl"] for c in topk["candidates"]] == ["flashinfer", "aiter", "torch"]
+    assert [c["impl"] for c in topk["candidates"]] == ["flashinfer", "aiter", "triton", "torch"]
 
 
 def test_explain_exits_one_on_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +62,7 @@ def test_explain_env_unset_and_snapshot_env(
     path.write_text(json.dumps(snapshot))
     main(["explain", "sampler.top_k_top_p", "--platform", str(path), "--json"])
     assert (
-        json.loads(capsys.readouterr().out)["decisions"]["sampler.top_k_top_p"]["impl"] == "torch"
+        json.loads(capsys.readouterr().out)["decisions"]["sampler.top_k_top_p"]["impl"] == "triton"
     )
     main(
         [

@@ -23,12 +23,13 @@ TOPK = "sampler.top_k_top_p"
         pytest.param("b200", {}, "flashinfer", Reason.PREFERRED, id="b200-sm100"),
         pytest.param("t4", {}, "torch", Reason.FALLBACK, id="t4-sm75-falls-back"),
         pytest.param("cpu", {}, "torch", Reason.FALLBACK, id="cpu"),
-        pytest.param("h100-real", {}, "torch", Reason.FALLBACK, id="h100-without-flashinfer"),
+        # without FlashInfer (or with it off) NVIDIA parts use kernelpolicy's Triton sampler
+        pytest.param("h100-real", {}, "triton", Reason.PREFERRED, id="h100-without-flashinfer"),
         pytest.param(
             "h100-sxm",
             {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
-            "torch",
-            Reason.FALLBACK,
+            "triton",
+            Reason.PREFERRED,
             id="h100-off",
         ),
         pytest.param(
@@ -127,10 +128,10 @@ def test_required_but_unsupported_lists_every_reason() -> None:
 
 
 def test_sixteen_sms_is_not_enough() -> None:
-    """More than 16 SMs are needed: a 16-SM part falls back and says why."""
+    """More than 16 SMs are needed: a 16-SM part skips FlashInfer and says why."""
     platform = with_device("l4", compute_units=16)
     decision = resolve_on(platform).decision(TOPK)
-    assert decision.impl == "torch"
+    assert decision.impl == "triton"
     assert "needs at least 17 SMs, found 16" in decision.reasons[1]
 
 

@@ -29,7 +29,7 @@ def test_force_variable_name() -> None:
             "h100-sxm", "aiter", None, ErrorCode.REQUIRED_UNSUPPORTED, id="force-unsupported"
         ),
         pytest.param(
-            "h100-sxm", "triton", None, ErrorCode.UNKNOWN_IMPLEMENTATION, id="force-unknown"
+            "h100-sxm", "cutlass", None, ErrorCode.UNKNOWN_IMPLEMENTATION, id="force-unknown"
         ),
     ],
 )
@@ -43,12 +43,12 @@ def test_force(platform: str, forced: str, impl: str | None, code: ErrorCode | N
 
 def test_force_unknown_lists_the_choices() -> None:
     """An unknown forced implementation names the variable and the valid names."""
-    decision = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="triton").decision(
+    decision = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="cutlass").decision(
         TOPK
     )
     assert decision.error == (
-        "KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P='triton' is not an implementation of "
-        "sampler.top_k_top_p; expected one of flashinfer, aiter, torch"
+        "KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P='cutlass' is not an implementation of "
+        "sampler.top_k_top_p; expected one of flashinfer, aiter, triton, torch"
     )
 
 
@@ -62,10 +62,11 @@ def test_force_beats_switch_off_and_settings_overrides() -> None:
 
 
 def test_forced_kernel_keeps_per_call_fallback() -> None:
-    """Forcing flashinfer still sends seeded requests to torch (flashinfer cannot take them)."""
+    """Forcing flashinfer still sends seeded requests on (flashinfer cannot take them): to the
+    next candidate that can, the Triton sampler."""
     resolution = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="flashinfer")
     ctx = {"has_top_k": True, "has_top_p": True, "logprobs_mode": "raw_logprobs"}
-    assert resolution.select(TOPK, has_generators=True, **ctx) == "torch"
+    assert resolution.select(TOPK, has_generators=True, **ctx) == "triton"
 
 
 @pytest.mark.parametrize(

@@ -47,4 +47,4 @@ def test_openfeature_flagd_provider(tmp_path: Path) -> None:
     assert first["gate_without_context"] is False  # INVALID_ARGUMENT -> the caller's default
     assert second["seen"] is True, stderr
     assert ["sampler.top_k_top_p"] in second["flags"]
-    assert second["value"] == "torch"
+    assert second["value"] == "triton"

@@ -21,8 +21,8 @@ CALL = {
     ("changes", "impl"),
     [
         pytest.param({}, "flashinfer", id="plain-call"),
-        pytest.param({"has_generators": True}, "torch", id="seeded-request"),
-        pytest.param({"has_top_k": False, "has_top_p": False}, "torch", id="no-k-no-p"),
+        pytest.param({"has_generators": True}, "triton", id="seeded-request"),
+        pytest.param({"has_top_k": False, "has_top_p": False}, "triton", id="no-k-no-p"),
         pytest.param({"has_top_k": False}, "flashinfer", id="top-p-only"),
         pytest.param({"logprobs_mode": "processed_logprobs"}, "torch", id="processed-logprobs"),
         pytest.param({"logprobs_mode": "processed_logits"}, "torch", id="processed-logits"),
@@ -30,7 +30,8 @@ CALL = {
     ],
 )
 def test_select_per_call(changes: dict[str, object], impl: str) -> None:
-    """Seeded requests, no k/p, or processed logprobs go to torch."""
+    """Seeded requests and no k/p skip flashinfer for the Triton sampler; processed logprobs
+    go to torch."""
     assert resolve_on("h100-sxm").select(TOPK, **{**CALL, **changes}) == impl
 
 
@@ -54,7 +55,7 @@ def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
         assert resolution.select(TOPK, **CALL) == "flashinfer"
     assert len(calls) == 1
     resolution.select(TOPK, **{**CALL, "has_generators": True})
-    assert len(calls) == 2
+    assert len(calls) == 3  # flashinfer's rule, then triton's
 
 
 @pytest.mark.parametrize(
@@ -102,7 +103,7 @@ def test_select_errors(call, message: str) -> None:  # type: ignore[no-untyped-d
 def test_booleans_are_taken_by_truthiness_on_the_compiled_path() -> None:
     """As in a hand-written rule, 1 counts as True where the rule is compiled to Python."""
     resolution = resolve_on("h100-sxm")
-    assert resolution.select(TOPK, **{**CALL, "has_generators": 1}) == "torch"
+    assert resolution.select(TOPK, **{**CALL, "has_generators": 1}) == "triton"
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,7 @@ def test_resolve_hypothetical_platform_and_env(stub: pb_grpc.KernelPolicyStub) -
             features=[TOPK], platform_json=platform_json, env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}
         )
     )
-    assert response.decisions[0].impl == "torch"
+    assert response.decisions[0].impl == "triton"
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_explain_and_list_features(stub: pb_grpc.KernelPolicyStub) -> None:
     assert "sampler.top_k_top_p  aiter" in explain.text
     assert explain.policy_error == ""
     features = {f.name: f for f in stub.ListFeatures(pb.ListFeaturesRequest()).features}
-    assert list(features[TOPK].implementations) == ["flashinfer", "aiter", "torch"]
+    assert list(features[TOPK].implementations) == ["flashinfer", "aiter", "triton", "torch"]
     assert features["allreduce_rmsnorm.one_stage"].gate
 
 

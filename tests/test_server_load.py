@@ -88,6 +88,6 @@ def test_mixed_load_with_a_reload(tmp_path: Path) -> None:
             thread.join()
 
     assert errors == []
-    # Revision 1 chose flashinfer, revision 2 (after the reload) torch; never a mix.
-    assert answers["resolve"] == {(1, "flashinfer"), (2, "torch")}
-    assert answers["flagd"] == {(1, "flashinfer"), (2, "torch")}
+    # Revision 1 chose flashinfer, revision 2 (after the reload) triton; never a mix.
+    assert answers["resolve"] == {(1, "flashinfer"), (2, "triton")}
+    assert answers["flagd"] == {(1, "flashinfer"), (2, "triton")}

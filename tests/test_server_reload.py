@@ -58,7 +58,7 @@ def test_edited_file_is_reloaded_and_watchers_are_told(tmp_path: Path) -> None:
         (policies / "90-ops.toml").write_text(DISABLE)
         seen.append(next(stream))
         stream.close()
-        assert seen[1].decision(TOPK).impl == "torch"
+        assert seen[1].decision(TOPK).impl == "triton"
         assert seen[1].revision == 2
         assert "incident 4711" in seen[1].decision(TOPK).reasons[1]
 
@@ -80,7 +80,7 @@ def test_bad_file_keeps_the_last_good_set(tmp_path: Path) -> None:
         assert impl_of(daemon.bound[0]) == "flashinfer"
         (policies / "90-ops.toml").write_text(DISABLE)  # fixed
         daemon.call(daemon.reload("test"))
-        assert impl_of(daemon.bound[0]) == "torch"
+        assert impl_of(daemon.bound[0]) == "triton"
         with grpc.insecure_channel(daemon.bound[0]) as channel:
             assert pb_grpc.KernelPolicyStub(channel).Explain(pb.ExplainRequest()).policy_error == ""
 
@@ -103,7 +103,7 @@ def test_configmap_symlink_swap(tmp_path: Path) -> None:
         tmp_link = mount / "..data_tmp"
         tmp_link.symlink_to(second.name)
         tmp_link.replace(mount / "..data")  # the atomic swap kubelet does
-        wait_for(lambda: impl_of(daemon.bound[0]) == "torch")
+        wait_for(lambda: impl_of(daemon.bound[0]) == "triton")
 
 
 def test_event_stream_announces_changed_flags(tmp_path: Path) -> None:
@@ -160,7 +160,7 @@ def test_sighup_and_sigterm(tmp_path: Path) -> None:
         time.sleep(0.3)
         assert impl_of(address) == "flashinfer"  # not watching: nothing yet
         proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: impl_of(address) == "torch")
+        wait_for(lambda: impl_of(address) == "triton")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         log = proc.stderr.read() if proc.stderr else ""

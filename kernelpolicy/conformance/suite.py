@@ -43,6 +43,7 @@ def _rocm() -> bool:
 _NEEDS: dict[str, tuple[str, Callable[[], bool]]] = {
     "flashinfer": ("a CUDA device", _cuda),
     "aiter": ("a ROCm device", _rocm),
+    "triton": ("a CUDA device", _cuda),
 }
 
 

@@ -11,7 +11,7 @@ from kernelpolicy.policy.locate import locate
 from kernelpolicy.policy.schema import PolicyFile
 
 KNOWN_IMPLEMENTATIONS: dict[str, frozenset[str]] = {
-    "sampler.top_k_top_p": frozenset({"flashinfer", "aiter", "torch"}),
+    "sampler.top_k_top_p": frozenset({"flashinfer", "aiter", "triton", "torch"}),
     "sampler.greedy": frozenset({"aiter", "torch"}),
     "allreduce_rmsnorm": frozenset({"aiter", "torch"}),
     "mhc": frozenset({"aiter", "torch"}),
@@ -49,6 +49,7 @@ BUILTIN_ENTRIES: dict[tuple[str, str], str] = {
     ("sampler.top_k_top_p", "torch"): f"{_TORCH}:top_k_top_p",
     ("sampler.top_k_top_p", "flashinfer"): f"{_ADAPTERS}:flashinfer_top_k_top_p",
     ("sampler.top_k_top_p", "aiter"): f"{_ADAPTERS}:aiter_top_k_top_p",
+    ("sampler.top_k_top_p", "triton"): "kernelpolicy.kernels.sampling_triton:top_k_top_p",
     ("sampler.greedy", "torch"): f"{_TORCH}:greedy",
     ("sampler.greedy", "aiter"): f"{_ADAPTERS}:aiter_greedy",
     ("allreduce_rmsnorm", "torch"): f"{_TORCH}:allreduce_rmsnorm",

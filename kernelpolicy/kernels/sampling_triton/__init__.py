@@ -1,0 +1,170 @@
+"""Sort-free top-k/top-p sampling in Triton: the ``triton`` implementation (CUDA).
+
+Same signature and semantics as :func:`kernelpolicy.kernels.torch_impl.top_k_top_p`, built so
+that the logits are read about twice and nothing is sorted at vocabulary size. Per call:
+
+1. ``group_kernel`` (2-D grid): the maximum and the softmax sum of every group of ``GS``
+   logits. ``torch.topk`` takes the largest group maxima of each row.
+2. ``bounds_kernel`` (per row): a lower bound of the candidates. Top-k: the k-th largest group
+   maximum ``L``; fewer than k groups hold logits above it, so at most ``(k - 1) * GS`` exist,
+   and the exact top-k is among the logits ``>= L``. Top-p: the first group maxima whose own
+   mass reaches ``p`` (each is a logit, so the nucleus lies above the last of them).
+3. ``select_kernel`` (2-D grid): every logit ``>=`` the bound, packed with its token id into a
+   64-bit key, goes to its tile's slots.
+4. ``finish_kernel`` (per row): sorts the few candidates by key (logit, then lower token id),
+   applies top-k, then top-p (over the row's whole softmax, or the top-k's own), and draws by
+   inverse CDF with one uniform per row. A row with neither k nor p draws a group by its mass,
+   then a token inside it.
+5. ``row_kernel`` (per row, rows flagged by step 4 only): a nucleus wider than the candidate
+   buffer, many tied logits, or candidates crowded into one tile. It searches the nucleus
+   threshold exactly (``FAN`` thresholds per pass over the row until the logits in the last
+   interval fit a buffer), so no row is ever truncated to a fixed candidate count; it is the
+   slow path (one SM reads the row several times).
+
+NaN logits are never drawn; ``+inf`` logits share all the mass; a row with nothing finite
+gives token 0. Ties at the top-k boundary keep the lowest token ids. Seeded rows draw their
+uniform from their own generator, so a seeded request gets the same token whatever else is in
+the batch (not the same token as the torch implementation).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import triton
+
+from kernelpolicy.kernels.sampling_triton.common import group_kernel
+from kernelpolicy.kernels.sampling_triton.fast import bounds_kernel, finish_kernel, select_kernel
+from kernelpolicy.kernels.sampling_triton.row import row_kernel
+from kernelpolicy.kernels.torch_impl import Generators
+
+MAX_K = 256  # a larger k goes through the torch implementation
+GROUP = 32  # logits per group, at most
+GROUP_BLOCK, GROUP_WARPS = 4096, 8  # tile and warps of the 2-D kernels
+TOP_GROUPS = 512  # group maxima the top-p bound looks at
+REGION = 128  # candidates one tile may hand to finish_kernel
+SMALL, LARGE = 256, 1024  # finish_kernel sorts SMALL keys, or LARGE; more go to row_kernel
+CAP = 4096  # candidates row_kernel may hold (and sort)
+ROW_BLOCK, ROW_WARPS = 2048, 8  # tile and warps of row_kernel
+FAN = 16  # thresholds per pass of the exact nucleus search
+ROUNDS = 12  # search passes before the interval is kept whole (only ties get there)
+
+
+def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
+    u = torch.rand(batch, device=device)
+    for row, generator in (generators or {}).items():
+        u[row : row + 1].uniform_(generator=generator)
+    return u
+
+
+def _group_size(vocab: int, k_bound: int) -> int:
+    """The largest power of two <= GROUP that leaves at least k_bound groups and room for the
+    (k_bound - 1) * size + k_bound candidates of a top-k row."""
+    size = GROUP
+    while size > 1 and (-(-vocab // size) < k_bound or (k_bound - 1) * size + k_bound > CAP):
+        size //= 2
+    return size
+
+
+def _k_bound(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[torch.Tensor, int]:
+    """Per-row k with 0 for "no top-k", and an upper bound of it (read on the host)."""
+    k = k.to(torch.int64)
+    k = torch.where((k <= 0) | (k >= vocab), 0, k)
+    if k.device.type == "cpu" or k_max is None:
+        return k, int(k.max()) if k.numel() else 0  # a synchronisation when k is on the GPU
+    return k, min(int(k_max), vocab - 1)
+
+
+class _Scratch:
+    """Per-call work buffers, kept per (device, stream, batch, vocab, group size): calls on
+    one stream run in order, so reusing them is safe, and it saves a dozen allocations."""
+
+    _cache: ClassVar[dict[tuple[object, ...], _Scratch]] = {}
+
+    def __init__(self, batch: int, vocab: int, size: int, device: torch.device) -> None:
+        self.tiles = triton.cdiv(vocab, GROUP_BLOCK)
+        self.groups = self.tiles * (GROUP_BLOCK // size)
+        f32, i32, i64 = torch.float32, torch.int32, torch.int64
+        self.gmax = torch.empty(batch, self.groups, dtype=f32, device=device)
+        self.gsum = torch.empty(batch, self.groups, dtype=f32, device=device)
+        self.bound = torch.empty(batch, dtype=f32, device=device)
+        self.z = torch.empty(batch, dtype=f32, device=device)
+        self.mode = torch.empty(batch, dtype=i32, device=device)
+        self.slow = torch.empty(batch, dtype=i32, device=device)
+        self.counts = torch.empty(batch, self.tiles, dtype=i32, device=device)
+        self.regions = torch.empty(batch, self.tiles, REGION, dtype=i64, device=device)
+        self.dense = torch.empty(batch, LARGE, dtype=i64, device=device)
+        self.buffers = torch.empty(batch, CAP, dtype=i64, device=device)
+
+    @classmethod
+    def get(cls, batch: int, vocab: int, size: int, device: torch.device) -> _Scratch:
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        key = (device, stream, batch, vocab, size)
+        scratch = cls._cache.get(key)
+        if scratch is None:
+            if len(cls._cache) >= 16:  # a serving process sees few shapes; bound it anyway
+                cls._cache.clear()
+            scratch = cls._cache[key] = cls(batch, vocab, size, device)
+        return scratch
+
+
+def top_k_top_p(
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: Generators = None,
+    *,
+    k_max: int | None = None,
+) -> torch.Tensor:
+    """Sample one token per row after top-k and then top-p filtering (see the module doc).
+
+    ``k`` on the host costs nothing; on the GPU, pass ``k_max`` or its maximum is read with a
+    device synchronisation. Rows whose ``k`` is ``<= 0`` or ``>= vocab`` are top-p (or plain)
+    rows. A ``k`` above :data:`MAX_K` goes through the torch implementation.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
+    x = logits if logits.stride(-1) == 1 else logits.contiguous()
+    batch, vocab = x.shape
+    device = x.device
+    k_rows, k_bound = (None, 0) if k is None else _k_bound(k, vocab, k_max)
+    if k_bound > MAX_K:
+        from kernelpolicy.kernels import torch_impl
+
+        return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+    size = _group_size(vocab, k_bound)
+    w = _Scratch.get(batch, vocab, size, device)
+    stride, groups, tiles = x.stride(0), w.groups, w.tiles
+    group_kernel[(batch, tiles)](
+        x, stride, vocab, w.gmax, w.gsum, groups, w.counts, tiles, BLOCK=GROUP_BLOCK, GS=size,
+        num_warps=GROUP_WARPS,
+    )  # fmt: skip
+    n_top = min(groups, max(k_bound, TOP_GROUPS))
+    tops = torch.topk(w.gmax, n_top, dim=-1).values
+    u = _uniform(batch, device, generators)
+    k_dev = u if k_rows is None or k_bound == 0 else k_rows.to(device, torch.int32)
+    p_dev = u if p is None else p.to(device, torch.float32).contiguous()
+    flags = {"HAS_K": k_bound > 0, "HAS_P": p is not None}
+    bounds_kernel[(batch,)](
+        tops, n_top, n_top, w.gmax, w.gsum, groups, groups, k_dev, p_dev, w.mode, w.bound, w.z,
+        TG=TOP_GROUPS, BLOCK=1024, num_warps=4, **flags,
+    )  # fmt: skip
+    select_kernel[(batch, tiles)](
+        x, stride, vocab, w.mode, w.bound, w.regions, w.counts, tiles, BLOCK=GROUP_BLOCK,
+        R=REGION, num_warps=GROUP_WARPS,
+    )  # fmt: skip
+    out = torch.empty(batch, dtype=torch.int64, device=device)
+    finish_kernel[(batch,)](
+        x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, groups, groups, w.regions,
+        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, GS=size,
+        TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE, BLOCK=1024,
+        num_warps=4, **flags,
+    )  # fmt: skip
+    row_kernel[(batch,)](
+        x, stride, vocab, tops, n_top, n_top, w.gmax, w.gsum, groups, groups, k_dev, p_dev, u,
+        out, w.buffers, math.log(vocab), w.slow, TG=TOP_GROUPS, BLOCK=ROW_BLOCK,
+        CAP=CAP, SMALL=SMALL, FAN=FAN, ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,106 @@
+"""Pieces shared by the fast path and the per-row kernel: loading, packed sort keys, the
+final draw over sorted candidates, and the group pass every call starts with."""
+
+import triton
+import triton.language as tl
+
+EMPTY = tl.constexpr(-9223372036854775807)  # a packed key below every real one
+# How _bounds_kernel classifies a row.
+EMPTY_ROW = tl.constexpr(0)  # nothing finite: token 0
+TOP_K_ROW = tl.constexpr(1)  # candidates >= the k-th largest group maximum
+TOP_P_ROW = tl.constexpr(2)  # candidates >= a group maximum that bounds the nucleus
+INF_ROW = tl.constexpr(3)  # +inf logits share the mass: candidates == +inf
+PLAIN_ROW = tl.constexpr(4)  # neither k nor p: a draw from the group masses
+WIDE_ROW = tl.constexpr(5)  # top-p whose nucleus no group bound covers: the per-row search
+
+
+@triton.jit
+def load_row(base, offs, V):
+    x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    return tl.where(x != x, float("-inf"), x)  # NaN is never drawn
+
+
+@triton.jit
+def exp_at(x, m):
+    return tl.exp2((x - m) * 1.4426950408889634)
+
+
+@triton.jit
+def pack(x, offs):
+    """int64 keys that sort by logit, then by lower token id: (ordered float bits, ~id)."""
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+
+
+@triton.jit
+def unpack(key):
+    ordered = (key >> 32).to(tl.int32)
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    return bits.to(tl.float32, bitcast=True), (0x7FFFFFFF - (key & 0x7FFFFFFF)).to(tl.int32)
+
+
+@triton.jit
+def pick(w, u, N: tl.constexpr):
+    """Inverse CDF over w (>= 0, some > 0): the first slot whose running sum passes u * sum."""
+    slots = tl.arange(0, N)
+    cum = tl.cumsum(w, 0)
+    goal = u * tl.sum(w, 0)
+    first = tl.min(tl.where(cum > goal, slots, N), 0)
+    last = tl.max(tl.where(w > 0, slots, 0), 0)  # rounding left the goal past the end
+    return tl.where(first < N, first, last)
+
+
+@triton.jit
+def finish(buf, count, k, p, m, z, u, TOP_K: tl.constexpr, N: tl.constexpr):
+    """Sort the candidates; keep the top k (TOP_K) and then the top-p prefix; draw one."""
+    slots = tl.arange(0, N)
+    keys = tl.load(buf + slots, mask=slots < count, other=EMPTY)
+    keys = tl.sort(keys, 0, descending=True)
+    v, ids = unpack(keys)
+    valid = keys != EMPTY
+    if TOP_K:
+        valid = valid & (slots < k)
+        top = tl.max(tl.where(valid, v, float("-inf")), 0)
+        # top-k first: its own softmax; with +inf among them, those share all the mass
+        w = tl.where(top == float("inf"), tl.where(v == float("inf"), 1.0, 0.0), exp_at(v, top))
+        w = tl.where(valid, w, 0.0)
+        z = tl.sum(w, 0)
+    else:
+        w = tl.where(valid, exp_at(v, m), 0.0)
+    before = tl.cumsum(w, 0) - w
+    w = tl.where((before < p * z) | (slots == 0), w, 0.0)
+    chosen = pick(w, u, N)
+    return tl.sum(tl.where(slots == chosen, ids, 0), 0)
+
+
+@triton.jit
+def row_mass(gmax, gsum, G, m, BLOCK: tl.constexpr):
+    """The softmax normaliser at the row maximum m, from the group maxima and sums."""
+    z = 0.0
+    for start in range(0, G, BLOCK):
+        slots = start + tl.arange(0, BLOCK)
+        top = tl.load(gmax + slots, mask=slots < G, other=float("-inf"))
+        s = tl.load(gsum + slots, mask=slots < G, other=0.0)
+        z += tl.sum(tl.where(top == float("-inf"), 0.0, s * exp_at(top, m)), 0)
+    return z
+
+
+@triton.jit
+def group_kernel(
+    logits, stride, V, gmax, gsum, g_stride, counts, n_tiles, BLOCK: tl.constexpr,
+    GS: tl.constexpr,
+):  # fmt: skip
+    """Per group of GS logits: the maximum, and sum(exp(x - max)) over the finite logits; and
+    the tile's candidate counter of select_kernel set to zero."""
+    row = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    tl.store(counts + row * n_tiles + tile, 0)
+    x = load_row(logits + row * stride, tile * BLOCK + tl.arange(0, BLOCK), V)
+    x = tl.reshape(x, (BLOCK // GS, GS))
+    finite = tl.where(x == float("inf"), float("-inf"), x)
+    top = tl.max(finite, 1)
+    safe = tl.where(top == float("-inf"), 0.0, top)
+    slots = row * g_stride + tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
+    tl.store(gmax + slots, tl.max(x, 1))
+    tl.store(gsum + slots, tl.sum(exp_at(finite, safe[:, None]), 1))

@@ -1,0 +1,186 @@
+"""The fast path: a per-row bound on the candidates from the group maxima, a 2-D pass that
+collects the candidates tile by tile, and a per-row sort-and-draw over the few collected."""
+
+import triton
+import triton.language as tl
+
+from kernelpolicy.kernels.sampling_triton.common import (
+    EMPTY,
+    EMPTY_ROW,
+    INF_ROW,
+    PLAIN_ROW,
+    TOP_K_ROW,
+    TOP_P_ROW,
+    WIDE_ROW,
+    exp_at,
+    finish,
+    load_row,
+    pack,
+    pick,
+    row_mass,
+)
+
+
+@triton.jit
+def bounds_kernel(
+    top_groups, tg_stride, n_top, gmax, gsum, g_stride, G, k_ptr, p_ptr, mode_ptr, bound_ptr,
+    z_ptr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per row: how it is sampled, the candidate bound, and the softmax normaliser."""
+    row = tl.program_id(0).to(tl.int64)
+    tops = top_groups + row * tg_stride
+    m = tl.load(tops)
+    k = 0
+    if HAS_K:
+        k = tl.load(k_ptr + row).to(tl.int32)
+    p = tl.full((), 1.0, tl.float32)
+    if HAS_P:
+        p = tl.load(p_ptr + row).to(tl.float32)
+    mode = EMPTY_ROW
+    bound = m
+    z = 1.0
+    if m == float("-inf"):
+        mode = EMPTY_ROW
+    elif k > 0:
+        # the k-th largest group maximum bounds the k-th largest logit from below
+        mode = TOP_K_ROW
+        bound = tl.load(tops + k - 1)
+    elif m == float("inf"):
+        mode = INF_ROW
+    else:
+        z = row_mass(gmax + row * g_stride, gsum + row * g_stride, G, m, BLOCK)
+        if p < 1.0:
+            # the first group maxima whose own mass reaches p bound the nucleus from below
+            slots = tl.arange(0, TG)
+            g = tl.load(tops + slots, mask=slots < n_top, other=float("-inf"))
+            cum = tl.cumsum(tl.where(g == float("-inf"), 0.0, exp_at(g, m)), 0)
+            j = tl.min(tl.where(cum >= p * z, slots, TG), 0)
+            mode = tl.where(j < TG, TOP_P_ROW, WIDE_ROW)
+            bound = tl.sum(tl.where(slots == j, g, 0.0), 0)
+        else:
+            mode = PLAIN_ROW
+    tl.store(mode_ptr + row, mode)
+    tl.store(bound_ptr + row, bound)
+    tl.store(z_ptr + row, z)
+
+
+@triton.jit
+def select_kernel(
+    logits, stride, V, mode_ptr, bound_ptr, regions, counts, n_tiles,
+    BLOCK: tl.constexpr, R: tl.constexpr,
+):  # fmt: skip
+    """Per (row, tile): pack the logits >= the row's bound into the tile's region (R slots) and
+    count them (the count may exceed R). Slots come from an atomic counter, so their order
+    varies; finish_kernel sorts the packed keys, which makes the result independent of it."""
+    row = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    mode = tl.load(mode_ptr + row)
+    if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
+        bound = tl.load(bound_ptr + row)
+        offs = tile * BLOCK + tl.arange(0, BLOCK)
+        x = load_row(logits + row * stride, offs, V)
+        take = (x >= bound) & (offs < V)
+        counter = counts + row * n_tiles + tile + tl.zeros((BLOCK,), tl.int64)
+        pos = tl.atomic_add(counter, 1, mask=take)
+        region = regions + (row * n_tiles + tile) * R
+        tl.store(region + pos, pack(x, offs), mask=take & (pos < R))
+
+
+@triton.jit
+def draw_plain(base, V, gmax, gsum, G, m, z, u, GS: tl.constexpr, BLOCK: tl.constexpr):
+    """A draw from the whole softmax, reading one group of logits: the group by the inverse
+    CDF of the group masses, then the token inside it with the rest of the uniform."""
+    goal = u * z
+    run = 0.0
+    group = -1
+    rest = 0.0
+    last = 0
+    start = 0
+    while (start < G) & (group < 0):
+        slots = start + tl.arange(0, BLOCK)
+        top = tl.load(gmax + slots, mask=slots < G, other=float("-inf"))
+        s = tl.load(gsum + slots, mask=slots < G, other=0.0)
+        w = tl.where(top == float("-inf"), 0.0, s * exp_at(top, m))
+        last = tl.maximum(last, tl.max(tl.where(w > 0, slots, 0), 0))
+        total = tl.sum(w, 0)
+        if run + total > goal:
+            cum = run + tl.cumsum(w, 0)
+            group = tl.min(tl.where(cum > goal, slots, G), 0)
+            mass = tl.sum(tl.where(slots == group, w, 0.0), 0)
+            rest = (goal - tl.sum(tl.where(slots == group, cum, 0.0), 0) + mass) / mass
+        run += total
+        start += BLOCK
+    group = tl.where(group >= 0, group, last)  # rounding: the last group takes the rest
+    rest = tl.minimum(tl.maximum(rest, 0.0), 1.0)
+    x = load_row(base, group * GS + tl.arange(0, GS), V)
+    return group * GS + pick(exp_at(x, m), rest, GS)
+
+
+@triton.jit
+def _gather(regions, counts, n_tiles, dense, TILES: tl.constexpr, R: tl.constexpr,
+            LARGE: tl.constexpr):  # fmt: skip
+    """Copy the tiles' candidates into one dense run; the count, or -1 when a tile had more
+    than its R slots hold."""
+    tiles = tl.arange(0, TILES)
+    n = tl.load(counts + tiles, mask=tiles < n_tiles, other=0)
+    total = tl.sum(n, 0)
+    first = tl.cumsum(n, 0) - n
+    slots = tl.arange(0, R)
+    take = (slots[None, :] < n[:, None]) & (n[:, None] <= R)
+    take = take & (first[:, None] + slots[None, :] < LARGE)
+    keys = tl.load(regions + tiles[:, None] * R + slots[None, :], mask=take, other=EMPTY)
+    tl.store(dense + first[:, None] + slots[None, :], keys, mask=take)
+    return tl.where(tl.max(n, 0) > R, -1, total)
+
+
+@triton.jit
+def _sort_and_draw(buf, total, mode, k, p, m, z, u, N: tl.constexpr):
+    if mode == TOP_P_ROW:
+        token = finish(buf, total, 0, p, m, z, u, False, N)
+    else:  # top-k; a row of +inf logits keeps them all
+        token = finish(buf, total, tl.where(mode == TOP_K_ROW, k, total), p, m, 1.0, u, True, N)
+    return token
+
+
+@triton.jit
+def finish_kernel(
+    logits, stride, V, mode_ptr, z_ptr, top_groups, tg_stride, gmax, gsum, g_stride, G,
+    regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow,
+    HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
+    R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per row: gather the tiles' candidates, sort them and draw; or draw a plain row from the
+    group masses; or flag the row for row_kernel."""
+    row = tl.program_id(0).to(tl.int64)
+    mode = tl.load(mode_ptr + row)
+    m = tl.load(top_groups + row * tg_stride)
+    z = tl.load(z_ptr + row)
+    u = tl.load(u_ptr + row)
+    k = 0
+    if HAS_K:
+        k = tl.load(k_ptr + row).to(tl.int32)
+    p = tl.full((), 1.0, tl.float32)
+    if HAS_P:
+        p = tl.load(p_ptr + row).to(tl.float32)
+    token = 0
+    needs_row = mode == WIDE_ROW
+    if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
+        buf = dense + row * LARGE
+        total = _gather(
+            regions + row * n_tiles * R, counts + row * n_tiles, n_tiles, buf, TILES, R, LARGE
+        )  # fmt: skip
+        if (total < 0) | (total > LARGE):
+            needs_row = True
+        else:
+            tl.debug_barrier()  # dense was written by the other threads of this program
+            if total <= SMALL:
+                token = _sort_and_draw(buf, total, mode, k, p, m, z, u, SMALL)
+            else:
+                token = _sort_and_draw(buf, total, mode, k, p, m, z, u, LARGE)
+    elif mode == PLAIN_ROW:
+        base = logits + row * stride
+        token = draw_plain(
+            base, V, gmax + row * g_stride, gsum + row * g_stride, G, m, z, u, GS, BLOCK
+        )  # fmt: skip
+    tl.store(slow + row, needs_row.to(tl.int32))
+    tl.store(out + row, token.to(tl.int64), mask=needs_row == 0)

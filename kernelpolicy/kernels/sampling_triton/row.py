@@ -1,0 +1,205 @@
+"""The per-row kernel: one program takes a whole row, for the rows the fast path flags (a
+nucleus wider than its candidate buffer, many tied logits, candidates crowded into one tile).
+Exact whatever the row holds, but it reads the row several times on one SM."""
+
+import triton
+import triton.language as tl
+
+from kernelpolicy.kernels.sampling_triton.common import (
+    EMPTY,
+    exp_at,
+    finish,
+    load_row,
+    pack,
+    row_mass,
+    unpack,
+)
+
+
+@triton.jit
+def compact(base, V, buf, bound, tie_limit, LIMIT_TIES: tl.constexpr, BLOCK: tl.constexpr,
+             CAP: tl.constexpr):  # fmt: skip
+    """Pack the logits > bound, and those == bound (the first tie_limit of them when
+    LIMIT_TIES), into buf in token order; returns how many were selected (may exceed CAP)."""
+    offs0 = tl.arange(0, BLOCK)
+    n = 0
+    n_eq = 0
+    for start in range(0, V, BLOCK):
+        offs = start + offs0
+        x = load_row(base, offs, V)
+        if tl.max(x, 0) >= bound:
+            eq = (x == bound) & (offs < V)
+            take = (x > bound) | eq
+            if LIMIT_TIES:
+                rank = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
+                take = (x > bound) | (eq & (rank < tie_limit))
+                n_eq += tl.sum(eq.to(tl.int32), 0)
+            pos = n + tl.cumsum(take.to(tl.int32), 0) - 1
+            tl.store(buf + pos, pack(x, offs), mask=take & (pos < CAP))
+            n += tl.sum(take.to(tl.int32), 0)
+    return n
+
+
+@triton.jit
+def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
+            FAN: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """The exact nucleus threshold without a candidate bound: narrow [lo, hi) with FAN
+    thresholds per pass until the logits inside fit buf, then sort those. Returns the
+    threshold and the nucleus mass."""
+    target = p * z
+    # below m - ln(V / (1 - p)) lies less than (1 - p) of the mass (z >= 1): start there
+    lo = m - (log_v - tl.log(1.0 - p))
+    hi = (m + 0.0).to(tl.int32, bitcast=True)
+    hi = tl.where(m >= 0, hi + 1, hi - 1).to(tl.float32, bitcast=True)  # just above m
+    offs0 = tl.arange(0, BLOCK)
+    js = tl.arange(0, FAN)
+    above = 0.0
+    n_in = CAP + 1
+    rounds = 0
+    moving = True
+    while (n_in > CAP) & (rounds < ROUNDS) & moving:
+        t = lo + (hi - lo) * js.to(tl.float32) / FAN
+        acc = tl.zeros((FAN,), tl.float32)
+        above = 0.0
+        n_in = 0
+        for start in range(0, V, BLOCK):
+            offs = start + offs0
+            x = load_row(base, offs, V)
+            w = exp_at(x, m)
+            above += tl.sum(tl.where(x >= hi, w, 0.0), 0)
+            inside = (x >= lo) & (x < hi)
+            if tl.max(inside.to(tl.int32), 0) > 0:
+                hit = inside[:, None] & (x[:, None] >= t[None, :])
+                acc += tl.sum(tl.where(hit, w[:, None], 0.0), 0)
+                pos = n_in + tl.cumsum(inside.to(tl.int32), 0) - 1
+                tl.store(buf + pos, pack(x, offs), mask=inside & (pos < CAP))
+                n_in += tl.sum(inside.to(tl.int32), 0)
+        if n_in > CAP:
+            j = tl.max(tl.where(acc + above >= target, js, 0), 0)
+            new_lo = tl.sum(tl.where(js == j, t, 0.0), 0)
+            new_hi = tl.where(j + 1 < FAN, tl.sum(tl.where(js == j + 1, t, 0.0), 0), hi)
+            moving = (new_lo != lo) | (new_hi != hi)
+            lo = new_lo
+            hi = new_hi
+        rounds += 1
+    threshold = lo  # a run of (nearly) equal logits wider than buf: keep it whole
+    mass = z
+    if n_in <= CAP:
+        tl.debug_barrier()  # buf was written by the other threads of this program
+        slots = tl.arange(0, CAP)
+        keys = tl.sort(tl.load(buf + slots, mask=slots < n_in, other=EMPTY), 0, descending=True)
+        v, _ = unpack(keys)
+        w = tl.where(keys != EMPTY, exp_at(v, m), 0.0)
+        cum = above + tl.cumsum(w, 0)
+        first = tl.min(tl.where((cum >= target) & (slots < n_in), slots, CAP), 0)
+        first = tl.where(first == CAP, n_in - 1, first)  # rounding left it short: keep all
+        threshold = tl.where(n_in > 0, tl.sum(tl.where(slots == first, v, 0.0), 0), lo)
+        mass = above + tl.sum(tl.where(v >= threshold, w, 0.0), 0)
+    return threshold, mass
+
+
+@triton.jit
+def draw(base, V, threshold, m, inf_mode, mass, u, BLOCK: tl.constexpr):
+    """Inverse CDF in token order over the logits >= threshold, whose mass is ``mass``."""
+    offs0 = tl.arange(0, BLOCK)
+    goal = u * mass
+    run = 0.0
+    answer = -1
+    last = 0
+    start = 0
+    while (start < V) & (answer < 0):
+        offs = start + offs0
+        x = load_row(base, offs, V)
+        w = tl.where(inf_mode, tl.where(x == float("inf"), 1.0, 0.0), exp_at(x, m))
+        w = tl.where(x >= threshold, w, 0.0)
+        last = tl.maximum(last, tl.max(tl.where(w > 0, offs, 0), 0))
+        total = tl.sum(w, 0)
+        if run + total > goal:
+            answer = tl.min(tl.where(run + tl.cumsum(w, 0) > goal, offs, V), 0)
+        run += total
+        start += BLOCK
+    return tl.where(answer >= 0, answer, last)  # rounding: the last token takes the rest
+
+
+@triton.jit
+def _top_k_row(base, V, buf, bound, k, p, m, u, BLOCK: tl.constexpr, CAP: tl.constexpr,
+               SMALL: tl.constexpr):  # fmt: skip
+    # fewer than k groups hold logits above the bound: at most (k - 1) * GS of them, which the
+    # caller's choice of GS keeps within CAP together with the first k ties
+    count = tl.minimum(compact(base, V, buf, bound, k, True, BLOCK, CAP), CAP)
+    tl.debug_barrier()  # buf was written by the other threads of this program
+    if count <= SMALL:
+        token = finish(buf, count, k, p, m, 1.0, u, True, SMALL)
+    else:
+        token = finish(buf, count, k, p, m, 1.0, u, True, CAP)
+    return token
+
+
+@triton.jit
+def _inf_row(base, V, m, u, BLOCK: tl.constexpr):
+    """+inf logits share all the mass: count them, draw among them."""
+    n_inf = 0
+    for start in range(0, V, BLOCK):
+        x = load_row(base, start + tl.arange(0, BLOCK), V)
+        n_inf += tl.sum((x == float("inf")).to(tl.int32), 0)
+    return draw(base, V, float("inf"), m, True, n_inf.to(tl.float32), u, BLOCK)
+
+
+@triton.jit
+def _top_p_row(base, V, buf, tops, n_top, z, p, m, u, log_v, TG: tl.constexpr,
+               BLOCK: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr, FAN: tl.constexpr,
+               ROUNDS: tl.constexpr):  # fmt: skip
+    # the first group maxima whose own mass reaches p bound the nucleus from below
+    slots = tl.arange(0, TG)
+    g = tl.load(tops + slots, mask=slots < n_top, other=float("-inf"))
+    cum = tl.cumsum(tl.where(g == float("-inf"), 0.0, exp_at(g, m)), 0)
+    j = tl.min(tl.where(cum >= p * z, slots, TG), 0)
+    count = CAP + 1
+    if j < TG:
+        bound = tl.sum(tl.where(slots == j, g, 0.0), 0)
+        count = compact(base, V, buf, bound, 0, False, BLOCK, CAP)
+    token = 0
+    if count <= CAP:
+        tl.debug_barrier()
+        if count <= SMALL:
+            token = finish(buf, count, 0, p, m, z, u, False, SMALL)
+        else:
+            token = finish(buf, count, 0, p, m, z, u, False, CAP)
+    else:  # a wide nucleus: search for its threshold exactly
+        threshold, mass = search(base, V, buf, m, z, p, log_v, BLOCK, CAP, FAN, ROUNDS)
+        token = draw(base, V, threshold, m, False, mass, u, BLOCK)
+    return token
+
+
+@triton.jit
+def row_kernel(
+    logits, stride, V, top_groups, tg_stride, n_top, gmax, gsum, g_stride, G,
+    k_ptr, p_ptr, u_ptr, out, buffers, log_v, slow,
+    HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr, BLOCK: tl.constexpr,
+    CAP: tl.constexpr, SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr,
+):  # fmt: skip
+    """The rows finish_kernel flagged in ``slow``, each in one program; the others return."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(slow + row) == 0:
+        return
+    base = logits + row * stride
+    buf = buffers + row * CAP
+    tops = top_groups + row * tg_stride
+    m = tl.load(tops)  # the row maximum; finite or +inf here (-inf rows are never slow)
+    u = tl.load(u_ptr + row)
+    k = 0
+    if HAS_K:
+        k = tl.load(k_ptr + row).to(tl.int32)
+    p = tl.full((), 1.0, tl.float32)
+    if HAS_P:
+        p = tl.load(p_ptr + row).to(tl.float32)
+    if k > 0:
+        token = _top_k_row(base, V, buf, tl.load(tops + k - 1), k, p, m, u, BLOCK, CAP, SMALL)
+    elif m == float("inf"):
+        token = _inf_row(base, V, m, u, BLOCK)
+    else:
+        z = row_mass(gmax + row * g_stride, gsum + row * g_stride, G, m, BLOCK)
+        token = _top_p_row(
+            base, V, buf, tops, n_top, z, p, m, u, log_v, TG, BLOCK, CAP, SMALL, FAN, ROUNDS
+        )
+    tl.store(out + row, token.to(tl.int64))

@@ -1,0 +1,200 @@
+"""The Triton sampler (kernelpolicy.kernels.sampling_triton), run by Triton's interpreter on
+CPU tensors when no GPU is here; `kernelpolicy verify --impl triton` runs the full conformance
+suite on a real GPU (docs/gpu.md).
+
+The draw is an inverse CDF with one uniform per row. Feeding an even grid of uniforms instead of
+random ones turns the sampler into a quadrature: each token must be drawn within one of
+``rows * probability`` times. That checks the exact filtered distribution with a few hundred
+rows, where a chi-square test needs 50,000."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
+pytest.importorskip("triton")
+
+from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
+from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.conformance.samplers import DIST_CASES
+from kernelpolicy.kernels import sampling_triton
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+sample = sampling_triton.top_k_top_p
+
+
+@pytest.fixture(autouse=True)
+def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same kernels with small tiles and buffers (they are constexprs chosen by the host),
+    so that the interpreter's sorts stay cheap; vocabularies here are small to match."""
+    if DEVICE == "cpu":
+        for name, value in {
+            "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+            "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256, "ROUNDS": 12,
+        }.items():  # fmt: skip
+            monkeypatch.setattr(sampling_triton, name, value)
+        sampling_triton._Scratch._cache.clear()
+
+
+def full(value: float | None, batch: int) -> torch.Tensor | None:
+    return None if value is None else torch.full((batch,), value)
+
+
+@pytest.fixture
+def slow_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The rows each call hands to the per-row kernel (its ``slow`` flags)."""
+    seen: list[list[int]] = []
+    kernel = sampling_triton.row_kernel
+
+    class Spy:
+        def __getitem__(self, grid: tuple[int, ...]) -> object:
+            def launch(*args: object, **kwargs: object) -> object:
+                seen.append([int(v) for v in args[16].tolist()])  # type: ignore[attr-defined]
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(sampling_triton, "row_kernel", Spy())
+    return seen
+
+
+@pytest.fixture
+def even_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row i draws with u = (i + 0.5) / rows instead of a random uniform."""
+
+    def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+        return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
+
+    monkeypatch.setattr(sampling_triton, "_uniform", grid)
+
+
+def assert_quadrature(ids: torch.Tensor, expected: torch.Tensor) -> None:
+    rows = ids.numel()
+    counts = torch.bincount(ids.cpu(), minlength=expected.numel()).double()
+    worst = float((counts - expected.double() * rows).abs().max())
+    assert worst <= 1.0 + 1e-3 * rows, f"a token is off by {worst} draws of {rows}"
+
+
+@pytest.mark.parametrize(("k", "p"), DIST_CASES, ids=[f"k={k},p={p}" for k, p in DIST_CASES])
+def test_exact_distribution_on_the_fast_path(
+    even_uniforms: None,
+    slow_rows: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+    k: int | None,
+    p: float | None,
+) -> None:
+    """The conformance suite's (k, p) cases: the filtered softmax, exactly. With groups of one
+    logit the group maxima bound every nucleus, so no row leaves the fast path."""
+    monkeypatch.setattr(sampling_triton, "GROUP", 1)
+    row = torch.randn(1, 32, generator=torch.Generator().manual_seed(0)) * 2.0
+    rows = 100
+    ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), full(k, rows), full(p, rows))
+    assert_quadrature(ids, filtered_probs(row, k, p)[0])
+    assert not any(any(flags) for flags in slow_rows)
+
+
+def test_plain_sampling_draws_from_the_group_masses(even_uniforms: None) -> None:
+    """Neither k nor p: a group by its mass, then a token inside it; still the softmax."""
+    row = torch.randn(1, 300, generator=torch.Generator().manual_seed(1)) * 3.0
+    ids = sample(row.expand(200, -1).contiguous().to(DEVICE), None, None)
+    assert_quadrature(ids, torch.softmax(row[0], -1))
+
+
+def test_wide_nucleus_takes_the_exact_search(
+    even_uniforms: None, slow_rows: list[list[int]]
+) -> None:
+    """A nucleus of ~500 tokens is wider than the candidate buffer (here; 1,024 on a GPU):
+    the per-row kernel searches its threshold, and nothing outside the nucleus is drawn."""
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
+    ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
+    expected = filtered_probs(row, None, 0.9)[0]
+    assert int((expected > 0).sum()) > 500
+    assert bool((expected[ids.cpu()] > 0).all())
+    assert_quadrature(ids, expected)
+    assert slow_rows == [[1] * 24]
+
+
+def test_ties_at_the_top_k_boundary_keep_the_lowest_ids(
+    even_uniforms: None, slow_rows: list[list[int]]
+) -> None:
+    """All logits equal: top-10 is the first 10 tokens, each drawn equally often."""
+    ids = sample(torch.zeros(40, 1000, device=DEVICE), full(10, 40), None)
+    assert int(ids.max()) < 10
+    assert_quadrature(ids, torch.full((10,), 1 / 10))
+    assert slow_rows == [[1] * 40]  # 1,000 ties overflow the tiles' slots
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize(
+    ("k", "p"), [(20, None), (None, 0.9), (20, 0.9), (None, None)], ids=["k", "p", "kp", "none"]
+)
+def test_pathological_logits(pattern: str, k: int | None, p: float | None) -> None:
+    """NaN, +/-inf and flat rows: ids in range; clean rows inside their own support."""
+    logits = make_logits(pattern, 4, 1024, device=DEVICE)
+    ids = sample(logits, full(k, 4), full(p, 4)).cpu()
+    assert ids.shape == (4,)
+    assert ids.dtype == torch.int64
+    assert bool(((ids >= 0) & (ids < 1024)).all())
+    support = filtered_probs(logits.cpu(), k, p) > 0
+    for row in set(range(4)) - damaged_rows(pattern, 4):
+        assert bool(support[row, ids[row]])
+
+
+def test_special_rows() -> None:
+    """+inf logits share the mass; nothing finite gives token 0."""
+    logits = torch.randn(3, 1000)
+    logits[0, [7, 300, 999]] = float("inf")
+    logits[1] = float("nan")
+    logits[2] = float("-inf")
+    for k, p in [(None, None), (None, 0.9), (10, None)]:
+        ids = sample(logits.to(DEVICE), full(k, 3), full(p, 3)).tolist()
+        assert ids[0] in (7, 300, 999)
+        assert ids[1:] == [0, 0]
+
+
+def test_rows_with_and_without_k_in_one_batch() -> None:
+    """k <= 0 or >= vocab makes a row top-p (or plain) while the others are top-k."""
+    logits = make_logits("clean", 4, 1000, device=DEVICE)
+    k = torch.tensor([0, 5, 1000, 1])
+    p = torch.tensor([0.5, 0.9, 1.0, 0.9])
+    ids = sample(logits, k, p).cpu()
+    for row, (kk, pp) in enumerate([(None, 0.5), (5, 0.9), (None, None), (1, 0.9)]):
+        assert bool(filtered_probs(logits[row : row + 1].cpu(), kk, pp)[0, ids[row]] > 0)
+    assert int(ids[3]) == int(logits[3].argmax())
+
+
+def test_seeded_rows_are_reproducible() -> None:
+    """A seeded row draws the same token whatever the other rows hold."""
+
+    def seeded_draw(other: int) -> int:
+        logits = make_logits("clean", 3, 1000, seed=other, device=DEVICE)
+        logits[1] = make_logits("clean", 1, 1000, seed=7, device=DEVICE)[0]
+        generators = {1: torch.Generator(device=DEVICE).manual_seed(42)}
+        return int(sample(logits, full(20, 3), full(0.9, 3), generators)[1])
+
+    assert len({seeded_draw(other) for other in range(3)}) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_half_precision_logits_are_read_as_they_are(dtype: torch.dtype) -> None:
+    logits = make_logits("clean", 4, 1000, device=DEVICE)
+    ids = sample(logits.to(dtype), full(20, 4), full(0.9, 4)).cpu()
+    support = filtered_probs(logits.to(dtype).float().cpu(), 20, 0.9) > 0
+    assert bool(support[torch.arange(4), ids].all())
+
+
+def test_large_k_and_strided_logits() -> None:
+    """k above MAX_K goes to the torch implementation; a strided view is copied first."""
+    logits = make_logits("clean", 2, 1000, device=DEVICE)
+    too_big = sampling_triton.MAX_K + 1
+    big = sample(logits, full(too_big, 2), None).cpu()
+    assert bool((filtered_probs(logits.cpu(), too_big, None)[[0, 1], big] > 0).all())
+    strided = torch.cat([logits, logits], dim=1)[:, ::2]
+    ids = sample(strided, full(5, 2), None).cpu()
+    assert bool((filtered_probs(strided.cpu(), 5, None)[[0, 1], ids] > 0).all())
+    with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
+        sample(logits[0], None, None)
