@@ -198,3 +198,13 @@ def test_large_k_and_strided_logits() -> None:
     assert bool((filtered_probs(strided.cpu(), 5, None)[[0, 1], ids] > 0).all())
     with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
         sample(logits[0], None, None)
+
+
+def test_two_top_logits_in_one_group_stay_on_the_fast_path(slow_rows: list[list[int]]) -> None:
+    """The second maxima of the groups count in the top-p bound: when a row's two largest
+    logits share a group, their mass still bounds the nucleus."""
+    logits = torch.randn(2, 1000, generator=torch.Generator().manual_seed(5))
+    logits[:, 0] = logits[:, 1] = 12.0  # one group, nearly all the mass
+    ids = sample(logits.to(DEVICE), None, full(0.9, 2)).cpu()
+    assert set(ids.tolist()) <= {0, 1}
+    assert slow_rows == [[0, 0]]

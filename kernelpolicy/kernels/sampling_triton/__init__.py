@@ -87,8 +87,9 @@ class _Scratch:
         self.tiles = triton.cdiv(vocab, GROUP_BLOCK)
         self.groups = self.tiles * (GROUP_BLOCK // size)
         f32, i32, i64 = torch.float32, torch.int32, torch.int64
-        self.gmax = torch.empty(batch, self.groups, dtype=f32, device=device)
-        self.gsum = torch.empty(batch, self.groups, dtype=f32, device=device)
+        # the group maxima, then the second maxima; gsum shares the row stride
+        self.gmax = torch.empty(batch, 2 * self.groups, dtype=f32, device=device)
+        self.gsum = torch.empty(batch, 2 * self.groups, dtype=f32, device=device)
         self.bound = torch.empty(batch, dtype=f32, device=device)
         self.z = torch.empty(batch, dtype=f32, device=device)
         self.mode = torch.empty(batch, dtype=i32, device=device)
@@ -138,17 +139,18 @@ def top_k_top_p(
     w = _Scratch.get(batch, vocab, size, device)
     stride, groups, tiles = x.stride(0), w.groups, w.tiles
     group_kernel[(batch, tiles)](
-        x, stride, vocab, w.gmax, w.gsum, groups, w.counts, tiles, BLOCK=GROUP_BLOCK, GS=size,
+        x, stride, vocab, w.gmax, w.gsum, 2 * groups, groups, w.counts, tiles, BLOCK=GROUP_BLOCK,
+        GS=size,
         num_warps=GROUP_WARPS,
     )  # fmt: skip
-    n_top = min(groups, max(k_bound, TOP_GROUPS))
+    n_top = min(2 * groups, max(k_bound, TOP_GROUPS))
     tops = torch.topk(w.gmax, n_top, dim=-1).values
     u = _uniform(batch, device, generators)
     k_dev = u if k_rows is None or k_bound == 0 else k_rows.to(device, torch.int32)
     p_dev = u if p is None else p.to(device, torch.float32).contiguous()
     flags = {"HAS_K": k_bound > 0, "HAS_P": p is not None}
     bounds_kernel[(batch,)](
-        tops, n_top, n_top, w.gmax, w.gsum, groups, groups, k_dev, p_dev, w.mode, w.bound, w.z,
+        tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, k_dev, p_dev, w.mode, w.bound, w.z,
         TG=TOP_GROUPS, BLOCK=1024, num_warps=4, **flags,
     )  # fmt: skip
     select_kernel[(batch, tiles)](
@@ -157,13 +159,13 @@ def top_k_top_p(
     )  # fmt: skip
     out = torch.empty(batch, dtype=torch.int64, device=device)
     finish_kernel[(batch,)](
-        x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, groups, groups, w.regions,
+        x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups, w.regions,
         w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, GS=size,
         TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE, BLOCK=1024,
         num_warps=4, **flags,
     )  # fmt: skip
     row_kernel[(batch,)](
-        x, stride, vocab, tops, n_top, n_top, w.gmax, w.gsum, groups, groups, k_dev, p_dev, u,
+        x, stride, vocab, tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, k_dev, p_dev, u,
         out, w.buffers, math.log(vocab), w.slow, TG=TOP_GROUPS, BLOCK=ROW_BLOCK,
         CAP=CAP, SMALL=SMALL, FAN=FAN, ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
     )  # fmt: skip

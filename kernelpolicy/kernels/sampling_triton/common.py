@@ -88,11 +88,13 @@ def row_mass(gmax, gsum, G, m, BLOCK: tl.constexpr):
 
 @triton.jit
 def group_kernel(
-    logits, stride, V, gmax, gsum, g_stride, counts, n_tiles, BLOCK: tl.constexpr,
+    logits, stride, V, gmax, gsum, g_stride, G, counts, n_tiles, BLOCK: tl.constexpr,
     GS: tl.constexpr,
 ):  # fmt: skip
-    """Per group of GS logits: the maximum, and sum(exp(x - max)) over the finite logits; and
-    the tile's candidate counter of select_kernel set to zero."""
+    """Per group of GS logits: the maximum (at ``gmax``), the second largest (at ``gmax + G``),
+    and sum(exp(x - max)) over the finite logits; and the tile's candidate counter of
+    select_kernel set to zero. The second maxima keep the bounds tight when two of a row's
+    largest logits share a group."""
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     tl.store(counts + row * n_tiles + tile, 0)
@@ -101,6 +103,9 @@ def group_kernel(
     finite = tl.where(x == float("inf"), float("-inf"), x)
     top = tl.max(finite, 1)
     safe = tl.where(top == float("-inf"), 0.0, top)
+    at = tl.argmax(x, 1)
+    second = tl.max(tl.where(tl.arange(0, GS)[None, :] == at[:, None], float("-inf"), x), 1)
     slots = row * g_stride + tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
     tl.store(gmax + slots, tl.max(x, 1))
+    tl.store(gmax + G + slots, second)
     tl.store(gsum + slots, tl.sum(exp_at(finite, safe[:, None]), 1))
