@@ -128,13 +128,25 @@ def top_k_top_p(
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
     x = logits if logits.stride(-1) == 1 else logits.contiguous()
-    batch, vocab = x.shape
-    device = x.device
+    vocab = x.shape[1]
     k_rows, k_bound = (None, 0) if k is None else _k_bound(k, vocab, k_max)
     if k_bound > MAX_K:
         from kernelpolicy.kernels import torch_impl
 
         return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+    return _pipeline(x, k_rows, k_bound, p, generators)
+
+
+def _pipeline(
+    x: torch.Tensor,
+    k_rows: torch.Tensor | None,
+    k_bound: int,
+    p: torch.Tensor | None,
+    generators: Generators,
+) -> torch.Tensor:
+    """The five launches of the module doc, without a host synchronisation."""
+    batch, vocab = x.shape
+    device = x.device
     size = _group_size(vocab, k_bound)
     w = _Scratch.get(batch, vocab, size, device)
     stride, groups, tiles = x.stride(0), w.groups, w.tiles
