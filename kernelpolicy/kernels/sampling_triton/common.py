@@ -21,6 +21,18 @@ def load_row(base, offs, V):
 
 
 @triton.jit
+def row_k_p(k_ptr, p_ptr, row, HAS_K: tl.constexpr, HAS_P: tl.constexpr):
+    """The row's k (0: no top-k) and p (1.0: no top-p)."""
+    k = 0
+    if HAS_K:
+        k = tl.load(k_ptr + row).to(tl.int32)
+    p = tl.full((), 1.0, tl.float32)
+    if HAS_P:
+        p = tl.load(p_ptr + row).to(tl.float32)
+    return k, p
+
+
+@triton.jit
 def exp_at(x, m):
     return tl.exp2((x - m) * 1.4426950408889634)
 

@@ -17,6 +17,7 @@ from kernelpolicy.kernels.sampling_triton.common import (
     load_row,
     pack,
     pick,
+    row_k_p,
     row_mass,
 )
 
@@ -30,12 +31,7 @@ def bounds_kernel(
     row = tl.program_id(0).to(tl.int64)
     tops = top_groups + row * tg_stride
     m = tl.load(tops)
-    k = 0
-    if HAS_K:
-        k = tl.load(k_ptr + row).to(tl.int32)
-    p = tl.full((), 1.0, tl.float32)
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
+    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
     mode = EMPTY_ROW
     bound = m
     z = 1.0
@@ -156,12 +152,7 @@ def finish_kernel(
     m = tl.load(top_groups + row * tg_stride)
     z = tl.load(z_ptr + row)
     u = tl.load(u_ptr + row)
-    k = 0
-    if HAS_K:
-        k = tl.load(k_ptr + row).to(tl.int32)
-    p = tl.full((), 1.0, tl.float32)
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
+    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
     token = 0
     needs_row = mode == WIDE_ROW
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):

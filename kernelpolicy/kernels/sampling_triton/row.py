@@ -11,6 +11,7 @@ from kernelpolicy.kernels.sampling_triton.common import (
     finish,
     load_row,
     pack,
+    row_k_p,
     row_mass,
     unpack,
 )
@@ -187,12 +188,7 @@ def row_kernel(
     tops = top_groups + row * tg_stride
     m = tl.load(tops)  # the row maximum; finite or +inf here (-inf rows are never slow)
     u = tl.load(u_ptr + row)
-    k = 0
-    if HAS_K:
-        k = tl.load(k_ptr + row).to(tl.int32)
-    p = tl.full((), 1.0, tl.float32)
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
+    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
     if k > 0:
         token = _top_k_row(base, V, buf, tl.load(tops + k - 1), k, p, m, u, BLOCK, CAP, SMALL)
     elif m == float("inf"):
