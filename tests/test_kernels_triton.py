@@ -53,7 +53,7 @@ def slow_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     class Spy:
         def __getitem__(self, grid: tuple[int, ...]) -> object:
             def launch(*args: object, **kwargs: object) -> object:
-                seen.append([int(v) for v in args[16].tolist()])  # type: ignore[attr-defined]
+                seen.append([int(v) for v in kwargs["slow"].tolist()])  # type: ignore[attr-defined]
                 return kernel[grid](*args, **kwargs)
 
             return launch

@@ -177,8 +177,8 @@ def _pipeline(
         num_warps=4, **flags,
     )  # fmt: skip
     row_kernel[(batch,)](
-        x, stride, vocab, tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, k_dev, p_dev, u,
-        out, w.buffers, math.log(vocab), w.slow, TG=TOP_GROUPS, BLOCK=ROW_BLOCK,
-        CAP=CAP, SMALL=SMALL, FAN=FAN, ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
+        x, stride, vocab, w.mode, w.bound, w.z, tops, n_top, k_dev, p_dev, u, out, w.buffers,
+        math.log(vocab), slow=w.slow, BLOCK=ROW_BLOCK, CAP=CAP, SMALL=SMALL, FAN=FAN,
+        ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
     )  # fmt: skip
     return out

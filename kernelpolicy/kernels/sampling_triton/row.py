@@ -7,12 +7,14 @@ import triton.language as tl
 
 from kernelpolicy.kernels.sampling_triton.common import (
     EMPTY,
+    INF_ROW,
+    TOP_K_ROW,
+    TOP_P_ROW,
     exp_at,
     finish,
     load_row,
     pack,
     row_k_p,
-    row_mass,
     unpack,
 )
 
@@ -147,17 +149,12 @@ def _inf_row(base, V, m, u, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _top_p_row(base, V, buf, tops, n_top, z, p, m, u, log_v, TG: tl.constexpr,
-               BLOCK: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr, FAN: tl.constexpr,
+def _top_p_row(base, V, buf, mode, bound, z, p, m, u, log_v, BLOCK: tl.constexpr,
+               CAP: tl.constexpr, SMALL: tl.constexpr, FAN: tl.constexpr,
                ROUNDS: tl.constexpr):  # fmt: skip
-    # the first group maxima whose own mass reaches p bound the nucleus from below
-    slots = tl.arange(0, TG)
-    g = tl.load(tops + slots, mask=slots < n_top, other=float("-inf"))
-    cum = tl.cumsum(tl.where(g == float("-inf"), 0.0, exp_at(g, m)), 0)
-    j = tl.min(tl.where(cum >= p * z, slots, TG), 0)
+    # bounds_kernel's nucleus bound, when it found one, still holds: collect above it
     count = CAP + 1
-    if j < TG:
-        bound = tl.sum(tl.where(slots == j, g, 0.0), 0)
+    if mode == TOP_P_ROW:
         count = compact(base, V, buf, bound, 0, False, BLOCK, CAP)
     token = 0
     if count <= CAP:
@@ -174,28 +171,30 @@ def _top_p_row(base, V, buf, tops, n_top, z, p, m, u, log_v, TG: tl.constexpr,
 
 @triton.jit
 def row_kernel(
-    logits, stride, V, top_groups, tg_stride, n_top, gmax, gsum, g_stride, G,
+    logits, stride, V, mode_ptr, bound_ptr, z_ptr, top_groups, tg_stride,
     k_ptr, p_ptr, u_ptr, out, buffers, log_v, slow,
-    HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr, BLOCK: tl.constexpr,
-    CAP: tl.constexpr, SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr,
+    HAS_K: tl.constexpr, HAS_P: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr,
+    SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr,
 ):  # fmt: skip
-    """The rows finish_kernel flagged in ``slow``, each in one program; the others return."""
+    """The rows finish_kernel flagged in ``slow``, each in one program; the others return.
+    The row's mode, bound and normaliser come from bounds_kernel."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) == 0:
         return
     base = logits + row * stride
     buf = buffers + row * CAP
-    tops = top_groups + row * tg_stride
-    m = tl.load(tops)  # the row maximum; finite or +inf here (-inf rows are never slow)
+    m = tl.load(top_groups + row * tg_stride)  # the row maximum (-inf rows are never slow)
+    mode = tl.load(mode_ptr + row)
+    bound = tl.load(bound_ptr + row)
     u = tl.load(u_ptr + row)
     k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
-    if k > 0:
-        token = _top_k_row(base, V, buf, tl.load(tops + k - 1), k, p, m, u, BLOCK, CAP, SMALL)
-    elif m == float("inf"):
+    if mode == TOP_K_ROW:
+        token = _top_k_row(base, V, buf, bound, k, p, m, u, BLOCK, CAP, SMALL)
+    elif mode == INF_ROW:
         token = _inf_row(base, V, m, u, BLOCK)
-    else:
-        z = row_mass(gmax + row * g_stride, gsum + row * g_stride, G, m, BLOCK)
+    else:  # TOP_P_ROW or WIDE_ROW
+        z = tl.load(z_ptr + row)
         token = _top_p_row(
-            base, V, buf, tops, n_top, z, p, m, u, log_v, TG, BLOCK, CAP, SMALL, FAN, ROUNDS
+            base, V, buf, mode, bound, z, p, m, u, log_v, BLOCK, CAP, SMALL, FAN, ROUNDS
         )
     tl.store(out + row, token.to(tl.int64))
