@@ -30,6 +30,7 @@ _EXPORTS = {
     "PlatformFileError": "kernelpolicy.errors",
     "SettingsError": "kernelpolicy.errors",
     "TorchBuild": "kernelpolicy.platform.model",
+    "UntrustedFileError": "kernelpolicy.errors",
     "VersionError": "kernelpolicy.errors",
     "load_platform": "kernelpolicy.platform.model",
     "parse_version": "kernelpolicy.versions",
@@ -52,6 +53,7 @@ __all__ = [
     "ResolutionError",
     "SettingsError",
     "TorchBuild",
+    "UntrustedFileError",
     "VersionError",
     "__version__",
     "connect",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from kernelpolicy.errors import (
         SettingsError as SettingsError,
     )
+    from kernelpolicy.errors import UntrustedFileError as UntrustedFileError
     from kernelpolicy.errors import (
         VersionError as VersionError,
     )

@@ -7,6 +7,8 @@ Every error kernelpolicy raises on purpose derives from :class:`KernelPolicyErro
     ├── VersionError           a version string could not be read (raised only on request)
     ├── SettingsError          an environment variable or setting has a value we cannot accept
     ├── PolicyError            policy files are invalid; ``.issues`` lists file, line, feature, key
+    ├── UntrustedFileError     a policy file, directory or evidence store is owned or writable
+    │                          by another user (see kernelpolicy.trust)
     ├── ResolutionError        a decision is an error (a required kernel is unsupported, an
     │                          unknown feature or implementation was asked for)
     └── DaemonError            the daemon cannot listen, or a client's request to it failed
@@ -65,6 +67,10 @@ class PolicyError(KernelPolicyError):
     def __init__(self, issues: list[PolicyIssue]) -> None:
         self.issues = issues
         super().__init__("\n".join(str(issue) for issue in issues))
+
+
+class UntrustedFileError(KernelPolicyError):
+    """A file or directory the engine would trust is owned or writable by another user."""
 
 
 class ResolutionError(KernelPolicyError):

@@ -47,7 +47,8 @@ def test_all_is_the_curated_list() -> None:
             "Capability", "DaemonError", "Decision", "Device", "DriverInfo", "KernelPolicyError",
             "Platform",
             "PlatformFileError", "PolicyError", "PolicySet", "Reason", "Resolution",
-            "ResolutionError", "SettingsError", "TorchBuild", "VersionError", "__version__",
+            "ResolutionError", "SettingsError", "TorchBuild", "UntrustedFileError", "VersionError",
+            "__version__",
             "connect", "load_platform", "load_policies", "parse_version", "probe", "resolve",
         ]
     )  # fmt: skip
@@ -65,6 +66,7 @@ def test_errors_share_one_root() -> None:
         "PolicyError",
         "ResolutionError",
         "SettingsError",
+        "UntrustedFileError",
         "VersionError",
     ):
         assert issubclass(getattr(kernelpolicy, name), kernelpolicy.KernelPolicyError)

@@ -1,0 +1,67 @@
+"""Every size and depth limit on input that crosses a boundary, as named constants.
+
+Each limit is checked before third-party code (tomllib, json, CEL, protobuf, grpc) sees the input,
+and exceeding one raises the surface's own :class:`~kernelpolicy.errors.KernelPolicyError`
+subclass (or a gRPC INVALID_ARGUMENT / RESOURCE_EXHAUSTED) whose message names the constant.
+Tests check every limit at the limit and one past it.
+"""
+
+from __future__ import annotations
+
+KIB = 1024
+MIB = 1024 * KIB
+
+# Files.
+MAX_POLICY_FILE_BYTES = 16 * MIB
+"""One policy file (a 10,000-feature file is about 2.5 MiB)."""
+MAX_POLICY_FILES = 1000
+"""Policy files in one set (all paths and directories together)."""
+MAX_PLATFORM_FILE_BYTES = 4 * MIB
+"""One platform snapshot (``kernelpolicy probe --json`` of a 16-GPU node is about 10 KiB)."""
+MAX_EVIDENCE_FILE_BYTES = 16 * MIB
+"""One evidence file written by ``kernelpolicy verify``."""
+MAX_TLS_FILE_BYTES = 1 * MIB
+"""One PEM file (certificate, key or CA bundle)."""
+
+# Structure.
+MAX_NESTING_DEPTH = 32
+"""Arrays, tables and objects nested in any TOML or JSON document kernelpolicy reads."""
+
+# CEL expressions in policies.
+MAX_CEL_SOURCE_CHARS = 4096
+"""One CEL expression's source text."""
+MAX_CEL_DEPTH = 32
+"""Parentheses, unary operators and nested calls in one CEL expression."""
+MAX_CEL_NODES = 512
+"""Operands and operators in one CEL expression."""
+
+# Settings and environment.
+MAX_SETTING_CHARS = 64 * KIB
+"""One ``KERNELPOLICY_*`` value."""
+MAX_ENV_VALUE_CHARS = 4 * KIB
+"""One environment value a policy reads (longer values are an error for that switch)."""
+SHOWN_ENV_VALUE_CHARS = 64
+"""How much of an environment value logs, errors and API answers show (the rest is cut)."""
+MAX_VERSION_CHARS = 256
+"""One version string (a driver, torch or library version)."""
+
+# Requests to the daemon.
+MAX_REQUEST_BYTES = 1 * MIB
+"""One gRPC request message."""
+MAX_REQUEST_FEATURES = 256
+"""Distinct feature names in one request (duplicates are dropped first)."""
+MAX_CONTEXT_ENTRIES = 64
+"""Entries in one request's evaluation context (flagd/OFREP ``context``)."""
+MAX_CONTEXT_DEPTH = 8
+"""Nesting of one request's evaluation context."""
+MAX_ANSWER_CACHE_ENTRIES = 1024
+"""Cached serialised answers per policy revision (least recently used are dropped)."""
+MAX_ANSWER_CACHE_BYTES = 16 * MIB
+"""Bytes of cached serialised answers per policy revision."""
+
+
+def shown(value: str, limit: int = SHOWN_ENV_VALUE_CHARS) -> str:
+    """``value`` cut to ``limit`` characters, marked when cut: safe to log, raise or send."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}...(cut, {len(value)} chars)"

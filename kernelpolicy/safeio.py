@@ -1,0 +1,199 @@
+"""Bounded reading and parsing of files and text that cross a boundary.
+
+Every reader here checks the input's kind, size and nesting depth before a third-party parser
+(json, tomllib) sees it, and turns every failure into the caller's error class, so no
+``UnicodeDecodeError``, ``RecursionError``, ``MemoryError`` or hang on a FIFO reaches a user.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_NESTING_DEPTH
+
+Fail = Callable[[str], KernelPolicyError]
+"""Builds the surface's own error from a message (``PlatformFileError``, ``SettingsError``...)."""
+
+
+def _raise(fail: Fail, message: str) -> NoReturn:
+    raise fail(message) from None
+
+
+def read_bytes_bounded(path: str | Path, *, limit: int, limit_name: str, fail: Fail) -> bytes:
+    """The contents of a regular file of at most ``limit`` bytes.
+
+    The file is opened non-blocking, so a FIFO or a device never hangs the reader; anything but
+    a regular file (``/dev/zero``, a FIFO, a directory, a socket) is refused before reading.
+
+    Args:
+        path: The file (symbolic links are followed: Kubernetes mounts ConfigMaps through them).
+        limit: The most bytes accepted.
+        limit_name: The constant in :mod:`kernelpolicy.limits` that ``limit`` comes from.
+        fail: Builds the error to raise.
+
+    Raises:
+        KernelPolicyError: Whatever ``fail`` builds, naming the file and what was wrong.
+    """
+    source = str(path)
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        _raise(fail, f"{source}: no such file")
+    except OSError as exc:
+        _raise(fail, f"{source}: cannot open: {exc.strerror or exc}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            _raise(fail, f"{source}: not a regular file ({_kind(info.st_mode)}); expected a file")
+        if info.st_size > limit:
+            _raise(fail, f"{source}: {info.st_size} bytes is over {limit_name} ({limit} bytes)")
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # the file grew while being read
+                _raise(fail, f"{source}: more than {limit_name} ({limit} bytes)")
+        return b"".join(chunks)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            _raise(fail, f"{source}: is a directory; expected a file")
+        _raise(fail, f"{source}: cannot read: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def decode_utf8(data: bytes, source: str, fail: Fail) -> str:
+    """``data`` as UTF-8, or an error naming the first bad byte's offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _raise(fail, f"{source}: not UTF-8 (byte {exc.start}: {exc.reason}); expected UTF-8 text")
+
+
+def read_text_bounded(path: str | Path, *, limit: int, limit_name: str, fail: Fail) -> str:
+    """A regular UTF-8 text file of at most ``limit`` bytes (see :func:`read_bytes_bounded`)."""
+    data = read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=fail)
+    return decode_utf8(data, str(path), fail)
+
+
+# Brackets outside strings and comments. Strings are matched whole so that their brackets do not
+# count; the patterns cover JSON strings and TOML's four string kinds and comments.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.S)
+_TOML_TOKENS = re.compile(
+    r'"""(?:[^\\]|\\[\s\S])*?(?:"""|\Z)|\'\'\'[\s\S]*?(?:\'\'\'|\Z)|"(?:[^"\\\n]|\\.)*"?|\'[^\'\n]*\'?'
+    r"|#[^\n]*|[\[\]{}]"
+)
+_OPEN = frozenset("[{")
+_CLOSE = frozenset("]}")
+
+
+def nesting_depth(text: str, *, toml: bool = False) -> int:
+    """The deepest bracket nesting of a JSON (or TOML) text, strings and comments excluded.
+
+    Linear in the text, with no recursion; unbalanced text is measured as far as it goes (the
+    parser reports the syntax error).
+    """
+    depth = deepest = 0
+    for match in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
+        token = match.group()
+        if token in _OPEN:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in _CLOSE:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def value_depth(value: object) -> int:
+    """The nesting depth of parsed dicts and lists (1 for a flat one), without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_depth(
+    text: str, source: str, fail: Fail, *, toml: bool = False, limit: int = MAX_NESTING_DEPTH
+) -> None:
+    """Raise when ``text`` nests deeper than ``limit`` (``MAX_NESTING_DEPTH``)."""
+    depth = nesting_depth(text, toml=toml)
+    if depth > limit:
+        _raise(
+            fail,
+            f"{source}: nested {depth} levels deep, over MAX_NESTING_DEPTH ({limit})",
+        )
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(text: str, source: str, fail: Fail, *, limit: int = MAX_NESTING_DEPTH) -> Any:
+    """Strict JSON (no NaN or Infinity) nested at most ``limit`` deep.
+
+    Raises:
+        KernelPolicyError: Whatever ``fail`` builds, with the line and column of a syntax error.
+    """
+    check_depth(text, source, fail, limit=limit)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        _raise(fail, f"{source}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})")
+    except (ValueError, RecursionError, MemoryError) as exc:
+        # ValueError: NaN/Infinity, or an integer over Python's 4,300-digit conversion limit.
+        _raise(fail, f"{source}: not acceptable JSON ({_short(exc)})")
+
+
+def parse_toml(text: str, source: str, fail: Fail, *, limit: int = MAX_NESTING_DEPTH) -> Any:
+    """TOML nested at most ``limit`` deep (brackets and dotted keys alike).
+
+    ``tomllib.TOMLDecodeError`` is left to the caller, which knows how to locate it.
+    """
+    check_depth(text, source, fail, toml=True, limit=limit)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise
+    except (ValueError, RecursionError, MemoryError) as exc:
+        _raise(fail, f"{source}: not acceptable TOML ({_short(exc)})")
+    depth = value_depth(data)
+    if depth > limit:
+        _raise(fail, f"{source}: nested {depth} levels deep, over MAX_NESTING_DEPTH ({limit})")
+    return data
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."

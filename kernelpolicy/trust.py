@@ -1,0 +1,99 @@
+"""Who may change what the engine trusts: ssh's StrictModes, applied to policies and evidence.
+
+A file or directory that decides which kernel runs must be owned by root or by the user running
+kernelpolicy, and writable by nobody else; otherwise a second local user could switch a kernel
+on or off. The opt-out (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1``) exists for people who share a
+policy directory on purpose; it is never the default.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from kernelpolicy.errors import UntrustedFileError
+
+
+def _owner_ok(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def trust_problem(path: str | Path) -> str | None:
+    """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
+
+    Refused: owned by a user other than root or the current one; writable by group or others
+    (a directory with the sticky bit, like ``/tmp``, may be world-writable when root owns it:
+    others cannot replace what is in it). The checks apply to the real file that symbolic links
+    lead to (as ssh does) and to the directory holding it, since whoever can write that
+    directory can swap the file.
+    """
+    try:
+        target = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        return f"{path}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
+    for item in dict.fromkeys((target, target.parent)):
+        try:
+            info = item.stat()
+        except OSError as exc:
+            return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
+        mode = stat.S_IMODE(info.st_mode)
+        if not _owner_ok(info.st_uid):
+            return (
+                f"{item}: owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
+                f"{os.geteuid()}, the user running kernelpolicy"
+            )
+        sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            return (
+                f"{item}: writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
+                f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
+                f"(chmod go-w)"
+            )
+    return None
+
+
+def check_trusted(path: str | Path, what: str, *, allow_untrusted: bool = False) -> None:
+    """Raise :class:`UntrustedFileError` when ``path`` may not be trusted (see trust_problem).
+
+    Args:
+        path: The file or directory.
+        what: What it is, for the message ("policy file", "evidence store").
+        allow_untrusted: The explicit opt-out (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``).
+    """
+    if allow_untrusted:
+        return
+    problem = trust_problem(path)
+    if problem is not None:
+        raise UntrustedFileError(
+            f"refusing {what} {problem} (set KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept it)"
+        )
+
+
+def private_dir(path: str | Path, what: str) -> Path:
+    """Create (or check) a directory only this user can enter: mode 0700, owned by us.
+
+    Raises:
+        UntrustedFileError: It exists and belongs to someone else, or is open to others, or is
+            not a directory (a symbolic link is refused: it could point anywhere).
+    """
+    directory = Path(path)
+    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UntrustedFileError(
+            f"cannot create {what} {directory}: {exc.strerror or exc}"
+        ) from None
+    info = directory.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise UntrustedFileError(f"refusing {what} {directory}: not a directory (a link?)")
+    if info.st_uid != os.geteuid():
+        raise UntrustedFileError(
+            f"refusing {what} {directory}: owned by uid {info.st_uid}, not uid {os.geteuid()}"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(directory, 0o700)
+    return directory

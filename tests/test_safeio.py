@@ -1,0 +1,145 @@
+"""Bounded reads and parses: every failure is the caller's error, every limit tested at the edge."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.errors import KernelPolicyError, SettingsError
+from kernelpolicy.limits import MAX_NESTING_DEPTH, shown
+from kernelpolicy.safeio import (
+    nesting_depth,
+    parse_json,
+    parse_toml,
+    read_bytes_bounded,
+    read_text_bounded,
+    value_depth,
+)
+
+
+def _fail(message: str) -> KernelPolicyError:
+    return SettingsError(message)
+
+
+def test_read_regular_file_within_limit(tmp_path: Path) -> None:
+    """A file of exactly the limit is read whole."""
+    path = tmp_path / "a"
+    path.write_bytes(b"x" * 10)
+    assert read_bytes_bounded(path, limit=10, limit_name="L", fail=_fail) == b"x" * 10
+
+
+def test_read_over_limit(tmp_path: Path) -> None:
+    """One byte over the limit is an error naming the limit."""
+    path = tmp_path / "a"
+    path.write_bytes(b"x" * 11)
+    with pytest.raises(SettingsError, match=r"11 bytes is over L \(10 bytes\)"):
+        read_bytes_bounded(path, limit=10, limit_name="L", fail=_fail)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        pytest.param(os.mkfifo, "a FIFO", id="fifo"),
+        pytest.param(lambda p: p.mkdir(), "directory", id="directory"),
+        pytest.param(lambda p: None, "no such file", id="missing"),
+    ],
+)
+def test_read_refuses_what_is_not_a_file(tmp_path: Path, make: object, expected: str) -> None:
+    """A FIFO (which would hang a reader), a directory or a missing path is a clear error."""
+    path = tmp_path / "thing"
+    make(path)  # type: ignore[operator]
+    with pytest.raises(SettingsError, match=expected):
+        read_bytes_bounded(path, limit=100, limit_name="L", fail=_fail)
+
+
+def test_read_dev_zero_is_refused() -> None:
+    """/dev/zero is a device, not a file: refused before reading a byte."""
+    with pytest.raises(SettingsError, match="character device"):
+        read_bytes_bounded("/dev/zero", limit=100, limit_name="L", fail=_fail)
+
+
+def test_read_invalid_utf8(tmp_path: Path) -> None:
+    """Invalid UTF-8 names the offset."""
+    path = tmp_path / "a"
+    path.write_bytes(b"ok\xff")
+    with pytest.raises(SettingsError, match="not UTF-8 \\(byte 2"):
+        read_text_bounded(path, limit=100, limit_name="L", fail=_fail)
+
+
+@pytest.mark.parametrize(
+    ("text", "toml", "depth"),
+    [
+        pytest.param('{"a": [1, {"b": "[[[["}]}', False, 3, id="json-brackets-in-strings"),
+        pytest.param('"\\"[" ', False, 0, id="json-escaped-quote"),
+        pytest.param("a = [[1], {b = 2}]  # [[[[", True, 2, id="toml-comment"),
+        pytest.param("a = '''[[[\n[[['''\n[t]\n", True, 1, id="toml-multiline-literal"),
+        pytest.param('a = """[[\\"""[""" ', True, 0, id="toml-multiline-basic"),
+        pytest.param("[" * 5, False, 5, id="unbalanced"),
+    ],
+)
+def test_nesting_depth(text: str, toml: bool, depth: int) -> None:
+    """Brackets inside strings and comments do not count."""
+    assert nesting_depth(text, toml=toml) == depth
+
+
+def test_json_depth_at_and_over_limit() -> None:
+    """MAX_NESTING_DEPTH levels parse; one more is an error naming the constant."""
+    at = "[" * MAX_NESTING_DEPTH + "]" * MAX_NESTING_DEPTH
+    assert value_depth(parse_json(at, "x", _fail)) == MAX_NESTING_DEPTH
+    over = "[" + at + "]"
+    with pytest.raises(SettingsError, match="MAX_NESTING_DEPTH"):
+        parse_json(over, "x", _fail)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("[" * 100_000, id="deep"),
+        pytest.param("[NaN]", id="nan"),
+        pytest.param("Infinity", id="infinity"),
+        pytest.param("9" * 4301, id="huge-integer"),
+        pytest.param("{", id="truncated"),
+    ],
+)
+def test_json_errors_are_the_callers(text: str) -> None:
+    """Deep, non-finite, oversized or broken JSON: only the caller's error comes out."""
+    with pytest.raises(SettingsError):
+        parse_json(text, "x", _fail)
+
+
+def test_toml_dotted_keys_count_as_depth() -> None:
+    """Dotted keys nest tables without brackets: the parsed depth is checked too."""
+    ok = "a" + ".a" * (MAX_NESTING_DEPTH - 2) + " = 1"
+    assert parse_toml(ok, "x", _fail)
+    over = "a" + ".a" * MAX_NESTING_DEPTH + " = 1"
+    with pytest.raises(SettingsError, match="MAX_NESTING_DEPTH"):
+        parse_toml(over, "x", _fail)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("a = " + "[" * 5000 + "]" * 5000, id="deep-array"),
+        pytest.param("a = " + "{b = " * 2000 + "1" + "}" * 2000, id="deep-inline-table"),
+        pytest.param("a = " + "9" * 5000, id="huge-integer"),
+    ],
+)
+def test_toml_errors_are_the_callers(text: str) -> None:
+    """Deep or oversized TOML never reaches a RecursionError or ValueError."""
+    with pytest.raises(SettingsError):
+        parse_toml(text, "x", _fail)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("1", "1", id="short"),
+        pytest.param("x" * 64, "x" * 64, id="at-limit"),
+        pytest.param("x" * 65, "x" * 64 + "...(cut, 65 chars)", id="over-limit"),
+    ],
+)
+def test_shown(value: str, expected: str) -> None:
+    """Values are cut to SHOWN_ENV_VALUE_CHARS and marked."""
+    assert shown(value) == expected

@@ -1,0 +1,110 @@
+"""The local trust boundary: files another user owns or can write are refused, with the reason."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.errors import UntrustedFileError
+from kernelpolicy.trust import check_trusted, private_dir, trust_problem
+
+OTHER_UID = 65534  # nobody
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+def _file(tmp_path: Path, mode: int = 0o644) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text("x")
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mode", "problem"),
+    [
+        pytest.param(0o644, None, id="0644"),
+        pytest.param(0o600, None, id="0600"),
+        pytest.param(0o664, "writable by its group", id="group-writable"),
+        pytest.param(0o666, "writable by others", id="world-writable"),
+    ],
+)
+def test_file_modes(tmp_path: Path, mode: int, problem: str | None) -> None:
+    """Group or other write access is refused, naming the mode."""
+    tmp_path.chmod(0o755)
+    found = trust_problem(_file(tmp_path, mode))
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert problem in found
+        assert f"{mode:04o}" in found
+
+
+@needs_root
+def test_file_owned_by_another_user(tmp_path: Path) -> None:
+    """A file owned by another non-root user is refused, naming the owner."""
+    tmp_path.chmod(0o755)
+    path = _file(tmp_path)
+    os.chown(path, OTHER_UID, OTHER_UID)
+    with pytest.raises(UntrustedFileError, match=f"owned by uid {OTHER_UID}"):
+        check_trusted(path, "policy file")
+    check_trusted(path, "policy file", allow_untrusted=True)  # the explicit opt-out
+
+
+def test_writable_directory_is_refused(tmp_path: Path) -> None:
+    """A directory others can write lets them swap the file: refused."""
+    tmp_path.chmod(0o777)
+    with pytest.raises(UntrustedFileError, match="writable by others"):
+        check_trusted(_file(tmp_path), "policy file")
+
+
+def test_symlink_is_judged_by_its_target(tmp_path: Path) -> None:
+    """A trusted link to a world-writable file is refused (the real file is what is read)."""
+    tmp_path.chmod(0o755)
+    target = _file(tmp_path, 0o666)
+    link = tmp_path / "link.toml"
+    link.symlink_to(target)
+    assert "writable by others" in (trust_problem(link) or "")
+
+
+def test_sticky_root_directory_is_fine(tmp_path: Path) -> None:
+    """A file of ours in a root-owned sticky directory (/tmp) cannot be swapped by others."""
+    if os.stat("/tmp").st_uid != 0 or not os.stat("/tmp").st_mode & stat.S_ISVTX:
+        pytest.skip("/tmp is not a root-owned sticky directory here")
+    path = Path("/tmp") / f"kp-trust-{os.getpid()}.toml"
+    path.write_text("x")
+    try:
+        path.chmod(0o644)
+        assert trust_problem(path) is None
+    finally:
+        path.unlink()
+
+
+def test_private_dir_is_created_0700(tmp_path: Path) -> None:
+    """A private directory is created (or tightened) to 0700."""
+    made = private_dir(tmp_path / "a" / "b", "evidence store")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o755)
+    assert stat.S_IMODE(private_dir(made, "evidence store").stat().st_mode) == 0o700
+
+
+def test_private_dir_refuses_a_link(tmp_path: Path) -> None:
+    """A symbolic link where the directory should be is refused: it could point anywhere."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(UntrustedFileError, match="not a directory"):
+        private_dir(tmp_path / "link", "evidence store")
+
+
+@needs_root
+def test_private_dir_refuses_another_owner(tmp_path: Path) -> None:
+    """A directory someone else made first is refused, naming its owner."""
+    planted = tmp_path / "store"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    with pytest.raises(UntrustedFileError, match=f"owned by uid {OTHER_UID}"):
+        private_dir(planted, "evidence store")
