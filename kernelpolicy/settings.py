@@ -62,6 +62,9 @@ class Settings(BaseSettings):
         tls_cert_file, tls_key_file: The daemon's TLS certificate and key (PEM); with them,
             every TCP listener uses TLS.
         tls_client_ca_file: With it, clients must present a certificate signed by this CA.
+        allow_untrusted_files: Accept policy files, policy directories and the evidence store
+            even when another user owns them or can write them (``kernelpolicy.trust``). Off by
+            default; for people who share such files on purpose.
     """
 
     model_config = SettingsConfigDict(env_prefix="KERNELPOLICY_", extra="ignore", frozen=True)
@@ -75,6 +78,15 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    allow_untrusted_files: bool = False
+
+    @field_validator("allow_untrusted_files", mode="before")
+    @classmethod
+    def _boolean(cls, value: object) -> object:
+        """The one boolean parser, not pydantic's (which also takes 't' and 'y')."""
+        if isinstance(value, str):
+            return parse_bool("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", value)
+        return value
 
     @field_validator("policy_paths", mode="before")
     @classmethod
@@ -141,7 +153,7 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     values: dict[str, object] = {}
     for name in (
         "policy_paths", "overrides", "log_format", "cache_dir",
-        "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+        "tls_cert_file", "tls_key_file", "tls_client_ca_file", "allow_untrusted_files",
     ):  # fmt: skip
         raw = env.get(f"KERNELPOLICY_{name.upper()}")
         if raw is None:

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from kernelpolicy.testing.machines import fixture_dir
+
+# The fuzz suite (tests/test_fuzz_*.py): a fast, deterministic profile for CI, a long one for
+# release checks (HYPOTHESIS_PROFILE=release pytest tests/test_fuzz_*.py). Fuzz tests take their
+# example count from the profile (no max_examples of their own).
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "release",
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture
