@@ -83,7 +83,9 @@ def resolve(
     if policy_set.needs_evidence:
         from kernelpolicy.conformance.evidence import load_evidence
 
-        evidence = load_evidence(platform, settings.cache_dir)
+        evidence = load_evidence(
+            platform, settings.cache_dir, allow_untrusted=settings.allow_untrusted_files
+        )
     resolution = resolve_policies(platform, environ, policy_set, settings.overrides, evidence)
     log_resolution(resolution, settings.log_format)
     return resolution

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from kernelpolicy.conformance.evidence import (
+    Evidence,
+    evidence_from_json,
+    evidence_to_json,
     load_evidence,
     platform_key,
     store_evidence,
 )
 from kernelpolicy.engine import CheckKind, resolve_policies
+from kernelpolicy.errors import EvidenceError
+from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, with_libraries
 
@@ -109,3 +116,191 @@ def test_evidence_is_part_of_the_fingerprint(tmp_path: Path) -> None:
     after = resolve_policies(platform, {}, policies, evidence=load_evidence(platform, tmp_path))
     assert before.fingerprint != after.fingerprint
     assert json.loads(json.dumps(after.to_dict()))["decisions"]["sampler.greedy"]["impl"] == "fast"
+
+
+def _document(**changes: object) -> dict:  # type: ignore[type-arg]
+    document = {
+        "schema": "kernelpolicy.evidence/v1",
+        "key": platform_key(fixture("cpu")),
+        "created": "now",
+        "results": [RESULT],
+    }
+    document.update(changes)
+    return {k: v for k, v in document.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        pytest.param([1, 2], "document: expected a kernelpolicy.evidence/v1 object", id="a-list"),
+        pytest.param(
+            _document(schema="v0"), "schema: expected 'kernelpolicy.evidence/v1'", id="wrong-schema"
+        ),
+        pytest.param(_document(key="0" * 16), "key: expected", id="other-key"),
+        pytest.param(_document(created=None), "document.created: expected str", id="no-created"),
+        pytest.param(_document(created=7), "document.created: expected str", id="int-created"),
+        pytest.param(_document(results=None), "document.results: expected list", id="no-results"),
+        pytest.param(
+            _document(results={"a": 1}), "document.results: expected list", id="results-object"
+        ),
+        pytest.param(_document(results=["x"]), "results[0]: expected an object", id="result-str"),
+        pytest.param(
+            _document(results=[{**RESULT, "feature": None}]),
+            "results[0].feature: expected str",
+            id="no-feature",
+        ),
+        pytest.param(
+            _document(results=[{"feature": "f", "status": "passed", "checks": []}]),
+            "results[0].impl: expected str",
+            id="no-impl",
+        ),
+        pytest.param(
+            _document(results=[{**RESULT, "status": "great"}]),
+            "results[0].status: expected passed or failed or skipped",
+            id="bad-status",
+        ),
+        pytest.param(
+            _document(results=[{**RESULT, "checks": None}]),
+            "results[0].checks: expected list",
+            id="no-checks",
+        ),
+        pytest.param(
+            _document(results=[{**RESULT, "checks": [{"check": "c"}]}]),
+            "results[0].checks[0].passed: expected bool",
+            id="check-no-passed",
+        ),
+        pytest.param(
+            _document(results=[{**RESULT, "checks": [{"check": "c", "passed": 1}]}]),
+            "results[0].checks[0].passed: expected bool",
+            id="check-int-passed",
+        ),
+        pytest.param(
+            _document(results=[{**RESULT, "checks": [5]}]),
+            "results[0].checks[0]: expected an object",
+            id="check-int",
+        ),
+    ],
+)
+def test_malformed_document_is_a_problem(document: object, problem: str, tmp_path: Path) -> None:
+    """A document missing keys or with wrong types is no evidence, with the place named."""
+    platform = fixture("cpu")
+    path = store_evidence(platform, [RESULT], "now", tmp_path)
+    path.write_text(json.dumps(document))
+    evidence = load_evidence(platform, tmp_path)
+    assert evidence.entries == {}
+    assert evidence.problem is not None
+    assert str(path) in evidence.problem
+    assert problem in evidence.problem
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param(b"\xff\xfe", "not UTF-8", id="not-utf8"),
+        pytest.param(b"[" * 40 + b"]" * 40, "over MAX_NESTING_DEPTH", id="too-deep"),
+        pytest.param(b'{"created": NaN}', "not acceptable JSON", id="nan"),
+        pytest.param(b"", "not JSON", id="empty"),
+    ],
+)
+def test_unreadable_bytes_are_a_problem(text: bytes, problem: str, tmp_path: Path) -> None:
+    """Bytes no JSON parser should see are refused before it does."""
+    platform = fixture("cpu")
+    path = store_evidence(platform, [RESULT], "now", tmp_path)
+    path.write_bytes(text)
+    evidence = load_evidence(platform, tmp_path)
+    assert evidence.problem is not None
+    assert problem in evidence.problem
+
+
+def test_fifo_is_a_problem_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO at the evidence path is refused at once (the read is non-blocking)."""
+    platform = fixture("cpu")
+    path = store_evidence(platform, [RESULT], "now", tmp_path)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    evidence = load_evidence(platform, tmp_path)
+    assert evidence.problem is not None
+    assert "not a regular file (a FIFO)" in evidence.problem
+
+
+@pytest.mark.parametrize(
+    ("extra", "loads"),
+    [pytest.param(0, True, id="at-limit"), pytest.param(1, False, id="over-limit")],
+)
+def test_evidence_file_size_limit(extra: int, loads: bool, tmp_path: Path) -> None:
+    """MAX_EVIDENCE_FILE_BYTES: a file of exactly the limit loads, one byte more does not."""
+    platform = fixture("cpu")
+    path = store_evidence(platform, [RESULT], "now", tmp_path)
+    body = json.dumps(_document()).encode()
+    path.write_bytes(body + b" " * (MAX_EVIDENCE_FILE_BYTES - len(body) + extra))
+    evidence = load_evidence(platform, tmp_path)
+    if loads:
+        assert evidence.problem is None
+        assert evidence.get("sampler.greedy", "fast") is not None
+    else:
+        assert evidence.problem is not None
+        assert "MAX_EVIDENCE_FILE_BYTES" in evidence.problem
+
+
+def test_passed_status_with_a_failed_check_is_not_a_pass(tmp_path: Path) -> None:
+    """A hand-edited "passed" that lists a failing check does not verify the candidate."""
+    platform = fixture("cpu")
+    store_evidence(platform, [{**FAILED, "status": "passed"}], "now", tmp_path)
+    entry = load_evidence(platform, tmp_path).get("sampler.greedy", "fast")
+    assert entry is not None
+    assert not entry.passed
+
+
+def test_wire_round_trip(tmp_path: Path) -> None:
+    """What the daemon sends is what the client rebuilds."""
+    platform = fixture("cpu")
+    store_evidence(platform, [RESULT, {**FAILED, "impl": "slow"}], "now", tmp_path)
+    evidence = load_evidence(platform, tmp_path)
+    assert evidence_from_json(evidence_to_json(evidence)) == evidence
+    broken = Evidence("k", problem="refusing evidence store")
+    assert evidence_from_json(evidence_to_json(broken)) == broken
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("{", "not JSON", id="not-json"),
+        pytest.param("[]", "document: expected an object", id="a-list"),
+        pytest.param('{"entries": []}', "key: expected a string", id="no-key"),
+        pytest.param('{"key": "k"}', "entries: expected a list", id="no-entries"),
+        pytest.param(
+            '{"key": "k", "entries": [], "problem": 3}',
+            "problem: expected a string",
+            id="int-problem",
+        ),
+        pytest.param(
+            '{"key": "k", "entries": [["f", "i", true]]}', "entries[0]: expected [", id="short-row"
+        ),
+        pytest.param(
+            '{"key": "k", "entries": [["f", "i", 1, "c", "s", "x"]]}',
+            "entries[0]: expected [",
+            id="int-passed",
+        ),
+        pytest.param("[" * 100 + "]" * 100, "over MAX_NESTING_DEPTH", id="too-deep"),
+        pytest.param('{"key": 1e999999}', "key: expected a string", id="infinite-number"),
+    ],
+)
+def test_wire_rejects_malformed(text: str, message: str) -> None:
+    """evidence_from_json: malformed input is an EvidenceError naming the place, never a crash."""
+    with pytest.raises(EvidenceError, match=re.escape(message)):
+        evidence_from_json(text)
+
+
+@pytest.mark.parametrize(
+    ("extra", "ok"),
+    [pytest.param(0, True, id="at-limit"), pytest.param(1, False, id="over-limit")],
+)
+def test_wire_size_limit(extra: int, ok: bool) -> None:
+    """MAX_EVIDENCE_FILE_BYTES bounds the wire form too."""
+    body = '{"key": "k", "problem": null, "entries": []}'
+    text = body + " " * (MAX_EVIDENCE_FILE_BYTES - len(body) + extra)
+    if ok:
+        assert evidence_from_json(text) == Evidence("k")
+    else:
+        with pytest.raises(EvidenceError, match="MAX_EVIDENCE_FILE_BYTES"):
+            evidence_from_json(text)

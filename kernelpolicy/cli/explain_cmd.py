@@ -55,7 +55,12 @@ def run(args: argparse.Namespace) -> int:
     if policies.needs_evidence:
         from kernelpolicy.conformance.evidence import load_evidence
 
-        evidence = load_evidence(platform, answer_settings.cache_dir)
+        # The store is on this machine: where it is and whether to trust it come from this
+        # process (and --env), never from a snapshot's recorded environment.
+        local = settings_from(environment(argparse.Namespace(platform=None, env=args.env), None))
+        evidence = load_evidence(
+            platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
+        )
     resolution = resolve_policies(platform, env, policies, answer_settings.overrides, evidence)
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:

@@ -76,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
     env = environment(args, platform)
     state = ServingState(
         platform, env, args.policies or list(settings.policy_paths), settings.overrides,
-        settings.cache_dir,
+        settings.cache_dir, allow_untrusted=settings.allow_untrusted_files,
     )  # fmt: skip
     tls = None
     if settings.tls_cert_file or settings.tls_key_file:

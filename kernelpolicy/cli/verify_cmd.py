@@ -74,7 +74,13 @@ def run(args: argparse.Namespace) -> int:
         from kernelpolicy.platform.probing import probe
 
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        stored = str(store_evidence(probe(), results, created, _cache_dir()))
+        settings = _settings()
+        stored = str(
+            store_evidence(
+                probe(), results, created, settings.cache_dir,
+                allow_untrusted=settings.allow_untrusted_files,
+            )
+        )  # fmt: skip
     if args.json:
         print(json.dumps({"evidence": stored, "results": results}, indent=2))
     else:
@@ -82,10 +88,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "failed" for r in reports) else 0
 
 
-def _cache_dir() -> Any:
+def _settings() -> Any:
     from kernelpolicy.settings import load_settings
 
-    return load_settings().cache_dir
+    return load_settings()
 
 
 def _progress(message: str) -> None:

@@ -3,10 +3,17 @@
 A small JSON file per key in ``<cache dir>/evidence/``; the key hashes what the results depend
 on (the device kind, driver, torch build and every probed library version), so an upgrade of
 any of them asks for a new ``kernelpolicy verify``. Imports nothing heavy: the engine reads it.
+
+Evidence decides which kernel runs (``verified = true``), so the store is trusted like a policy
+file: it is created private (0700), it is read only when root or this user owns it and nobody
+else can write it (the directory, the cache directory above it and the file), and it is written
+without following symbolic links, atomically. A store that fails any of this is no evidence,
+with the reason in :attr:`Evidence.problem`, never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -15,9 +22,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.conformance.evidence_schema import (
+    EVIDENCE_SCHEMA,
+    results_summary,
+    validate_document,
+    validate_wire,
+)
+from kernelpolicy.errors import EvidenceError, KernelPolicyError
+from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.platform.model import Platform
+from kernelpolicy.safeio import parse_json, read_text_bounded
+from kernelpolicy.trust import check_trusted, private_dir
 
-EVIDENCE_SCHEMA = "kernelpolicy.evidence/v1"
+__all__ = [
+    "EVIDENCE_SCHEMA",
+    "Evidence",
+    "EvidenceEntry",
+    "default_cache_dir",
+    "evidence_from_json",
+    "evidence_path",
+    "evidence_to_json",
+    "load_evidence",
+    "platform_key",
+    "store_evidence",
+    "temp_path",
+]
+
+_STORE = "evidence store"
 
 
 def default_cache_dir() -> Path:
@@ -53,7 +84,7 @@ class Evidence:
 
     key: str
     entries: Mapping[tuple[str, str], EvidenceEntry] = field(default_factory=dict)
-    problem: str | None = None  # why the stored evidence could not be read, if it could not
+    problem: str | None = None  # why the stored evidence could not be used, if it could not
 
     def get(self, feature: str, impl: str) -> EvidenceEntry | None:
         return self.entries.get((feature, impl))
@@ -67,44 +98,103 @@ def evidence_path(platform: Platform, cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "evidence" / f"{platform_key(platform)}.json"
 
 
-def load_evidence(platform: Platform, cache_dir: Path | None = None) -> Evidence:
-    """The stored evidence for ``platform``; a missing file is no evidence, a broken one says so."""
+def temp_path(path: Path) -> Path:
+    """Where :func:`store_evidence` writes before renaming onto ``path`` (one per process)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def load_evidence(
+    platform: Platform, cache_dir: Path | None = None, *, allow_untrusted: bool = False
+) -> Evidence:
+    """The stored evidence for ``platform``; a missing file is no evidence, a bad one says so.
+
+    Args:
+        platform: Whose evidence (its :func:`platform_key` names the file).
+        cache_dir: ``KERNELPOLICY_CACHE_DIR`` (default :func:`default_cache_dir`).
+        allow_untrusted: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``: read a store that another user
+            owns or can write.
+
+    Returns:
+        The entries, or none with :attr:`Evidence.problem` saying why: the store is untrusted
+        (naming the file or directory, its owner and mode), unreadable, too large, not JSON, or
+        not a valid ``kernelpolicy.evidence/v1`` document for this key. Never raises.
+    """
     path = evidence_path(platform, cache_dir)
     key = platform_key(platform)
     try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
+        document = _trusted_document(path, key, allow_untrusted)
+    except KernelPolicyError as exc:
+        return Evidence(key, problem=str(exc))
+    if document is None:
         return Evidence(key)
-    except (OSError, json.JSONDecodeError) as exc:
-        return Evidence(
-            key, problem=f"{path}: unreadable evidence ({exc}); run kernelpolicy verify"
-        )
-    if document.get("schema") != EVIDENCE_SCHEMA or document.get("key") != key:
-        return Evidence(key, problem=f"{path}: not {EVIDENCE_SCHEMA} for key {key}")
-    entries = {}
-    for result in document.get("results", []):
-        if result.get("status") == "skipped":
-            continue
-        failing = [c["check"] for c in result.get("checks", []) if not c.get("passed")]
-        summary = "all checks passed" if not failing else f"failed: {', '.join(failing[:3])}"
-        entries[(result["feature"], result["impl"])] = EvidenceEntry(
-            result.get("status") == "passed", document.get("created", "?"), summary, str(path)
-        )
+    entries = {
+        name: EvidenceEntry(passed, created, summary, str(path))
+        for name, (passed, created, summary) in results_summary(document).items()
+    }
     return Evidence(key, entries)
 
 
+def _trusted_document(path: Path, key: str, allow_untrusted: bool) -> dict[str, Any] | None:
+    """The valid document at ``path``, or None when there is none.
+
+    Raises:
+        UntrustedFileError: The file, the store or the cache directory may not be trusted.
+        EvidenceError: The file cannot be read or is not a valid document for ``key``.
+    """
+    if not os.path.lexists(path):
+        return None
+    check_trusted(path.parent, _STORE, allow_untrusted=allow_untrusted)
+    check_trusted(path, "evidence file", allow_untrusted=allow_untrusted)
+
+    def fail(message: str) -> EvidenceError:
+        return EvidenceError(f"unreadable evidence {message}; run kernelpolicy verify")
+
+    text = read_text_bounded(
+        path, limit=MAX_EVIDENCE_FILE_BYTES, limit_name="MAX_EVIDENCE_FILE_BYTES", fail=fail
+    )
+    return validate_document(parse_json(text, str(path), fail), key, str(path))
+
+
 def store_evidence(
-    platform: Platform, results: list[dict[str, Any]], created: str, cache_dir: Path | None = None
+    platform: Platform,
+    results: list[dict[str, Any]],
+    created: str,
+    cache_dir: Path | None = None,
+    *,
+    allow_untrusted: bool = False,
 ) -> Path:
-    """Write (merge) results for ``platform``: a later run of one feature keeps the others."""
+    """Write (merge) results for ``platform``: a later run of one feature keeps the others.
+
+    The directory is created private (0700). The file is written to a new temporary file
+    (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600), synced, then renamed onto its name: a
+    symbolic link planted at either name is replaced, never written through, and a reader
+    never sees half a file.
+
+    Args:
+        platform: Whose results (its :func:`platform_key` names the file).
+        results: ``ImplReport.to_dict()`` of each implementation checked.
+        created: When (ISO 8601), shown by explain.
+        cache_dir: ``KERNELPOLICY_CACHE_DIR`` (default :func:`default_cache_dir`).
+        allow_untrusted: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``: write into a cache directory
+            that another user owns or can write (links are still never followed).
+
+    Raises:
+        UntrustedFileError: The store or the cache directory above it is a link, belongs to
+            another user or is writable by others.
+        EvidenceError: The file cannot be written.
+
+    Returns:
+        The evidence file.
+    """
     path = evidence_path(platform, cache_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _prepare_store(path.parent, allow_untrusted)
     previous: dict[tuple[str, str], dict[str, Any]] = {}
     try:
-        old = json.loads(path.read_text())
-        previous = {(r["feature"], r["impl"]): r for r in old.get("results", [])}
-    except (OSError, json.JSONDecodeError, KeyError):
-        pass
+        old = _trusted_document(path, platform_key(platform), allow_untrusted)
+    except KernelPolicyError:
+        old = None  # only a valid, trusted document is merged; anything else is replaced
+    if old is not None:
+        previous = {(r["feature"], r["impl"]): r for r in old["results"]}
     for result in results:
         previous[(result["feature"], result["impl"])] = result
     document = {
@@ -114,10 +204,68 @@ def store_evidence(
         "libraries": dict(sorted(platform.libraries.items())),
         "results": list(previous.values()),
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(document, indent=2) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    _write_file(path, (json.dumps(document, indent=2) + "\n").encode())
     return path
+
+
+def _prepare_store(directory: Path, allow_untrusted: bool) -> None:
+    if allow_untrusted:
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise EvidenceError(
+                f"cannot create {_STORE} {directory}: {exc.strerror or exc}"
+            ) from None
+        if directory.is_symlink() or not directory.is_dir():
+            raise EvidenceError(f"refusing {_STORE} {directory}: not a directory (a link?)")
+        return
+    if os.path.lexists(directory) and not directory.is_symlink():
+        # private_dir would quietly close an open store; one others could write is refused,
+        # since what they planted in it may still be there.
+        check_trusted(directory, _STORE)
+    private_dir(directory, _STORE)  # creates it 0700; refuses a link or another owner
+    check_trusted(directory, _STORE)  # also the cache directory above it
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    tmp = temp_path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except FileExistsError:
+            # A leftover of a killed run (or anything planted): unlink removes the entry itself,
+            # never what a link points to; O_EXCL then refuses anything that reappears.
+            os.unlink(tmp)
+            fd = os.open(tmp, flags, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)  # replaces a link at ``path``; never follows it
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        _sync_directory(path.parent)
+    except OSError as exc:
+        raise EvidenceError(
+            f"cannot write evidence {path}: {exc.strerror or exc} (at {exc.filename or tmp})"
+        ) from None
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename durable (a crash right after it must not bring the old file back)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def evidence_to_json(evidence: Evidence) -> str:
@@ -135,9 +283,19 @@ def evidence_to_json(evidence: Evidence) -> str:
 
 
 def evidence_from_json(text: str) -> Evidence:
-    data = json.loads(text)
-    entries = {
-        (feature, impl): EvidenceEntry(passed, created, summary, source)
-        for feature, impl, passed, created, summary, source in data["entries"]
-    }
-    return Evidence(data["key"], entries, data.get("problem"))
+    """The inverse of :func:`evidence_to_json`, for input from a daemon.
+
+    Raises:
+        EvidenceError: ``text`` is over ``MAX_EVIDENCE_FILE_BYTES``, not JSON, nested too deep
+            or not the shape :func:`evidence_to_json` writes, naming what was wrong.
+    """
+    source = "evidence from the daemon"
+    if len(text) > MAX_EVIDENCE_FILE_BYTES:
+        raise EvidenceError(
+            f"{source}: {len(text)} characters is over MAX_EVIDENCE_FILE_BYTES "
+            f"({MAX_EVIDENCE_FILE_BYTES})"
+        )
+    data = parse_json(text, source, EvidenceError)
+    validate_wire(data, source)
+    entries = {(row[0], row[1]): EvidenceEntry(*row[2:]) for row in data["entries"]}
+    return Evidence(data["key"], entries, data["problem"])

@@ -53,12 +53,15 @@ class ServingState:
         policy_paths: Sequence[Path],
         overrides: Mapping[str, str],
         cache_dir: Path | None = None,
+        *,
+        allow_untrusted: bool = False,
     ) -> None:
         self.platform = platform
         self.env = dict(env)
         self.policy_paths = list(policy_paths)
         self.overrides = dict(overrides)
         self.cache_dir = cache_dir
+        self.allow_untrusted = allow_untrusted
         self._subscribers: set[asyncio.Queue[Change]] = set()
         sources = tuple(read_policy_sources(self.policy_paths))  # raises: nothing to serve yet
         self.snapshot = self._build(1, sources, None)
@@ -69,7 +72,9 @@ class ServingState:
         policies = load_policy_sources(sources)
         evidence = None
         if policies.needs_evidence:
-            evidence = load_evidence(self.platform, self.cache_dir)
+            evidence = load_evidence(
+                self.platform, self.cache_dir, allow_untrusted=self.allow_untrusted
+            )
         resolution = resolve_policies(self.platform, self.env, policies, self.overrides, evidence)
         return Snapshot(revision, resolution, sources, evidence, error)
 
