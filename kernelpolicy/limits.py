@@ -54,6 +54,10 @@ MAX_CONTEXT_ENTRIES = 64
 """Entries in one request's evaluation context (flagd/OFREP ``context``)."""
 MAX_CONTEXT_DEPTH = 8
 """Nesting of one request's evaluation context."""
+MAX_REQUEST_ENV_ENTRIES = 1024
+"""Variables in one request's hypothetical environment (``env``)."""
+SHOWN_ERROR_CHARS = 512
+"""How much of an error message the daemon sends back or logs for one rejected request."""
 MAX_ANSWER_CACHE_ENTRIES = 1024
 """Cached serialised answers per policy revision (least recently used are dropped)."""
 MAX_ANSWER_CACHE_BYTES = 16 * MIB

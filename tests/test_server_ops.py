@@ -51,7 +51,7 @@ def test_tls(tmp_path: Path) -> None:
 
     cert, key = _certificate(tmp_path)
     with running_daemon(
-        fixture("cpu"), [ROOT / "policies"], watch=False, tls=TlsFiles(cert, key)
+        fixture("cpu"), [ROOT / "policies"], watch=False, tls=TlsFiles.load(cert, key)
     ) as daemon:
         credentials = grpc.ssl_channel_credentials(cert.read_bytes())
         with connect(daemon.bound[0], credentials=credentials) as client:

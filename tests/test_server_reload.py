@@ -147,7 +147,7 @@ def test_sighup_and_sigterm(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernelpolicy", "serve", "--listen", "127.0.0.1:0", "--no-watch",
-         "--quiet", "--port-file", str(port_file), "--policies", str(policies),
+         "--port-file", str(port_file), "--policies", str(policies),
          "--platform", str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={"PATH": "/usr/bin:/bin", "KERNELPOLICY_LOG_FORMAT": "json", **_python_env()},

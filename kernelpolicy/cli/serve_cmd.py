@@ -34,7 +34,8 @@ def register(commands: Any) -> None:
     )
     serve.add_argument(
         "--listen", action="append", metavar="ADDR",
-        help="host:port or unix:/path (repeatable; default 127.0.0.1:50151 and a unix socket)",
+        help="host:port or unix:/path (repeatable; default 127.0.0.1:50151 and the unix socket "
+        "in a private directory: $XDG_RUNTIME_DIR/kernelpolicy/, /run/kernelpolicy/ for root)",
     )  # fmt: skip
     serve.add_argument(
         "--policies", action="append", type=Path, metavar="PATH", help="policy file or directory"
@@ -47,108 +48,179 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--no-watch", action="store_true", help="do not watch policy files (SIGHUP still reloads)"
     )
-    serve.add_argument("--quiet", action="store_true", help="do not print the explain table")
+    serve.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print only warnings and errors: no explain table, no start, reload or stop lines",
+    )
     serve.set_defaults(run=run_serve)
 
     status = commands.add_parser(
         "status",
         help="ask a running daemon how it is: health, revision, policies, last reload error",
         description=(
-            "Query a running daemon; exits 1 when it is not serving or its last reload failed."
+            "Query a running daemon. A daemon behind a unix socket must run as root or as you "
+            "(its peer credentials are checked); TCP addresses carry no such identity."
+        ),
+        epilog=(
+            "exit status: 0 serving and the last reload succeeded; 1 not serving, or the last "
+            "reload failed (the last good policies keep serving); 2 no daemon answered, a "
+            "daemon was refused (run by another user), or bad usage"
         ),
     )
     status.add_argument(
-        "--address", default=None, help="default: the unix socket, then 127.0.0.1:50151"
+        "--address",
+        default=None,
+        help="unix:/path or host:port (default: your unix socket, then root's "
+        "/run/kernelpolicy/kernelpolicy.sock)",
     )
-    status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON object on stdout (with 'error' when none answered)",
+    )
     status.set_defaults(run=run_status)
 
 
+def _quiet_grpc() -> None:
+    """gRPC's C core logs its own lines (``E1122 ... add_port.cc``) before a bind error that we
+    report in one line ourselves; it reads this before grpc is imported."""
+    import os
+
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    from kernelpolicy.server.signals import hold_sighup, take_pending
+
+    hold_sighup()  # first: a SIGHUP while starting is a reload later, not the end
+    _quiet_grpc()
     from kernelpolicy.cli.render import explain_table
-    from kernelpolicy.server.daemon import DEFAULT_PORT, Daemon, TlsFiles, default_unix_socket
+    from kernelpolicy.server.daemon import (
+        DEFAULT_PORT,
+        Daemon,
+        check_listen_address,
+        default_unix_socket,
+    )
     from kernelpolicy.server.state import ServingState
+    from kernelpolicy.server.tls import tls_from_settings
     from kernelpolicy.settings import settings_from
 
+    listen = args.listen or [f"127.0.0.1:{DEFAULT_PORT}", default_unix_socket()]
+    for address in listen:  # settings mistakes first, before anything slow
+        check_listen_address(address)
     base_env = environment(args, None)
     settings = settings_from(base_env)
+    tls = tls_from_settings(settings)
     platform = obtain_platform(args)
     env = environment(args, platform)
     state = ServingState(
         platform, env, args.policies or list(settings.policy_paths), settings.overrides,
         settings.cache_dir, allow_untrusted=settings.allow_untrusted_files,
     )  # fmt: skip
-    tls = None
-    if settings.tls_cert_file or settings.tls_key_file:
-        if not (settings.tls_cert_file and settings.tls_key_file):
-            raise KernelPolicyError(
-                "TLS needs both KERNELPOLICY_TLS_CERT_FILE and KERNELPOLICY_TLS_KEY_FILE"
-            )
-        tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
-    listen = args.listen or [f"127.0.0.1:{DEFAULT_PORT}", default_unix_socket()]
     if not args.quiet:
         print(explain_table(state.snapshot.resolution), flush=True)
         print(flush=True)
-    daemon = Daemon(state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch)
+    daemon = Daemon(
+        state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
+        default_socket=default_unix_socket(), quiet=args.quiet,
+    )  # fmt: skip
 
     def started() -> None:
         if args.port_file:
             args.port_file.write_text("\n".join(daemon.bound) + "\n")
-        print(f"serving on {', '.join(daemon.bound)}", file=sys.stderr, flush=True)
+        if not args.quiet:
+            print(f"serving on {', '.join(daemon.bound)}", file=sys.stderr, flush=True)
 
-    asyncio.run(daemon.serve(on_started=started))
+    asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
     return 0
 
 
-def run_status(args: argparse.Namespace) -> int:
+def _status_addresses(args: argparse.Namespace) -> list[str]:
+    import os
+
+    from kernelpolicy.server.sockets import SOCKET_NAME, default_socket_address, runtime_dir
+
+    if args.address:
+        return [args.address]
+    addresses = [default_socket_address()]
+    if os.geteuid() != 0:
+        addresses.append(f"unix:{runtime_dir(0) / SOCKET_NAME}")
+    return addresses
+
+
+def _ask(address: str) -> dict[str, Any]:
+    """The status report of the daemon at ``address``.
+
+    Raises:
+        DaemonError: It is refused (peer check), not answering, or a request failed.
+    """
     import json
 
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from kernelpolicy.errors import DaemonError
     from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
-    from kernelpolicy.server.daemon import DEFAULT_PORT, default_unix_socket
 
-    addresses = (
-        [args.address] if args.address else [default_unix_socket(), f"127.0.0.1:{DEFAULT_PORT}"]
+    with connect(address, timeout=3.0) as client:
+        client.wait_ready()
+        try:
+            health = health_pb2_grpc.HealthStub(client.channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=3.0
+            )
+            explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
+        except grpc.RpcError as exc:
+            raise DaemonError(f"{address}: {exc.code().name}: {exc.details()}") from None
+    document = json.loads(explain.json)
+    return {
+        "address": address,
+        "serving": health.status == health_pb2.HealthCheckResponse.SERVING,
+        "revision": explain.revision,
+        "fingerprint": document["fingerprint"],
+        "policy_files": list(explain.policy_files),
+        "policy_error": explain.policy_error or None,
+        "errors": {f: d["error"] for f, d in document["decisions"].items() if d["error"]},
+    }
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    health_word = "SERVING" if report["serving"] else "NOT SERVING"
+    print(
+        f"{report['address']}: {health_word}, revision {report['revision']}, "
+        f"fingerprint {report['fingerprint']}"
     )
-    last_error = ""
-    for address in addresses:
-        with connect(address, timeout=3.0) as client:
-            try:
-                health = health_pb2_grpc.HealthStub(client.channel).Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=3.0
-                )
-                explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
-            except grpc.RpcError as exc:
-                last_error = f"{address}: {exc.code().name}: {exc.details()}"
-                continue
-        serving = health.status == health_pb2.HealthCheckResponse.SERVING
-        document = json.loads(explain.json)
-        report = {
-            "address": address,
-            "serving": serving,
-            "revision": explain.revision,
-            "fingerprint": document["fingerprint"],
-            "policy_files": list(explain.policy_files),
-            "policy_error": explain.policy_error or None,
-            "errors": {f: d["error"] for f, d in document["decisions"].items() if d["error"]},
-        }
+    print(f"policies: {', '.join(report['policy_files'])}")
+    if report["policy_error"]:
+        print(f"last reload FAILED (serving the last good policies):\n{report['policy_error']}")
+    for feature, error in report["errors"].items():
+        print(f"decision error: {feature}: {error}")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    import json
+
+    from kernelpolicy.errors import DaemonError
+
+    _quiet_grpc()
+    problems: list[str] = []
+    for address in _status_addresses(args):
+        try:
+            report = _ask(address)
+        except DaemonError as exc:
+            problems.append(str(exc))
+            if str(exc).startswith("refusing"):
+                break  # another user's daemon: say so, do not look further
+            continue
         if args.json:
             print(json.dumps(report, indent=2))
         else:
-            health_word = "SERVING" if serving else "NOT SERVING"
-            print(
-                f"{address}: {health_word}, revision {explain.revision}, "
-                f"fingerprint {report['fingerprint']}"
-            )
-            print(f"policies: {', '.join(report['policy_files'])}")
-            if explain.policy_error:
-                print(
-                    f"last reload FAILED (serving the last good policies):\n{explain.policy_error}"
-                )
-            for feature, error in report["errors"].items():
-                print(f"decision error: {feature}: {error}")
-        return 0 if serving and not explain.policy_error else 1
-    raise KernelPolicyError(f"no daemon answered ({last_error or 'nothing tried'})")
+            _print_report(report)
+        return 0 if report["serving"] and not report["policy_error"] else 1
+    message = f"no daemon answered ({'; '.join(problems) or 'nothing tried'})"
+    if args.json:
+        print(json.dumps({"serving": False, "error": message}, indent=2))
+        return 2
+    raise KernelPolicyError(message)

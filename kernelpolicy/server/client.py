@@ -21,29 +21,58 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as p
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.convert import rebuild
 
+CONNECT_TIMEOUT = 2.0
+"""Seconds a client waits for the daemon to accept a connection before saying it is not there."""
+
 
 class Client:
     """A connection to ``kernelpolicy serve``; use it as a context manager or call close()."""
 
     def __init__(
         self,
-        address: str,
+        address: str | None = None,
         *,
         timeout: float = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        self.address = address
+        from kernelpolicy.server.sockets import check_peer, default_socket_address
+
+        self.address = address or default_socket_address()
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        check_peer(self.address)  # before grpc: refuse a daemon run by another user
         self.channel = (
-            grpc.secure_channel(address, credentials)
+            grpc.secure_channel(self.address, credentials)
             if credentials is not None
-            else grpc.insecure_channel(address)
+            else grpc.insecure_channel(self.address)
         )
         self.stub = pb_grpc.KernelPolicyStub(self.channel)
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Wait (at most ``connect_timeout`` seconds) until the daemon accepts a connection.
+
+        Raises:
+            DaemonError: Nothing answered in time, saying so at once rather than after the
+                whole request timeout.
+        """
+        if self._ready:
+            return
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=self.connect_timeout)
+        except grpc.FutureTimeoutError:
+            raise DaemonError(
+                f"{self.address}: not answering (no connection within {self.connect_timeout:g} "
+                "s: is kernelpolicy serve running there, with the same TLS setting?)",
+                grpc.StatusCode.UNAVAILABLE,
+            ) from None
+        self._ready = True
 
     def _call(self, method: str, request: Any) -> Any:
+        self.wait_ready()
         try:
-            return getattr(self.stub, method)(request, timeout=self.timeout, wait_for_ready=True)
+            return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise DaemonError(
                 f"{self.address}: {method} failed: {exc.code().name}: {exc.details()}", exc.code()
@@ -85,6 +114,7 @@ class Client:
 
     def watch(self) -> Iterator[Resolution]:
         """The current Resolution at once, then each new one after a reload."""
+        self.wait_ready()
         stream = self.stub.Watch(pb.WatchRequest(include_inputs=True), wait_for_ready=True)
         try:
             for response in stream:
@@ -108,13 +138,29 @@ class Client:
 
 
 def connect(
-    address: str = "127.0.0.1:50151",
+    address: str | None = None,
     *,
     timeout: float = 10.0,
     credentials: grpc.ChannelCredentials | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
 ) -> Client:
-    """A client of the daemon at ``address`` (``host:port`` or ``unix:/path``)."""
-    return Client(address, timeout=timeout, credentials=credentials)
+    """A client of the daemon at ``address``.
+
+    Args:
+        address: ``unix:/path`` or ``host:port``; default: this user's unix socket
+            (``$XDG_RUNTIME_DIR/kernelpolicy/kernelpolicy.sock``, ``/run/kernelpolicy/...``
+            for root).
+        timeout: Seconds each request may take.
+        credentials: TLS channel credentials for a TCP daemon that uses TLS.
+        connect_timeout: Seconds to wait for the daemon to accept a connection on first use.
+
+    Raises:
+        DaemonError: A unix-socket daemon runs as neither root nor this user (checked with
+            the socket's peer credentials before any request), or nothing answers there.
+    """
+    return Client(
+        address, timeout=timeout, credentials=credentials, connect_timeout=connect_timeout
+    )
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

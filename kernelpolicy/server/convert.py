@@ -88,7 +88,7 @@ def resolve_response(
             declared = resolution.policies.features[name].spec.context
             try:
                 message.selected = resolution.select(name, **context_for(declared, context))
-            except (ResolutionError, TypeError) as exc:
+            except (ResolutionError, TypeError, ArithmeticError) as exc:
                 message.select_error = str(exc)
         response.decisions.append(message)
     for gate in gates:
@@ -99,7 +99,7 @@ def resolve_response(
         try:
             value = resolution.gate(gate, **context_for(spec.spec.context, context or {}))
             response.gates.append(pb.GateValue(name=gate, value=value))
-        except (ResolutionError, TypeError) as exc:
+        except (ResolutionError, TypeError, ArithmeticError) as exc:
             response.gates.append(pb.GateValue(name=gate, error=str(exc)))
     if inputs is not None:
         response.inputs.CopyFrom(inputs)

@@ -6,9 +6,9 @@ import asyncio
 import ipaddress
 import os
 import signal
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,15 +16,23 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from kernelpolicy.errors import DaemonError
+from kernelpolicy.limits import MAX_REQUEST_BYTES, shown
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
-from kernelpolicy.server.state import ServingState
+from kernelpolicy.server.sockets import default_socket_address, prepare_socket
+from kernelpolicy.server.state import ServingState, reload_failure
+from kernelpolicy.server.tls import TlsFiles
+
+__all__ = ["DEFAULT_PORT", "Daemon", "TlsFiles", "default_unix_socket", "is_loopback"]
 
 DEFAULT_PORT = 50151
-MAX_MESSAGE_BYTES = 1 << 20  # requests are small; anything bigger is refused (RESOURCE_EXHAUSTED)
+"""The default TCP listener, on 127.0.0.1 only, for flagd/OpenFeature providers and grpcurl.
+kernelpolicy's own clients (``connect()``, ``status``) default to the unix socket, whose peer
+they can check; TCP carries no identity (see docs/daemon-security.md)."""
 SERVICES = (
     pb.DESCRIPTOR.services_by_name["KernelPolicy"].full_name,
     f1.DESCRIPTOR.services_by_name["Service"].full_name,
@@ -33,9 +41,29 @@ SERVICES = (
 
 
 def default_unix_socket() -> str:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path("/tmp")
-    return f"unix:{base / f'kernelpolicy-{os.getuid()}.sock'}"
+    """The default socket address (``unix:`` + a path in a private directory)."""
+    return default_socket_address()
+
+
+def check_listen_address(address: str) -> str:
+    """``address`` if it is ``unix:PATH`` or ``HOST:PORT`` with a port in 0-65535.
+
+    Raises:
+        DaemonError: It is neither, naming what was expected.
+    """
+    if address.startswith("unix:"):
+        if not address.removeprefix("unix:").strip("/"):
+            raise DaemonError(f"--listen {address!r}: no socket path; expected unix:/path")
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not port.isascii():
+        raise DaemonError(
+            f"--listen {shown(address, 80)!r}: expected HOST:PORT (127.0.0.1:50151, [::1]:0) or "
+            "unix:/path"
+        )
+    if int(port) > 65535:
+        raise DaemonError(f"--listen {address}: port {int(port)} is out of range (0-65535)")
+    return address
 
 
 def is_loopback(address: str) -> bool:
@@ -52,23 +80,11 @@ def is_loopback(address: str) -> bool:
 
 
 @dataclass
-class TlsFiles:
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
-
-    def credentials(self) -> grpc.ServerCredentials:
-        ca = self.client_ca.read_bytes() if self.client_ca else None
-        return grpc.ssl_server_credentials(
-            [(self.key.read_bytes(), self.cert.read_bytes())],
-            root_certificates=ca,
-            require_client_auth=ca is not None,
-        )
-
-
-@dataclass
 class Daemon:
-    """One server with every service, bound to ``listen`` addresses.
+    """One gRPC server with every service, bound to ``listen`` addresses.
+
+    Start-up, reloads and shutdown are separate from the gRPC listener (``_grpc_server``), so
+    that another listener can share the same ServingState, reload loop and signals.
 
     Attributes:
         bound: The addresses actually bound (with the port the OS chose for ``:0``).
@@ -80,6 +96,8 @@ class Daemon:
     log_format: str = "console"
     watch: bool = True
     reload_debounce_ms: int = 300
+    default_socket: str | None = None  # this address gets a private directory (0700)
+    quiet: bool = False  # log warnings and errors only
     bound: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -89,48 +107,68 @@ class Daemon:
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
+        self.boundary = Boundary(self._log)
+
+    def _log(self, level: str, event: str, **fields: Any) -> None:
+        if self.log is not None:
+            getattr(self.log, level)(event, **fields)
 
     def _emit(self, event: str, **fields: Any) -> None:
-        if self.log is not None:
-            self.log.info(event, **fields)
+        if not self.quiet:
+            self._log("info", event, **fields)
 
-    async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+    def _grpc_server(self) -> Any:
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                 ("grpc.so_reuseport", 0),
             ]
         )
-        add_service(
-            server, pb.DESCRIPTOR.services_by_name["KernelPolicy"], KernelPolicyService(self.state)
-        )
-        add_service(server, f1.DESCRIPTOR.services_by_name["Service"], FlagdV1(self.state))
-        add_service(server, f2.DESCRIPTOR.services_by_name["Service"], FlagdV2(self.state))
+        guard = self.boundary
+        add_service(server, pb.DESCRIPTOR.services_by_name["KernelPolicy"],
+                    KernelPolicyService(self.state), guard)  # fmt: skip
+        add_service(server, f1.DESCRIPTOR.services_by_name["Service"], FlagdV1(self.state), guard)
+        add_service(server, f2.DESCRIPTOR.services_by_name["Service"], FlagdV2(self.state), guard)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME),
             server,
         )  # fmt: skip
+        return server
+
+    def _bind(self, server: Any, address: str) -> None:
+        if not is_loopback(address):
+            self._log(
+                "warning", "kernelpolicy.serve.warning",
+                message=f"listening on {address}, reachable beyond this machine"
+                + ("" if self.tls else " WITHOUT TLS: set KERNELPOLICY_TLS_CERT_FILE/KEY_FILE"),
+            )  # fmt: skip
+        unix = address.startswith("unix:")
+        if unix:
+            prepare_socket(address, default=address == self.default_socket)
+        # The socket file is created by bind(): 0600, so only this user (and root) may connect.
+        old_umask = os.umask(0o177) if unix else None
+        try:
+            if self.tls is not None and not unix:
+                port = server.add_secure_port(address, self.tls.credentials())
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError:
+            raise DaemonError(
+                f"cannot listen on {address}: the address is in use (another kernelpolicy "
+                "serve?) or not valid here; pick another with --listen"
+            ) from None
+        finally:
+            if old_umask is not None:
+                os.umask(old_umask)
+        self.bound.append(address if unix else _with_port(address, port))
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        server = self._grpc_server()
         for address in self.listen:
-            if not is_loopback(address):
-                self._emit(
-                    "kernelpolicy.serve.warning",
-                    message=f"listening on {address}, reachable beyond this machine"
-                    + ("" if self.tls else " WITHOUT TLS: set KERNELPOLICY_TLS_CERT_FILE/KEY_FILE"),
-                )
-            try:
-                if self.tls is not None and not address.startswith("unix:"):
-                    port = server.add_secure_port(address, self.tls.credentials())
-                else:
-                    port = server.add_insecure_port(address)
-            except RuntimeError:
-                raise DaemonError(
-                    f"cannot listen on {address}: the address is in use (another kernelpolicy "
-                    "serve?) or not valid here; pick another with --listen"
-                ) from None
-            self.bound.append(address if address.startswith("unix:") else _with_port(address, port))
+            self._bind(server, check_listen_address(address))
         await server.start()
         self.server = server
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
@@ -147,14 +185,22 @@ class Daemon:
             await self.health.set(service, status)
 
     async def reload(self, why: str = "request") -> None:
-        """Re-read the policy files; a bad set keeps the last good one and is reported."""
+        """Re-read the policy files off the event loop and swap the answer in atomically.
+
+        Never raises: a bad set, or any failure while building it, keeps the last good set,
+        is logged as ``kernelpolicy.reload.failed`` (warning) and shows in Explain and status.
+        """
         async with self._reload_lock:
-            prepared = await asyncio.to_thread(self.state.prepare_reload)
+            try:
+                # The load and resolution run in a worker thread: answers keep flowing.
+                prepared = await asyncio.to_thread(self.state.prepare_reload)
+            except Exception as exc:  # prepare_reload catches; this is a backstop
+                prepared = reload_failure(exc)
             change = self.state.commit(prepared)
             snapshot = self.state.snapshot
             if isinstance(prepared, str):
-                self._emit("kernelpolicy.reload.failed", why=why, error=prepared,
-                           serving_revision=snapshot.revision)  # fmt: skip
+                self._log("warning", "kernelpolicy.reload.failed", why=why, error=prepared,
+                          serving_revision=snapshot.revision)  # fmt: skip
             else:
                 self._emit(
                     "kernelpolicy.reload",
@@ -165,29 +211,53 @@ class Daemon:
                 )
 
     async def _watch_files(self) -> None:
+        """Reload on every change; if watching itself fails, say so and start again."""
         from watchfiles import awatch
 
-        targets = {p if p.is_dir() else p.parent for p in self.state.policy_paths}
-        async for _ in awatch(
-            *targets, stop_event=self._stopping, debounce=self.reload_debounce_ms,
-            step=50, recursive=True, force_polling=False,
-        ):  # fmt: skip
-            await self.reload("files changed")
+        while not self._stopping.is_set():
+            try:
+                targets = {p if p.is_dir() else p.parent for p in self.state.policy_paths}
+                async for _ in awatch(
+                    *targets, stop_event=self._stopping, debounce=self.reload_debounce_ms,
+                    step=50, recursive=True, force_polling=False,
+                ):  # fmt: skip
+                    await self.reload("files changed")
+            except Exception as exc:  # the watcher must never die
+                self._log(
+                    "warning", "kernelpolicy.watch.failed", error=shown(str(exc), 300),
+                    detail=traceback.format_exception_only(exc)[-1].strip()[:300],
+                )  # fmt: skip
+                await asyncio.sleep(1.0)
+                await self.reload("watch restarted")
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload("SIGHUP")))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
 
     async def serve(
-        self, *, handle_signals: bool = True, on_started: Callable[[], None] | None = None
+        self,
+        *,
+        handle_signals: bool = True,
+        on_started: Callable[[], None] | None = None,
+        pending_reload: Callable[[], bool] | None = None,
     ) -> None:
-        """Start, then run until stop() or SIGTERM/SIGINT; SIGHUP reloads."""
+        """Run until stop() or SIGTERM/SIGINT; SIGHUP reloads.
+
+        Args:
+            handle_signals: Install the signal handlers (before anything slow happens).
+            on_started: Called once every listener is bound.
+            pending_reload: Whether a SIGHUP arrived before the loop could handle it (see
+                :mod:`kernelpolicy.server.signals`); then the daemon reloads once started.
+        """
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            self._install_signals(loop)
         await self.start()
         if on_started is not None:
             on_started()
-        loop = asyncio.get_running_loop()
-        if handle_signals:
-            loop.add_signal_handler(
-                signal.SIGHUP, lambda: asyncio.ensure_future(self.reload("SIGHUP"))
-            )
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._stopping.set)
+        if pending_reload is not None and pending_reload():
+            await self.reload("SIGHUP")
         watcher = asyncio.ensure_future(self._watch_files()) if self.watch else None
         await self._stopping.wait()
         await self.shutdown()
@@ -213,22 +283,26 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
-def add_service(server: Any, service: Any, servicer: Any) -> None:
+def add_service(server: Any, service: Any, servicer: Any, boundary: Boundary) -> None:
     """Register ``servicer`` for a service descriptor, as the generated ``add_*_to_server``
-    does, except that handlers may return pre-serialised bytes (the cached hot answers)."""
+    does, except that every handler goes through ``boundary`` (requests checked, failures
+    mapped to a status) and may return pre-serialised bytes (the cached hot answers)."""
     from google.protobuf.message_factory import GetMessageClass
 
     handlers = {}
     for method in service.methods:
         request_class = GetMessageClass(method.input_type)
-        make = (
-            grpc.unary_stream_rpc_method_handler
-            if method.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
+        name = f"{service.full_name}/{method.name}"
+        handler: Any
+        if method.server_streaming:
+            make = grpc.unary_stream_rpc_method_handler
+            handler = boundary.guard_stream(name, getattr(servicer, method.name))
+        else:
+            make = grpc.unary_unary_rpc_method_handler
+            handler = boundary.guard(name, getattr(servicer, method.name))
         handlers[method.name] = make(
-            getattr(servicer, method.name),
-            request_deserializer=request_class.FromString,
+            handler,
+            request_deserializer=decoder(request_class),
             response_serializer=_serialize,
         )
     server.add_generic_rpc_handlers(

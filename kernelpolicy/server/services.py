@@ -15,6 +15,7 @@ from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
+from kernelpolicy.safeio import parse_json
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2_grpc as f1_grpc
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
@@ -30,6 +31,12 @@ from kernelpolicy.server.convert import (
 from kernelpolicy.server.state import ServingState, Snapshot
 
 KEEP_ALIVE_SECONDS = 20.0
+CALL_ERRORS = (ResolutionError, TypeError, ArithmeticError)
+"""What evaluating a call context the client sent may raise: the client's mistake, reported."""
+
+
+def _invalid(message: str) -> KernelPolicyError:
+    return KernelPolicyError(message)
 
 
 async def _abort(
@@ -48,9 +55,10 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         snapshot = self.state.snapshot
         cached = snapshot.cache.get("platform")
         if cached is None:
-            cached = snapshot.cache["platform"] = pb.PlatformSnapshot(
+            cached = pb.PlatformSnapshot(
                 json=snapshot.resolution.platform.to_json(indent=None)
-            )
+            ).SerializeToString()
+            snapshot.cache.put("platform", cached)
         return cached
 
     async def Resolve(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -60,8 +68,10 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
             or request.env or request.hypothetical_env or request.include_inputs
         )  # fmt: skip
         key = ("resolve", tuple(request.features)) if plain else None
-        if key is not None and key in snapshot.cache:
-            return snapshot.cache[key]
+        if key is not None:
+            cached = snapshot.cache.get(key)
+            if cached is not None:
+                return cached
         resolution = await _resolution_for(self.state, snapshot, request, context)
         try:
             response = resolve_response(
@@ -78,7 +88,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         except ResolutionError as exc:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         if key is not None:
-            snapshot.cache[key] = response.SerializeToString()  # sent as is next time
+            snapshot.cache.put(key, response.SerializeToString())  # sent as is next time
         return response
 
     async def Explain(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -150,12 +160,16 @@ async def _resolution_for(
         return snapshot.resolution
     try:
         platform = (
-            Platform.from_dict(json.loads(request.platform_json), source="platform_json")
+            Platform.from_dict(
+                parse_json(request.platform_json, "platform_json", _invalid), source="platform_json"
+            )
             if request.platform_json
             else state.platform
         )
-    except (KernelPolicyError, json.JSONDecodeError) as exc:
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"platform_json: {exc}")
+    except KernelPolicyError as exc:
+        message = str(exc)
+        prefix = "" if message.startswith("platform_json") else "platform_json: "
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, prefix + message)
     env: Mapping[str, str] = (
         dict(request.env) if (request.env or request.hypothetical_env) else state.env
     )
@@ -182,11 +196,13 @@ class _Flagd:
         snapshot = self.state.snapshot
         with_context = request.HasField("context") and bool(request.context.fields)
         key = (self.m.__name__, request.flag_key)
-        if not with_context and key in snapshot.cache:  # the common call: one dict lookup
-            return snapshot.cache[key]
+        if not with_context:  # the common call: one dict lookup
+            cached = snapshot.cache.get(key)
+            if cached is not None:
+                return cached
         response = await self._evaluate_string(snapshot, request, context, with_context)
         if not with_context:
-            snapshot.cache[key] = response.SerializeToString()  # sent as is next time
+            snapshot.cache.put(key, response.SerializeToString())  # sent as is next time
         return response
 
     async def _evaluate_string(
@@ -218,7 +234,7 @@ class _Flagd:
             if len(call) == len(declared):
                 try:
                     value = resolution.select(name, **call)
-                except (ResolutionError, TypeError) as exc:
+                except CALL_ERRORS as exc:
                     await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Not STATIC: a reload can change the value, and STATIC values are cached by providers.
         return self.m.ResolveStringResponse(
@@ -239,7 +255,7 @@ class _Flagd:
         call = context_for(gate.spec.context, context_dict(request.context))
         try:
             value = resolution.gate(name, **call)
-        except (ResolutionError, TypeError) as exc:
+        except CALL_ERRORS as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         variant = "on" if value else "off"
         return self.m.ResolveBooleanResponse(
@@ -319,7 +335,7 @@ class FlagdV1(_FlagdMethods, f1_grpc.ServiceServicer):  # type: ignore[misc]
             if declared and len(call) == len(declared):
                 try:
                     value = resolution.select(name, **call)
-                except (ResolutionError, TypeError):
+                except CALL_ERRORS:
                     continue
             flags[name] = f1.AnyFlag(reason="TARGETING_MATCH", variant=value, string_value=value)
         for name, gate in resolution.policies.gates.items():
@@ -328,7 +344,7 @@ class FlagdV1(_FlagdMethods, f1_grpc.ServiceServicer):  # type: ignore[misc]
                 continue  # a gate needs its whole context
             try:
                 enabled = resolution.gate(name, **call)
-            except (ResolutionError, TypeError):
+            except CALL_ERRORS:
                 continue
             flags[name] = f1.AnyFlag(
                 reason="TARGETING_MATCH", variant="on" if enabled else "off", bool_value=enabled

@@ -9,18 +9,72 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kernelpolicy.conformance.evidence import Evidence, load_evidence
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
-from kernelpolicy.errors import PolicyError
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_ANSWER_CACHE_BYTES, MAX_ANSWER_CACHE_ENTRIES
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policy_sources, read_policy_sources
+
+
+class AnswerCache:
+    """Serialised answers of one snapshot, least recently used dropped first.
+
+    Bounded by entries (``MAX_ANSWER_CACHE_ENTRIES``) and by bytes of keys and answers together
+    (``MAX_ANSWER_CACHE_BYTES``), so no client can grow the daemon by asking many different
+    questions. Used from the event loop only (no lock).
+    """
+
+    def __init__(
+        self, max_entries: int = MAX_ANSWER_CACHE_ENTRIES, max_bytes: int = MAX_ANSWER_CACHE_BYTES
+    ) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[Hashable, tuple[bytes, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> bytes | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key: Hashable, answer: bytes) -> None:
+        """Keep ``answer``; one larger than the whole budget is not kept at all."""
+        size = len(answer) + _key_bytes(key)
+        if size > self.max_bytes:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self._items[key] = (answer, size)
+        self.bytes += size
+        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+            _, (_, dropped) = self._items.popitem(last=False)
+            self.bytes -= dropped
+
+
+def _key_bytes(key: Hashable) -> int:
+    """What a key costs: its strings' lengths plus a fixed overhead per element."""
+    parts = key if isinstance(key, tuple) else (key,)
+    total = 64
+    for part in parts:
+        if isinstance(part, tuple):
+            total += sum(len(str(item)) + 64 for item in part)
+        else:
+            total += len(str(part)) + 64
+    return total
 
 
 @dataclass(frozen=True)
@@ -30,7 +84,7 @@ class Snapshot:
     sources: tuple[tuple[str, str], ...]
     evidence: Evidence | None
     policy_error: str | None = None
-    cache: dict[Any, Any] = field(default_factory=dict, compare=False)  # per-snapshot answers
+    cache: AnswerCache = field(default_factory=AnswerCache, compare=False)  # serialised answers
 
     @property
     def policies(self) -> PolicySet:
@@ -87,19 +141,27 @@ class ServingState:
         try:
             sources = tuple(read_policy_sources(self.policy_paths))
             return self._build(self.snapshot.revision + 1, sources, None)
-        except PolicyError as exc:
+        except KernelPolicyError as exc:
             return str(exc)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # the watcher must outlive any loader bug
+            # Not only Exception: a panic in a native extension (pyo3's PanicException) is a
+            # BaseException, and a reload must never take the daemon down.
+            return reload_failure(exc)
 
     def commit(self, prepared: Snapshot | str) -> Change | None:
         """Swap in a prepared snapshot (on the event loop). Returns what changed, if anything."""
         current = self.snapshot
         if isinstance(prepared, str):
             if prepared != current.policy_error:
-                self.snapshot = dataclasses.replace(current, policy_error=prepared, cache={})
+                self.snapshot = dataclasses.replace(
+                    current, policy_error=prepared, cache=AnswerCache()
+                )
             return None
         if prepared.resolution.fingerprint == current.resolution.fingerprint:
             if current.policy_error is not None:  # fixed files that equal the last good set
-                self.snapshot = dataclasses.replace(current, policy_error=None, cache={})
+                self.snapshot = dataclasses.replace(current, policy_error=None, cache=AnswerCache())
             return None
         self.snapshot = prepared
         change = Change(prepared.revision, changed_flags(current, prepared))
@@ -118,6 +180,17 @@ class ServingState:
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
+
+
+def reload_failure(exc: BaseException) -> str:
+    """The report of a reload that failed on something other than a KernelPolicyError."""
+    text = str(exc).strip() or "no message"
+    if len(text) > 500:
+        text = text[:500] + "...(cut)"
+    return (
+        f"policy reload failed: {type(exc).__name__}: {text} (a kernelpolicy bug: please report "
+        "it with the policy files; the last good policies keep serving)"
+    )
 
 
 def changed_flags(old: Snapshot, new: Snapshot) -> tuple[str, ...]:
