@@ -50,6 +50,8 @@ def read_bytes_bounded(path: str | Path, *, limit: int, limit_name: str, fail: F
         _raise(fail, f"{source}: no such file")
     except OSError as exc:
         _raise(fail, f"{source}: cannot open: {exc.strerror or exc}")
+    except ValueError:  # a NUL character: no such path can exist
+        _raise(fail, f"{source!r}: not a usable path (it contains a NUL character)")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -6,11 +6,11 @@ whatever needs it; nothing else in kernelpolicy reads the environment on its own
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -19,10 +19,13 @@ from pydantic_settings import (
 )
 
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import MAX_SETTING_CHARS, shown
+from kernelpolicy.safeio import parse_json
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 ACCEPTED_BOOLEANS = "1/0, true/false, yes/no, on/off (any case)"
+_OVERRIDES_FORM = '{"sampler.greedy": "torch"}'
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -33,14 +36,59 @@ def parse_bool(name: str, value: str) -> bool:
         value: Its value.
 
     Raises:
-        SettingsError: Anything else, naming the variable and the accepted values.
+        SettingsError: Anything else, naming the variable and the accepted values; the value
+            is shown cut to ``SHOWN_ENV_VALUE_CHARS``.
     """
     text = value.strip().lower()
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise SettingsError(f"{name}={value!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
+    raise SettingsError(f"{name}={shown(value)!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
+
+
+def _read_paths(name: str, value: str) -> tuple[Path, ...]:
+    """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
+    if value.lstrip().startswith("["):
+        items = parse_json(value, name, SettingsError)
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise SettingsError(f'{name}: expected a JSON list of paths such as ["a.toml", "d"]')
+        parts: list[str] = items
+    else:
+        parts = [part for part in value.split(":") if part]
+    return tuple(_path(name, part) for part in parts)
+
+
+def _path(name: str, value: str) -> Path:
+    if "\0" in value:
+        raise SettingsError(f"{name}: a path with a NUL character; expected a file or directory")
+    return Path(value)
+
+
+def _read_overrides(name: str, value: str) -> dict[str, str]:
+    def fail(message: str) -> SettingsError:
+        return SettingsError(
+            f"{name}={shown(value)!r}: expected a JSON object such as {_OVERRIDES_FORM} ({message})"
+        )
+
+    data = parse_json(value, name, fail)
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise SettingsError(
+            f"{name}: expected a JSON object of feature -> implementation name such as "
+            f"{_OVERRIDES_FORM}"
+        )
+    return data
+
+
+_READERS: dict[str, Callable[[str, str], object]] = {
+    "policy_paths": _read_paths,
+    "overrides": _read_overrides,
+    "allow_untrusted_files": parse_bool,
+    "cache_dir": _path,
+    "tls_cert_file": _path,
+    "tls_key_file": _path,
+    "tls_client_ca_file": _path,
+}
 
 
 def bundled_policy_dir() -> Path:
@@ -72,7 +120,7 @@ class Settings(BaseSettings):
     policy_paths: Annotated[tuple[Path, ...], NoDecode] = Field(
         default_factory=lambda: (bundled_policy_dir(),)
     )
-    overrides: dict[str, str] = Field(default_factory=dict)
+    overrides: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     log_format: Literal["console", "json", "off"] = "console"
     cache_dir: Path | None = None
     tls_cert_file: Path | None = None
@@ -80,27 +128,26 @@ class Settings(BaseSettings):
     tls_client_ca_file: Path | None = None
     allow_untrusted_files: bool = False
 
-    @field_validator("allow_untrusted_files", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _boolean(cls, value: object) -> object:
-        """The one boolean parser, not pydantic's (which also takes 't' and 'y')."""
-        if isinstance(value, str):
-            return parse_bool("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", value)
-        return value
+    def _read(cls, value: object, info: ValidationInfo) -> object:
+        """Every string value is bounded and read here, by kernelpolicy's own readers.
 
-    @field_validator("policy_paths", mode="before")
-    @classmethod
-    def _path_list(cls, value: object) -> object:
-        """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
-        if isinstance(value, Path):
+        The errors raised are :class:`SettingsError` (not ``ValueError``), so they leave even a
+        bare ``Settings()`` unchanged, naming the variable.
+        """
+        field = info.field_name or ""
+        if isinstance(value, Path) and field == "policy_paths":
             return (value,)
-        if isinstance(value, str):
-            if value.lstrip().startswith("["):
-                import json
-
-                return tuple(json.loads(value))
-            return tuple(part for part in value.split(":") if part)
-        return value
+        if not isinstance(value, str):
+            return value
+        name = f"KERNELPOLICY_{field.upper()}"
+        if len(value) > MAX_SETTING_CHARS:
+            raise SettingsError(
+                f"{name}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
+            )
+        reader = _READERS.get(field)
+        return value if reader is None else reader(name, value)
 
 
 def _settings_error(exc: Any) -> SettingsError:
@@ -146,27 +193,12 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     Raises:
         SettingsError: A value does not fit, naming the variable.
     """
-    import json
-
     from pydantic import ValidationError
 
     values: dict[str, object] = {}
-    for name in (
-        "policy_paths", "overrides", "log_format", "cache_dir",
-        "tls_cert_file", "tls_key_file", "tls_client_ca_file", "allow_untrusted_files",
-    ):  # fmt: skip
+    for name in Settings.model_fields:
         raw = env.get(f"KERNELPOLICY_{name.upper()}")
-        if raw is None:
-            continue
-        if name == "overrides":
-            try:
-                values[name] = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise SettingsError(
-                    f"KERNELPOLICY_OVERRIDES={raw!r}: expected a JSON object such as "
-                    f'{{"sampler.greedy": "torch"}} ({exc.msg})'
-                ) from None
-        else:
+        if raw is not None:
             values[name] = raw
     try:
         return _MappingSettings.model_validate(values)

@@ -19,6 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from kernelpolicy.errors import VersionError
+from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 
 __all__ = [
     "StackVersion",
@@ -102,12 +103,14 @@ class UnreadableVersion:
         return False
 
     def __str__(self) -> str:
-        return f"unreadable version {self.raw!r} ({self.reason})"
+        return f"unreadable version {shown(self.raw)!r} ({self.reason})"
 
 
-@lru_cache(maxsize=1024)
 def parse_version(raw: str) -> StackVersion | UnreadableVersion:
     """Read a version string of any format the GPU stack uses.
+
+    Never raises: a string longer than ``MAX_VERSION_CHARS`` is refused before any parser sees
+    it (a 4,301-digit release part would overflow ``int()``), and so is anything not a ``str``.
 
     Args:
         raw: A version as a library, driver or toolkit reports it.
@@ -115,6 +118,18 @@ def parse_version(raw: str) -> StackVersion | UnreadableVersion:
     Returns:
         A :class:`StackVersion`, or an :class:`UnreadableVersion` that says why not.
     """
+    if not isinstance(raw, str):
+        return UnreadableVersion(shown(repr(raw)), f"expected a string, got {type(raw).__name__}")
+    if len(raw) > MAX_VERSION_CHARS:
+        # Checked before the cache, which would otherwise keep the long string alive.
+        return UnreadableVersion(
+            shown(raw), f"{len(raw)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
+        )
+    return _parse_version(raw)
+
+
+@lru_cache(maxsize=1024)
+def _parse_version(raw: str) -> StackVersion | UnreadableVersion:
     text = raw.strip()
     if not text:
         return UnreadableVersion(raw, "empty string")
@@ -122,6 +137,8 @@ def parse_version(raw: str) -> StackVersion | UnreadableVersion:
         return StackVersion(text, Version(text), "pep440")
     except InvalidVersion:
         pass
+    except ValueError as exc:  # pragma: no cover - MAX_VERSION_CHARS keeps int() in range
+        return UnreadableVersion(raw, f"not a usable number ({exc})")
     match = _DOTTED.match(text)
     if match is None:
         return UnreadableVersion(
@@ -150,12 +167,20 @@ def require_version(raw: str) -> StackVersion:
 def parse_specifier(text: str) -> SpecifierSet:
     """Read a PEP 440 specifier set (``">=0.1.13,<0.2"``), raising :class:`VersionError`."""
     try:
-        return SpecifierSet(text)
+        specifiers = SpecifierSet(text)
     except InvalidSpecifier as exc:
         raise VersionError(
-            f"invalid version specifier {text!r}: "
+            f"invalid version specifier {shown(text)!r}: "
             "expected PEP 440 such as '>=0.1.13' or '>=8.0,<=12.1'"
         ) from exc
+    for spec in specifiers:
+        # Each clause's version is compared as numbers later; bound it like any version string.
+        if len(spec.version) > MAX_VERSION_CHARS:
+            raise VersionError(
+                f"invalid version specifier {shown(text)!r}: a version of {len(spec.version)} "
+                f"characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
+            )
+    return specifiers
 
 
 def cuda_version_from_int(value: int) -> str:

@@ -96,7 +96,7 @@ def test_explain_env_unset_and_snapshot_env(
         ),
         pytest.param(
             ["explain", "--platform", "/nonexistent.json"],
-            "cannot read platform file",
+            "no such file",
             id="missing-platform",
         ),
     ],

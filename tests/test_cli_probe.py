@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,42 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     """Running with no command shows the help with examples and exits 2."""
     assert main([]) == 2
     assert "kernelpolicy probe --json" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        pytest.param(b"[" * 100_000, "over MAX_NESTING_DEPTH", id="deep"),
+        pytest.param(b"\xff\xfe{}", "<stdin>: not UTF-8", id="not-utf8"),
+        pytest.param(b" " * (4 * 1024 * 1024 + 1), "over MAX_PLATFORM_FILE_BYTES", id="too-large"),
+        pytest.param(b'{"vendor": NaN}', "NaN is not a JSON number", id="nan"),
+        pytest.param(b"{", "<stdin>:1:2: not JSON", id="not-json"),
+    ],
+)
+def test_platform_from_stdin_is_bounded(
+    data: bytes, message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--platform - reads standard input with the file's limits: one line, exit 2."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["probe", "--platform", "-"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernelpolicy: error: ")
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err) < 1000
+
+
+def test_platform_fifo_does_not_hang(tmp_path: Path) -> None:
+    """A FIFO nobody writes to is refused at once (the timeout only guards the test run)."""
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "probe", "--platform", str(fifo)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "not a regular file (a FIFO)" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy import SettingsError
-from kernelpolicy.settings import bundled_policy_dir, parse_bool, settings_from
+from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_SETTING_CHARS, SHOWN_ENV_VALUE_CHARS
+from kernelpolicy.settings import (
+    Settings,
+    bundled_policy_dir,
+    load_settings,
+    parse_bool,
+    settings_from,
+)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +81,7 @@ def test_settings_from_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         pytest.param(
             {"KERNELPOLICY_OVERRIDES": '["torch"]'},
-            "KERNELPOLICY_OVERRIDES: Input should be a valid dictionary",
+            "KERNELPOLICY_OVERRIDES: expected a JSON object of feature -> implementation name",
             id="overrides-not-object",
         ),
     ],
@@ -85,3 +92,150 @@ def test_bad_settings(env: dict[str, str], message: str) -> None:
         SettingsError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
     ):
         settings_from(env)
+
+
+def _deep_list(depth: int) -> str:
+    return "[" * (depth - 1) + '["a.toml"]' + "]" * (depth - 1)
+
+
+def _deep_object(depth: int) -> str:
+    return '{"x": ' * (depth - 1) + '{"a": "b"}' + "}" * (depth - 1)
+
+
+HOSTILE = [
+    pytest.param(
+        "KERNELPOLICY_OVERRIDES",
+        "[" * 1000,
+        r"KERNELPOLICY_OVERRIDES.*over MAX_NESTING_DEPTH",
+        id="overrides-1000-deep",
+    ),
+    pytest.param(
+        "KERNELPOLICY_OVERRIDES",
+        _deep_object(MAX_NESTING_DEPTH + 1),
+        rf"nested {MAX_NESTING_DEPTH + 1} levels deep, over MAX_NESTING_DEPTH",
+        id="overrides-depth-limit-plus-one",
+    ),
+    pytest.param(
+        "KERNELPOLICY_POLICY_PATHS",
+        "[" * 1000,
+        r"KERNELPOLICY_POLICY_PATHS.*over MAX_NESTING_DEPTH",
+        id="paths-1000-deep",
+    ),
+    pytest.param(
+        "KERNELPOLICY_POLICY_PATHS",
+        _deep_list(MAX_NESTING_DEPTH + 1),
+        r"KERNELPOLICY_POLICY_PATHS.*over MAX_NESTING_DEPTH",
+        id="paths-depth-limit-plus-one",
+    ),
+    pytest.param(
+        "KERNELPOLICY_POLICY_PATHS",
+        '[1, {"a": 2}]',
+        r"KERNELPOLICY_POLICY_PATHS: expected a JSON list",
+        id="paths-wrong-types",
+    ),
+    pytest.param(
+        "KERNELPOLICY_POLICY_PATHS",
+        '["a.toml"',
+        r"KERNELPOLICY_POLICY_PATHS:1:10: not JSON",
+        id="paths-bad-json",
+    ),
+    pytest.param(
+        "KERNELPOLICY_OVERRIDES",
+        '{"sampler.greedy": ["torch"]}',
+        r"KERNELPOLICY_OVERRIDES: expected a JSON object of feature",
+        id="overrides-value-list",
+    ),
+    pytest.param(
+        "KERNELPOLICY_OVERRIDES",
+        '{"a": NaN}',
+        r"KERNELPOLICY_OVERRIDES=.*NaN is not a JSON number",
+        id="overrides-nan",
+    ),
+    pytest.param(
+        "KERNELPOLICY_OVERRIDES",
+        '{"a": ' + "1" * 4301 + "}",
+        r"KERNELPOLICY_OVERRIDES=.*4301 digits",
+        id="overrides-4301-digits",
+    ),
+    *[
+        pytest.param(
+            f"KERNELPOLICY_{field}",
+            "x" * (MAX_SETTING_CHARS + 1),
+            rf"KERNELPOLICY_{field}: {MAX_SETTING_CHARS + 1} characters is over MAX_SETTING_CHARS",
+            id=f"{field.lower()}-limit-plus-one",
+        )
+        for field in (
+            "OVERRIDES",
+            "POLICY_PATHS",
+            "LOG_FORMAT",
+            "CACHE_DIR",
+            "TLS_KEY_FILE",
+            "ALLOW_UNTRUSTED_FILES",
+        )
+    ],
+    pytest.param(
+        "KERNELPOLICY_ALLOW_UNTRUSTED_FILES",
+        "maybe" * 1000,
+        r"KERNELPOLICY_ALLOW_UNTRUSTED_FILES='(maybe){12}mayb\.\.\.\(cut, 5000 chars\)' "
+        "is not a boolean",
+        id="boolean-value-cut",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), HOSTILE)
+def test_hostile_settings_from_mapping(name: str, value: str, message: str) -> None:
+    """settings_from(env): every bad value is one SettingsError naming the variable."""
+    with pytest.raises(SettingsError, match=message) as info:
+        settings_from({name: value})
+    assert len(str(info.value)) < 1000
+
+
+@pytest.mark.parametrize(("name", "value", "message"), HOSTILE)
+def test_hostile_settings_from_environment(
+    name: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings() and load_settings() read the process environment with the same readers."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=message):
+        Settings()
+    with pytest.raises(SettingsError, match=message):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param(
+            "KERNELPOLICY_OVERRIDES", _deep_object(MAX_NESTING_DEPTH), id="overrides-depth-at-limit"
+        ),
+        pytest.param("KERNELPOLICY_POLICY_PATHS", _deep_list(1), id="paths-flat"),
+        pytest.param(
+            "KERNELPOLICY_CACHE_DIR", "/" + "d" * (MAX_SETTING_CHARS - 1), id="cache-dir-at-limit"
+        ),
+    ],
+)
+def test_settings_at_the_limit(name: str, value: str) -> None:
+    """Values at each limit are read (a deep overrides object is read, then refused as the
+    wrong shape, not as too deep)."""
+    if name == "KERNELPOLICY_OVERRIDES":
+        with pytest.raises(SettingsError, match=r"expected a JSON object of feature"):
+            settings_from({name: value})
+        return
+    settings_from({name: value})
+
+
+def test_path_with_nul_is_refused() -> None:
+    """A NUL character (possible in a mapping, never in a real environment) is refused."""
+    with pytest.raises(SettingsError, match=r"KERNELPOLICY_CACHE_DIR: a path with a NUL"):
+        settings_from({"KERNELPOLICY_CACHE_DIR": "/tmp/a\0b"})
+
+
+def test_boolean_errors_cut_the_value() -> None:
+    """parse_bool's error shows at most SHOWN_ENV_VALUE_CHARS of the value, marked as cut."""
+    secret = "s3cr3t" * 100_000
+    with pytest.raises(SettingsError) as info:
+        parse_bool("VLLM_USE_FLASHINFER_SAMPLER", secret)
+    text = str(info.value)
+    assert f"...(cut, {len(secret)} chars)" in text
+    assert len(text) < 2 * SHOWN_ENV_VALUE_CHARS + 200

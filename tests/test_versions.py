@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kernelpolicy.errors import VersionError
+from kernelpolicy.limits import MAX_VERSION_CHARS
 from kernelpolicy.versions import (
     StackVersion,
     UnreadableVersion,
@@ -108,3 +111,70 @@ def test_specifier_errors_name_the_text() -> None:
     with pytest.raises(VersionError, match=r"'=>0\.1'.*>=0\.1\.13"):
         parse_specifier("=>0.1")
     assert parse_specifier(">=8.0,<=12.1").contains("9.0")
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        pytest.param(
+            "1" * (MAX_VERSION_CHARS + 1),
+            rf"{MAX_VERSION_CHARS + 1} characters is over MAX_VERSION_CHARS",
+            id="limit-plus-one",
+        ),
+        pytest.param("1" * 4301, r"4301 characters is over MAX_VERSION_CHARS", id="4301-digits"),
+        pytest.param("1" * 4301 + "-rc", r"over MAX_VERSION_CHARS", id="4301-digits-dotted"),
+        pytest.param("9" * 10**6, r"1000000 characters", id="a-megabyte"),
+    ],
+)
+def test_overlong_versions_are_unreadable_not_errors(raw: str, reason: str) -> None:
+    """A version over MAX_VERSION_CHARS is an UnreadableVersion that says why, never ValueError;
+    its text is cut, so printing it is safe."""
+    parsed = parse_version(raw)
+    assert isinstance(parsed, UnreadableVersion)
+    assert re.search(reason, parsed.reason)
+    assert len(str(parsed)) < 200
+    with pytest.raises(VersionError, match=reason):
+        require_version(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param("1" * MAX_VERSION_CHARS, id="digits-at-limit"),
+        pytest.param("1." * (MAX_VERSION_CHARS // 2 - 1) + "10", id="parts-at-limit"),
+    ],
+)
+def test_versions_at_the_limit_are_read(raw: str) -> None:
+    """A version of exactly MAX_VERSION_CHARS characters is still read."""
+    assert len(raw) == MAX_VERSION_CHARS
+    assert isinstance(parse_version(raw), StackVersion)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(12.4, id="float"),
+        pytest.param(b"1.0", id="bytes"),
+    ],
+)
+def test_non_strings_are_unreadable(value: object) -> None:
+    """parse_version never raises, even on a value that is not a string."""
+    assert isinstance(parse_version(value), UnreadableVersion)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        pytest.param("<" + "1" * MAX_VERSION_CHARS, True, id="at-limit"),
+        pytest.param(">=" + "1" * (MAX_VERSION_CHARS + 1), False, id="limit-plus-one"),
+        pytest.param("<" + "1" * 4301, False, id="4301-digits"),
+    ],
+)
+def test_specifier_versions_are_bounded(text: str, ok: bool) -> None:
+    """A specifier's version is bounded like any version, so matching can never overflow."""
+    if ok:
+        assert parse_specifier(text).contains("1.0")
+        return
+    with pytest.raises(VersionError, match=r"over MAX_VERSION_CHARS"):
+        parse_specifier(text)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import PlatformFileError, SettingsError
-from kernelpolicy.platform.model import Platform, load_platform
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
 
 
 def add_platform_option(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +38,7 @@ def obtain_platform(args: argparse.Namespace, **probe_kwargs: Any) -> Platform:
     path = getattr(args, "platform", None)
     if path is not None:
         if str(path) == "-":
-            try:
-                data = json.load(sys.stdin)
-            except json.JSONDecodeError as exc:
-                raise PlatformFileError(
-                    f"<stdin>:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})"
-                ) from None
-            return Platform.from_dict(data, source="<stdin>")
+            return load_platform_stream(sys.stdin.buffer, "<stdin>")
         return load_platform(path)
     from kernelpolicy.platform.probing import probe
 

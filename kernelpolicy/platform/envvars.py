@@ -1,31 +1,71 @@
-"""The environment variables a resolution may depend on, captured once at probe time."""
+"""The environment variables a resolution may depend on, and the bounded form they travel in.
+
+Only variables the policies read are captured (their switch names and
+``KERNELPOLICY_FORCE_<FEATURE>``), and every captured value is put in its *carried* form before
+anything stores, logs, raises or sends it: a value up to ``SHOWN_ENV_VALUE_CHARS`` is kept
+as it is (surrounding spaces dropped, as every reader of a switch drops them), a longer one is
+cut and marked (``...(cut, N chars)``), and one over ``MAX_ENV_VALUE_CHARS`` is not carried at
+all (a marker names its length and the limit). No valid switch or implementation name is that
+long, so the carried form decides exactly as the original would, and carrying it again changes
+nothing: a daemon's answer rebuilt in a client gives the same decisions and fingerprint.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 
-# Until policies name their own: kernelpolicy's switches, the legacy switches users already set,
-# and the variables that change what the probe or the runtimes see.
+from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS, shown
+
+# Without a policy set to ask: the switches the bundled policies read (the legacy names users
+# already set) and the forced implementations. Settings (KERNELPOLICY_TLS_*, ...) and the
+# variables only the probe reads (CUDA_VISIBLE_DEVICES, ...) are not captured: the devices
+# already show their effect, and a snapshot carries nothing the policies do not read.
 DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
-    "KERNELPOLICY_*",
+    "KERNELPOLICY_FORCE_*",
     "VLLM_USE_FLASHINFER_SAMPLER",
-    "VLLM_ROCM_USE_AITER*",
+    "VLLM_ROCM_USE_AITER",
     "SGLANG_USE_AITER",
     "SGLANG_DISABLE_AITER_GREEDY_SAMPLE",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
 )
+
+_CUT = re.compile(rf"[\s\S]{{{SHOWN_ENV_VALUE_CHARS}}}\.\.\.\(cut, (\d+) chars\)")
+_OVER = re.compile(r"<not carried: (\d+) chars, over MAX_ENV_VALUE_CHARS \(\d+\)>")
+
+
+def carried(value: str) -> str:
+    """The form of an environment value that kernelpolicy stores, logs and sends.
+
+    Idempotent: ``carried(carried(v)) == carried(v)``.
+    """
+    if len(value) > MAX_ENV_VALUE_CHARS:
+        limit = MAX_ENV_VALUE_CHARS
+        return f"<not carried: {len(value)} chars, over MAX_ENV_VALUE_CHARS ({limit})>"
+    text = value.strip()
+    if len(text) <= SHOWN_ENV_VALUE_CHARS or _CUT.fullmatch(text):
+        return text
+    return shown(text)
+
+
+def over_limit(value: str) -> int | None:
+    """The original length when ``value`` is the marker of a value that was not carried."""
+    match = _OVER.fullmatch(value)
+    return int(match.group(1)) if match else None
 
 
 def capture_env(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:
-    """The variables whose names match a pattern (shell-style, case-sensitive), sorted by name."""
+    """The variables whose names match a pattern (shell-style, case-sensitive), sorted by name,
+    each value in its carried form (see :func:`carried`)."""
     pats = tuple(patterns)
     return {
-        name: environ[name]
+        name: carried(environ[name])
         for name in sorted(environ)
         if any(fnmatchcase(name, pat) for pat in pats)
     }
+
+
+def carried_env(env: Mapping[str, str], names: Iterable[str], prefix: str) -> dict[str, str]:
+    """The entries of ``env`` named in ``names`` or starting with ``prefix``, values carried."""
+    wanted = frozenset(names)
+    return {k: carried(v) for k, v in env.items() if k in wanted or k.startswith(prefix)}

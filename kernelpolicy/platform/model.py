@@ -7,12 +7,17 @@ fixed, extra keys are allowed and kept.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kernelpolicy.errors import PlatformFileError
+from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_PLATFORM_FILE_BYTES, MAX_VERSION_CHARS, shown
+from kernelpolicy.platform.envvars import carried
+from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded, value_depth
 
 SCHEMA = "kernelpolicy.platform/v1"
 Vendor = Literal["nvidia", "amd", "none"]
@@ -26,7 +31,12 @@ __all__ = [
     "TorchBuild",
     "Vendor",
     "load_platform",
+    "load_platform_stream",
 ]
+
+_CAPABILITY = re.compile(r"(\d{1,4})\.(\d{1,4})")
+_EXPECTED = "expected the output of 'kernelpolicy probe --json'"
+_MAX_LISTED = 20  # validation problems listed in one error; the rest are counted
 
 
 class Capability(NamedTuple):
@@ -38,10 +48,10 @@ class Capability(NamedTuple):
     @classmethod
     def parse(cls, text: str) -> Capability:
         """Read ``"9.0"``; raise ``ValueError`` naming the expected form otherwise."""
-        major, sep, minor = text.partition(".")
-        if not (sep and major.isdigit() and minor.isdigit()):
-            raise ValueError(f"capability must look like '9.0', got {text!r}")
-        return cls(int(major), int(minor))
+        match = _CAPABILITY.fullmatch(text)
+        if match is None:
+            raise ValueError(f"capability must look like '9.0', got {shown(text)!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}"
@@ -73,12 +83,25 @@ class Device(_Frozen):
         return Capability.parse(self.capability)
 
 
+def _bounded_version(value: str | None) -> str | None:
+    if value is not None and len(value) > MAX_VERSION_CHARS:
+        raise ValueError(
+            f"a version of {len(value)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
+        )
+    return value
+
+
 class DriverInfo(_Frozen):
     """The kernel driver and the CUDA or ROCm version it provides."""
 
     version: str | None = None
     cuda: str | None = None
     rocm: str | None = None
+
+    @field_validator("version", "cuda", "rocm")
+    @classmethod
+    def _bounded(cls, value: str | None) -> str | None:
+        return _bounded_version(value)
 
 
 class TorchBuild(_Frozen):
@@ -87,6 +110,11 @@ class TorchBuild(_Frozen):
     version: str | None = None
     cuda: str | None = None
     hip: str | None = None
+
+    @field_validator("version", "cuda", "hip")
+    @classmethod
+    def _bounded(cls, value: str | None) -> str | None:
+        return _bounded_version(value)
 
 
 class Platform(_Frozen):
@@ -103,6 +131,22 @@ class Platform(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     probe_errors: tuple[str, ...] = ()
 
+    @field_validator("libraries")
+    @classmethod
+    def _library_versions(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, version in value.items():
+            try:
+                _bounded_version(version)
+            except ValueError as exc:
+                raise ValueError(f"{shown(name)}: {exc}") from None
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _carried_env(cls, value: dict[str, str]) -> dict[str, str]:
+        """Values in their carried form, whoever built the snapshot (see platform.envvars)."""
+        return {name: carried(text) for name, text in value.items()}
+
     @property
     def primary(self) -> Device | None:
         """Device 0, the one a single-GPU worker runs on, or ``None`` without a GPU."""
@@ -117,40 +161,82 @@ class Platform(_Frozen):
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<data>") -> Platform:
-        """Validate a snapshot, raising :class:`PlatformFileError` that names each bad key."""
+        """Validate a snapshot of any shape.
+
+        Raises:
+            PlatformFileError: Naming each bad key (the first few) and what was expected; this
+                is the only exception, whatever ``data`` is.
+        """
+        depth = value_depth(data)
+        if depth > MAX_NESTING_DEPTH:
+            raise PlatformFileError(
+                f"{source}: nested {depth} levels deep, over MAX_NESTING_DEPTH "
+                f"({MAX_NESTING_DEPTH}); {_EXPECTED}"
+            )
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             raise PlatformFileError(_describe(exc, source)) from None
+        except (ValueError, TypeError, RecursionError, MemoryError) as exc:
+            # Not expected from pydantic on JSON values; kept so that nothing else escapes.
+            message = shown(str(exc) or type(exc).__name__, 200)
+            raise PlatformFileError(f"{source}: not a valid {SCHEMA} snapshot: {message}") from None
 
 
 def _describe(exc: ValidationError, source: str) -> str:
-    lines = [f"{source}: not a valid {SCHEMA} snapshot:"]
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
+    lines = [f"{source}: not a valid {SCHEMA} snapshot ({_EXPECTED}):"]
+    errors = exc.errors(include_url=False, include_input=False)
+    for err in errors[:_MAX_LISTED]:
+        where = ".".join(shown(str(part)) for part in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {shown(err['msg'], 200)}")
+    if len(errors) > _MAX_LISTED:
+        lines.append(f"  ... and {len(errors) - _MAX_LISTED} more")
     return "\n".join(lines)
+
+
+def _fail(message: str) -> PlatformFileError:
+    return PlatformFileError(message if "expected" in message else f"{message}; {_EXPECTED}")
+
+
+def load_platform_bytes(data: bytes, source: str) -> Platform:
+    """A snapshot from the bytes of a file or stream (see :func:`load_platform`)."""
+    if len(data) > MAX_PLATFORM_FILE_BYTES:
+        raise _fail(
+            f"{source}: {len(data)} bytes is over MAX_PLATFORM_FILE_BYTES "
+            f"({MAX_PLATFORM_FILE_BYTES} bytes)"
+        )
+    text = decode_utf8(data, source, _fail)
+    return Platform.from_dict(parse_json(text, source, _fail), source=source)
 
 
 def load_platform(path: str | Path) -> Platform:
     """Read a snapshot written by ``kernelpolicy probe --json``.
 
     Args:
-        path: The JSON file.
+        path: The JSON file: a regular file of at most ``MAX_PLATFORM_FILE_BYTES``, UTF-8, JSON
+            nested at most ``MAX_NESTING_DEPTH`` deep, with no NaN or Infinity.
 
     Raises:
-        PlatformFileError: The file is missing, is not JSON, or does not match the schema.
+        PlatformFileError: The file is missing, not a regular file, too large, not UTF-8, not
+            JSON, or does not match the schema; the message names the file and what was
+            expected. Nothing else is raised, and a FIFO or device never blocks.
     """
     source = str(path)
+    data = read_bytes_bounded(
+        path, limit=MAX_PLATFORM_FILE_BYTES, limit_name="MAX_PLATFORM_FILE_BYTES", fail=_fail
+    )
+    return load_platform_bytes(data, source)
+
+
+def load_platform_stream(stream: BinaryIO | None = None, source: str = "<stdin>") -> Platform:
+    """Read a snapshot from a binary stream (standard input by default), bounded like a file.
+
+    Raises:
+        PlatformFileError: As :func:`load_platform`.
+    """
+    reader = stream if stream is not None else sys.stdin.buffer
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlatformFileError(f"{source}: cannot read platform file: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlatformFileError(
-            f"{source}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg}); "
-            f"expected the output of 'kernelpolicy probe --json'"
-        ) from None
-    return Platform.from_dict(data, source=source)
+        data = reader.read(MAX_PLATFORM_FILE_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        raise _fail(f"{source}: cannot read: {exc}") from None
+    return load_platform_bytes(data, source)
