@@ -30,10 +30,27 @@ from kernelpolicy.policy.names import check_names
 from kernelpolicy.policy.schema import Feature, PolicyFile
 
 
+def expand_policy_paths(paths: Iterable[str | Path]) -> list[str]:
+    """Paths with ``+PATH`` entries resolved: any ``+`` adds to the bundled pack.
+
+    ``["+/etc/kp"]`` means the bundled pack, then ``/etc/kp``; without a ``+`` the paths replace
+    the pack.
+    """
+    entries = [str(path) for path in paths]
+    if not any(entry.startswith("+") for entry in entries):
+        return entries
+    from kernelpolicy.settings import bundled_policy_dir
+
+    return [str(bundled_policy_dir()), *(entry.removeprefix("+") for entry in entries)]
+
+
 def policy_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand directories to their ``*.toml`` files (sorted); keep files as given."""
+    """Expand directories to their ``*.toml`` files (sorted); keep files as given.
+
+    A ``+PATH`` entry adds to the bundled pack (see :func:`expand_policy_paths`).
+    """
     files: list[Path] = []
-    for raw in paths:
+    for raw in expand_policy_paths(paths):
         path = Path(raw)
         if path.is_dir():
             files.extend(sorted(p for p in path.iterdir() if p.suffix == ".toml" and p.is_file()))

@@ -1,0 +1,1 @@
+"""The tutorial's kernel package (docs/tutorial.md)."""
