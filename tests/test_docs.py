@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts/gen_docs.py")
-assert _spec is not None and _spec.loader is not None
+assert _spec is not None
+assert _spec.loader is not None
 gen_docs = importlib.util.module_from_spec(_spec)
 sys.modules["gen_docs"] = gen_docs
 _spec.loader.exec_module(gen_docs)
