@@ -42,6 +42,8 @@ MAX_ENV_VALUE_CHARS = 4 * KIB
 """One environment value a policy reads (longer values are an error for that switch)."""
 SHOWN_ENV_VALUE_CHARS = 64
 """How much of an environment value logs, errors and API answers show (the rest is cut)."""
+MAX_ENGINE_RULE_WORDS = 64
+"""Variables, and command-line words, in one engine rule of a policy."""
 MAX_VERSION_CHARS = 256
 """One version string (a driver, torch or library version)."""
 

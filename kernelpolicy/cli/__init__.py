@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from kernelpolicy import __version__
 from kernelpolicy.cli import (
     check_cmd,
+    env_cmd,
+    exec_cmd,
     explain_cmd,
     matrix_cmd,
     probe_cmd,
@@ -26,6 +28,8 @@ examples:
   kernelpolicy explain --platform node.json --env VLLM_ROCM_USE_AITER=1
   kernelpolicy check my-policies/         validate policy files, every mistake located
   kernelpolicy matrix                     decisions on every shipped platform fixture
+  kernelpolicy env --engine vllm          the variables and flags that make vLLM follow them
+  kernelpolicy exec --engine vllm -- vllm serve MODEL   start vLLM with those settings
   kernelpolicy verify                     conformance suite here; results become evidence
   kernelpolicy serve                      the daemon (gRPC, flagd-compatible), explain table first
   kernelpolicy status                     how a running daemon is: revision, last reload error
@@ -45,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.register(commands)
     check_cmd.register(commands)
     matrix_cmd.register(commands)
+    env_cmd.register(commands)
+    exec_cmd.register(commands)
     verify_cmd.register(commands)
     serve_cmd.register(commands)
     return parser

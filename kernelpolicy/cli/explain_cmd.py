@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from kernelpolicy.cli.common import add_resolve_options, environment, obtain_platform
+from kernelpolicy.cli.common import add_resolve_options
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.errors import ResolutionError
 
@@ -36,32 +36,14 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.engine.resolve import resolve_policies
-    from kernelpolicy.engine.switches import FORCE_PREFIX
-    from kernelpolicy.settings import settings_from
-
-    base_env = environment(args, None) if args.platform is None else None
-    settings = settings_from(base_env if base_env is not None else {})
-    policies = load_policies_cached(args.policies or settings.policy_paths)
-    platform = obtain_platform(
-        args,
-        libraries=sorted(policies.library_names),
-        env_patterns=[*sorted(policies.env_names), FORCE_PREFIX + "*"],
+    from kernelpolicy.cli.bridge_render import (
+        add_engines_to_document,
+        all_engine_settings,
+        engines_section,
     )
-    env = environment(args, platform)
-    answer_settings = settings_from(env)
-    evidence = None
-    if policies.needs_evidence:
-        from kernelpolicy.conformance.evidence import load_evidence
+    from kernelpolicy.cli.resolving import resolve_args
 
-        # The store is on this machine: where it is and whether to trust it come from this
-        # process (and --env), never from a snapshot's recorded environment.
-        local = settings_from(environment(argparse.Namespace(platform=None, env=args.env), None))
-        evidence = load_evidence(
-            platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
-        )
-    resolution = resolve_policies(platform, env, policies, answer_settings.overrides, evidence)
+    resolution, env = resolve_args(args)
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(
@@ -69,11 +51,13 @@ def run(args: argparse.Namespace) -> int:
             f"the policies define: {', '.join(resolution.decisions)}"
         )
     chosen = args.features or list(resolution.decisions)
+    engines = all_engine_settings(resolution, env)
     if args.json:
         document = resolution.to_dict()
         document["decisions"] = {f: document["decisions"][f] for f in chosen}
+        add_engines_to_document(document, engines)
         json.dump(document, sys.stdout, indent=2)
         print()
     else:
-        print(explain_table(resolution, chosen))
+        print(explain_table(resolution, chosen) + engines_section(engines, chosen))
     return 1 if any(resolution.decisions[f].error for f in chosen) else 0

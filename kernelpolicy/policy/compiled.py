@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -14,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from kernelpolicy.policy.schema import (
     Candidate,
     Disable,
+    EngineRule,
     Feature,
     Gate,
     KnownIssue,
@@ -76,6 +78,31 @@ class CompiledWorkaround:
 
 
 @dataclass(frozen=True)
+class CompiledEngineRule:
+    """One engine rule with its version range and library checks parsed."""
+
+    spec: EngineRule
+    versions: SpecifierSet | None
+    libraries: tuple[LibraryCheck, ...]
+
+    @classmethod
+    def build(cls, spec: EngineRule) -> CompiledEngineRule:
+        return cls(
+            spec,
+            _spec(spec.versions),
+            tuple(LibraryCheck.build(n, s) for n, s in spec.libraries.items()),
+        )
+
+
+EngineRules = Mapping[str, tuple[CompiledEngineRule, ...]]
+
+
+def compile_engines(engines: Mapping[str, list[EngineRule]]) -> EngineRules:
+    """Engine name -> its rules, compiled, in the policy's order."""
+    return {name: tuple(map(CompiledEngineRule.build, rules)) for name, rules in engines.items()}
+
+
+@dataclass(frozen=True)
 class CompiledCandidate:
     """One implementation of a feature, ready to check against a platform."""
 
@@ -88,6 +115,7 @@ class CompiledCandidate:
     issues: tuple[CompiledIssue, ...]
     workarounds: tuple[CompiledWorkaround, ...]
     when: Any  # a compiled CEL program, or None
+    engines: EngineRules = field(default_factory=dict)
 
     @property
     def impl(self) -> str:
@@ -103,6 +131,11 @@ class CompiledFeature:
 
     def candidate(self, impl: str) -> CompiledCandidate | None:
         return next((c for c in self.candidates if c.impl == impl), None)
+
+    @cached_property
+    def engines(self) -> EngineRules:
+        """The feature's own engine rules: used where the chosen candidate has none."""
+        return compile_engines(self.spec.engines)
 
 
 @dataclass(frozen=True)
@@ -134,6 +167,13 @@ class PolicySet:
     digest: str
     env_names: frozenset[str] = field(default=frozenset())
     library_names: frozenset[str] = field(default=frozenset())
+
+    @property
+    def engine_names(self) -> tuple[str, ...]:
+        """Every engine some feature or candidate tells, sorted."""
+        names = {e for f in self.features.values() for e in f.spec.engines}
+        names.update(e for f in self.features.values() for c in f.candidates for e in c.engines)
+        return tuple(sorted(names))
 
     @property
     def needs_evidence(self) -> bool:
@@ -177,6 +217,7 @@ def compile_candidate(
             for w in spec.workarounds
         ),
         when=when,
+        engines=compile_engines(spec.engines),
     )
 
 

@@ -23,6 +23,9 @@ def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) ->
     issues: list[PolicyIssue] = []
     for feature in policies.features.values():
         issues.extend(_never_chosen(feature))
+    from kernelpolicy.policy.engine_lint import lint_engines
+
+    issues.extend(lint_engines(policies))
     for name, platform in platforms:
         for feature in policies.features.values():
             for candidate in feature.candidates:

@@ -43,7 +43,12 @@ def locate(text: str, loc: Sequence[str | int]) -> int | None:
         index += 1
         if not isinstance(key, str):
             continue
-        found = _key_line(lines, start, _section_end(lines, start), key)
+        following_key = rest[index] if index < len(rest) else None
+        found = None
+        if isinstance(following_key, str):  # a dotted key: engines.vllm = [...]
+            found = _key_line(lines, start, _section_end(lines, start), key, following_key)
+        if found is None:
+            found = _key_line(lines, start, _section_end(lines, start), key)
         if found is not None:
             return found
         # Not a key of this table: maybe a sub-table such as [[...candidates.known_issues]].
@@ -70,8 +75,12 @@ def _section_end(lines: list[str], start: int) -> int:
     return len(lines)
 
 
-def _key_line(lines: list[str], start: int, end: int, key: str) -> int | None:
-    regex = re.compile(rf"^\s*{_name_pattern(key)}\s*=")
+def _key_line(
+    lines: list[str], start: int, end: int, key: str, subkey: str | None = None
+) -> int | None:
+    # ``key =``, or the first ``key.anything =`` (a dotted key), or exactly ``key.subkey =``.
+    tail = rf"\s*\.\s*{_name_pattern(subkey)}\s*=" if subkey is not None else r"\s*[.=]"
+    regex = re.compile(rf"^\s*{_name_pattern(key)}{tail}")
     for i in range(start, end):
         if regex.match(lines[i]):
             return i + 1

@@ -24,6 +24,8 @@ KNOWN_IMPLEMENTATIONS: dict[str, frozenset[str]] = {
 def check_names(name: str, text: str, model: PolicyFile, issues: list[PolicyIssue]) -> None:
     """Report implementations that have neither a known adapter nor an ``entry`` point."""
     for feature_name, feature in model.features.items():
+        if not feature.in_process:  # decided here, run by the engine: no callable to find
+            continue
         known = KNOWN_IMPLEMENTATIONS.get(feature_name, frozenset())
         for index, candidate in enumerate(feature.candidates):
             if candidate.impl in known or candidate.entry:

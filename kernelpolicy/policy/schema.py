@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelpolicy.errors import VersionError
+from kernelpolicy.limits import MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
 from kernelpolicy.versions import parse_specifier
 
 POLICY_SCHEMA = "kernelpolicy.policy/v1"
@@ -26,6 +27,7 @@ _FEATURE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _ENV = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ARCH = re.compile(r"^(sm_\d+[a-z]?|gfx\d+[0-9a-f]{2})$")
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?$")
 
 
 class _Strict(BaseModel):
@@ -141,6 +143,100 @@ class Workaround(_Strict):
     lift_when: LiftCondition | None = None
 
 
+def _plain_text(what: str, value: str) -> str:
+    if any(ch in value for ch in "\0\n\r"):
+        raise ValueError(f"{what} {value[:40]!r}: newlines and NUL bytes are not allowed")
+    if len(value) > MAX_ENV_VALUE_CHARS:
+        raise ValueError(f"{what}: longer than MAX_ENV_VALUE_CHARS ({MAX_ENV_VALUE_CHARS})")
+    return value
+
+
+class EngineRule(_Strict):
+    """How one inference engine is told to run an implementation, under conditions.
+
+    An engine's rules are tried in order; the first whose conditions all hold applies. The
+    conditions: ``versions`` (a PEP 440 range on the engine's installed distribution, such as
+    ``vllm``), ``vendor``, ``arch`` (the primary device), ``libraries`` (as for candidates) and
+    ``if_on`` (environment switches that must be true). What it tells the engine: ``env``
+    (variable -> value, in the form the engine's own parser accepts) and ``flags`` (words
+    appended to its command line). ``inexpressible`` says, instead or as well, that the engine
+    cannot be made to run exactly this, and what the operator gives up; ``shared_switch`` names
+    the one variable that would express it only by also turning other kernels off, so that the
+    bridge can list them.
+    """
+
+    versions: str | None = None
+    vendor: Vendor | None = None
+    arch: list[str] | None = None
+    libraries: dict[str, LibrarySpec] = Field(default_factory=dict)
+    if_on: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list, max_length=MAX_ENGINE_RULE_WORDS)
+    inexpressible: str | None = None
+    shared_switch: str | None = None
+    reference: str | None = None
+
+    _versions = field_validator("versions")(lambda cls, v: _specifier(v))
+    _libs = field_validator("libraries")(lambda cls, v: _libraries(v))
+
+    @field_validator("arch")
+    @classmethod
+    def _arch_names(cls, value: list[str] | None) -> list[str] | None:
+        for arch in value or ():
+            if not _ARCH.match(arch):
+                raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
+        return value
+
+    @field_validator("if_on")
+    @classmethod
+    def _switch_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name (A-Z, 0-9, _)")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENGINE_RULE_WORDS:
+            raise ValueError(f"more than MAX_ENGINE_RULE_WORDS ({MAX_ENGINE_RULE_WORDS}) variables")
+        for name, text in value.items():
+            if not _ENV.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name (A-Z, 0-9, _)")
+            _plain_text(f"value of {name}", text)
+        return value
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: list[str]) -> list[str]:
+        for word in value:
+            _plain_text("flag", word)
+        if value and not _FLAG.match(value[0]):
+            raise ValueError(
+                f"flags start with an option such as '--attention-backend', not {value[0]!r}"
+            )
+        for word in value:
+            if word.startswith("--") and not _FLAG.match(word):
+                raise ValueError(f"flag {word!r}: expected --name or --name=value")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineRule:
+        if self.shared_switch is not None:
+            if not _ENV.match(self.shared_switch):
+                raise ValueError(f"shared_switch {self.shared_switch!r} is not a variable name")
+            if self.inexpressible is None:
+                raise ValueError("'shared_switch' explains an 'inexpressible' rule: add one")
+        return self
+
+
+def _engines(value: dict[str, list[EngineRule]]) -> dict[str, list[EngineRule]]:
+    for engine in value:
+        if not _IDENT.match(engine):
+            raise ValueError(f"engine {engine!r}: expected lower_snake_case such as 'vllm'")
+    return value
+
+
 class Candidate(_Strict):
     """One implementation of a feature and everything that must hold for it to be chosen."""
 
@@ -163,7 +259,9 @@ class Candidate(_Strict):
     verified: bool = False
     reference: str | None = None
     notes: str | None = None
+    engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
 
+    _engine_names = field_validator("engines")(lambda cls, v: _engines(v))
     _specs = field_validator("capability", "driver", "cuda", "rocm", "torch")(
         lambda cls, v: _specifier(v)
     )
@@ -219,6 +317,15 @@ class Feature(_Strict):
     candidates: list[Candidate] = Field(min_length=1)
     fallback: str | None = None
     required: Requirement | None = None
+    # Engine-only decisions (an attention backend, a MoE GEMM path): kernelpolicy decides and
+    # tells the engine, but ships no in-process implementation for them.
+    in_process: bool = True
+    # Settings that only matter for one kind of model (an MLA backend); the bridge tells the
+    # engine only when asked for that kind (``--model-kind mla``).
+    model_kind: Literal["mha", "mla"] | None = None
+    engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
+
+    _engine_names = field_validator("engines")(lambda cls, v: _engines(v))
 
     @model_validator(mode="after")
     def _consistent(self) -> Feature:

@@ -1,0 +1,119 @@
+"""What an engine is told: frozen values the commands render, never work out again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """How one decision reaches an engine (closed set)."""
+
+    TOLD = "told"  # variables and/or flags make the engine run the chosen implementation
+    DEFAULT = "default"  # the engine runs it by default: nothing to set
+    INEXPRESSIBLE = "inexpressible"  # the engine cannot be made to run exactly this
+    UNDECLARED = "undeclared"  # the feature tells this engine, but not for this choice
+    NOT_FOR_ENGINE = "not_for_engine"  # the feature tells this engine nothing at all
+    OTHER_MODEL_KIND = "other_model_kind"  # only for another kind of model (--model-kind)
+    NOT_APPLICABLE = "not_applicable"  # no implementation applies on this platform
+    ERROR = "error"  # the decision is an error: nothing can be told
+
+
+@dataclass(frozen=True)
+class Told:
+    """What one engine is told for one decision.
+
+    Attributes:
+        env: (variable, value) pairs, in the policy's order.
+        flags: Words for the engine's command line.
+        inexpressible: The trade-off, when the engine cannot run exactly the chosen one.
+        gives_up: Decisions that turning ``shared_switch`` off would also lose.
+    """
+
+    feature: str
+    impl: str | None
+    status: Status
+    env: tuple[tuple[str, str], ...] = ()
+    flags: tuple[str, ...] = ()
+    inexpressible: str | None = None
+    shared_switch: str | None = None
+    gives_up: tuple[str, ...] = ()
+    reference: str | None = None
+    note: str | None = None
+
+    def summary(self) -> str:
+        """One line: the settings, or why there are none."""
+        words = [f"{k}={v}" for k, v in self.env] + list(self.flags)
+        text = " ".join(words)
+        if self.status is Status.INEXPRESSIBLE:
+            return f"{text} (INEXPRESSIBLE)" if text else "INEXPRESSIBLE"
+        if self.status is Status.TOLD:
+            return text
+        return {
+            Status.DEFAULT: "(engine default)",
+            Status.UNDECLARED: "(not declared)",
+            Status.NOT_FOR_ENGINE: "-",
+            Status.OTHER_MODEL_KIND: "(mla models only)",
+            Status.NOT_APPLICABLE: "-",
+            Status.ERROR: "ERROR",
+        }[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "impl": self.impl,
+            "status": self.status.value,
+            "env": dict(self.env),
+            "flags": list(self.flags),
+            "inexpressible": self.inexpressible,
+            "shared_switch": self.shared_switch,
+            "gives_up": list(self.gives_up),
+            "reference": self.reference,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything one engine is told on one platform, with what could not be told.
+
+    Attributes:
+        engine: The engine's name (``vllm``, ``sglang``).
+        version: Its installed version, ``None`` when unknown.
+        env: Variable -> value for the engine's environment (user-set variables kept).
+        flags: Words to append to its command line.
+        decisions: Feature -> :class:`Told`, in policy order.
+        warnings: Inexpressible decisions, user values kept, an unknown engine version.
+        errors: Decision errors (explain's text) and conflicting settings; non-empty means the
+            engine must not be started.
+        kept: Variables the user set to something else than the policy would: never overwritten.
+    """
+
+    engine: str
+    version: str | None
+    fingerprint: str
+    model_kind: str
+    env: dict[str, str]
+    flags: tuple[str, ...]
+    decisions: dict[str, Told]
+    warnings: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    kept: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "fingerprint": self.fingerprint,
+            "model_kind": self.model_kind,
+            "env": dict(self.env),
+            "flags": list(self.flags),
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "kept": dict(self.kept),
+            "decisions": {name: told.to_dict() for name, told in self.decisions.items()},
+        }

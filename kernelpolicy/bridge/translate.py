@@ -1,0 +1,245 @@
+"""Translate a :class:`~kernelpolicy.engine.Resolution` into what one engine is told.
+
+Pure: the resolution, the engine's name and version and the environment in; frozen
+:class:`EngineSettings` out. Each decision's chosen candidate (else its feature) lists rules per
+engine; the first whose conditions hold says which variables and flags make that engine run the
+implementation, or that it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from kernelpolicy.bridge.model import EngineSettings, Status, Told
+from kernelpolicy.engine.model import Decision
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
+from kernelpolicy.settings import parse_bool
+from kernelpolicy.versions import StackVersion, parse_version
+
+# Engine -> the distribution whose installed version the rules' ``versions`` ranges read.
+# Any other engine a policy names is looked up under its own name.
+ENGINE_DISTRIBUTIONS: dict[str, str] = {"vllm": "vllm", "sglang": "sglang"}
+MODEL_KINDS = ("mha", "mla")
+
+
+def distribution(engine: str) -> str:
+    """The distribution name that holds ``engine``'s version (``vllm`` -> ``vllm``)."""
+    return ENGINE_DISTRIBUTIONS.get(engine, engine)
+
+
+class _Context:
+    """The facts rules are matched against, read once per translation."""
+
+    def __init__(self, platform: Platform, env: Mapping[str, str], version: str | None) -> None:
+        self.platform = platform
+        self.env = env
+        parsed = parse_version(version) if version else None
+        self.version = parsed.value if isinstance(parsed, StackVersion) else None
+        self.arch = platform.primary.arch if platform.primary else None
+
+    def on(self, variable: str) -> bool:
+        raw = self.env.get(variable, "")
+        try:
+            return bool(raw.strip()) and parse_bool(variable, raw)
+        except SettingsError:
+            return False
+
+    def matches(self, rule: CompiledEngineRule) -> bool:
+        spec = rule.spec
+        if (
+            rule.versions is not None
+            and self.version is not None
+            and not rule.versions.contains(self.version, prereleases=True)
+        ):
+            return False
+        if spec.vendor is not None and spec.vendor != self.platform.vendor:
+            return False
+        if spec.arch is not None and self.arch not in spec.arch:
+            return False
+        if not all(check.satisfied(self.platform.libraries) for check in rule.libraries):
+            return False
+        return all(self.on(variable) for variable in spec.if_on)
+
+
+def engine_settings(
+    resolution: Resolution,
+    engine: str,
+    env: Mapping[str, str],
+    *,
+    engine_version: str | None = None,
+    model_kind: str = "mha",
+) -> EngineSettings:
+    """What ``engine`` must be told to run what ``resolution`` decided.
+
+    Args:
+        resolution: The decisions, for the platform and environment ``env``.
+        engine: ``vllm``, ``sglang``, or another engine the policies name.
+        env: The environment the resolution used; variables set here are the user's and are
+            never overwritten.
+        engine_version: The engine's version; default: the platform's installed distribution.
+        model_kind: ``mha`` or ``mla``: features marked for the other kind are not told.
+
+    Returns:
+        The settings; ``errors`` non-empty means the engine must not be started.
+    """
+    platform = resolution.platform
+    version = engine_version or platform.libraries.get(distribution(engine))
+    context = _Context(platform, env, version)
+    teller = _Teller(engine, context, model_kind)
+    features = resolution.policies.features
+    told = {
+        name: _with_gives_up(teller.tell(features[name], decision), resolution)
+        for name, decision in resolution.decisions.items()
+    }
+    warnings, errors = teller.warnings, teller.errors
+    warnings += [_inexpressible_warning(engine, t) for t in told.values() if t.inexpressible]
+    versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
+    if context.version is None and versioned:
+        why = "not installed here" if version is None else f"version {version!r} unreadable"
+        warnings.insert(
+            0,
+            f"{engine} {why}: its rules are matched as for the newest release they list; "
+            "pass --engine-version to choose",
+        )
+    merged_env, flags = _merge(told, errors)
+    kept = {k: env[k] for k, v in merged_env.items() if env.get(k, "").strip() and env[k] != v}
+    for key, value in kept.items():
+        warnings.append(
+            f"{key}={value} is set in the environment and kept (never overwritten); the policy "
+            f"would set {key}={merged_env[key]}, a value {engine} is known to accept"
+        )
+    merged_env.update(kept)
+    return EngineSettings(
+        engine=engine, version=version, fingerprint=resolution.fingerprint,
+        model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
+        warnings=tuple(warnings), errors=tuple(errors), kept=kept,
+    )  # fmt: skip
+
+
+def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule]:
+    rules = list(feature.engines.get(engine, ()))
+    for candidate in feature.candidates:
+        rules += candidate.engines.get(engine, ())
+    return rules
+
+
+class _Teller:
+    """Works out one decision at a time, collecting the errors and warnings on the way."""
+
+    def __init__(self, engine: str, context: _Context, model_kind: str) -> None:
+        self.engine = engine
+        self.context = context
+        self.model_kind = model_kind
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def tell(self, feature: CompiledFeature, decision: Decision) -> Told:
+        name, impl, engine = feature.name, decision.impl, self.engine
+        relevant = bool(_all_rules(feature, engine))
+        if decision.error is not None:
+            if relevant:
+                self.errors.append(f"{name}: {decision.error}")
+                return Told(name, None, Status.ERROR, note=decision.error)
+            # e.g. a vLLM-only kernel switch while SGLang is started
+            self.warnings.append(
+                f"{name} is an error ({decision.error}), but no policy tells {engine} anything "
+                "about it: not blocking"
+            )
+            return Told(name, None, Status.NOT_FOR_ENGINE, note=decision.error)
+        if not relevant:
+            return Told(name, impl, Status.NOT_FOR_ENGINE)
+        if feature.spec.model_kind is not None and feature.spec.model_kind != self.model_kind:
+            return Told(name, impl, Status.OTHER_MODEL_KIND)
+        if impl is None:
+            return Told(name, None, Status.NOT_APPLICABLE)
+        return self._by_rule(feature, impl)
+
+    def _by_rule(self, feature: CompiledFeature, impl: str) -> Told:
+        name, engine = feature.name, self.engine
+        candidate = feature.candidate(impl)
+        rules = (candidate.engines.get(engine) if candidate else None) or feature.engines.get(
+            engine
+        )
+        rule = next((r for r in rules or () if self.context.matches(r)), None)
+        if rule is None:
+            self.warnings.append(
+                f"{name}: the policy does not say how to tell {engine} to run {impl}"
+                if rules is None
+                else f"{name}: no {engine} rule for {impl} matches this platform and version"
+            )
+            return Told(name, impl, Status.UNDECLARED)
+        spec = rule.spec
+        status = (
+            Status.INEXPRESSIBLE if spec.inexpressible
+            else Status.TOLD if spec.env or spec.flags
+            else Status.DEFAULT
+        )  # fmt: skip
+        return Told(
+            name, impl, status, env=tuple(spec.env.items()), flags=tuple(spec.flags),
+            inexpressible=spec.inexpressible, shared_switch=spec.shared_switch,
+            reference=spec.reference,
+        )  # fmt: skip
+
+
+def _with_gives_up(told: Told, resolution: Resolution) -> Told:
+    """List the other chosen kernels that the shared switch also turns on."""
+    if told.shared_switch is None:
+        return told
+    lost = []
+    for name, decision in resolution.decisions.items():
+        if name == told.feature or decision.impl is None:
+            continue
+        candidate = resolution.policies.features[name].candidate(decision.impl)
+        if candidate and any(s.env == told.shared_switch for s in candidate.spec.switches):
+            lost.append(f"{name} ({decision.impl})")
+    return replace(told, gives_up=tuple(lost))
+
+
+def _inexpressible_warning(engine: str, told: Told) -> str:
+    text = f"{told.feature}: {engine} cannot run exactly {told.impl}: {told.inexpressible}"
+    if told.gives_up:
+        text += f" Setting {told.shared_switch}=0 would also give up: {', '.join(told.gives_up)}."
+    return text
+
+
+def flag_options(words: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Split command-line words into (option, values): ``--a x --b=y`` -> a:(x,), b:(y,)."""
+    options: list[tuple[str, tuple[str, ...]]] = []
+    for word in words:
+        if word.startswith("--"):
+            option, sep, value = word.partition("=")
+            options.append((option, (value,) if sep else ()))
+        elif options:
+            option, values = options[-1]
+            options[-1] = (option, (*values, word))
+    return options
+
+
+def _merge(told: Mapping[str, Told], errors: list[str]) -> tuple[dict[str, str], list[str]]:
+    """One environment and one flag list; two decisions disagreeing is an error."""
+    env: dict[str, tuple[str, str]] = {}
+    options: dict[str, tuple[tuple[str, ...], str]] = {}
+    flags: list[str] = []
+    for name, item in told.items():
+        for key, value in item.env:
+            if key in env and env[key][0] != value:
+                errors.append(
+                    f"{name}: needs {key}={value}, but {env[key][1]} needs {key}={env[key][0]}"
+                )
+                continue
+            env.setdefault(key, (value, name))
+        for option, values in flag_options(item.flags):
+            if option in options:
+                if options[option][0] != values:
+                    errors.append(
+                        f"{name}: needs {' '.join((option, *values))}, but {options[option][1]} "
+                        f"needs {' '.join((option, *options[option][0]))}"
+                    )
+                continue
+            options[option] = (values, name)
+            flags += [option, *values]
+    return {k: v for k, (v, _) in env.items()}, flags

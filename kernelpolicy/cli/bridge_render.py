@@ -1,0 +1,57 @@
+"""What each engine is told, as a section of ``explain`` (text) and keys of its JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kernelpolicy.bridge import ENGINE_DISTRIBUTIONS, EngineSettings, Status, engine_settings
+from kernelpolicy.cli.render import table
+from kernelpolicy.engine.resolution import Resolution
+
+
+def all_engine_settings(
+    resolution: Resolution, env: Mapping[str, str]
+) -> dict[str, EngineSettings]:
+    """Engine name -> its settings, for every engine the policies name (vllm, sglang first)."""
+    names = resolution.policies.engine_names
+    ordered = [n for n in ENGINE_DISTRIBUTIONS if n in names] + [
+        n for n in names if n not in ENGINE_DISTRIBUTIONS
+    ]
+    return {name: engine_settings(resolution, name, env) for name in ordered}
+
+
+def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[str]) -> str:
+    """A table feature x engine of what each is told, then the engines' warnings and errors."""
+    if not settings:
+        return ""
+    shown = [
+        f for f in features
+        if any(s.decisions[f].status is not Status.NOT_FOR_ENGINE for s in settings.values())
+    ]  # fmt: skip
+    headers = ["feature"] + [
+        f"{s.engine} {s.version}" if s.version else s.engine for s in settings.values()
+    ]
+    rows = [[f, *(s.decisions[f].summary() for s in settings.values())] for f in shown]
+    out = ["", "", "engines (kernelpolicy env --engine NAME prints these settings)"]
+    out.append(table(headers, rows, indent=""))
+    for s in settings.values():
+        out += [f"  {s.engine}: error: {e}" for e in s.errors]
+        out += [f"  {s.engine}: warning: {w}" for w in s.warnings]
+    return "\n".join(out)
+
+
+def add_engines_to_document(
+    document: dict[str, Any], settings: Mapping[str, EngineSettings]
+) -> None:
+    """Each decision gains ``engines``: {engine: what it is told}; the document gains
+    ``engines``: {engine: {version, env, flags, errors, warnings}}."""
+    for feature, decision in document["decisions"].items():
+        decision["engines"] = {n: s.decisions[feature].to_dict() for n, s in settings.items()}
+    document["engines"] = {
+        name: {
+            "version": s.version, "env": s.env, "flags": list(s.flags),
+            "errors": list(s.errors), "warnings": list(s.warnings),
+        }
+        for name, s in settings.items()
+    }  # fmt: skip

@@ -1,0 +1,71 @@
+"""``kernelpolicy env``: the variables and flags that make an engine run what explain shows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kernelpolicy.cli.common import add_resolve_options
+from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
+
+
+def register(commands: Any) -> None:
+    from kernelpolicy.bridge.formats import FORMATS
+
+    parser = commands.add_parser(
+        "env",
+        help="print the settings that make vLLM or SGLang run the chosen kernels",
+        description=(
+            "Resolve the policies (as explain does) and print the environment variables, and "
+            "the command-line flags, that make an unmodified engine choose the same kernels. "
+            "Decisions the engine cannot express are warnings on stderr; a decision that is an "
+            "error, or two that need different values, exit 1 with the reasons."
+        ),
+        epilog=(
+            "examples:\n"
+            "  kernelpolicy env --engine vllm\n"
+            '  eval "$(kernelpolicy env --engine vllm --format shell)"\n'
+            "  kernelpolicy env --engine sglang --platform node.json --format k8s\n"
+            "  kernelpolicy env --engine vllm --env VLLM_ROCM_USE_AITER=1 --format json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_engine_options(parser)
+    add_resolve_options(parser)
+    parser.add_argument(
+        "--format", choices=FORMATS, default="shell",
+        help="shell (export lines, quoted), dotenv, json, k8s (a container's env: list, YAML), "
+        "k8s-json",
+    )  # fmt: skip
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.bridge import engine_settings
+    from kernelpolicy.bridge.formats import render
+
+    resolution, env = resolve_args(args)
+    check_engine(resolution, args.engine)
+    settings = engine_settings(
+        resolution, args.engine, env,
+        engine_version=args.engine_version, model_kind=args.model_kind,
+    )  # fmt: skip
+    for warning in settings.warnings:
+        print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
+    if not settings.ok:
+        report_errors(resolution, settings.errors)
+        return 1
+    sys.stdout.write(render(settings, args.format))
+    return 0
+
+
+def report_errors(resolution: Any, errors: tuple[str, ...]) -> None:
+    """Each error as explain words it, with the decision's hints."""
+    for error in errors:
+        print(f"kernelpolicy: error: {error}", file=sys.stderr)
+        feature = error.split(":", 1)[0]
+        decision = resolution.decisions.get(feature)
+        if decision is not None and decision.error is not None:
+            for hint in decision.hints:
+                print(f"  hint: {hint}", file=sys.stderr)

@@ -1,0 +1,109 @@
+"""``kernelpolicy exec``: start an engine with the settings that make it follow the policies.
+
+The entrypoint of an inference container: resolve on this node, log the decision and its
+fingerprint, put the settings in the environment, append the flags and replace this process
+with the command (``os.execvpe``). Nothing starts when a decision is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.cli.common import add_platform_option
+from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "exec",
+        help="run an engine (vllm serve ...) with the settings that make it follow the policies",
+        description=(
+            "Resolve the policies on this node, log the decisions with their fingerprint, set "
+            "the engine's variables (never overwriting one you set) and append its flags (never "
+            "one you gave), then replace this process with COMMAND. Exits 1 before starting "
+            "anything when a decision is an error or two decisions need different values."
+        ),
+        epilog=(
+            "examples:\n"
+            "  kernelpolicy exec --engine vllm -- vllm serve meta-llama/Llama-3.1-8B-Instruct\n"
+            "  kernelpolicy exec --engine sglang -- python3 -m sglang.launch_server --model-path M"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_engine_options(parser)
+    add_platform_option(parser)
+    parser.add_argument(
+        "--policies", metavar="PATH", action="append", type=Path,
+        help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
+        "bundled pack)",
+    )  # fmt: skip
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.bridge import engine_settings
+    from kernelpolicy.bridge.process import child_command, child_environment
+    from kernelpolicy.cli.env_cmd import report_errors
+    from kernelpolicy.errors import SettingsError
+    from kernelpolicy.settings import settings_from
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise SettingsError(
+            "exec: no command given; expected: kernelpolicy exec --engine vllm -- COMMAND"
+        )
+    environ = dict(os.environ)
+    resolution, env = resolve_args(args, env=environ)
+    check_engine(resolution, args.engine)
+    settings = engine_settings(
+        resolution, args.engine, env,
+        engine_version=args.engine_version, model_kind=args.model_kind,
+    )  # fmt: skip
+    argv, flag_warnings = child_command(command, settings)
+    warnings = [*settings.warnings, *flag_warnings]
+    for warning in warnings:
+        print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
+    _log(settings_from(environ).log_format, settings, argv, warnings)
+    if not settings.ok:
+        report_errors(resolution, settings.errors)
+        print("kernelpolicy: not starting the engine", file=sys.stderr)
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, child_environment(environ, settings))
+    except FileNotFoundError:
+        print(f"kernelpolicy: error: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"kernelpolicy: error: {argv[0]}: permission denied", file=sys.stderr)
+        return 126
+    return 0  # pragma: no cover - execvpe does not return
+
+
+def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:
+    if fmt == "off":
+        return
+    from kernelpolicy.logs import get_logger
+
+    log = get_logger(fmt)
+    emit = log.error if settings.errors else log.warning if warnings else log.info
+    emit(
+        "kernelpolicy.exec",
+        fingerprint=settings.fingerprint,
+        engine=settings.engine,
+        engine_version=settings.version,
+        decisions={n: t.impl or f"<{t.status.value}>" for n, t in settings.decisions.items()},
+        env=settings.env,
+        flags=list(settings.flags),
+        command=argv[0],
+        errors=list(settings.errors) or None,
+        warnings=warnings or None,
+    )

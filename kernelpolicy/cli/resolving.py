@@ -1,0 +1,105 @@
+"""Resolve the way ``explain`` does, for the commands that render a resolution (explain, env,
+exec): the policies from --policies or settings, the platform from --platform or a probe that
+reads what the policies and their engine rules name, the environment, evidence."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from kernelpolicy.cli.common import environment, obtain_platform
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.policy.compiled import PolicySet
+
+
+def probe_inputs(policies: PolicySet) -> tuple[list[str], list[str]]:
+    """(distributions, variable patterns) the probe must read for these policies and the
+    engines they tell."""
+    from kernelpolicy.bridge import distribution
+    from kernelpolicy.engine.switches import FORCE_PREFIX
+
+    libraries = set(policies.library_names)
+    variables = set(policies.env_names)
+    for engine in policies.engine_names:
+        libraries.add(distribution(engine))
+    for feature in policies.features.values():
+        rule_sets = [*feature.engines.values()]
+        rule_sets += [rules for c in feature.candidates for rules in c.engines.values()]
+        for rules in rule_sets:
+            for rule in rules:
+                libraries.update(check.name for check in rule.libraries)
+                variables.update(rule.spec.if_on)
+                variables.update(rule.spec.env)
+    return sorted(libraries), [*sorted(variables), FORCE_PREFIX + "*"]
+
+
+def resolve_args(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> tuple[Resolution, dict[str, str]]:
+    """The resolution the command's options ask for, and the environment it used.
+
+    Args:
+        args: Parsed options with ``platform``, ``policies`` and (optionally) ``env``.
+        env: Use this environment instead of the snapshot's or this process's.
+    """
+    from kernelpolicy.api import load_policies_cached
+    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.settings import settings_from
+
+    base_env = environment(args, None) if args.platform is None else None
+    settings = settings_from(base_env if base_env is not None else {})
+    policies = load_policies_cached(args.policies or settings.policy_paths)
+    libraries, patterns = probe_inputs(policies)
+    platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
+    answer_env = dict(env) if env is not None else environment(args, platform)
+    answer_settings = settings_from(answer_env)
+    evidence = None
+    if policies.needs_evidence:
+        from kernelpolicy.conformance.evidence import load_evidence
+
+        # The store is on this machine: where it is and whether to trust it come from this
+        # process (and --env), never from a snapshot's recorded environment.
+        local_args = argparse.Namespace(platform=None, env=getattr(args, "env", []))
+        local = settings_from(environment(local_args, None))
+        evidence = load_evidence(
+            platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
+        )
+    resolution = resolve_policies(
+        platform, answer_env, policies, answer_settings.overrides, evidence
+    )
+    return resolution, answer_env
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--engine, --engine-version and --model-kind."""
+    from kernelpolicy.bridge import MODEL_KINDS
+
+    parser.add_argument(
+        "--engine", required=True, metavar="ENGINE",
+        help="the inference engine to tell: vllm, sglang (or another the policies name)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine-version", metavar="VERSION",
+        help="the engine's version (default: the installed distribution's, from the probe or "
+        "the --platform snapshot)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--model-kind", choices=MODEL_KINDS, default="mha",
+        help="mla: also tell the MLA settings (DeepSeek-style models); default mha",
+    )  # fmt: skip
+
+
+def check_engine(resolution: Resolution, engine: str) -> None:
+    """An engine no policy names is a usage error, with the names that exist.
+
+    Raises:
+        SettingsError: ``engine`` is not named by any policy.
+    """
+    from kernelpolicy.errors import SettingsError
+
+    known = resolution.policies.engine_names
+    if engine not in known:
+        raise SettingsError(
+            f"--engine {engine!r}: no policy tells that engine anything; the policies name: "
+            f"{', '.join(known) or 'no engine'}"
+        )
