@@ -37,7 +37,7 @@ def test_explain_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     """--json has fingerprint and decisions with impl, error, reasons, candidates."""
     assert main(["explain", "--platform", platform("h100-sxm"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"fingerprint", "decisions"}
+    assert set(doc) == {"fingerprint", "decisions", "engines"}
     topk = doc["decisions"]["sampler.top_k_top_p"]
     assert {"impl", "error", "reasons", "candidates"} <= set(topk)
     assert topk["impl"] == "flashinfer"

@@ -1,0 +1,174 @@
+"""The bridge: a resolution translated into what an engine is told, and the child's
+environment and command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.bridge import Status, engine_settings, flag_options
+from kernelpolicy.bridge.process import child_command, child_environment
+from kernelpolicy.engine import resolve_policies
+from kernelpolicy.policy import load_policies
+from tests.helpers import fixture, resolve_on
+
+POLICY = """schema = "kernelpolicy.policy/v1"
+
+[features."attention.backend"]
+description = "Attention backend"
+fallback = "engine_default"
+in_process = false
+
+[[features."attention.backend".candidates]]
+impl = "flash_attn"
+vendor = "nvidia"
+engines.vllm = [
+  { versions = ">=0.13", flags = ["--attention-backend", "FLASH_ATTN"] },
+  { env = { VLLM_ATTENTION_BACKEND = "FLASH_ATTN" } },
+]
+
+[[features."attention.backend".candidates]]
+impl = "engine_default"
+engines.vllm = [{}]
+
+[features."attention.mla"]
+description = "MLA backend"
+fallback = "engine_default"
+in_process = false
+model_kind = "mla"
+
+[[features."attention.mla".candidates]]
+impl = "flashmla"
+vendor = "nvidia"
+engines.vllm = [
+  { versions = ">=0.13", flags = ["--attention-backend", "FLASHMLA"] },
+  { env = { VLLM_ATTENTION_BACKEND = "FLASHMLA" } },
+]
+
+[[features."attention.mla".candidates]]
+impl = "engine_default"
+engines.vllm = [{}]
+"""
+
+
+def policies(tmp_path: Path, text: str = POLICY):  # type: ignore[no-untyped-def]
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return load_policies([path])
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "flags"),
+    [
+        pytest.param("0.12.0", {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}, (), id="env-before-0.13"),
+        pytest.param("0.16.0", {}, ("--attention-backend", "FLASH_ATTN"), id="flag-from-0.13"),
+        pytest.param(  # PEP 440: 0.13.0rc1 comes before 0.13
+            "0.13.0rc1", {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}, (), id="pre-release-before"
+        ),
+        pytest.param("0.13.0+cu129", {}, ("--attention-backend", "FLASH_ATTN"), id="local-tag"),
+    ],
+)
+def test_rules_follow_the_engine_version(
+    tmp_path: Path, version: str, env: dict[str, str], flags: tuple[str, ...]
+) -> None:
+    """The first rule whose version range holds applies."""
+    res = resolve_policies(fixture("h100-sxm"), {}, policies(tmp_path))
+    settings = engine_settings(res, "vllm", {}, engine_version=version)
+    assert (settings.env, settings.flags) == (env, flags)
+    assert settings.ok
+    assert settings.warnings == ()
+
+
+def test_unknown_version_matches_the_newest_rule_and_says_so(tmp_path: Path) -> None:
+    """No vllm installed: the first rule listed (the newest release) applies, with a warning."""
+    res = resolve_policies(fixture("h100-real"), {}, policies(tmp_path))
+    settings = engine_settings(res, "vllm", {})
+    assert settings.version is None
+    assert settings.flags == ("--attention-backend", "FLASH_ATTN")
+    assert "vllm not installed here" in settings.warnings[0]
+
+
+def test_model_kind_mla_tells_the_mla_feature_and_conflicts_are_errors(tmp_path: Path) -> None:
+    """Two decisions needing one option with different values: an error naming both."""
+    res = resolve_policies(fixture("h200"), {}, policies(tmp_path))
+    mha = engine_settings(res, "vllm", {})
+    assert mha.decisions["attention.mla"].status is Status.OTHER_MODEL_KIND
+    assert mha.ok
+    mla = engine_settings(res, "vllm", {}, model_kind="mla")
+    assert mla.errors == (
+        "attention.mla: needs --attention-backend FLASHMLA, but attention.backend needs "
+        "--attention-backend FLASH_ATTN",
+    )
+
+
+def test_user_set_variable_is_kept_and_reported() -> None:
+    """A variable the user set is never overwritten; a different value is a warning."""
+    res = resolve_on("h100-sxm", VLLM_USE_FLASHINFER_SAMPLER="true")
+    settings = engine_settings(res, "vllm", {"VLLM_USE_FLASHINFER_SAMPLER": "true"})
+    assert settings.env["VLLM_USE_FLASHINFER_SAMPLER"] == "true"
+    assert settings.kept == {"VLLM_USE_FLASHINFER_SAMPLER": "true"}
+    assert any("the policy would set VLLM_USE_FLASHINFER_SAMPLER=1" in w for w in settings.warnings)
+
+
+def test_decision_error_blocks_only_the_engines_told_about_it() -> None:
+    """sparse_attn_indexer (a vLLM switch) in error stops vLLM, not SGLang."""
+    res = resolve_on("mi355x")
+    assert res.decision("sparse_attn_indexer").error
+    vllm = engine_settings(res, "vllm", {})
+    assert not vllm.ok
+    assert vllm.errors[0].startswith("sparse_attn_indexer: ")
+    sglang = engine_settings(res, "sglang", {})
+    assert sglang.ok
+    assert sglang.decisions["sparse_attn_indexer"].status is Status.NOT_FOR_ENGINE
+
+
+def test_inexpressible_lists_what_the_shared_switch_gives_up() -> None:
+    """aiter on, aiter sampler rejected (amd-aiter 0.1.12): vLLM cannot express it."""
+    res = resolve_on("mi300x", VLLM_ROCM_USE_AITER="1")
+    settings = engine_settings(res, "vllm", {"VLLM_ROCM_USE_AITER": "1"}, engine_version="0.12.0")
+    told = settings.decisions["sampler.top_k_top_p"]
+    assert (told.impl, told.status) == ("torch", Status.INEXPRESSIBLE)
+    assert told.shared_switch == "VLLM_ROCM_USE_AITER"
+    assert "allreduce_rmsnorm (aiter)" in told.gives_up
+    assert "sparse_attn_indexer (aiter)" in told.gives_up
+    assert any("would also give up: allreduce_rmsnorm (aiter)" in w for w in settings.warnings)
+
+
+@pytest.mark.parametrize(
+    ("words", "options"),
+    [
+        pytest.param([], [], id="empty"),
+        pytest.param(["--a", "x", "--b=y"], [("--a", ("x",)), ("--b", ("y",))], id="both-forms"),
+        pytest.param(["serve", "m", "--c"], [("--c", ())], id="leading-positionals-ignored"),
+        pytest.param(["--a", "x", "y"], [("--a", ("x", "y"))], id="several-values"),
+    ],
+)
+def test_flag_options(words: list[str], options: list[tuple[str, tuple[str, ...]]]) -> None:
+    """Command-line words split into options and their values."""
+    assert flag_options(words) == options
+
+
+def test_child_command_keeps_what_the_user_gave(tmp_path: Path) -> None:
+    """A flag already on the command line is kept as given; others are appended."""
+    res = resolve_policies(fixture("h200"), {}, policies(tmp_path))
+    settings = engine_settings(res, "vllm", {})
+    argv, warnings = child_command(["vllm", "serve", "m"], settings)
+    assert argv == ["vllm", "serve", "m", "--attention-backend", "FLASH_ATTN"]
+    assert warnings == []
+    argv, warnings = child_command(["vllm", "serve", "--attention-backend=TRITON_ATTN"], settings)
+    assert argv == ["vllm", "serve", "--attention-backend=TRITON_ATTN"]
+    assert "--attention-backend TRITON_ATTN is on the command line and kept" in warnings[0]
+
+
+def test_child_environment_never_overwrites() -> None:
+    """Set variables keep their value; empty ones count as unset."""
+    res = resolve_on("t4")
+    settings = engine_settings(res, "vllm", {})
+    assert settings.env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    assert child_environment({"PATH": "/bin"}, settings) == {
+        "PATH": "/bin", "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    }  # fmt: skip
+    kept = child_environment({"VLLM_USE_FLASHINFER_SAMPLER": "1"}, settings)
+    assert kept["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+    assert child_environment({"VLLM_USE_FLASHINFER_SAMPLER": ""}, settings) == settings.env
