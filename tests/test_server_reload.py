@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
@@ -139,7 +144,6 @@ def test_disconnected_streams_leak_nothing(tmp_path: Path) -> None:
 
 def test_sighup_and_sigterm(tmp_path: Path) -> None:
     """As a process: SIGHUP reloads (file watching off), SIGTERM shuts down cleanly."""
-    import signal
     import subprocess
     import sys
 
@@ -179,3 +183,119 @@ def _python_env() -> dict[str, str]:
         for k, v in os.environ.items()
         if k.startswith(("PYTHON", "HOME", "VIRTUAL_ENV", "LANG"))
     }
+
+
+DIVIDES_BY_ZERO = """schema = "kernelpolicy.policy/v1"
+
+[features."demo.div"]
+description = "a when that divides by zero in the load-time trial evaluation"
+fallback = "torch"
+context = { tokens = "int" }
+
+[[features."demo.div".candidates]]
+impl = "torch"
+
+[[features."demo.div".candidates]]
+impl = "fast"
+entry = "os:getcwd"
+when = '4096 / tokens > 8'
+"""
+
+
+class Panic(BaseException):
+    """What pyo3's PanicException is: not an Exception."""
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        pytest.param("division", id="real-file-dividing-by-zero"),
+        pytest.param("panic", id="loader-panics-with-a-base-exception"),
+        pytest.param("recursion", id="loader-raises-recursion-error"),
+    ],
+)
+def test_a_reload_failing_on_anything_keeps_the_watcher(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    breakage: str,
+) -> None:
+    """Any failure in a reload: reload.failed at warning, Explain and status report it, the
+    last good set serves, and the next valid edit is still picked up by the watcher."""
+    from kernelpolicy.cli import main
+    from kernelpolicy.server import state
+
+    if breakage != "division":
+        real = state.load_policy_sources
+
+        def exploding(sources: Any) -> Any:
+            if any("# explode" in text for _, text in sources):
+                raise Panic("planted panic") if breakage == "panic" else RecursionError("deep")
+            return real(sources)
+
+        monkeypatch.setattr(state, "load_policy_sources", exploding)
+    policies = pack(tmp_path)
+    log = io.StringIO()
+    with running_daemon(
+        fixture("h100-sxm"), [policies], log_format="json", log_stream=log
+    ) as daemon:
+        address = daemon.bound[0]
+        bad = DIVIDES_BY_ZERO if breakage == "division" else DISABLE + "# explode\n"
+
+        def failed_after_writing() -> bool:
+            (policies / "50-bad.toml").write_text(bad)  # again: the watcher may start later
+            time.sleep(0.2)
+            return '"event": "kernelpolicy.reload.failed"' in log.getvalue()
+
+        wait_for(failed_after_writing)
+        failed = next(
+            json.loads(line) for line in log.getvalue().splitlines() if "reload.failed" in line
+        )
+        assert failed["level"] == "warning"
+        assert main(["status", "--address", address]) == 1
+        assert "last reload FAILED" in capsys.readouterr().out
+        assert impl_of(address) == "flashinfer"  # the last good set
+        (policies / "50-bad.toml").unlink()
+        (policies / "90-ops.toml").write_text(DISABLE)  # a valid edit: picked up
+        wait_for(lambda: impl_of(address) == "triton")
+        assert main(["status", "--address", address]) == 0
+
+
+def _sighup_caught(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return False
+
+
+def test_sighup_while_starting_does_not_kill_the_daemon(tmp_path: Path) -> None:
+    """SIGHUP is handled from the first moment of serve (before the slow imports, probe and
+    policy load), so SIGHUPs during start-up are reloads, not the end of the daemon."""
+    import subprocess
+    import sys
+
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--listen", "127.0.0.1:0", "--no-watch",
+         "--port-file", str(port_file), "--policies", str(ROOT / "policies"),
+         "--platform", str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "KERNELPOLICY_LOG_FORMAT": "json", **_python_env()},
+    )  # fmt: skip
+    try:
+        while not _sighup_caught(proc.pid):
+            assert proc.poll() is None, "the daemon ended before handling SIGHUP"
+        assert not port_file.exists(), "SIGHUP was handled only once the daemon served"
+        hups = 0
+        while not (port_file.exists() and port_file.read_text().strip()):
+            proc.send_signal(signal.SIGHUP)
+            hups += 1
+            assert proc.poll() is None, f"killed by SIGHUP number {hups} while starting"
+            time.sleep(0.02)
+        assert impl_of(port_file.read_text().split()[0]) == "flashinfer"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert '"why": "SIGHUP"' in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -158,6 +158,9 @@ def _safe(message: str) -> str:
     return shown(message, SHOWN_ERROR_CHARS)
 
 
+_CLIENT_MISTAKES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+
 class Boundary:
     """Maps every failure of a handler to a status; one instance per daemon (it logs)."""
 
@@ -168,8 +171,9 @@ class Boundary:
         self, context: grpc.aio.ServicerContext, method: str, code: grpc.StatusCode, detail: str
     ) -> None:
         detail = _safe(detail)
-        self.emit("warning", "kernelpolicy.request.rejected", method=method, code=code.name,
-                  detail=detail)  # fmt: skip
+        if code in _CLIENT_MISTAKES:  # NOT_FOUND and the like are ordinary answers
+            self.emit("warning", "kernelpolicy.request.rejected", method=method, code=code.name,
+                      detail=detail)  # fmt: skip
         await context.abort(code, detail)
 
     async def _fail(

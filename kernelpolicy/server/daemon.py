@@ -9,7 +9,7 @@ import signal
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -98,10 +98,13 @@ class Daemon:
     reload_debounce_ms: int = 300
     default_socket: str | None = None  # this address gets a private directory (0700)
     quiet: bool = False  # log warnings and errors only
+    log_stream: TextIO | None = None  # default: stderr
     bound: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.log = get_logger(self.log_format) if self.log_format != "off" else None
+        self.log = (
+            get_logger(self.log_format, self.log_stream) if self.log_format != "off" else None
+        )
         self._stopping = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self.server: Any = None

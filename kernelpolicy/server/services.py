@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
-from kernelpolicy.errors import KernelPolicyError, ResolutionError
+from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
@@ -42,9 +42,9 @@ def _invalid(message: str) -> KernelPolicyError:
 async def _abort(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str
 ) -> NoReturn:
-    """End the RPC with ``code``; grpc raises, and so does this if it ever did not."""
-    await context.abort(code, details)
-    raise AssertionError("context.abort returned")
+    """End the RPC with ``code``: the boundary (kernelpolicy.server.boundary) answers it, cut
+    to a safe length and logged when it is the client's mistake."""
+    raise DaemonError(details, code)
 
 
 class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]

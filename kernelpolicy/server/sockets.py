@@ -23,6 +23,7 @@ from kernelpolicy.errors import DaemonError, UntrustedFileError
 from kernelpolicy.trust import private_dir
 
 SOCKET_NAME = "kernelpolicy.sock"
+MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, with the terminating NUL
 
 
 def runtime_dir(uid: int | None = None) -> Path:
@@ -94,6 +95,12 @@ def prepare_socket(address: str, *, default: bool) -> Path:
     """
     path = socket_path(address)
     where = f"cannot listen on {address}"
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise DaemonError(
+            f"{where}: the path is {size} bytes, over the {MAX_SOCKET_PATH_BYTES} a unix socket "
+            "path may have; use a shorter one"
+        )
     if default:
         try:
             private_dir(path.parent, "socket directory")

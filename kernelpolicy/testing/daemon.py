@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kernelpolicy.platform.model import Platform
 
@@ -22,12 +22,17 @@ def running_daemon(
     watch: bool = True,
     overrides: Mapping[str, str] | None = None,
     tls: Any = None,
+    log_format: str = "off",
+    log_stream: TextIO | None = None,
+    default_socket: str | None = None,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
     Yields the daemon; ``daemon.bound[0]`` is its address, ``daemon.call(coro)`` runs a
     coroutine (such as ``daemon.reload()``) on its loop and returns the result. ``tls`` takes a
-    :class:`~kernelpolicy.server.daemon.TlsFiles`.
+    :class:`~kernelpolicy.server.tls.TlsFiles` (``TlsFiles.load(cert, key)``); ``log_format``
+    (``json`` or ``console``) and ``log_stream`` turn the daemon's log on; ``default_socket``
+    names the listen address treated as the default socket (its directory is made private).
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -42,8 +47,8 @@ def running_daemon(
 
         async def main() -> None:
             daemon = Daemon(
-                state, list(listen), tls=tls, log_format="off", watch=watch,
-                reload_debounce_ms=50,
+                state, list(listen), tls=tls, log_format=log_format, watch=watch,
+                reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)

@@ -1,0 +1,153 @@
+"""serve and status from a newcomer's side: bad addresses, quiet, no gRPC noise, fast failures."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.cli import main
+from kernelpolicy.errors import DaemonError
+from kernelpolicy.server.client import connect
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture
+
+H100 = str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    keep = ("PYTHON", "HOME", "VIRTUAL_ENV", "LANG")
+    return {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k.startswith(keep)}}
+
+
+def _serve(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--no-watch", "--platform", H100, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        pytest.param("127.0.0.1:99999", "port 99999 is out of range (0-65535)", id="port-range"),
+        pytest.param("127.0.0.1:65536", "port 65536 is out of range", id="port-one-over"),
+        pytest.param("nonsense", "expected HOST:PORT", id="no-port"),
+        pytest.param("127.0.0.1:http", "expected HOST:PORT", id="named-port"),
+        pytest.param("unix:", "no socket path", id="empty-socket"),
+    ],
+)
+def test_bad_listen_addresses_are_errors(
+    capsys: pytest.CaptureFixture[str], address: str, message: str
+) -> None:
+    """An address grpc would bind somewhere surprising (a random port) is refused, exit 2."""
+    assert main(["serve", "--quiet", "--no-watch", "--listen", address]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_port_65535_is_accepted() -> None:
+    """The last valid port is a port, not an error (it may still be taken: then 'in use')."""
+    from kernelpolicy.server.daemon import check_listen_address
+
+    assert check_listen_address("127.0.0.1:65535") == "127.0.0.1:65535"
+
+
+def test_port_in_use_is_one_line_without_grpc_noise() -> None:
+    """gRPC's own C-core lines (E1122 ... add_port.cc) never precede the one-line error."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    address = f"127.0.0.1:{taken.getsockname()[1]}"
+    try:
+        proc = _serve("--quiet", "--listen", address)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        taken.close()
+    assert proc.returncode == 2
+    assert err == (
+        f"kernelpolicy: error: cannot listen on {address}: the address is in use (another "
+        "kernelpolicy serve?) or not valid here; pick another with --listen\n"
+    )
+    assert out == ""
+
+
+def test_quiet_prints_no_start_or_stop_lines(tmp_path: Path) -> None:
+    """serve --quiet: nothing on stdout or stderr from start to a clean stop."""
+    port_file = tmp_path / "port"
+    proc = _serve("--quiet", "--listen", "127.0.0.1:0", "--port-file", str(port_file))
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert proc.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out, err) == (0, "", "")
+
+
+def test_listening_beyond_loopback_warns_at_warning_level() -> None:
+    """The 'reachable beyond this machine WITHOUT TLS' line is a warning, not info."""
+    log = io.StringIO()
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], listen=["0.0.0.0:0"], watch=False,
+        log_format="json", log_stream=log,
+    ):  # fmt: skip
+        pass
+    (line,) = [json.loads(x) for x in log.getvalue().splitlines() if "WITHOUT TLS" in x]
+    assert line["level"] == "warning"
+    assert "reachable beyond this machine" in line["message"]
+
+
+def test_connect_to_nothing_fails_fast_and_says_so() -> None:
+    """connect('127.0.0.1:1').resolve(): 'not answering' after the connect timeout, not after
+    the whole request timeout."""
+    with connect("127.0.0.1:1", connect_timeout=0.5) as client:
+        with pytest.raises(DaemonError, match=r"127\.0\.0\.1:1: not answering \(no connection"):
+            client.resolve()
+        assert client.timeout == 10.0  # the request timeout was not what ended it
+
+
+def test_connect_to_a_missing_socket_says_so(tmp_path: Path) -> None:
+    """A unix socket that does not exist: 'not answering (no such socket)' at once."""
+    with pytest.raises(DaemonError, match="not answering \\(no such socket\\)"):
+        connect(f"unix:{tmp_path / 'none.sock'}")
+
+
+def test_status_json_without_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
+    """status --json with nothing there: a JSON object with the error on stdout, exit 2."""
+    assert main(["status", "--json", "--address", "127.0.0.1:1"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["serving"] is False
+    assert "127.0.0.1:1: not answering" in report["error"]
+
+
+def test_status_json_with_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
+    """status --json with a daemon: its report, exit 0."""
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
+        assert main(["status", "--json", "--address", daemon.bound[0]]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["serving"], report["revision"], report["policy_error"]) == (True, 1, None)
+
+
+def test_status_help_states_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The help says what each exit code means, as the command does it."""
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "0 serving and the last reload succeeded" in help_text
+    assert "1 not serving, or the last reload failed" in help_text
+    assert "2 no daemon answered" in help_text
