@@ -87,5 +87,6 @@ def resolve(
             platform, settings.cache_dir, allow_untrusted=settings.allow_untrusted_files
         )
     resolution = resolve_policies(platform, environ, policy_set, settings.overrides, evidence)
+    resolution.log_format = settings.log_format
     log_resolution(resolution, settings.log_format)
     return resolution

@@ -71,3 +71,18 @@ def shown(value: str, limit: int = SHOWN_ENV_VALUE_CHARS) -> str:
     if len(value) <= limit:
         return value
     return f"{value[:limit]}...(cut, {len(value)} chars)"
+
+
+# The HTTP listener (OFREP, /metrics, health).
+MAX_HTTP_BODY_BYTES = 64 * KIB
+"""One HTTP request body (an OFREP evaluation context is a few hundred bytes)."""
+MAX_HTTP_HEADER_BYTES = 8 * KIB
+"""An HTTP request's target (path and query), and each of its header values."""
+MAX_HTTP_HEADERS = 64
+"""Header lines in one HTTP request."""
+MAX_FLAG_KEY_CHARS = 256
+"""One OFREP flag key (a feature or gate name)."""
+
+# Node labels.
+MAX_FEATURE_FILE_BYTES = 64 * KIB
+"""One Node Feature Discovery feature file: nfd-worker ignores bigger ones."""

@@ -1,4 +1,12 @@
-"""Decision logs: one structlog event per resolution, JSON or a readable line, on stderr.
+"""Decision logs: one structlog event per resolution, and a warning per runtime fallback.
+
+Two destinations. Inside someone else's process (``kernelpolicy.resolve()`` in a worker) events
+go through the standard :mod:`logging` module, to the ``kernelpolicy`` logger, rendered by
+structlog into the record's message (JSON or ``key=value``), with the event's fields also on the
+record as ``record.kernelpolicy``: the host's logging configuration decides levels, handlers and
+format, as for any library. With no configuration at all, Python prints warnings and errors
+to stderr (its last-resort handler) and drops the rest. The CLI and the daemon own their
+process and write their own lines (:func:`get_logger`: console or JSON, on stderr).
 
 structlog is imported on first use only (with rich installed it costs ~100 ms), and loggers are
 built per call site rather than through structlog's process-global configuration, so embedding
@@ -7,7 +15,9 @@ kernelpolicy never changes the host application's logging.
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Mapping, MutableMapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -39,14 +49,50 @@ def get_logger(fmt: str, stream: TextIO | None = None) -> Any:
     return _logger(fmt, stream or sys.stderr)
 
 
+LOGGER_NAME = "kernelpolicy"
+"""The standard-library logger in-process events go to."""
+
+
+@cache
+def host_logger(fmt: str) -> Any:
+    """A structlog logger that renders ``fmt`` (``json`` or ``console``) into records of the
+    standard ``kernelpolicy`` logger; events below the logger's effective level are dropped
+    before they are rendered."""
+    import structlog
+
+    renderer: Any = (
+        structlog.processors.JSONRenderer(sort_keys=True)
+        if fmt == "json"
+        else structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True)
+    )
+
+    def to_record(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+        fields = dict(event)
+        return {"msg": renderer(logger, method, event), "extra": {"kernelpolicy": fields}}
+
+    return structlog.wrap_logger(
+        logging.getLogger(LOGGER_NAME),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[structlog.stdlib.filter_by_level, to_record],
+    )
+
+
+def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:
+    """A kernel that failed at run time and the fallback now used: a warning, in-process."""
+    if fmt != "off":
+        host_logger(fmt).warning("kernelpolicy.runtime_fallback", feature=feature, note=note)
+
+
 def log_resolution(resolution: Resolution, fmt: str, stream: TextIO | None = None) -> None:
-    """Emit the one ``kernelpolicy.resolved`` event of a resolution (nothing when ``off``)."""
+    """Emit the one ``kernelpolicy.resolved`` event of a resolution (nothing when ``off``):
+    to ``stream`` when one is given, else to the standard ``kernelpolicy`` logger. Its level is
+    error when a decision is an error, warning when one has a warning, else info."""
     if fmt == "off":
         return
     decisions = resolution.decisions
     errors = resolution.errors
     warnings = [w for d in decisions.values() for w in d.warnings]
-    log = get_logger(fmt, stream)
+    log = get_logger(fmt, stream) if stream is not None else host_logger(fmt)
     emit = log.error if errors else log.warning if warnings else log.info
     emit(
         "kernelpolicy.resolved",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -37,23 +38,28 @@ def test_explicit_policies_paths(tmp_path: Path) -> None:
     assert list(a.decisions) == list(b.decisions) == ["sampler.top_k_top_p", "sampler.greedy"]
 
 
-def test_decision_log_is_one_json_event(capsys: pytest.CaptureFixture[str]) -> None:
-    """KERNELPOLICY_LOG_FORMAT=json: one JSON event per resolution with the fingerprint."""
-    resolution = resolve(
-        fixture("mi300x"), {"KERNELPOLICY_LOG_FORMAT": "json", "VLLM_ROCM_USE_AITER": "1"}
-    )
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1
-    event = json.loads(lines[0])
+def test_decision_log_is_one_json_event(caplog: pytest.LogCaptureFixture) -> None:
+    """KERNELPOLICY_LOG_FORMAT=json: one JSON event per resolution, through logging."""
+    with caplog.at_level(logging.DEBUG, logger="kernelpolicy"):
+        resolution = resolve(
+            fixture("mi300x"), {"KERNELPOLICY_LOG_FORMAT": "json", "VLLM_ROCM_USE_AITER": "1"}
+        )
+    records = [r for r in caplog.records if r.name == "kernelpolicy"]
+    assert len(records) == 1
+    assert records[0].levelname == "WARNING"  # the aiter sampler fell back: aiter 0.1.12 is buggy
+    event = json.loads(records[0].getMessage())
     assert event["event"] == "kernelpolicy.resolved"
     assert event["fingerprint"] == resolution.fingerprint
-    assert event["level"] == "warning"  # the aiter sampler fell back: aiter 0.1.12 is buggy
     assert event["decisions"]["sampler.top_k_top_p"] == "torch"
     assert event["errors"] is None
     assert "ROCm/aiter#2035" in event["warnings"][0]
 
 
-def test_decision_log_off(capsys: pytest.CaptureFixture[str]) -> None:
-    """KERNELPOLICY_LOG_FORMAT=off: nothing on stderr."""
-    resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "off"})
+def test_decision_log_off(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """KERNELPOLICY_LOG_FORMAT=off: nothing on stderr, nothing logged."""
+    with caplog.at_level(logging.DEBUG, logger="kernelpolicy"):
+        resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "off"})
     assert capsys.readouterr().err == ""
+    assert not [r for r in caplog.records if r.name == "kernelpolicy"]

@@ -12,6 +12,7 @@ from kernelpolicy.cli import (
     env_cmd,
     exec_cmd,
     explain_cmd,
+    labels_cmd,
     matrix_cmd,
     probe_cmd,
     serve_cmd,
@@ -33,6 +34,7 @@ examples:
   kernelpolicy verify                     conformance suite here; results become evidence
   kernelpolicy serve                      the daemon (gRPC, flagd-compatible), explain table first
   kernelpolicy status                     how a running daemon is: revision, last reload error
+  kernelpolicy labels                     node labels for Node Feature Discovery
 """
 
 
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     exec_cmd.register(commands)
     verify_cmd.register(commands)
     serve_cmd.register(commands)
+    labels_cmd.register(commands)
     return parser
 
 

@@ -53,6 +53,16 @@ def register(commands: Any) -> None:
         action="store_true",
         help="print only warnings and errors: no explain table, no start, reload or stop lines",
     )
+    serve.add_argument(
+        "--http", metavar="ADDR",
+        help="also serve HTTP on PORT or HOST:PORT (a bare port is 127.0.0.1): OFREP "
+        "/ofrep/v1/evaluate/flags[/KEY], /metrics, /healthz, /readyz; TLS as for gRPC",
+    )  # fmt: skip
+    serve.add_argument(
+        "--labels-dir", type=Path, metavar="DIR",
+        help="write node labels for Node Feature Discovery to DIR/kernelpolicy (its features.d), "
+        "rewritten on every policy revision",
+    )  # fmt: skip
     serve.set_defaults(run=run_serve)
 
     status = commands.add_parser(
@@ -124,14 +134,16 @@ def run_serve(args: argparse.Namespace) -> int:
         print(flush=True)
     daemon = Daemon(
         state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
-        default_socket=default_unix_socket(), quiet=args.quiet,
+        default_socket=default_unix_socket(), quiet=args.quiet, http=args.http,
+        labels_dir=args.labels_dir,
     )  # fmt: skip
 
     def started() -> None:
+        addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
         if args.port_file:
-            args.port_file.write_text("\n".join(daemon.bound) + "\n")
+            args.port_file.write_text("\n".join(addresses) + "\n")
         if not args.quiet:
-            print(f"serving on {', '.join(daemon.bound)}", file=sys.stderr, flush=True)
+            print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
 
     asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
     return 0

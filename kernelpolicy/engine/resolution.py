@@ -63,6 +63,7 @@ class Resolution:
         self.policies = policies
         self.decisions: dict[str, Decision] = dict(decisions)
         self.runtime_fallbacks: dict[str, str] = {}
+        self.log_format = "console"  # how a runtime fallback is logged; resolve() sets it
         # Set by kernelpolicy.connect(): the daemon revision this came from, and its last
         # policy reload error (None in-process).
         self.revision: int | None = None
@@ -165,6 +166,9 @@ class Resolution:
     def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
         note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
         self.runtime_fallbacks[feature] = note
+        from kernelpolicy.logs import log_runtime_fallback
+
+        log_runtime_fallback(feature, note, self.log_format)
         self.decisions[feature] = dataclasses.replace(
             decision,
             impl=fallback,

@@ -9,6 +9,7 @@ import signal
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
@@ -22,6 +23,7 @@ from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.boundary import Boundary, decoder
+from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.sockets import default_socket_address, prepare_socket
 from kernelpolicy.server.state import ServingState, reload_failure
@@ -100,6 +102,8 @@ class Daemon:
     quiet: bool = False  # log warnings and errors only
     log_stream: TextIO | None = None  # default: stderr
     bound: list[str] = field(default_factory=list)
+    http: str | None = None  # serve --http: OFREP, /metrics, /healthz, /readyz
+    labels_dir: Path | None = None  # serve --labels-dir: the NFD feature file, per revision
 
     def __post_init__(self) -> None:
         self.log = (
@@ -111,6 +115,10 @@ class Daemon:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
         self.boundary = Boundary(self._log)
+        self.fleet = Fleet(
+            self.state, self.http, self.labels_dir, tls=self.tls,
+            warn=lambda event, message: self._log("warning", event, message=message),
+        )  # fmt: skip
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
@@ -122,10 +130,11 @@ class Daemon:
 
     def _grpc_server(self) -> Any:
         server = grpc.aio.server(
+            interceptors=self.fleet.interceptors(),
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         guard = self.boundary
         add_service(server, pb.DESCRIPTOR.services_by_name["KernelPolicy"],
@@ -174,6 +183,7 @@ class Daemon:
             self._bind(server, check_listen_address(address))
         await server.start()
         self.server = server
+        await self.fleet.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self._emit(
             "kernelpolicy.serve.start",
@@ -201,6 +211,9 @@ class Daemon:
                 prepared = reload_failure(exc)
             change = self.state.commit(prepared)
             snapshot = self.state.snapshot
+            self.fleet.reloaded(
+                "failed" if isinstance(prepared, str) else "changed" if change else "unchanged"
+            )
             if isinstance(prepared, str):
                 self._log("warning", "kernelpolicy.reload.failed", why=why, error=prepared,
                           serving_revision=snapshot.revision)  # fmt: skip
@@ -278,6 +291,7 @@ class Daemon:
     async def shutdown(self, grace: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._emit("kernelpolicy.serve.stop", grace_seconds=grace)
+        await self.fleet.stop()
         await self.server.stop(grace)
 
 

@@ -25,6 +25,8 @@ def running_daemon(
     log_format: str = "off",
     log_stream: TextIO | None = None,
     default_socket: str | None = None,
+    http: str | None = None,
+    labels_dir: Path | None = None,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
@@ -33,6 +35,8 @@ def running_daemon(
     :class:`~kernelpolicy.server.tls.TlsFiles` (``TlsFiles.load(cert, key)``); ``log_format``
     (``json`` or ``console``) and ``log_stream`` turn the daemon's log on; ``default_socket``
     names the listen address treated as the default socket (its directory is made private).
+    ``http`` (such as ``"127.0.0.1:0"``) adds the HTTP listener, whose URL is then
+    ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there.
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -49,6 +53,7 @@ def running_daemon(
             daemon = Daemon(
                 state, list(listen), tls=tls, log_format=log_format, watch=watch,
                 reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
+                http=http, labels_dir=labels_dir,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)

@@ -1,0 +1,100 @@
+"""``kernelpolicy labels``: this node's facts and decisions as Kubernetes node labels."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.cli.common import add_resolve_options, environment, obtain_platform
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "labels",
+        help="node labels for Node Feature Discovery (features.d) or as JSON",
+        description=(
+            "Resolve the policies for this machine (or --platform FILE) and print the node's "
+            "labels: GPU vendor, product, arch (the gfx target on AMD), compute capability, "
+            "driver and kernel-library versions, the implementation chosen per feature, and "
+            "the kernels 'kernelpolicy verify' passed or failed here. --write DIR replaces "
+            "DIR/kernelpolicy atomically, in the format Node Feature Discovery's local source "
+            "reads from /etc/kubernetes/node-feature-discovery/features.d."
+        ),
+        epilog=(
+            "examples:\n"
+            "  kernelpolicy labels\n"
+            "  kernelpolicy labels --format json --platform node.json\n"
+            "  kernelpolicy labels --write /etc/kubernetes/node-feature-discovery/features.d"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_resolve_options(parser)
+    parser.add_argument(
+        "--format", choices=("nfd", "json"), default="nfd",
+        help="nfd: features.d lines 'key=value' (default); json: an object of labels",
+    )  # fmt: skip
+    parser.add_argument(
+        "--write", type=Path, metavar="DIR",
+        help="replace DIR/kernelpolicy (the NFD feature file) instead of printing",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prefix", default=None, metavar="DOMAIN",
+        help="label prefix (default kernelpolicy.feature.node.kubernetes.io)",
+    )  # fmt: skip
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.api import load_policies_cached
+    from kernelpolicy.conformance.evidence import load_evidence
+    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.engine.switches import FORCE_PREFIX
+    from kernelpolicy.labels import PREFIX, node_labels
+    from kernelpolicy.settings import settings_from
+
+    base_env = environment(args, None) if args.platform is None else None
+    settings = settings_from(base_env if base_env is not None else {})
+    policies = load_policies_cached(args.policies or settings.policy_paths)
+    platform = obtain_platform(
+        args,
+        libraries=sorted(policies.library_names),
+        env_patterns=[*sorted(policies.env_names), FORCE_PREFIX + "*"],
+    )
+    env = environment(args, platform)
+    answer_settings = settings_from(env)
+    # The store is on this machine: where it is and whether to trust it come from this process
+    # (and --env), never from a snapshot's recorded environment.
+    local = settings_from(environment(argparse.Namespace(platform=None, env=args.env), None))
+    evidence = load_evidence(platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files)
+    resolution = resolve_policies(
+        platform, env, policies, answer_settings.overrides,
+        evidence if policies.needs_evidence else None,
+    )  # fmt: skip
+    labels = node_labels(resolution, evidence, prefix=args.prefix or PREFIX)
+    if args.format == "json":
+        text = json.dumps(labels, indent=2) + "\n"
+    else:
+        text = nfd_text(labels, resolution.fingerprint)
+    if args.write is not None:
+        from kernelpolicy.labels import write_feature_file
+
+        path = write_feature_file(args.write, text)
+        print(f"wrote {len(labels)} labels to {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def nfd_text(labels: dict[str, str], fingerprint: str) -> str:
+    """The features.d file for ``labels``, with a comment saying who writes it."""
+    from kernelpolicy import __version__
+    from kernelpolicy.labels import render_nfd
+
+    return render_nfd(
+        labels,
+        comment=f"Written by kernelpolicy {__version__} (policy fingerprint {fingerprint}); "
+        "rewritten on every policy revision, do not edit.",
+    )

@@ -1,0 +1,192 @@
+"""Node labels: what a resolution says about a node, as Node Feature Discovery feature files.
+
+NFD's ``local`` source turns each ``<prefix>/<name>=<value>`` line of a file in its
+``features.d`` directory into a node label. Kubernetes accepts a label key as an optional DNS
+subdomain prefix (at most 253 characters) and a name of at most 63 characters of
+``[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?``; a value is empty or the same shape. Everything
+written here is made to fit those rules (:func:`label_name`, :func:`label_value`) before it
+reaches a file. The default prefix is a sub-namespace of ``feature.node.kubernetes.io``, which
+every NFD release accepts without extra nfd-master flags.
+
+Files are replaced atomically (a dot file in the same directory, renamed over the old one), so
+nfd-worker, which skips dot files, never reads a half-written one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+
+if TYPE_CHECKING:
+    from kernelpolicy.conformance.evidence import Evidence
+    from kernelpolicy.engine.resolution import Resolution
+
+PREFIX = "kernelpolicy.feature.node.kubernetes.io"
+"""The label prefix: a sub-namespace of NFD's own, allowed by every nfd-master by default."""
+FEATURE_FILE = "kernelpolicy"
+"""The file name kernelpolicy owns in ``features.d``."""
+MAX_PREFIX_CHARS = 253
+MAX_NAME_CHARS = 63
+MAX_VALUE_CHARS = 63
+
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_OUTSIDE = re.compile(r"[^-A-Za-z0-9_.]+")
+_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_HASH_CHARS = 8
+
+
+class LabelError(KernelPolicyError):
+    """A label prefix is not a DNS subdomain, or a feature file cannot be written."""
+
+
+def is_valid_name(name: str) -> bool:
+    """Whether ``name`` is a valid label name (the part after the ``/``)."""
+    return len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) is not None
+
+
+def is_valid_value(value: str) -> bool:
+    """Whether ``value`` is a valid label value (empty, or shaped like a name)."""
+    return value == "" or is_valid_name(value)
+
+
+def is_valid_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` is a DNS subdomain of at most 253 characters."""
+    return (
+        0 < len(prefix) <= MAX_PREFIX_CHARS
+        and all(len(part) <= 63 and _DNS_LABEL.fullmatch(part) for part in prefix.split("."))
+    )  # fmt: skip
+
+
+def is_valid_key(key: str) -> bool:
+    """Whether ``key`` (``prefix/name``) is a valid, prefixed label key."""
+    prefix, sep, name = key.partition("/")
+    return bool(sep) and is_valid_prefix(prefix) and is_valid_name(name)
+
+
+def _fit(text: str, limit: int) -> str:
+    """``text`` with runs of other characters as ``-``, alphanumeric at both ends, and at most
+    ``limit`` characters; a cut text ends in a hash of the whole, so that cut texts stay apart."""
+    cleaned = _EDGES.sub("", _OUTSIDE.sub("-", text))
+    if len(cleaned) <= limit:
+        return cleaned
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_CHARS]
+    head = _EDGES.sub("", cleaned[: limit - _HASH_CHARS - 1])
+    return f"{head}-{digest}" if head else digest
+
+
+def label_name(text: str) -> str:
+    """``text`` made into a valid label name (``x`` when nothing of it is usable)."""
+    return _fit(text, MAX_NAME_CHARS) or "x"
+
+
+def label_value(text: str) -> str:
+    """``text`` made into a valid label value (``2.11.0+cu130`` becomes ``2.11.0-cu130``)."""
+    return _fit(text, MAX_VALUE_CHARS)
+
+
+def node_labels(
+    resolution: Resolution, evidence: Evidence | None = None, *, prefix: str = PREFIX
+) -> dict[str, str]:
+    """The labels of a node: its GPU, driver and library versions, and each decision.
+
+    Args:
+        resolution: The node's resolution.
+        evidence: Conformance results stored on this node, for the ``verified.*`` labels.
+        prefix: The label prefix (a DNS subdomain).
+
+    Raises:
+        LabelError: ``prefix`` is not a DNS subdomain.
+
+    Returns:
+        Label key -> value, every key and value valid for Kubernetes, in a stable order.
+    """
+    if not is_valid_prefix(prefix):
+        raise LabelError(
+            f"label prefix {prefix[:80]!r} is not a DNS subdomain of at most {MAX_PREFIX_CHARS} "
+            "characters (lower-case letters, digits, '-' and '.')"
+        )
+    facts: dict[str, str | None] = {}
+    platform = resolution.platform
+    device = platform.primary
+    facts["gpu.vendor"] = platform.vendor
+    facts["gpu.count"] = str(len(platform.devices))
+    if device is not None:
+        facts["gpu.product"] = device.name
+        facts["gpu.arch"] = device.arch  # the gfx target on AMD (gfx942), sm_90 on NVIDIA
+        facts["gpu.capability"] = device.capability
+        major, _, minor = device.capability.partition(".")
+        # Separate integers, so that a nodeAffinity can compare them with Gt/Lt.
+        facts["gpu.capability.major"] = major
+        facts["gpu.capability.minor"] = minor
+    facts["driver.version"] = platform.driver.version
+    facts["driver.cuda"] = platform.driver.cuda
+    facts["driver.rocm"] = platform.driver.rocm
+    facts["torch.version"] = platform.torch.version
+    for dist, version in sorted(platform.libraries.items()):
+        facts[f"lib.{dist}"] = version
+    for feature, decision in resolution.decisions.items():
+        facts[f"impl.{feature}"] = decision.impl or (
+            "error" if decision.error is not None else "none"
+        )
+    if evidence is not None:
+        for (feature, impl), entry in sorted(evidence.entries.items()):
+            facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"
+    facts["policy.fingerprint"] = resolution.fingerprint
+    return {
+        f"{prefix}/{label_name(name)}": label_value(value)
+        for name, value in facts.items()
+        if value is not None
+    }
+
+
+def render_nfd(labels: Mapping[str, str], *, comment: str = "") -> str:
+    """A ``features.d`` file: optional comment lines, then one ``key=value`` line per label.
+
+    Raises:
+        LabelError: A key or value is not valid for Kubernetes, or the file would exceed
+            ``MAX_FEATURE_FILE_BYTES`` (nfd-worker ignores bigger files).
+    """
+    lines = [f"# {line}" for line in comment.splitlines()]
+    for key, value in labels.items():
+        if not (is_valid_key(key) and is_valid_value(value)):
+            raise LabelError(f"not a valid Kubernetes label: {key[:300]}={value[:100]}")
+        lines.append(f"{key}={value}")
+    text = "\n".join(lines) + "\n"
+    if len(text.encode()) > MAX_FEATURE_FILE_BYTES:
+        raise LabelError(
+            f"the feature file would be {len(text.encode())} bytes, over "
+            f"MAX_FEATURE_FILE_BYTES ({MAX_FEATURE_FILE_BYTES}); nfd-worker ignores such files"
+        )
+    return text
+
+
+def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> Path:
+    """Replace ``directory/name`` with ``text`` atomically (readable by all, mode 0644).
+
+    Raises:
+        LabelError: The directory is missing or not writable.
+
+    Returns:
+        The path written.
+    """
+    target = directory / name
+    temporary = directory / f".{name}.{os.getpid()}.tmp"  # a dot file: nfd-worker skips it
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise LabelError(f"cannot write the feature file {target}: {exc.strerror or exc}") from None
+    return target

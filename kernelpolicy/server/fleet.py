@@ -1,0 +1,116 @@
+"""What the daemon adds for a fleet: the HTTP listener, its metrics, and the node-label file.
+
+The daemon calls :class:`Fleet` at four points (before its gRPC server is built, once it has
+started, after every reload attempt, at shutdown); everything here is off unless
+``serve --http`` or ``serve --labels-dir`` asks for it, and the modules behind it (aiohttp,
+prometheus-client) are imported only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernelpolicy.server.http import HttpListener
+    from kernelpolicy.server.metrics import DaemonMetrics
+    from kernelpolicy.server.state import ServingState
+
+
+@dataclass
+class Fleet:
+    """The optional fleet-facing parts of one daemon.
+
+    Attributes:
+        http: ``serve --http`` address (``PORT``, ``HOST:PORT``), or ``None`` for no HTTP.
+        labels_dir: ``serve --labels-dir``: NFD's ``features.d``, or ``None``.
+        tls: The gRPC listener's TLS files, used for HTTP too (``None``: plain HTTP).
+        warn: Logs a warning (the daemon's logger).
+        url: The bound ``http://host:port`` once started.
+    """
+
+    state: ServingState
+    http: str | None = None
+    labels_dir: Path | None = None
+    tls: Any = None  # the daemon's TlsFiles (cert, key, client_ca), or None
+    warn: Callable[[str, str], None] = lambda event, message: None
+    url: str | None = None
+    ready: bool = False
+    metrics: DaemonMetrics | None = field(default=None, init=False)
+    listener: HttpListener | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.http is not None:
+            from kernelpolicy.server.metrics import DaemonMetrics
+
+            self.metrics = DaemonMetrics(self.state)
+
+    def interceptors(self) -> list[Any]:
+        """gRPC server interceptors: request counts and latency, when metrics are on."""
+        return [self.metrics.interceptor()] if self.metrics is not None else []
+
+    async def start(self) -> None:
+        """Write the labels, then listen for HTTP (raises DaemonError if it cannot)."""
+        self.write_labels()
+        if self.http is None or self.metrics is None:
+            return
+        from kernelpolicy.server.http import (
+            HttpListener,
+            is_loopback_host,
+            parse_http_address,
+            server_ssl_context,
+        )
+
+        host, _ = parse_http_address(self.http)
+        tls = self.tls
+        ssl_context = server_ssl_context(tls.cert, tls.key, tls.client_ca) if tls else None
+        if not is_loopback_host(host):
+            self.warn(
+                "kernelpolicy.serve.warning",
+                f"HTTP on {self.http}, reachable beyond this machine"
+                + ("" if tls else " WITHOUT TLS: set KERNELPOLICY_TLS_CERT_FILE/KEY_FILE"),
+            )
+        self.listener = HttpListener(
+            self.state, self.metrics, self.not_ready, ssl_context=ssl_context,
+            on_error=lambda message: self.warn("kernelpolicy.http.error", message),
+        )  # fmt: skip
+        self.url = await self.listener.start(self.http)
+        self.ready = True
+
+    def not_ready(self) -> str | None:
+        """Why /readyz says no, or ``None``. A failed reload keeps the daemon ready: it serves
+        the last good policies, which is what every worker on the node should keep using."""
+        return None if self.ready else "not serving (starting or shutting down)"
+
+    def reloaded(self, outcome: str) -> None:
+        """After a reload attempt: ``changed``, ``unchanged`` or ``failed``."""
+        if self.metrics is not None:
+            self.metrics.reloads.labels(outcome).inc()
+        if outcome == "changed":
+            self.write_labels()
+
+    def write_labels(self) -> None:
+        if self.labels_dir is None:
+            return
+        from kernelpolicy.cli.labels_cmd import nfd_text
+        from kernelpolicy.conformance.evidence import load_evidence
+        from kernelpolicy.errors import KernelPolicyError
+        from kernelpolicy.labels import node_labels, write_feature_file
+
+        state = self.state
+        snapshot = state.snapshot
+        try:
+            evidence = snapshot.evidence or load_evidence(
+                state.platform, state.cache_dir, allow_untrusted=state.allow_untrusted
+            )
+            labels = node_labels(snapshot.resolution, evidence)
+            write_feature_file(self.labels_dir, nfd_text(labels, snapshot.resolution.fingerprint))
+        except KernelPolicyError as exc:  # a full disk must not stop the daemon serving
+            self.warn("kernelpolicy.labels.failed", str(exc))
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self.listener is not None:
+            await self.listener.stop()

@@ -1,0 +1,253 @@
+"""The daemon's HTTP listener (aiohttp, on the daemon's event loop): OFREP, metrics, health.
+
+| route | what |
+|---|---|
+| ``POST /ofrep/v1/evaluate/flags/{key}`` | OFREP single evaluation (see ``server.ofrep``) |
+| ``POST /ofrep/v1/evaluate/flags`` | OFREP bulk evaluation, ``ETag`` / ``If-None-Match`` -> 304 |
+| ``GET /metrics`` | Prometheus text format, or OpenMetrics when the scraper asks for it |
+| ``GET /healthz`` | 200 while the daemon's event loop answers (liveness) |
+| ``GET /readyz`` | 200 once a resolution is served, 503 before and while shutting down |
+
+Every request is bounded before a handler sees it: the request target and each header value
+(``MAX_HTTP_HEADER_BYTES``), the number of headers (``MAX_HTTP_HEADERS``) and the body
+(``MAX_HTTP_BODY_BYTES``, 413 past it); flag keys are bounded by the OFREP layer. Errors are JSON
+(``{"errorDetails": ...}``, plus ``key`` and ``errorCode`` on OFREP routes), never a traceback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from kernelpolicy.errors import DaemonError
+from kernelpolicy.limits import (
+    MAX_HTTP_BODY_BYTES,
+    MAX_HTTP_HEADER_BYTES,
+    MAX_HTTP_HEADERS,
+)
+from kernelpolicy.server import ofrep
+
+if TYPE_CHECKING:
+    from kernelpolicy.server.metrics import DaemonMetrics
+    from kernelpolicy.server.state import ServingState
+
+DEFAULT_HTTP_PORT = 50152
+OFREP_ONE = "/ofrep/v1/evaluate/flags/{key}"
+OFREP_BULK = "/ofrep/v1/evaluate/flags"
+_METHODS = frozenset({"GET", "HEAD", "POST"})  # other methods are counted as "other"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def parse_http_address(address: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` as (host, port); a bare port is loopback.
+
+    Raises:
+        DaemonError: Not one of those forms, or a port outside 0-65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", address
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise DaemonError(
+            f"--http {address[:100]!r}: expected PORT, HOST:PORT or [IPV6]:PORT with a port "
+            "from 0 to 65535"
+        )
+    return host, int(port)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def server_ssl_context(cert: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:
+    """TLS for the HTTP listener from the gRPC listener's (already validated) PEM contents; with
+    a CA, client certificates signed by it are required, as on gRPC.
+
+    Python's ``ssl`` loads a certificate chain from files only: the PEM goes to a private
+    temporary directory (0700, files 0600) for the moment it takes, then is deleted.
+
+    Raises:
+        DaemonError: The certificate and key do not load (a key that is not the certificate's).
+    """
+    import tempfile
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        with tempfile.TemporaryDirectory(prefix="kernelpolicy-tls-") as private:
+            cert_file, key_file = Path(private) / "cert.pem", Path(private) / "key.pem"
+            for path, data in ((cert_file, cert), (key_file, key)):
+                path.touch(mode=0o600)
+                path.write_bytes(data)
+            context.load_cert_chain(cert_file, key_file)
+        if client_ca is not None:
+            context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise DaemonError(
+            f"TLS for --http: the certificate and key from KERNELPOLICY_TLS_CERT_FILE/"
+            f"KEY_FILE do not load ({exc})"
+        ) from None
+    return context
+
+
+def _json(status: int, document: dict[str, Any] | None, headers: Any = ()) -> web.Response:
+    body = ofrep.Answer(status, document).body()
+    response = web.Response(status=status, body=body or None, headers=dict(headers))
+    if document is not None:
+        response.content_type = "application/json"
+    return response
+
+
+class HttpListener:
+    """The HTTP routes over one serving state.
+
+    Args:
+        state: What to answer from (``state.snapshot`` is read once per request).
+        metrics: The registry ``/metrics`` exposes; every request is counted in it.
+        not_ready: Returns why the daemon is not ready, or ``None`` when it is.
+        ssl_context: TLS, or ``None`` for plain HTTP.
+        on_error: Called with a message when a handler fails unexpectedly (answered 500).
+    """
+
+    def __init__(
+        self,
+        state: ServingState,
+        metrics: DaemonMetrics,
+        not_ready: Callable[[], str | None],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.not_ready = not_ready
+        self.ssl_context = ssl_context
+        self.on_error = on_error
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_HTTP_BODY_BYTES, middlewares=[self._middleware])
+        app.router.add_post(OFREP_ONE.replace("{key}", "{key:.+}"), self._ofrep_one)
+        app.router.add_post(OFREP_BULK, self._ofrep_bulk)
+        app.router.add_post(OFREP_BULK + "/", self._ofrep_bulk)  # flagd accepts both
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
+    async def start(self, address: str) -> str:
+        """Listen on ``address`` (see :func:`parse_http_address`).
+
+        Raises:
+            DaemonError: The address is in use or not valid here.
+
+        Returns:
+            The URL bound, ``http://host:port`` (``https://`` with TLS), the port filled in.
+        """
+        host, port = parse_http_address(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sock = socket.create_server((host, port), family=family, reuse_port=False)
+        except OSError as exc:
+            raise DaemonError(
+                f"cannot listen on {address} for HTTP: {exc.strerror or exc}; pick another "
+                "with --http"
+            ) from None
+        # aiohttp logs each malformed request (over a limit, not HTTP) with a traceback; the
+        # client got its 400, and the daemon's log is no place for a stranger's bad bytes.
+        quiet = logging.getLogger("kernelpolicy.http.protocol")
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
+            quiet.propagate = False
+        runner = web.AppRunner(
+            self.application(), handle_signals=False, access_log=None, logger=quiet,
+            max_line_size=MAX_HTTP_HEADER_BYTES, max_field_size=MAX_HTTP_HEADER_BYTES,
+            max_headers=MAX_HTTP_HEADERS,
+        )  # fmt: skip
+        await runner.setup()
+        await web.SockSite(runner, sock, ssl_context=self.ssl_context).start()
+        self._runner = runner
+        bound = sock.getsockname()[1]
+        shown_host = f"[{host}]" if ":" in host else host
+        self.url = f"{'https' if self.ssl_context else 'http'}://{shown_host}:{bound}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "other"
+        if route == OFREP_ONE.replace("{key}", "{key:.+}"):
+            route = OFREP_ONE
+        try:
+            response = await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            response = _json(
+                413,
+                {"errorDetails": f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES})"},
+            )
+        except web.HTTPException as exc:  # 404 and 405 from the router
+            response = _json(exc.status, {"errorDetails": exc.reason}, exc.headers)
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error(f"{request.method} {route}: {type(exc).__name__}: {exc}")
+            response = _json(500, {"errorDetails": "internal error; see the daemon's log"})
+        method = request.method if request.method in _METHODS else "other"
+        self.metrics.observe_http(route, method, response.status, time.perf_counter() - start)
+        return response
+
+    async def _ofrep_one(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        answer = ofrep.evaluate_one(self.state.snapshot, request.match_info["key"], body)
+        return _json(answer.status, answer.document, answer.headers)
+
+    async def _ofrep_bulk(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        answer = ofrep.evaluate_bulk(
+            self.state.snapshot, body, request.headers.get("If-None-Match")
+        )
+        return _json(answer.status, answer.document, answer.headers)
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        body, content_type = self.metrics.exposition(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _healthz(self, request: web.Request) -> web.StreamResponse:
+        return _json(200, {"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.StreamResponse:
+        why = self.not_ready()
+        if why is not None:
+            return _json(503, {"status": "not ready", "why": why})
+        snapshot = self.state.snapshot
+        return _json(
+            200,
+            {
+                "status": "ready",
+                "revision": snapshot.revision,
+                "fingerprint": snapshot.resolution.fingerprint,
+                "policy_error": snapshot.policy_error,
+            },
+        )

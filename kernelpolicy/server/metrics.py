@@ -1,0 +1,257 @@
+"""Prometheus metrics of the daemon (prometheus-client), and of any process holding a Resolution.
+
+What a snapshot says (the decisions, the revision, the last reload error, the evidence) is read
+when Prometheus scrapes, by collectors over the current snapshot, so a reload never leaves a
+stale series behind. What happens over time (reloads, requests, their latency) is counted as it
+happens. Every collector lives in the daemon's own registry, never in prometheus-client's global
+one, so embedding kernelpolicy adds nothing to a host's ``/metrics`` unless it asks
+(:class:`ResolutionCollector`).
+
+Label values are bounded: RPC methods and HTTP routes are the registered ones (anything else
+is ``other``), features and implementations come from the policy files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.resolution import Resolution
+    from kernelpolicy.server.state import ServingState
+
+# Loopback answers take tens of microseconds; a slow reload or a stalled loop shows in seconds.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
+
+
+class ResolutionCollector(Collector):
+    """``kernelpolicy_decision_info`` and ``kernelpolicy_runtime_fallback_info`` of a Resolution.
+
+    A worker that serves its own ``/metrics`` can show which kernel it runs::
+
+        prometheus_client.REGISTRY.register(ResolutionCollector(lambda: resolution))
+
+    Args:
+        current: Returns the Resolution to describe at scrape time.
+    """
+
+    def __init__(self, current: Callable[[], Resolution]) -> None:
+        self._current = current
+
+    def collect(self) -> Iterator[Metric]:
+        resolution = self._current()
+        decisions = InfoMetricFamily(
+            "kernelpolicy_decision",
+            "The implementation chosen per feature, and why (reason from a closed set).",
+            labels=["feature"],
+        )
+        errors = GaugeMetricFamily(
+            "kernelpolicy_decision_errors",
+            "Features whose decision is an error (a required kernel unsupported here).",
+        )
+        for feature, decision in resolution.decisions.items():
+            decisions.add_metric(
+                [feature],
+                {
+                    "impl": decision.impl or "",
+                    "reason": decision.reason.value,
+                    "error_code": decision.error_code.value if decision.error_code else "",
+                },
+            )
+        errors.add_metric([], len(resolution.errors))
+        fallbacks = InfoMetricFamily(
+            "kernelpolicy_runtime_fallback",
+            "A chosen kernel that failed at run time (import, build, launch) in this process, "
+            "and the fallback used instead.",
+            labels=["feature"],
+        )
+        for feature, note in resolution.runtime_fallbacks.items():
+            fallbacks.add_metric(
+                [feature], {"impl": resolution.decisions[feature].impl or "", "note": note[:200]}
+            )
+        info = InfoMetricFamily("kernelpolicy_resolution", "The resolution's fingerprint.")
+        info.add_metric([], {"fingerprint": resolution.fingerprint})
+        yield from (decisions, errors, fallbacks, info)
+
+
+class SnapshotCollector(Collector):
+    """The serving snapshot: its resolution, revision, last reload error and evidence."""
+
+    def __init__(self, state: ServingState) -> None:
+        self._state = state
+        self._resolution = ResolutionCollector(lambda: self._state.snapshot.resolution)
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._state.snapshot
+        yield from self._resolution.collect()
+        revision = GaugeMetricFamily(
+            "kernelpolicy_policy_revision", "The revision served (1 at start, +1 per change)."
+        )
+        revision.add_metric([], snapshot.revision)
+        failing = GaugeMetricFamily(
+            "kernelpolicy_policy_reload_failing",
+            "1 while the last reload failed and the last good policies are served.",
+        )
+        failing.add_metric([], 1 if snapshot.policy_error else 0)
+        files = GaugeMetricFamily("kernelpolicy_policy_files", "Policy files in the served set.")
+        files.add_metric([], len(snapshot.sources))
+        evidence = GaugeMetricFamily(
+            "kernelpolicy_evidence_passed",
+            "Stored conformance results on this platform: 1 passed, 0 failed.",
+            labels=["feature", "impl"],
+        )
+        problem = GaugeMetricFamily(
+            "kernelpolicy_evidence_unreadable", "1 when the stored evidence could not be read."
+        )
+        if snapshot.evidence is not None:
+            for (feature, impl), entry in sorted(snapshot.evidence.entries.items()):
+                evidence.add_metric([feature, impl], 1 if entry.passed else 0)
+        problem.add_metric([], 1 if snapshot.evidence and snapshot.evidence.problem else 0)
+        yield from (revision, failing, files, evidence, problem)
+
+
+class DaemonMetrics:
+    """The daemon's registry: snapshot collectors, reload outcomes, request counts and latency.
+
+    Args:
+        state: The serving state whose snapshot the collectors describe.
+    """
+
+    def __init__(self, state: ServingState) -> None:
+        from kernelpolicy import __version__
+
+        self.registry = CollectorRegistry()
+        self.registry.register(SnapshotCollector(state))
+        build = InfoMetricFamily("kernelpolicy_build", "The kernelpolicy version serving.")
+        build.add_metric([], {"version": __version__})
+        self.registry.register(_Constant([build]))
+        self.reloads = Counter(
+            "kernelpolicy_reloads", "Policy reloads by outcome (changed, unchanged, failed).",
+            ["outcome"], registry=self.registry,
+        )  # fmt: skip
+        for outcome in ("changed", "unchanged", "failed"):
+            self.reloads.labels(outcome)  # every series exists from the start, at 0
+        self.grpc_requests = Counter(
+            "kernelpolicy_grpc_requests", "gRPC requests by method and status code.",
+            ["method", "code"], registry=self.registry,
+        )  # fmt: skip
+        self.grpc_latency = Histogram(
+            "kernelpolicy_grpc_request_duration_seconds",
+            "Time to answer a unary gRPC request, by method.",
+            ["method"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.http_requests = Counter(
+            "kernelpolicy_http_requests", "HTTP requests by route, method and status.",
+            ["route", "method", "status"], registry=self.registry,
+        )  # fmt: skip
+        self.http_latency = Histogram(
+            "kernelpolicy_http_request_duration_seconds", "Time to answer HTTP requests, by route.",
+            ["route"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """The registry in the format ``accept`` asks for (OpenMetrics or the text format).
+
+        Returns:
+            The body and its content type.
+        """
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def observe_http(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(route, method, str(status)).inc()
+        self.http_latency.labels(route).observe(seconds)
+
+    def interceptor(self) -> Any:
+        """A ``grpc.aio`` server interceptor counting and timing every RPC."""
+        return _grpc_interceptor(self)
+
+
+class _Constant(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics
+
+
+def _grpc_interceptor(metrics: DaemonMetrics) -> Any:
+    import grpc
+
+    class Interceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+        """Wraps each registered unary handler in a timer; streams are counted when they end.
+        Unknown methods have no handler and are not counted (their names are unbounded)."""
+
+        async def intercept_service(
+            self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+        ) -> Any:
+            handler = await continuation(details)
+            if handler is None:
+                return None
+            method = details.method
+            if handler.unary_unary is not None:
+                timed = _timed_unary(metrics, method, handler.unary_unary)
+                return grpc.unary_unary_rpc_method_handler(
+                    timed,
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+            if handler.unary_stream is not None:
+                counted = _counted_stream(metrics, method, handler.unary_stream)
+                return grpc.unary_stream_rpc_method_handler(
+                    counted,
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+            return handler
+
+    return Interceptor()
+
+
+def _code_name(context: Any, failed: bool, unset: str = "UNKNOWN") -> str:
+    code = context.code()
+    if code is None:
+        return unset if failed else "OK"
+    return str(getattr(code, "name", code))
+
+
+def _timed_unary(
+    metrics: DaemonMetrics, method: str, behaviour: Callable[[Any, Any], Awaitable[Any]]
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    requests, latency = metrics.grpc_requests, metrics.grpc_latency.labels(method)
+
+    async def timed(request: Any, context: Any) -> Any:
+        start = time.perf_counter()
+        failed = True
+        try:
+            response = await behaviour(request, context)
+            failed = False
+            return response
+        finally:
+            latency.observe(time.perf_counter() - start)
+            requests.labels(method, _code_name(context, failed)).inc()
+
+    return timed
+
+
+def _counted_stream(
+    metrics: DaemonMetrics, method: str, behaviour: Callable[[Any, Any], Any]
+) -> Callable[[Any, Any], Any]:
+    async def counted(request: Any, context: Any) -> Any:
+        failed = True
+        try:
+            async for item in behaviour(request, context):
+                yield item
+            failed = False
+        finally:
+            # A stream that ends without a status was left by its client (Watch, EventStream).
+            metrics.grpc_requests.labels(method, _code_name(context, failed, "CANCELLED")).inc()
+
+    return counted

@@ -1,0 +1,122 @@
+"""In someone else's process, kernelpolicy logs through the standard logging module."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from kernelpolicy.api import resolve
+from kernelpolicy.logs import LOGGER_NAME
+from tests.helpers import ROOT, fixture
+
+
+class Collect(logging.Handler):
+    """A host application's own handler."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def host() -> Iterator[Collect]:
+    """The host configures the ``kernelpolicy`` logger as it would any library's."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = Collect()
+    logger.addHandler(handler)
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+@pytest.mark.parametrize(
+    ("machine", "env", "level"),
+    [
+        pytest.param("cpu", {}, "INFO", id="clean-is-info"),
+        pytest.param("mi300x", {"VLLM_ROCM_USE_AITER": "1"}, "WARNING", id="fallback-is-warning"),
+        pytest.param("cpu", {"VLLM_ROCM_USE_AITER": "maybe"}, "ERROR", id="bad-env-is-error"),
+    ],
+)
+def test_resolution_event_goes_to_the_kernelpolicy_logger(
+    host: Collect, machine: str, env: dict[str, str], level: str
+) -> None:
+    """One record per resolve(), at the level the decisions call for, with its fields."""
+    resolution = resolve(fixture(machine), {"KERNELPOLICY_LOG_FORMAT": "console", **env})
+    (record,) = host.records
+    assert (record.name, record.levelname) == ("kernelpolicy", level)
+    assert record.getMessage().startswith("event='kernelpolicy.resolved'")
+    fields = record.kernelpolicy  # type: ignore[attr-defined]
+    assert fields["fingerprint"] == resolution.fingerprint
+    assert fields["decisions"]["sampler.top_k_top_p"]
+
+
+def test_host_level_decides(host: Collect) -> None:
+    """The host's level filters kernelpolicy's events like any other library's."""
+    logging.getLogger(LOGGER_NAME).setLevel(logging.WARNING)
+    resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "json"})  # info: filtered out
+    assert host.records == []
+    resolve(fixture("mi300x"), {"KERNELPOLICY_LOG_FORMAT": "json", "VLLM_ROCM_USE_AITER": "1"})
+    (record,) = host.records
+    assert json.loads(record.getMessage())["event"] == "kernelpolicy.resolved"
+
+
+def test_runtime_fallback_is_a_warning(host: Collect) -> None:
+    """A chosen kernel that cannot load here logs a warning naming the feature."""
+    resolution = resolve(fixture("h100-sxm"), {"KERNELPOLICY_LOG_FORMAT": "json"})
+    host.records.clear()
+    resolution.impl("sampler.top_k_top_p")  # flashinfer is not installed here
+    (record,) = host.records
+    assert record.levelname == "WARNING"
+    event = json.loads(record.getMessage())
+    assert (event["event"], event["feature"]) == (
+        "kernelpolicy.runtime_fallback",
+        "sampler.top_k_top_p",
+    )
+    assert "using torch" in event["note"]
+
+
+def test_nothing_on_stderr_without_a_stream_when_the_host_says_so(host: Collect) -> None:
+    """Our handler got the event; kernelpolicy wrote nothing to stderr on its own."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logging.getLogger(LOGGER_NAME).addHandler(handler)
+    try:
+        resolve(fixture("cpu"), {"KERNELPOLICY_LOG_FORMAT": "console"})
+    finally:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    assert "kernelpolicy.resolved" in stream.getvalue()
+
+
+def test_unconfigured_host_sees_warnings_only() -> None:
+    """With no logging configuration, Python's last-resort handler shows warnings, not info."""
+    code = (
+        "import kernelpolicy\n"
+        "from kernelpolicy.testing.machines import fixture_dir\n"
+        "p = lambda n: kernelpolicy.load_platform(fixture_dir() / f'platforms/{n}.json')\n"
+        "kernelpolicy.resolve(p('cpu'), env={})\n"
+        "kernelpolicy.resolve(p('mi300x'), env={'VLLM_ROCM_USE_AITER': '1'})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "kernelpolicy.resolved" in line]
+    assert len(lines) == 1
+    assert "vendor='amd'" in lines[0]
