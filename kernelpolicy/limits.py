@@ -47,6 +47,12 @@ MAX_ENGINE_RULE_WORDS = 64
 MAX_VERSION_CHARS = 256
 """One version string (a driver, torch or library version)."""
 
+# The probe (what a driver, a library or a sysfs tree reports is input too).
+MAX_PROBED_DEVICES = 256
+"""Devices NVML may report, and KFD topology nodes read (8 MI300X in CPX mode are 64)."""
+MAX_SYSFS_FILE_BYTES = 64 * KIB
+"""One sysfs, procfs or ROCm version file the probe reads (a KFD properties file is ~1.5 KiB)."""
+
 # Requests to the daemon.
 MAX_REQUEST_BYTES = 1 * MIB
 """One gRPC request message."""

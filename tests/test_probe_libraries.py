@@ -131,3 +131,38 @@ def test_extra_libraries_and_env_patterns(empty_root: Path) -> None:
 def test_capture_env_is_case_sensitive() -> None:
     """Environment names are case-sensitive on Linux, and so is the capture."""
     assert capture_env({"vllm_use_flashinfer_sampler": "1"}, ["VLLM_USE_FLASHINFER_SAMPLER"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        pytest.param("1." * 200, "not a string of at most MAX_VERSION_CHARS", id="too-long"),
+        pytest.param(2.1, "not a string", id="float"),
+    ],
+)
+def test_broken_library_versions_cost_only_that_library(
+    version: object, message: str, empty_root: Path
+) -> None:
+    """A distribution whose metadata version is garbage is reported; the others are read."""
+    versions = {"torch": "2.9.0", "vllm": version}
+    platform = probe(
+        root=empty_root, nvml=None, amdsmi=None, metadata=versions.get,  # type: ignore[arg-type]
+        environ={}, torch_version_file=empty_root / "missing.py",
+    )  # fmt: skip
+    assert platform.libraries == {"torch": "2.9.0"}
+    assert any(e.startswith("library vllm: ") and message in e for e in platform.probe_errors)
+
+
+def test_a_value_the_model_refuses_is_dropped_not_raised(
+    empty_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last safety net: a stage's value the Platform model refuses is dropped and reported."""
+    from kernelpolicy.platform import probing
+
+    monkeypatch.setattr(
+        probing, "_hardware", lambda *args: {"vendor": "nvidia", "driver": {"version": "9" * 300}}
+    )
+    platform = probe(root=empty_root, nvml=None, amdsmi=None, environ={}, metadata=lambda n: None)
+    assert platform.vendor == "nvidia"
+    assert platform.driver.version is None
+    assert "probe: dropped driver: invalid value" in platform.probe_errors[-1]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pynvml
 import pytest
 
 from kernelpolicy import probe
+from kernelpolicy.limits import MAX_PROBED_DEVICES
 from kernelpolicy.testing import FakeNVML
 from kernelpolicy.testing.machines import A100_SXM, H100_SXM, L4, T4
 
@@ -149,7 +151,9 @@ def test_device_without_capability_is_skipped(empty_root: Path) -> None:
     )
     platform = nvidia_probe(nvml, empty_root)
     assert [d.physical_index for d in platform.devices] == [0, 2]  # type: ignore[attr-defined]
-    assert "device 1: name or compute capability unreadable" in platform.probe_errors[0]
+    assert platform.probe_errors == (
+        "nvml: device 1: compute capability: Unknown Error; device skipped",
+    )
 
 
 @pytest.mark.parametrize(
@@ -176,16 +180,135 @@ def test_nvml_is_shut_down_even_after_errors(empty_root: Path) -> None:
     assert nvml.calls[-1] == "nvmlShutdown"
 
 
-def test_unexpected_exception_never_escapes(empty_root: Path) -> None:
-    """Even a bug-like exception inside NVML handling becomes a probe error."""
+def test_unexpected_exception_costs_only_its_device(empty_root: Path) -> None:
+    """Even a bug-like exception inside NVML handling costs only the device it came from."""
 
     class Exploding(FakeNVML):
         def nvmlDeviceGetName(self, handle):  # type: ignore[no-untyped-def]
-            raise RuntimeError("boom")
+            if handle.index == 0:
+                raise RuntimeError("boom")
+            return super().nvmlDeviceGetName(handle)
 
-    platform = nvidia_probe(Exploding([H100_SXM]), empty_root)
-    assert platform.vendor == "none"
-    assert platform.probe_errors == ("nvidia: unexpected RuntimeError: boom",)
+    platform = nvidia_probe(Exploding(EIGHT_H100[:2]), empty_root)
+    assert platform.vendor == "nvidia"
+    assert [d.index for d in platform.devices] == [1]
+    assert platform.probe_errors == ("nvml: device 0: name: RuntimeError: boom; device skipped",)
+
+
+# One bad device among four: what it does, and the probe error it must leave.
+BAD_DEVICE = [
+    pytest.param({"nvmlDeviceGetName": OSError(5, "Input/output error")}, {},
+                 "name: OSError: [Errno 5] Input/output error", id="name-oserror"),
+    pytest.param({"nvmlDeviceGetName": pynvml.NVML_ERROR_GPU_IS_LOST}, {},
+                 "name: GPU is lost", id="name-gpu-lost"),
+    pytest.param({}, {"nvmlDeviceGetName": b"H100\xff\xfe"},
+                 "name: UnicodeDecodeError", id="name-not-utf8"),
+    pytest.param({}, {"nvmlDeviceGetName": None}, "name: TypeError: expected a string",
+                 id="name-none"),
+    pytest.param({"nvmlDeviceGetHandleByIndex": OSError("no handle")}, {},
+                 "handle: OSError: no handle", id="handle-oserror"),
+    pytest.param({"nvmlDeviceGetUUID": RuntimeError("binding bug")}, {},
+                 "RuntimeError: binding bug", id="uuid-runtime-error"),
+    pytest.param({}, {"nvmlDeviceGetCudaComputeCapability": (None, 0)},
+                 "compute capability: ValueError: expected two small integers",
+                 id="capability-none"),
+    pytest.param({}, {"nvmlDeviceGetCudaComputeCapability": (-1, 0)},
+                 "compute capability: ValueError", id="capability-negative"),
+    pytest.param({}, {"nvmlDeviceGetCudaComputeCapability": ("9", "0")},
+                 "compute capability: ValueError", id="capability-strings"),
+    pytest.param({}, {"nvmlDeviceGetCudaComputeCapability": 9},
+                 "compute capability: TypeError", id="capability-not-a-pair"),
+    pytest.param({}, {"nvmlDeviceGetMemoryInfo": SimpleNamespace(total=-5 * 2**20)},
+                 "memory info: ValueError: negative total", id="memory-negative"),
+    pytest.param({}, {"nvmlDeviceGetMemoryInfo": SimpleNamespace(total="80GB")},
+                 "memory info: TypeError: expected an integer", id="memory-string"),
+    pytest.param({}, {"nvmlDeviceGetMemoryInfo": None},
+                 "memory info: AttributeError", id="memory-none"),
+    pytest.param({"nvmlDeviceGetPciInfo": OSError("pci")}, {}, "OSError: pci", id="pci-oserror"),
+    pytest.param({}, {"nvmlDeviceGetPciInfo": SimpleNamespace(pciDeviceId=None, busId=b"x")},
+                 "TypeError: expected an integer", id="pci-garbage"),
+    pytest.param({"nvmlDeviceGetAttributes": MemoryError()}, {}, "MemoryError",
+                 id="attributes-memory-error"),
+    pytest.param({"nvmlDeviceGetNumGpuCores": ZeroDivisionError("x")}, {},
+                 "ZeroDivisionError", id="cores-zero-division"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("faults", "values", "message"), BAD_DEVICE)
+def test_one_bad_device_costs_only_itself(
+    faults: dict[str, object], values: dict[str, object], message: str, empty_root: Path
+) -> None:
+    """Device 2 of four fails in some way: the other three are reported, vendor stays nvidia,
+    and one probe error names device 2 and what went wrong."""
+    nvml = FakeNVML(
+        EIGHT_H100[:4],
+        faults={name: {2: fault} for name, fault in faults.items()},  # type: ignore[misc]
+        values={name: {2: value} for name, value in values.items()},
+    )
+    platform = nvidia_probe(nvml, empty_root)
+    assert platform.vendor == "nvidia"
+    assert [d.physical_index for d in platform.devices] == [0, 1, 3]  # type: ignore[attr-defined]
+    assert [d.index for d in platform.devices] == [0, 1, 3]  # CUDA still counts device 2
+    assert len(platform.probe_errors) == 1
+    assert platform.probe_errors[0].startswith("nvml: device 2: ")
+    assert message in platform.probe_errors[0]
+    assert platform.probe_errors[0].endswith("device skipped")
+    assert nvml.refcount == 0
+
+
+@pytest.mark.parametrize(
+    ("faults", "driver", "message"),
+    [
+        pytest.param({"nvmlSystemGetDriverVersion": OSError("gone")}, None,
+                     "nvml: driver version: OSError: gone", id="driver-oserror"),
+        pytest.param({}, "5" * 300, "nvml: driver version: ValueError: a version of 300 characters",
+                     id="driver-version-too-long"),
+        pytest.param({"nvmlSystemGetCudaDriverVersion_v2": RuntimeError("x")}, None,
+                     "nvml: CUDA driver version: RuntimeError: x", id="cuda-runtime-error"),
+        pytest.param({"nvmlShutdown": OSError("busy")}, None,
+                     "nvml: shutdown failed: OSError: busy", id="shutdown-oserror"),
+    ],
+)  # fmt: skip
+def test_system_faults_cost_only_their_value(
+    faults: dict[str, BaseException], driver: str | None, message: str, empty_root: Path
+) -> None:
+    """A system query that fails in any way blanks its value; every device is still read."""
+    extra = {} if driver is None else {"driver_version": driver}
+    nvml = FakeNVML(EIGHT_H100[:2], faults=faults, **extra)  # type: ignore[arg-type]
+    platform = nvidia_probe(nvml, empty_root)
+    assert len(platform.devices) == 2
+    assert platform.probe_errors == (message,) or message in platform.probe_errors[0]
+
+
+@pytest.mark.parametrize(
+    ("count", "devices"),
+    [
+        pytest.param(MAX_PROBED_DEVICES, MAX_PROBED_DEVICES, id="at-limit"),
+        pytest.param(MAX_PROBED_DEVICES + 1, 0, id="limit-plus-one"),
+    ],
+)
+def test_device_count_is_bounded(count: int, devices: int, empty_root: Path) -> None:
+    """A device count over MAX_PROBED_DEVICES (a garbage answer) reads no device and says so."""
+    nvml = FakeNVML([H100_SXM] * count)
+    platform = nvidia_probe(nvml, empty_root)
+    assert len(platform.devices) == devices
+    if devices == 0:
+        assert "outside 0..MAX_PROBED_DEVICES" in platform.probe_errors[0]
+
+
+def test_init_raising_anything_is_an_init_error(empty_root: Path) -> None:
+    """nvmlInit raising OSError (not NVMLError) on a host with an NVIDIA GPU is reported."""
+    (empty_root / "proc/driver/nvidia").mkdir(parents=True)
+    (empty_root / "proc/driver/nvidia/version").write_text(
+        "NVRM version: Kernel Module  580.1.2  x"
+    )
+    nvml = FakeNVML([H100_SXM], faults={"nvmlInit": OSError("libnvidia-ml.so.1: bad ELF")})
+    platform = nvidia_probe(nvml, empty_root)
+    assert platform.vendor == "nvidia"
+    assert platform.driver.version == "580.1.2"
+    assert (
+        "nvml: cannot initialise: OSError: libnvidia-ml.so.1: bad ELF" in platform.probe_errors[0]
+    )
 
 
 def test_default_probe_skips_nvml_without_nvidia_evidence(

@@ -12,9 +12,17 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import (
+    MAX_PROBED_DEVICES,
+    MAX_SYSFS_FILE_BYTES,
+    MAX_VERSION_CHARS,
+    shown,
+)
 from kernelpolicy.platform.amd_ids import (
     PRODUCTS,
     REVISIONS,
@@ -23,8 +31,10 @@ from kernelpolicy.platform.amd_ids import (
     parse_gfx_override,
     product_name,
 )
+from kernelpolicy.platform.faults import DeviceFault, attempt, read
 from kernelpolicy.platform.model import Device
 from kernelpolicy.platform.visible import select_visible
+from kernelpolicy.safeio import read_bytes_bounded
 
 TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 _HEAP_FRAME_BUFFER = {1, 2}  # HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC and _PRIVATE
@@ -67,41 +77,57 @@ def probe_amd(root: Path, environ: Mapping[str, str], amdsmi: Any = None) -> Amd
         _apply_visibility(physical, environ, report)
     if report.present:
         # Only the out-of-tree (DKMS) amdgpu has a version file; the in-tree driver has none.
-        report.driver_version = report.driver_version or _read_text(
-            root / "sys/module/amdgpu/version", "amdgpu version", report.errors, quiet_missing=True
+        report.driver_version = report.driver_version or _version_file(
+            root / "sys/module/amdgpu/version", "amdgpu version", report.errors
         )
         report.rocm_version = _rocm_version(root, environ, report.errors)
     return report
 
 
-def _read_topology(root: Path, nodes_dir: Path, errors: list[str]) -> list[dict[str, Any]]:
+def _read_topology(root: Path, nodes_dir: Path, errors: list[str]) -> list[Device]:
+    """Every GPU node, each read inside the probe's one fault boundary: a bad node costs itself."""
     try:
         names = sorted((n for n in os.listdir(nodes_dir) if n.isdigit()), key=int)
     except OSError as exc:
         errors.append(f"kfd: cannot list {nodes_dir}: {exc.strerror}")
         return []
+    if len(names) > MAX_PROBED_DEVICES:
+        errors.append(
+            f"kfd: {len(names)} topology nodes is over MAX_PROBED_DEVICES "
+            f"({MAX_PROBED_DEVICES}); reading the first {MAX_PROBED_DEVICES}"
+        )
+        names = names[:MAX_PROBED_DEVICES]
     gpus = []
     for name in names:
-        props = _read_properties(nodes_dir / name / "properties", errors)
-        if props is None or props.get("cpu_cores_count", 0) != 0:
-            continue
-        if props.get("gfx_target_version", 0) <= 0:
-            continue
-        gpu = _gpu_from_properties(root, nodes_dir / name, props, errors)
+        work = partial(_read_node, root, nodes_dir / name, errors)
+        gpu = attempt(errors, f"kfd: node {name}", work, then="node skipped")
         if gpu is not None:
             gpus.append(gpu)
     return gpus
 
 
+def _read_node(root: Path, node: Path, errors: list[str]) -> Device | None:
+    """A GPU node as a Device (logical index 0 until visibility is applied), ``None`` for a CPU.
+
+    Raises:
+        DeviceFault: Anything wrong with the node: unreadable, empty or malformed properties,
+            missing keys, an impossible gfx target or a value the Device model refuses.
+    """
+    props = _read_properties(node / "properties")
+    for key in ("cpu_cores_count", "gfx_target_version"):
+        if key not in props:
+            raise DeviceFault(f"{node / 'properties'}: no {key}; expected the driver's key set")
+    if props["cpu_cores_count"] != 0 or props["gfx_target_version"] <= 0:
+        return None  # a CPU agent, not a GPU
+    gpu = read("properties", lambda: _gpu_from_properties(root, node, props, errors))
+    return Device(index=0, **{k: v for k, v in gpu.items() if v is not None})
+
+
 def _gpu_from_properties(
     root: Path, node: Path, props: dict[str, int], errors: list[str]
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     target = props["gfx_target_version"]
-    try:
-        arch = gfx_name(target)
-    except ValueError as exc:
-        errors.append(f"kfd: {node / 'properties'}: {exc}; node skipped")
-        return None
+    arch = gfx_name(target)
     device_id = props.get("device_id")
     simd_per_cu = props.get("simd_per_cu") or 0
     revision = _pci_revision(root, props, errors)
@@ -121,10 +147,10 @@ def _gpu_from_properties(
 
 
 def _apply_visibility(
-    physical: list[dict[str, Any]], environ: Mapping[str, str], report: AmdReport
+    physical: list[Device], environ: Mapping[str, str], report: AmdReport
 ) -> None:
     indices = list(range(len(physical)))
-    uuids = [gpu.get("unique_id") for gpu in physical]
+    uuids = [getattr(gpu, "unique_id", None) for gpu in physical]
     # ROCR_VISIBLE_DEVICES filters in the runtime; HIP_VISIBLE_DEVICES (or, when it is unset,
     # CUDA_VISIBLE_DEVICES, which HIP also honours) then filters what ROCr left visible.
     hip_variable = (
@@ -138,22 +164,30 @@ def _apply_visibility(
     override_arch = parse_gfx_override(override) if override else None
     if override and override_arch is None:
         report.errors.append(
-            f"HSA_OVERRIDE_GFX_VERSION={override!r}: expected major.minor.stepping such as 11.0.0"
+            f"HSA_OVERRIDE_GFX_VERSION={shown(override)!r}: expected major.minor.stepping such "
+            "as 11.0.0"
         )
     for logical, physical_index in enumerate(indices):
-        gpu = {k: v for k, v in physical[physical_index].items() if v is not None}
-        gpu["physical_index"] = physical_index
+        # Every field was validated when the node was read; only the numbering changes here.
+        extra: dict[str, Any] = {"physical_index": physical_index}
         if override_arch:
-            gpu["effective_arch"] = override_arch
-        report.devices.append(Device(index=logical, **gpu))
+            extra["effective_arch"] = override_arch
+        device = physical[physical_index]
+        data = {**device.model_dump(), **extra, "index": logical}
+        report.devices.append(Device.model_construct(**data))
 
 
-def _read_properties(path: Path, errors: list[str]) -> dict[str, int] | None:
+def _read_properties(path: Path) -> dict[str, int]:
+    """A KFD properties file: ``<key> <integer>`` lines, at least one.
+
+    Raises:
+        DeviceFault: The file cannot be read, is not ASCII, is empty, or has a malformed line.
+    """
+    data = _read_sysfs(path)
     try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        errors.append(f"kfd: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
-        return None
+        text = data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise DeviceFault(f"cannot read {path}: not ASCII (byte {exc.start})") from None
     props: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -161,13 +195,28 @@ def _read_properties(path: Path, errors: list[str]) -> dict[str, int] | None:
         key, _, value = line.strip().partition(" ")
         value = value.strip()
         if not _NUMBER.match(value):
-            errors.append(
-                f"kfd: {path}:{lineno}: expected '<key> <integer>', got {line.strip()!r}; "
-                "node skipped"
+            raise DeviceFault(
+                f"{path}:{lineno}: expected '<key> <integer>', got {shown(line.strip())!r}"
             )
-            return None
         props[key] = int(value)
+    if not props:
+        raise DeviceFault(f"{path}: empty; expected '<key> <integer>' lines")
     return props
+
+
+def _read_sysfs(path: Path) -> bytes:
+    """A sysfs or version file: regular, at most ``MAX_SYSFS_FILE_BYTES``, never blocking.
+
+    Raises:
+        DeviceFault: Naming the file and why it could not be read.
+    """
+    try:
+        return read_bytes_bounded(
+            path, limit=MAX_SYSFS_FILE_BYTES, limit_name="MAX_SYSFS_FILE_BYTES",
+            fail=KernelPolicyError,
+        )  # fmt: skip
+    except KernelPolicyError as exc:
+        raise DeviceFault(f"cannot read {exc}") from None
 
 
 def _vram_mib(node: Path, errors: list[str]) -> int | None:
@@ -175,9 +224,13 @@ def _vram_mib(node: Path, errors: list[str]) -> int | None:
     if not banks.is_dir():
         return None
     total = 0
-    for bank in sorted(banks.iterdir()):
-        props = _read_properties(bank / "properties", errors)
-        if props and props.get("heap_type") in _HEAP_FRAME_BUFFER:
+    for bank in sorted(banks.iterdir())[:MAX_PROBED_DEVICES]:
+        try:
+            props = _read_properties(bank / "properties")
+        except DeviceFault as exc:
+            errors.append(f"kfd: {exc}; memory bank skipped")
+            continue
+        if props.get("heap_type") in _HEAP_FRAME_BUFFER:
             total += props.get("size_in_bytes", 0)
     return total // (1024 * 1024) if total else None
 
@@ -194,7 +247,9 @@ def _pci_revision(root: Path, props: dict[str, int], errors: list[str]) -> int |
     try:
         return int(text, 16) if text else None
     except ValueError:
-        errors.append(f"kfd: PCI revision of {bdf}: expected hex such as 0xc8, got {text!r}")
+        errors.append(
+            f"kfd: PCI revision of {bdf}: expected hex such as 0xc8, got {shown(text or '')!r}"
+        )
         return None
 
 
@@ -202,7 +257,7 @@ def _rocm_version(root: Path, environ: Mapping[str, str], errors: list[str]) -> 
     prefixes = [environ.get("ROCM_PATH", ""), "/opt/rocm"]
     for prefix in (p for p in prefixes if p):
         base = root / prefix.lstrip("/")
-        text = _read_text(base / ".info/version", "ROCm version", errors, quiet_missing=True)
+        text = _version_file(base / ".info/version", "ROCm version", errors)
         if text:
             return text
         header = _read_text(
@@ -210,7 +265,7 @@ def _rocm_version(root: Path, environ: Mapping[str, str], errors: list[str]) -> 
         )
         if header:
             parts = [
-                re.search(rf"#define ROCM_VERSION_{part}\s+(\d+)", header)
+                re.search(rf"#define ROCM_VERSION_{part}\s+(\d{{1,6}})\b", header)
                 for part in ("MAJOR", "MINOR", "PATCH")
             ]
             if all(parts):
@@ -219,15 +274,29 @@ def _rocm_version(root: Path, environ: Mapping[str, str], errors: list[str]) -> 
 
 
 def _read_text(path: Path, what: str, errors: list[str], quiet_missing: bool = False) -> str | None:
+    if quiet_missing and not path.exists():
+        return None
     try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except FileNotFoundError:
-        if not quiet_missing:
-            errors.append(f"{what}: {path} not found")
+        text = _read_sysfs(path).decode("utf-8").strip()
+    except DeviceFault as exc:
+        errors.append(f"{what}: {exc}")
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        errors.append(f"{what}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+    except UnicodeDecodeError as exc:
+        errors.append(f"{what}: cannot read {path}: not UTF-8 (byte {exc.start})")
         return None
+    return text or None
+
+
+def _version_file(path: Path, what: str, errors: list[str]) -> str | None:
+    """A version from a file, bounded like every version (``MAX_VERSION_CHARS``)."""
+    text = _read_text(path, what, errors, quiet_missing=True)
+    if text is not None and len(text) > MAX_VERSION_CHARS:
+        errors.append(
+            f"{what}: {path}: {len(text)} characters is over MAX_VERSION_CHARS "
+            f"({MAX_VERSION_CHARS})"
+        )
+        return None
+    return text
 
 
 __all__ = ["PRODUCTS", "AmdReport", "probe_amd"]

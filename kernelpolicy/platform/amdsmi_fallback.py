@@ -7,9 +7,13 @@ cannot be repaired is reported in ``probe_errors``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kernelpolicy.limits import MAX_PROBED_DEVICES, shown
 from kernelpolicy.platform.amd_ids import PRODUCTS, product_name
+from kernelpolicy.platform.faults import attempt, describe
+from kernelpolicy.platform.model import Device, bounded_version
 
 if TYPE_CHECKING:
     from kernelpolicy.platform.amd import AmdReport
@@ -24,27 +28,36 @@ def load_amdsmi() -> Any:
     return amdsmi
 
 
-def read_amdsmi(amdsmi: Any, report: AmdReport) -> list[dict[str, Any]]:
-    """Read GPUs through amdsmi; every failure lands in ``report.errors``."""
+def read_amdsmi(amdsmi: Any, report: AmdReport) -> list[Device]:
+    """Read GPUs through amdsmi; every failure lands in ``report.errors``, and a bad device
+    costs only itself (the probe's one fault boundary, kernelpolicy.platform.faults)."""
     try:
         amdsmi.amdsmi_init()
     except Exception as exc:
-        report.errors.append(f"amdsmi: cannot initialise: {exc}")
+        report.errors.append(f"amdsmi: cannot initialise: {describe(exc)}")
         return []
     try:
-        handles = amdsmi.amdsmi_get_processor_handles()
-        return [gpu for gpu in (_read_one(amdsmi, h, report) for h in handles) if gpu]
-    except Exception as exc:
-        report.errors.append(f"amdsmi: {exc}")
-        return []
+        handles = attempt(report.errors, "amdsmi", lambda: list(_handles(amdsmi))) or []
+        gpus = [
+            attempt(report.errors, f"amdsmi: device {i}", partial(_read_one, amdsmi, h, report),
+                    then="device skipped")
+            for i, h in enumerate(handles)
+        ]  # fmt: skip
+        return [gpu for gpu in gpus if gpu is not None]
     finally:
-        try:
-            amdsmi.amdsmi_shut_down()
-        except Exception as exc:
-            report.errors.append(f"amdsmi: shutdown failed: {exc}")
+        attempt(report.errors, "amdsmi: shutdown failed", amdsmi.amdsmi_shut_down)
 
 
-def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> dict[str, Any] | None:
+def _handles(amdsmi: Any) -> list[Any]:
+    handles = list(amdsmi.amdsmi_get_processor_handles())
+    if len(handles) > MAX_PROBED_DEVICES:
+        raise ValueError(
+            f"{len(handles)} devices is over MAX_PROBED_DEVICES ({MAX_PROBED_DEVICES})"
+        )
+    return handles
+
+
+def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> Device | None:
     asic = amdsmi.amdsmi_get_gpu_asic_info(handle)
     device_id = int(str(asic.get("device_id", "0")), 0)
     reported = str(asic.get("target_graphics_version", ""))
@@ -52,11 +65,11 @@ def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> dict[str, Any] | N
     arch = known.arch if known else reported
     if not known and len(reported) == len("gfx90"):
         report.errors.append(
-            f"amdsmi: gfx target {reported!r} may be truncated (amdsmi drops hex steppings) "
+            f"amdsmi: gfx target {shown(reported)!r} may be truncated (amdsmi drops hex steppings) "
             f"and device id 0x{device_id:04x} is not in the product table"
         )
     if not arch.startswith("gfx") or len(arch) < 6:
-        report.errors.append(f"amdsmi: unreadable gfx target {reported!r}; device skipped")
+        report.errors.append(f"amdsmi: unreadable gfx target {shown(reported)!r}; device skipped")
         return None
     digits = arch[3:]
     capability = f"{int(digits[:-2])}.{int(digits[-2], 16)}"
@@ -68,12 +81,14 @@ def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> dict[str, Any] | N
         memory_mib = None
     if report.driver_version is None:
         try:
-            report.driver_version = str(amdsmi.amdsmi_get_gpu_driver_info(handle)["driver_version"])
+            report.driver_version = bounded_version(
+                str(amdsmi.amdsmi_get_gpu_driver_info(handle)["driver_version"])
+            )
         except Exception as exc:
             report.errors.append(f"amdsmi: driver info: {exc}")
     cus = asic.get("num_compute_units")
-    return {
-        "name": product_name(device_id, int(str(asic.get("rev_id", "0")), 0), arch),
+    fields = {
+        "name": shown(product_name(device_id, int(str(asic.get("rev_id", "0")), 0), arch), 256),
         "arch": arch,
         "capability": capability,
         "pci_device_id": f"0x{device_id:04x}",
@@ -81,3 +96,4 @@ def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> dict[str, Any] | N
         "compute_units": int(cus) if isinstance(cus, int) and cus > 0 else None,
         "source": "amdsmi",
     }
+    return Device(index=0, **{k: v for k, v in fields.items() if v is not None})

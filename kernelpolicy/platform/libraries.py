@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 from kernelpolicy.platform.model import TorchBuild
 
 # Distribution names the probe always looks for; policies add the ones they name.
@@ -63,10 +64,17 @@ def read_libraries(
         try:
             version = lookup(name)
         except Exception as exc:
-            report.errors.append(f"library {name}: broken package metadata: {exc}")
+            report.errors.append(f"library {name}: broken package metadata: {shown(str(exc))}")
             continue
-        if version is not None:
-            report.versions[name] = version
+        if version is None:
+            continue
+        if not isinstance(version, str) or len(version) > MAX_VERSION_CHARS:
+            report.errors.append(
+                f"library {name}: broken package metadata: version {shown(str(version))!r} is "
+                f"not a string of at most MAX_VERSION_CHARS ({MAX_VERSION_CHARS}) characters"
+            )
+            continue
+        report.versions[name] = version
     return report
 
 

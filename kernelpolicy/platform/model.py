@@ -83,7 +83,8 @@ class Device(_Frozen):
         return Capability.parse(self.capability)
 
 
-def _bounded_version(value: str | None) -> str | None:
+def bounded_version(value: str | None) -> str | None:
+    """``value``, or ``ValueError`` when it is longer than ``MAX_VERSION_CHARS``."""
     if value is not None and len(value) > MAX_VERSION_CHARS:
         raise ValueError(
             f"a version of {len(value)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
@@ -101,7 +102,7 @@ class DriverInfo(_Frozen):
     @field_validator("version", "cuda", "rocm")
     @classmethod
     def _bounded(cls, value: str | None) -> str | None:
-        return _bounded_version(value)
+        return bounded_version(value)
 
 
 class TorchBuild(_Frozen):
@@ -114,7 +115,7 @@ class TorchBuild(_Frozen):
     @field_validator("version", "cuda", "hip")
     @classmethod
     def _bounded(cls, value: str | None) -> str | None:
-        return _bounded_version(value)
+        return bounded_version(value)
 
 
 class Platform(_Frozen):
@@ -136,7 +137,7 @@ class Platform(_Frozen):
     def _library_versions(cls, value: dict[str, str]) -> dict[str, str]:
         for name, version in value.items():
             try:
-                _bounded_version(version)
+                bounded_version(version)
             except ValueError as exc:
                 raise ValueError(f"{shown(name)}: {exc}") from None
         return value

@@ -41,7 +41,7 @@ def nvidia_proc_driver_version(root: Path) -> str | None:
         return None
     # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
     for token in text.split():
-        if token.count(".") >= 1 and token.replace(".", "").isdigit():
+        if token.count(".") >= 1 and token.replace(".", "").isdigit() and len(token) <= 64:
             return token
     return None
 

@@ -7,8 +7,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kernelpolicy.platform.amd import AmdReport, probe_amd
 from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
+from kernelpolicy.platform.faults import describe
 from kernelpolicy.platform.libraries import (
     DEFAULT_LIBRARIES,
     MetadataVersion,
@@ -78,8 +81,19 @@ def probe(
     if torch is not None:
         fields["torch"] = torch
     fields.update(_hardware(nvidia, amd, errors))
-    fields["probe_errors"] = tuple(errors)
-    return Platform(**fields)
+    return _assemble(fields, errors)
+
+
+def _assemble(fields: dict[str, Any], errors: list[str]) -> Platform:
+    """The Platform, even when a stage produced a value the model refuses: that value is
+    dropped (reported in ``probe_errors``), so that the probe never raises."""
+    try:
+        return Platform(**fields, probe_errors=tuple(errors))
+    except ValidationError as exc:
+        bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
+        errors.append(f"probe: dropped {', '.join(sorted(bad))}: {describe(exc)}")
+        kept = {k: v for k, v in fields.items() if k not in bad}
+        return Platform(**kept, probe_errors=tuple(errors))
 
 
 def _hardware(
@@ -147,5 +161,5 @@ def _guard(stage: str, errors: list[str], work: Any, default: Any) -> Any:
     try:
         return work()
     except Exception as exc:
-        errors.append(f"{stage}: unexpected {type(exc).__name__}: {exc}")
+        errors.append(f"{stage}: unexpected {describe(exc)}")
         return default

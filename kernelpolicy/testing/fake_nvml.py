@@ -7,11 +7,17 @@ subclasses, so code that works against the fake works against the real library.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar, cast
 
 import pynvml
+
+T = TypeVar("T")
+
+Fault: TypeAlias = int | BaseException
+"""An NVML error code to raise as ``pynvml.NVMLError``, or any exception to raise as it is
+(an ``OSError`` from a broken library, a ``RuntimeError`` from a binding bug)."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +54,12 @@ class FakeNVML:
         gpus: The physical devices, in NVML (PCI bus) order.
         driver_version: As ``nvmlSystemGetDriverVersion`` returns it.
         cuda_driver_version: As ``nvmlSystemGetCudaDriverVersion_v2`` returns it (``13000``).
-        faults: Function name -> NVML error code to raise, or ``{physical index: code}`` to fail
-            for some devices only. ``{"nvmlInit": NVML_ERROR_LIBRARY_NOT_FOUND}`` is a host
-            without libnvidia-ml.
+        faults: Function name -> a :data:`Fault` (an NVML error code, or an exception raised as
+            it is), or ``{physical index: fault}`` to fail for some devices only.
+            ``{"nvmlInit": NVML_ERROR_LIBRARY_NOT_FOUND}`` is a host without libnvidia-ml.
+        values: Function name -> ``{physical index: value}``: what that device's call returns
+            instead of the real answer, for drivers that report garbage (a negative memory
+            total, a capability of ``(None, 0)``, a name that is not UTF-8).
         attributes_supported: Whether ``nvmlDeviceGetAttributes`` works on whole GPUs (the
             driver documents it for MIG handles only).
     """
@@ -63,13 +72,15 @@ class FakeNVML:
         *,
         driver_version: str = "580.159.04",
         cuda_driver_version: int = 13000,
-        faults: Mapping[str, int | Mapping[int, int]] | None = None,
+        faults: Mapping[str, Fault | Mapping[int, Fault]] | None = None,
+        values: Mapping[str, Mapping[int, Any]] | None = None,
         attributes_supported: bool = False,
     ) -> None:
         self.gpus = list(gpus)
         self.driver_version = driver_version
         self.cuda_driver_version = cuda_driver_version
         self.faults = dict(faults or {})
+        self.values = {name: dict(per_device) for name, per_device in (values or {}).items()}
         self.attributes_supported = attributes_supported
         self.refcount = 0
         self.calls: list[str] = []
@@ -79,6 +90,8 @@ class FakeNVML:
         fault = self.faults.get(function)
         if isinstance(fault, Mapping):
             fault = fault.get(index) if index is not None else None
+        if isinstance(fault, BaseException):
+            raise fault
         if fault is not None:
             raise pynvml.NVMLError(fault)
         if function != "nvmlInit" and self.refcount <= 0:
@@ -89,6 +102,14 @@ class FakeNVML:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self._enter(function, handle.index)
         return self.gpus[handle.index]
+
+    def _answer(self, handle: Any, function: str, real: Callable[[FakeNvidiaGpu], T]) -> T:
+        """The device's answer to ``function``: a configured garbage value, else the real one."""
+        gpu = self._gpu(handle, function)
+        per_device = self.values.get(function, {})
+        if handle.index in per_device:
+            return cast(T, per_device[handle.index])
+        return real(gpu)
 
     def nvmlInit(self) -> None:
         self._enter("nvmlInit")
@@ -117,16 +138,21 @@ class FakeNVML:
         return _Handle(self, index)
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
-        return self._gpu(handle, "nvmlDeviceGetName").name
+        return self._answer(handle, "nvmlDeviceGetName", lambda gpu: gpu.name)
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        return self._gpu(handle, "nvmlDeviceGetUUID").uuid
+        return self._answer(handle, "nvmlDeviceGetUUID", lambda gpu: gpu.uuid)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
-        return self._gpu(handle, "nvmlDeviceGetCudaComputeCapability").capability
+        return self._answer(
+            handle, "nvmlDeviceGetCudaComputeCapability", lambda gpu: gpu.capability
+        )
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
-        gpu = self._gpu(handle, "nvmlDeviceGetPciInfo")
+        return self._answer(handle, "nvmlDeviceGetPciInfo", self._pci_info)
+
+    @staticmethod
+    def _pci_info(gpu: FakeNvidiaGpu) -> Any:
         info = pynvml.nvmlPciInfo_t()
         info.pciDeviceId = (gpu.pci_device_id << 16) | 0x10DE
         info.busId = gpu.bus_id.encode()
@@ -134,14 +160,19 @@ class FakeNVML:
         return info
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
-        gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
+        return self._answer(handle, "nvmlDeviceGetMemoryInfo", self._memory_info)
+
+    @staticmethod
+    def _memory_info(gpu: FakeNvidiaGpu) -> Any:
         memory = pynvml.c_nvmlMemory_t()
         memory.total = gpu.memory_mib * 1024 * 1024
         memory.free = memory.total
         return memory
 
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
-        gpu = self._gpu(handle, "nvmlDeviceGetAttributes")
+        return self._answer(handle, "nvmlDeviceGetAttributes", self._attributes)
+
+    def _attributes(self, gpu: FakeNvidiaGpu) -> Any:
         if not self.attributes_supported:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         attrs = pynvml.c_nvmlDeviceAttributes()
@@ -151,7 +182,7 @@ class FakeNVML:
         return attrs
 
     def nvmlDeviceGetNumGpuCores(self, handle: Any) -> int:
-        return self._gpu(handle, "nvmlDeviceGetNumGpuCores").cuda_cores
+        return self._answer(handle, "nvmlDeviceGetNumGpuCores", lambda gpu: gpu.cuda_cores)
 
 
 @dataclass(frozen=True)
