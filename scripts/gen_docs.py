@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Produce and check what README.md and docs/ show: CLI transcripts and generated tables.
 
-A transcript is a fenced ```text block whose first line starts with ``$ kernelpolicy``. Each
+A transcript is a fenced ```text block whose first line starts with ``$ kernelpolicy`` (or
+``$ NAME=value kernelpolicy``: leading assignments set variables, PYTHONPATH is prepended). Each
 ``$`` line is run (``kernelpolicy`` as ``python -m kernelpolicy``, in the repository root, with a
 clean environment: no ``KERNELPOLICY_*``, ``VLLM_*`` or ``SGLANG_*`` variables, a fresh HOME and
 runtime directory) and its output (stdout and stderr) must be what the block shows.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FENCE = re.compile(r"^```text\n(\$ kernelpolicy.*?)^```$", re.S | re.M)
+FENCE = re.compile(r"^```text\n(\$ (?:[A-Z_]+=\S* )*kernelpolicy.*?)^```$", re.S | re.M)
 _DROPPED_PREFIXES = ("KERNELPOLICY_", "VLLM_", "SGLANG_", "CUDA_VISIBLE", "ROCR_", "HIP_")
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
 _SPACES = re.compile(r" {2,}")
@@ -89,11 +90,16 @@ def _environment(home: Path) -> dict[str, str]:
     return env
 
 
-def _argv(command: str) -> list[str]:
+def _split(command: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command's argv and environment: leading ``NAME=value`` words set variables."""
     argv = shlex.split(command)
+    env = dict(env)
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = f"{value}:{env[name]}" if name == "PYTHONPATH" else value
     if argv[0] == "kernelpolicy":
-        return [sys.executable, "-m", "kernelpolicy", *argv[1:]]
-    return argv
+        argv = [sys.executable, "-m", "kernelpolicy", *argv[1:]]
+    return argv, env
 
 
 def _clean(text: str) -> str:
@@ -105,8 +111,9 @@ def _start_server(
 ) -> tuple[subprocess.Popen[str], str]:
     """Start ``kernelpolicy serve``; return it and what it printed until it serves."""
     port_file = home / "port"
+    argv, env = _split(command, env)
     proc = subprocess.Popen(
-        [*_argv(command), "--port-file", str(port_file)],
+        [*argv, "--port-file", str(port_file)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines = []
@@ -131,11 +138,12 @@ def run_block(block: Block) -> list[str]:
         env = _environment(home)
         try:
             for command, _ in block.steps:
-                if shlex.split(command)[:2] == ["kernelpolicy", "serve"]:
+                argv, command_env = _split(command, env)
+                if argv[1:4] == ["-m", "kernelpolicy", "serve"]:
                     server, output = _start_server(command, env, home)
                 else:
                     done = subprocess.run(
-                        _argv(command), cwd=ROOT, env=env, text=True, timeout=TIMEOUT_S,
+                        argv, cwd=ROOT, env=command_env, text=True, timeout=TIMEOUT_S,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
                     )  # fmt: skip
                     output = _clean(done.stdout)

@@ -153,3 +153,21 @@ def test_explain_as_a_process_on_this_machine() -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["decisions"]["topk_per_row"]["impl"] == "torch"
+
+
+def test_explain_warns_about_an_unimportable_entry(tmp_path: Path) -> None:
+    """explain says on stderr when the chosen implementation's module cannot be found."""
+    policy = tmp_path / "mine.toml"
+    policy.write_text(
+        'schema = "kernelpolicy.policy/v1"\n[features."x.y"]\ndescription = "d"\n'
+        'fallback = "fast"\n[[features."x.y".candidates]]\nimpl = "fast"\n'
+        'entry = "no_such_pkg.sub:fn"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "explain", "--policies", str(policy)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0
+    assert "x.y -> fast: entry cannot be imported here: no module named 'no_such_pkg'" in (
+        out.stderr
+    )

@@ -48,6 +48,18 @@ TORCH = candidate("", "torch")
             "switch X is off in every case",
             id="switch-always-off",
         ),
+        pytest.param(
+            HEAD + candidate('entry = "no_such_pkg.kernels:mhc"\nvendor = "amd"', "mine") + TORCH,
+            "entry cannot be imported here: no module named 'no_such_pkg'",
+            id="entry-not-importable",
+        ),
+        pytest.param(
+            HEAD
+            + candidate('entry = "kernelpolicy.kernels.no_such:mhc"\nvendor = "amd"', "mine")
+            + TORCH,
+            "no module named 'kernelpolicy.kernels.no_such'",
+            id="entry-submodule-missing",
+        ),
     ],
 )
 def test_never_chosen(text: str, message: str) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import add_resolve_options
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.errors import ResolutionError
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.resolution import Resolution
 
 
 def register(commands: Any) -> None:
@@ -52,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         )
     chosen = args.features or list(resolution.decisions)
     engines = all_engine_settings(resolution, env)
+    _warn_unimportable(resolution, chosen)
     if args.json:
         document = resolution.to_dict()
         document["decisions"] = {f: document["decisions"][f] for f in chosen}
@@ -61,3 +65,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(explain_table(resolution, chosen) + engines_section(engines, chosen))
     return 1 if any(resolution.decisions[f].error for f in chosen) else 0
+
+
+def _warn_unimportable(resolution: Resolution, chosen: list[str]) -> None:
+    """Say on stderr when a chosen implementation's ``entry`` cannot be imported here."""
+    from kernelpolicy.policy.entries import entry_problem
+
+    for name in chosen:
+        feature = resolution.policies.features.get(name)
+        impl = resolution.decisions[name].impl
+        for candidate in feature.candidates if feature is not None else ():
+            entry = candidate.spec.entry
+            if candidate.impl == impl and entry and (problem := entry_problem(entry)):
+                print(f"warning: {name} -> {impl}: entry cannot be imported here: {problem}",
+                      file=sys.stderr)  # fmt: skip

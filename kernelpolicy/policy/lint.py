@@ -1,5 +1,6 @@
-"""Checks beyond validity, for ``kernelpolicy check``: candidates that can never be chosen, and
-workarounds that may already be lifted on a given platform."""
+"""Checks beyond validity, for ``kernelpolicy check``: candidates that can never be chosen,
+entries whose module cannot be found, and workarounds that may already be lifted on a given
+platform."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledCandidate, CompiledFeature, PolicySet
+from kernelpolicy.policy.entries import entry_problem
 
 # Capabilities of real devices, to tell a range that matches none of them.
 _CAPABILITIES = {
@@ -23,6 +25,7 @@ def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) ->
     issues: list[PolicyIssue] = []
     for feature in policies.features.values():
         issues.extend(_never_chosen(feature))
+        issues.extend(_unimportable(feature))
     from kernelpolicy.policy.engine_lint import lint_engines
 
     issues.extend(lint_engines(policies))
@@ -86,6 +89,15 @@ def _never_chosen(feature: CompiledFeature) -> list[PolicyIssue]:
                     _issue(candidate, f"switch {switch.env} is off in every case", "switches")
                 )
     return issues
+
+
+def _unimportable(feature: CompiledFeature) -> list[PolicyIssue]:
+    """Entries whose module cannot be found here (found without importing anything)."""
+    return [
+        _issue(candidate, f"entry cannot be imported here: {problem}", "entry")
+        for candidate in feature.candidates
+        if candidate.spec.entry and (problem := entry_problem(candidate.spec.entry))
+    ]
 
 
 def _liftable(candidate: CompiledCandidate, name: str, platform: Platform) -> list[PolicyIssue]:

@@ -1,0 +1,44 @@
+"""Entries are found without being imported."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.policy.entries import entry_problem
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        pytest.param("kernelpolicy.kernels.torch_impl:greedy", None, id="installed-submodule"),
+        pytest.param("json:loads", None, id="stdlib"),
+        pytest.param("nomod:fn", "no module named 'nomod'", id="missing-top-level"),
+        pytest.param(
+            "kernelpolicy.kernels.nope:fn", "no module named 'kernelpolicy.kernels.nope'",
+            id="missing-submodule",
+        ),
+        pytest.param("json.decoder.x:f", "'json.decoder' is a module, not a package", id="module"),
+    ],
+)  # fmt: skip
+def test_entry_problem(entry: str, problem: str | None) -> None:
+    """Found entries give None; missing ones name the first missing part."""
+    found = entry_problem(entry)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert problem in found
+
+
+def test_parent_package_is_not_executed(tmp_path: Path) -> None:
+    """Finding pkg.sub does not run pkg/__init__.py (it might import torch)."""
+    package = tmp_path / "kp_probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('executed')\n")
+    (package / "sub.py").write_text("def f(): pass\n")
+    assert entry_problem("kp_probe_pkg.sub:f", path=[str(tmp_path)]) is None
+    assert "kp_probe_pkg.nope" in (entry_problem("kp_probe_pkg.nope:f", path=[str(tmp_path)]) or "")
+    assert "kp_probe_pkg" not in sys.modules
