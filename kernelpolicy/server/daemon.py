@@ -230,9 +230,13 @@ class Daemon:
         """Reload on every change; if watching itself fails, say so and start again."""
         from watchfiles import awatch
 
+        from kernelpolicy.policy.loader import expand_policy_paths
+
         while not self._stopping.is_set():
             try:
-                targets = {p if p.is_dir() else p.parent for p in self.state.policy_paths}
+                # "+DIR" entries (added to the bundled pack) name DIR, not a path called "+DIR".
+                paths = [Path(p) for p in expand_policy_paths(self.state.policy_paths)]
+                targets = {p if p.is_dir() else p.parent for p in paths}
                 async for _ in awatch(
                     *targets, stop_event=self._stopping, debounce=self.reload_debounce_ms,
                     step=50, recursive=True, force_polling=False,
