@@ -16,19 +16,32 @@ from kernelpolicy.engine.switches import FORCE_PREFIX
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.files import check_policy_trust
 from kernelpolicy.policy.loader import load_policies, policy_files
 from kernelpolicy.settings import Settings, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
 
 
-def load_policies_cached(paths: Iterable[str | Path]) -> PolicySet:
-    """:func:`load_policies`, reused while no file changed (path, mtime and size)."""
-    files = policy_files(paths)
+def load_policies_cached(
+    paths: Iterable[str | Path], *, allow_untrusted: bool = False
+) -> PolicySet:
+    """:func:`load_policies`, reused while no file changed (path, mtime and size).
+
+    Trust is checked on every call, cached or not (a ``chmod`` does not change the mtime).
+
+    Raises:
+        PolicyError: The files are invalid.
+        UntrustedFileError: A file or directory is owned or writable by another user and
+            ``allow_untrusted`` is not set.
+    """
+    given = list(paths)
+    files = policy_files(given)
+    check_policy_trust(given, files, allow_untrusted=allow_untrusted)
     key = tuple((str(f), *_stamp(f)) for f in files)
     cached = _POLICY_CACHE.get(key)
     if cached is None:
-        cached = _POLICY_CACHE[key] = load_policies(files)
+        cached = _POLICY_CACHE[key] = load_policies(given, allow_untrusted=allow_untrusted)
     return cached
 
 
@@ -61,16 +74,20 @@ def resolve(
 
     Raises:
         PolicyError: The policy files are invalid.
+        UntrustedFileError: A policy file or directory is owned or writable by another user
+            (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1`` accepts it).
         SettingsError: A ``KERNELPOLICY_*`` setting is invalid.
     """
     environ: Mapping[str, str] = dict(os.environ) if env is None else env
     settings = settings if settings is not None else settings_from(environ)
     if policies is None:
-        policy_set = load_policies_cached(settings.policy_paths)
+        policy_set = load_policies_cached(
+            settings.policy_paths, allow_untrusted=settings.allow_untrusted_files
+        )
     elif isinstance(policies, PolicySet):
         policy_set = policies
     else:
-        policy_set = load_policies_cached(policies)
+        policy_set = load_policies_cached(policies, allow_untrusted=settings.allow_untrusted_files)
     if platform is None:
         from kernelpolicy.platform.probing import probe
 

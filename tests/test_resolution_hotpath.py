@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernelpolicy.engine.hotpath import hot_path
 from kernelpolicy.errors import ResolutionError
 from tests.helpers import resolve_on
 
@@ -49,7 +50,7 @@ def test_repeated_call_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(module, "evaluate", counting)
     resolution = resolve_on("h100-sxm")
     # What a feature whose rule is outside the translatable subset gets: cache and CEL only.
-    resolution.select = module._hot_path("select", {TOPK: tuple(CALL)}, resolution._select_miss)
+    resolution.select = hot_path("select", {TOPK: tuple(CALL)}, resolution._select_miss)
     calls.clear()
     for _ in range(5):
         assert resolution.select(TOPK, **CALL) == "flashinfer"
@@ -118,12 +119,10 @@ def test_compiled_rules_agree_with_cel(platform: str, env: dict[str, str]) -> No
     """Every feature with a per-call rule got a compiled body, and it answers as CEL does."""
     import itertools
 
-    import kernelpolicy.engine.resolution as module
-
     resolution = resolve_on(platform, **env)
     assert set(resolution._compiled_rules()) >= {TOPK, "sampler.greedy"}
     reference = resolve_on(platform, **env)
-    reference.select = module._hot_path(
+    reference.select = hot_path(
         "select",
         {TOPK: tuple(CALL), "sampler.greedy": ("vocab_size",)},
         reference._select_miss,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import PolicyError, PolicyIssue
+from kernelpolicy.errors import PolicyError, PolicyIssue, UntrustedFileError
 
 
 def register(commands: Any) -> None:
@@ -15,10 +15,13 @@ def register(commands: Any) -> None:
         "check",
         help="validate policy files (exit 1 on any mistake)",
         description=(
-            "Validate policy files: TOML syntax, unknown keys, version specifiers, CEL "
-            "expressions, implementation names, candidates that can never be chosen, and (with "
-            "--platform) workarounds whose lift condition is already met. Every mistake is "
-            "reported with file, line, feature and key."
+            "Validate policy files: trust (owner and mode), size and nesting limits, TOML "
+            "syntax, unknown keys, version specifiers, CEL expressions and their limits, "
+            "implementation names, candidates that can never be chosen, and (with --platform) "
+            "workarounds whose lift condition is already met. Then resolve the set on every "
+            "bundled platform fixture (and each --platform), as resolve() would: a failure "
+            "there, or a [[disable]] that leaves a feature with no implementation, is an error. "
+            "Every mistake is reported with file, line, feature and key."
         ),
         epilog=(
             "examples:\n  kernelpolicy check\n"
@@ -42,21 +45,26 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.cli.common import allow_untrusted_files
+    from kernelpolicy.engine.preflight import fixture_platforms, preflight
     from kernelpolicy.platform.model import load_platform
     from kernelpolicy.policy.lint import lint
     from kernelpolicy.policy.loader import load_policies, policy_files
     from kernelpolicy.settings import bundled_policy_dir
 
     paths = args.paths or [bundled_policy_dir()]
-    files = [str(f) for f in policy_files(paths)]
     policies = None
+    files: list[str] = []
     try:
-        policies = load_policies(paths)
-        issues: list[PolicyIssue] = lint(
-            policies, [(str(p), load_platform(p)) for p in args.platform]
-        )
+        files = [str(f) for f in policy_files(paths)]
+        policies = load_policies(paths, allow_untrusted=allow_untrusted_files())
+        given = [(str(p), load_platform(p)) for p in args.platform]
+        issues: list[PolicyIssue] = lint(policies, given)
+        issues += preflight(policies, [*fixture_platforms(), *given])
     except PolicyError as exc:
         issues = exc.issues
+    except UntrustedFileError as exc:
+        issues = [PolicyIssue("<policies>", str(exc))]
     if args.json:
         print(json.dumps({
             "ok": not issues,

@@ -62,3 +62,12 @@ def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str
         else:
             env.pop(key, None)
     return env
+
+
+def allow_untrusted_files() -> bool:
+    """The trust opt-out of whoever runs the command: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES`` of
+    this process (never of a platform snapshot's recorded environment)."""
+    from kernelpolicy.settings import parse_bool
+
+    raw = os.environ.get("KERNELPOLICY_ALLOW_UNTRUSTED_FILES")
+    return raw is not None and parse_bool("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", raw)

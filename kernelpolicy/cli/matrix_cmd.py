@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.cli.common import environment
+from kernelpolicy.cli.common import allow_untrusted_files, environment
 
 
 def register(commands: Any) -> None:
@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
     directory = args.platforms or fixture_dir() / "platforms"
     snapshots = sorted(directory.glob("*.json"))
-    policies = load_policies_cached(args.policies or [bundled_policy_dir()])
+    policies = load_policies_cached(
+        args.policies or [bundled_policy_dir()], allow_untrusted=allow_untrusted_files()
+    )
     cells: dict[str, dict[str, str]] = {}
     for path in snapshots:
         platform = load_platform(path)

@@ -48,7 +48,9 @@ def resolve_args(
 
     base_env = environment(args, None) if args.platform is None else None
     settings = settings_from(base_env if base_env is not None else {})
-    policies = load_policies_cached(args.policies or settings.policy_paths)
+    policies = load_policies_cached(
+        args.policies or settings.policy_paths, allow_untrusted=allow_untrusted_files()
+    )
     libraries, patterns = probe_inputs(policies)
     platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
     answer_env = dict(env) if env is not None else environment(args, platform)

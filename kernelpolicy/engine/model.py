@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     BAD_ENVIRONMENT = "bad_environment"  # a switch variable holds a non-boolean value
     UNKNOWN_IMPLEMENTATION = "unknown_implementation"  # a force names no candidate
     SWITCH_CONFLICT = "switch_conflict"  # one switch says on, another off
+    ALL_DISABLED = "all_disabled"  # [[disable]] entries removed every implementation usable here
 
 
 class CheckKind(StrEnum):

@@ -12,19 +12,13 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelpolicy.engine.hotpath import convert, hot_path, remember, show_context, type_guard
 from kernelpolicy.engine.model import Decision, Reason
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import PolicySet
-
-_CACHE_LIMIT = 8192  # distinct call contexts per Resolution before the cache starts over
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "bool": (bool,),
-    "int": (int,),
-    "double": (float, int),
-    "string": (str,),
-}
 
 
 class Resolution:
@@ -86,7 +80,7 @@ class Resolution:
             chosen = decisions[req.feature].impl if req else None
             self._gate_static[name] = False if req and chosen != req.impl else None
         self.select = self._build_select()
-        self.gate = _hot_path(
+        self.gate = hot_path(
             "gate", {name: tuple(g.spec.context) for name, g in policies.gates.items()},
             self._gate_miss,
         )  # fmt: skip
@@ -197,13 +191,16 @@ class Resolution:
         return decision
 
     def _build_select(self) -> Callable[..., str]:
-        return _hot_path(
-            "select",
-            {name: tuple(f.spec.context) for name, f in self.policies.features.items()},
-            self._select_miss,
-            fast=self._compiled_rules(),
-            namespace=self._rule_namespace,
-        )
+        contexts = {name: tuple(f.spec.context) for name, f in self.policies.features.items()}
+        fast = self._compiled_rules()
+        try:
+            return hot_path(
+                "select", contexts, self._select_miss, fast=fast, namespace=self._rule_namespace
+            )
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            # Each rule compiled on its own in verify(); should the generated function as a
+            # whole still not compile, every feature goes through the cache and CEL.
+            return hot_path("select", contexts, self._select_miss)
 
     def _compiled_rules(self) -> dict[str, list[str]]:
         """Feature -> the lines of a Python body that returns the implementation for a call.
@@ -240,13 +237,13 @@ class Resolution:
                     if not verify(python, reference, declared, source, namespace):
                         raise Untranslatable(f"{name}/{impl}: translation disagrees with CEL")
                     lines.append(f"if {python}: return {impl!r}")
-            except Untranslatable:
-                continue
+            except Exception:  # Untranslatable, or Python refusing the translation
+                continue  # (too many nested parentheses, RecursionError): CEL decides, as verified
             # Booleans are taken by truthiness, as a hand-written rule would; other kinds are
             # guarded (None for a string must not quietly pick a kernel). A guard or the body
             # failing sends the call through the cache and CEL, which raise with the details.
             guards = " and ".join(
-                _type_guard(v, kind) for v, kind in declared.items() if kind != "bool"
+                type_guard(v, kind) for v, kind in declared.items() if kind != "bool"
             )
             guards = guards or "True"
             rules[name] = [f"if {guards}:", *(f"    {line}" for line in lines)]
@@ -270,10 +267,14 @@ class Resolution:
             if (
                 candidate is None
                 or candidate.when is None
-                or self._holds(feature, candidate.when, variables)
+                or self._holds(
+                    f"select({feature!r})", candidate.when, variables, compiled.spec.context
+                )
             ):
-                return str(_remember(cache, key, impl))
-        raise ResolutionError(f"{feature}: no implementation accepts this call ({dict(context)})")
+                return str(remember(cache, key, impl))
+        raise ResolutionError(
+            f"select({feature!r}): no implementation accepts this call ({show_context(context)})"
+        )
 
     def _gate_miss(
         self,
@@ -288,8 +289,12 @@ class Resolution:
             raise ResolutionError(f"unknown gate {name!r}; the policies define: {known}")
         variables = self._variables(f"gate({name!r})", gate.spec.context, context)
         static = self._gate_static[name]
-        result = static if static is not None else self._holds(name, gate.rule, variables)
-        return bool(_remember(cache, key, result))
+        result = (
+            static
+            if static is not None
+            else self._holds(f"gate({name!r})", gate.rule, variables, gate.spec.context)
+        )
+        return bool(remember(cache, key, result))
 
     def _variables(
         self, call: str, declared: Mapping[str, str], context: Mapping[str, object]
@@ -299,15 +304,21 @@ class Resolution:
             raise ResolutionError(f"{call}: missing context variable(s) {', '.join(missing)}")
         variables = dict(self._static)
         for name, kind in declared.items():
-            variables[name] = _convert(call, name, kind, context[name])
+            variables[name] = convert(call, name, kind, context[name])
         return variables
 
     @staticmethod
-    def _holds(name: str, program: Any, variables: Mapping[str, object]) -> bool:
+    def _holds(
+        call: str, program: Any, variables: Mapping[str, object], declared: Mapping[str, str]
+    ) -> bool:
         try:
             return evaluate(program, variables)
-        except (TypeError, RuntimeError, ValueError) as exc:
-            raise ResolutionError(f"{name}: condition failed to evaluate: {exc}") from exc
+        except Exception as exc:  # CEL's errors, a division by zero, an overflow, a panic
+            context = show_context({name: variables[name] for name in declared})
+            raise ResolutionError(
+                f"{call}: condition failed to evaluate for {context}: "
+                f"{type(exc).__name__}: {shown(str(exc), 200)}"
+            ) from exc
 
 
 def _resolve_entry(entry: str) -> Callable[..., Any]:
@@ -320,102 +331,3 @@ def _evaluate_with(
     program: Any, static: Mapping[str, object], context: Mapping[str, object]
 ) -> bool:
     return evaluate(program, {**static, **context})
-
-
-def _remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
-    if key is not None:
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[key] = value
-    return value
-
-
-class _Missing:
-    """The default of every context parameter: any use of it in a compiled rule raises, so a
-    missing variable always ends in the CEL path's clear error."""
-
-    def __bool__(self) -> bool:
-        raise TypeError("missing context variable")
-
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING = _Missing()
-
-
-_GUARDS = {
-    "bool": "type({v}) is bool",
-    "int": "type({v}) is int",
-    "double": "(type({v}) is float or type({v}) is int)",
-    "string": "type({v}) is str",
-}
-
-
-def _type_guard(variable: str, kind: str) -> str:
-    return _GUARDS[kind].format(v=variable)
-
-
-def _hot_path(
-    kind: str,
-    contexts: Mapping[str, tuple[str, ...]],
-    miss: Callable[..., Any],
-    fast: Mapping[str, list[str]] | None = None,
-    namespace: Mapping[str, Any] | None = None,
-) -> Callable[..., Any]:
-    """Generate ``kind(name, /, *, <every declared context variable>)``.
-
-    Explicit keyword parameters (instead of ``**context``) spare a dict per call. Where
-    ``fast`` has a body for a feature (its rule compiled to Python, with type guards), a call
-    runs that body; otherwise, or when a guard fails or the body raises, the feature's cache is
-    looked up by the tuple of its variables, and a miss hands every given variable to ``miss``
-    (which validates them, evaluates the CEL and fills the cache). Python itself raises
-    ``TypeError`` for a keyword no policy declares; a variable declared only by another feature
-    is ignored.
-    """
-    params = sorted({v for variables in contexts.values() for v in variables})
-    given = "{" + ", ".join(f"{p!r}: {p}" for p in params) + "}"
-    signature = "".join(f", {p}=_M" for p in params)
-    lines = [f"def {kind}(_name, /{', *' if params else ''}{signature}):"]
-    scope: dict[str, Any] = {"_M": _MISSING, "_miss": miss, **(namespace or {})}
-    for index, (name, variables) in enumerate(contexts.items()):
-        scope[f"_c{index}"] = {}
-        key = "(" + "".join(f"{v}, " for v in variables) + ")"
-        lines.append(f"    if _name == {name!r}:")
-        if fast and name in fast:
-            lines += ["        try:", *(f"            {line}" for line in fast[name])]
-            lines += ["        except Exception:", "            pass  # CEL decides, below"]
-        lines += [
-            "        try:",
-            f"            return _c{index}[{key}]",
-            "        except KeyError:",
-            f"            return _miss(_c{index}, _name, {key}, _given({given}))",
-            "        except TypeError:  # an unhashable value: evaluate, do not cache",
-            f"            return _miss(_c{index}, _name, None, _given({given}))",
-        ]
-    lines.append(f"    return _miss(None, _name, None, _given({given}))")
-    scope["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
-    exec(
-        compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), scope
-    )  # generated from validated identifiers only
-    function: Callable[..., Any] = scope[kind]
-    # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
-    # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
-    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
-    return function
-
-
-def _convert(call: str, name: str, kind: str, value: object) -> object:
-    """Check a context value against its declared type; dtypes become their names."""
-    if kind == "string" and not isinstance(value, str) and type(value).__module__ == "torch":
-        return str(value).removeprefix("torch.")  # torch.bfloat16 -> "bfloat16"
-    if kind in ("int", "double") and isinstance(value, bool):
-        ok = False
-    else:
-        ok = isinstance(value, _PY_TYPES[kind])
-    if not ok:
-        raise ResolutionError(
-            f"{call}: context variable {name!r} must be {kind}, "
-            f"got {type(value).__name__} {value!r}"
-        )
-    return float(value) if kind == "double" else value  # type: ignore[arg-type]

@@ -135,6 +135,17 @@ def _choose(
             else Reason.PREFERRED
         )
         return _chosen(feature, results, accepted, reason)
+    return _none_accepted(feature, results, platform)
+
+
+def _none_accepted(
+    feature: CompiledFeature, results: list[CandidateResult], platform: Platform
+) -> Decision:
+    """No candidate is accepted: an error when disables took them or the feature is required
+    here, else not applicable."""
+    disabled = [r for r in results if _only_disabled(r)]
+    if disabled:
+        return _all_disabled(feature, results, disabled)
     required = feature.spec.required
     if required is not None and required.vendor in (None, platform.vendor):
         message = f"{feature.name} is required here and no implementation is usable: " + "; ".join(
@@ -145,6 +156,23 @@ def _choose(
     lines = [f"no implementation applies on this platform (vendor {platform.vendor})"]
     lines += [_rejected_line(r) for r in results]
     return Decision(feature.name, None, Reason.NOT_APPLICABLE, tuple(lines), tuple(results))
+
+
+def _all_disabled(
+    feature: CompiledFeature, results: list[CandidateResult], disabled: list[CandidateResult]
+) -> Decision:
+    """An operator's [[disable]] took away what would have run: never "not applicable" (the
+    feature applies here, and its caller would silently lose it)."""
+    message = f"{feature.name}: every implementation usable here is disabled by policy: " + (
+        "; ".join(f"{r.impl}: {', '.join(f.message for f in r.failures)}" for r in disabled)
+    )
+    hints = tuple(h for r in disabled for h in _hints(r))
+    return _error(feature, results, ErrorCode.ALL_DISABLED, message, hints)
+
+
+def _only_disabled(result: CandidateResult) -> bool:
+    """Rejected by [[disable]] entries and nothing else: it would run here otherwise."""
+    return bool(result.failures) and all(f.kind is CheckKind.DISABLED for f in result.failures)
 
 
 def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: str) -> Decision:

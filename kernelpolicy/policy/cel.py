@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
+
+from kernelpolicy.limits import shown
+from kernelpolicy.policy.celscan import cel_limit_problem
 
 # Platform facts bound once per resolution, usable in every expression.
 STATIC_VARIABLES: dict[str, str] = {
@@ -65,6 +68,32 @@ def cel_module() -> Any:
     return cel
 
 
+class CelFailure(RuntimeError):
+    """The CEL extension failed in a way that is not a CEL error of the expression (a panic of
+    the native code, or any exception it was not documented to raise)."""
+
+
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _binding(call: Callable[..., Any], *args: Any) -> Any:
+    """Call into the CEL extension: the one place its failures are translated.
+
+    ``TypeError``, ``RuntimeError`` and ``ValueError`` are CEL's own errors and pass as they are;
+    anything else it raises (``ZeroDivisionError``, ``OverflowError``, pyo3's ``PanicException``,
+    which is a ``BaseException``) becomes :class:`CelFailure`. Only the interpreter's own exits
+    (``KeyboardInterrupt``, ``SystemExit``) pass through.
+    """
+    try:
+        return call(*args)
+    except _PASS_THROUGH:
+        raise
+    except (TypeError, RuntimeError, ValueError):
+        raise
+    except BaseException as exc:  # pyo3 panics derive from BaseException
+        raise CelFailure(f"{type(exc).__name__}: {shown(str(exc), 200)}") from None
+
+
 def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
     """Compile and check an expression.
 
@@ -77,34 +106,50 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
         The compiled program.
 
     Raises:
-        ValueError: A syntax error, an undeclared variable, a type error, or a result that is
-            not a boolean; the message says which and what was expected.
+        ValueError: Over a limit (``MAX_CEL_SOURCE_CHARS``, ``MAX_CEL_DEPTH``,
+            ``MAX_CEL_NODES``; checked before the CEL library sees the text), a syntax error, an
+            undeclared variable, a type error, an error on the sample context (a division by
+            zero), or a result that is not a boolean; the message says which and what was
+            expected.
     """
+    problem = cel_limit_problem(source)
+    if problem is not None:
+        raise ValueError(problem)
     cel = cel_module()
     try:
-        program = cel.compile(source)
-    except ValueError as exc:
-        raise ValueError(f"CEL syntax error: {exc}") from None
+        program = _binding(cel.compile, source)
+        variables = list(_binding(program.variables))
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise ValueError(f"CEL syntax error: {shown(str(exc), 500)}") from None
     known = {**STATIC_VARIABLES, **declared}
-    unknown = [v for v in program.variables() if v not in known]
+    unknown = [v for v in variables if v not in known]
     if unknown:
         raise ValueError(
-            f"CEL expression uses undeclared variable {unknown[0]!r}; declared: "
+            f"CEL expression uses undeclared variable {shown(str(unknown[0]))!r}; declared: "
             f"{', '.join(sorted(known))} (declare call-context variables under 'context')"
         )
     sample = {name: _SAMPLES[kind] for name, kind in known.items()}
     if declared.get("dtype") == "string":
         sample["dtype"] = "bfloat16"  # dtype_size() rejects "", so try a real dtype
     try:
-        result = program.execute(cel.Context(sample, FUNCTIONS))
-    except (TypeError, RuntimeError, ValueError) as exc:
-        raise ValueError(f"CEL expression does not type-check: {exc}") from None
+        result = _binding(program.execute, cel.Context(sample, FUNCTIONS))
+    except Exception as exc:  # any failure on the sample context: the rule can fail per call
+        shown_sample = ", ".join(f"{k}={v!r}" for k, v in sample.items() if k in declared)
+        raise ValueError(
+            f"CEL expression does not type-check or fails on the sample context "
+            f"({shown_sample or 'no variables'}): {type(exc).__name__}: {shown(str(exc), 200)}"
+        ) from None
     if not isinstance(result, bool):
         raise ValueError(f"CEL expression must be a boolean, got {type(result).__name__}")
     return program
 
 
 def evaluate(program: Any, variables: Mapping[str, object]) -> bool:
-    """Run a compiled program; errors propagate as the CEL extension raises them."""
+    """Run a compiled program.
+
+    Raises:
+        TypeError, RuntimeError, ValueError: CEL's own errors, as the extension raises them.
+        CelFailure: Anything else (a division by zero, an overflow, a panic); a RuntimeError.
+    """
     cel = cel_module()
-    return bool(program.execute(cel.Context(dict(variables), FUNCTIONS)))
+    return bool(_binding(program.execute, cel.Context(dict(variables), FUNCTIONS)))

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelpolicy.policy.celscan import cel_limit_problem
+
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<double>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
@@ -94,14 +96,19 @@ class _Parser:
         return token
 
     def conditional(self) -> str:
+        # ``a ? b : c ? d : e`` nests to the right: read it in a loop and emit Python's own
+        # right-nesting conditional, flat (``b if a else d if c else e``), not one paren per arm.
+        arms: list[tuple[str, str]] = []
         condition = self.binary_or()
-        if self.peek() == "?":
+        while self.peek() == "?":
             self.take("?")
             then = self.binary_or()
             self.take(":")
-            otherwise = self.conditional()
-            return f"({then} if {condition} else {otherwise})"
-        return condition
+            arms.append((condition, then))
+            condition = self.binary_or()
+        if not arms:
+            return condition
+        return "(" + "".join(f"{then} if {cond} else " for cond, then in arms) + condition + ")"
 
     def binary_or(self) -> str:
         parts = [self.binary_and()]
@@ -118,6 +125,8 @@ class _Parser:
         return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
 
     def relation(self) -> str:
+        # CEL relations are left-associative ((a < b) == c); Python would chain them
+        # (a < b == c), so each keeps its parentheses.
         left = self.addition()
         while self.peek() in _RELATIONS:
             op = self.take()[1]
@@ -125,32 +134,48 @@ class _Parser:
         return left
 
     def addition(self) -> str:
-        left = self.multiplication()
+        # A chain of + and - is left-associative in both languages: one pair of parentheses
+        # for the whole chain, so 200 terms do not nest 200 deep.
+        parts = [self.multiplication()]
         while self.peek() in ("+", "-"):
             op = self.take()[1]
-            left = f"({left} {op} {self.multiplication()})"
-        return left
+            parts.append(f"{op} {self.multiplication()}")
+        return parts[0] if len(parts) == 1 else "(" + " ".join(parts) + ")"
 
     def multiplication(self) -> str:
         left = self.unary()
+        products: list[str] = []
         while self.peek() in ("*", "/", "%"):
             op = self.take()[1]
             right = self.unary()
-            left = (
-                f"({left} * {right})" if op == "*"
-                else f"_cel_div({left}, {right})" if op == "/"
-                else f"_cel_mod({left}, {right})"
-            )  # fmt: skip
-        return left
+            if op == "*":
+                products.append(right)
+                continue
+            if products:  # close the run of products before a division
+                left = "(" + " * ".join([left, *products]) + ")"
+                products = []
+            helper = "_cel_div" if op == "/" else "_cel_mod"
+            left = f"{helper}({left}, {right})"
+        return "(" + " * ".join([left, *products]) + ")" if products else left
 
     def unary(self) -> str:
-        if self.peek() == "!":
-            self.take()
-            return f"(not {self.unary()})"
-        if self.peek() == "-":
-            self.take()
-            return f"(-{self.unary()})"
-        return self.primary()
+        # Prefix operators are read in a loop; a run of the same one collapses (!!x is x for
+        # the booleans CEL allows there; the grid in ``verify`` holds either way).
+        ops: list[str] = []
+        while self.peek() in ("!", "-"):
+            ops.append(self.take()[1])
+        operand = self.primary()
+        while ops:
+            op = ops.pop()
+            run = 1
+            while ops and ops[-1] == op:
+                ops.pop()
+                run += 1
+            if op == "!":
+                operand = f"(not {operand})" if run % 2 else f"(not (not {operand}))"
+            else:
+                operand = f"(-{operand})" if run % 2 else f"(-(-{operand}))"
+        return operand
 
     def primary(self) -> str:
         kind, text = self.take()
@@ -198,9 +223,16 @@ class _Parser:
 def translate(source: str, static: Mapping[str, object], variables: set[str]) -> str:
     """The Python expression for ``source``, static variables inlined as constants.
 
+    The parser recurses only at parentheses, brackets, calls and the arms of ``?:``; the CEL
+    limits (``MAX_CEL_DEPTH``, ``MAX_CEL_NODES``, checked first) bound that recursion, and
+    chains of operators are read in loops.
+
     Raises:
-        Untranslatable: The expression is outside the supported subset.
+        Untranslatable: The expression is outside the supported subset or over a CEL limit.
     """
+    problem = cel_limit_problem(source)
+    if problem is not None:
+        raise Untranslatable(problem)
     return _Parser(source, static, variables).parse()
 
 
@@ -279,8 +311,28 @@ def _constant(node: ast.expr) -> ast.AST:
     return ast.Constant(eval(compile(expression, "<fold>", "eval"), {}))  # constants only
 
 
+_FOLD_DEPTH = 100
+"""Deeper trees are left unfolded: ``ast`` visits and unparses recursively."""
+
+
+def _depth(tree: ast.AST) -> int:
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def fold(python: str) -> str:
-    """Constant-fold what inlining the static variables made constant."""
+    """Constant-fold what inlining the static variables made constant.
+
+    A tree deeper than ``_FOLD_DEPTH`` (a long chain of arithmetic) is returned as it is: the
+    ``ast`` visitors recurse per level, and such a chain rarely holds a static fact to fold.
+    """
     tree = ast.parse(python, mode="eval")
+    if _depth(tree) > _FOLD_DEPTH:
+        return python
     folded = ast.fix_missing_locations(_Fold().visit(tree))
     return ast.unparse(folded)

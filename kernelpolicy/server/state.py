@@ -117,7 +117,8 @@ class ServingState:
         self.cache_dir = cache_dir
         self.allow_untrusted = allow_untrusted
         self._subscribers: set[asyncio.Queue[Change]] = set()
-        sources = tuple(read_policy_sources(self.policy_paths))  # raises: nothing to serve yet
+        # Raises at start-up: there is nothing to serve yet.
+        sources = tuple(read_policy_sources(policy_paths, allow_untrusted=allow_untrusted))
         self.snapshot = self._build(1, sources, None)
 
     def _build(
@@ -139,7 +140,9 @@ class ServingState:
             The next snapshot, or the error that keeps the current one.
         """
         try:
-            sources = tuple(read_policy_sources(self.policy_paths))
+            sources = tuple(
+                read_policy_sources(self.policy_paths, allow_untrusted=self.allow_untrusted)
+            )
             return self._build(self.snapshot.revision + 1, sources, None)
         except KernelPolicyError as exc:
             return str(exc)

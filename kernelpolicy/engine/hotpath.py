@@ -1,0 +1,163 @@
+"""The generated ``select``/``gate`` functions of a :class:`Resolution`, and their one error
+boundary.
+
+Per call they do a lookup, not a parse: a feature's rule compiled to Python (with type guards)
+or a cache keyed by the tuple of its context values. Whatever goes wrong in a call (a division by
+zero or an overflow in a rule, a value whose hash or comparison raises, a type CEL refuses)
+reaches the caller as a :class:`ResolutionError` naming the feature or gate and the context, its
+values cut to a safe length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kernelpolicy.errors import ResolutionError
+from kernelpolicy.limits import shown
+
+_CACHE_LIMIT = 8192  # distinct call contexts per Resolution before the cache starts over
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "bool": (bool,),
+    "int": (int,),
+    "double": (float, int),
+    "string": (str,),
+}
+
+
+def show(value: object) -> str:
+    """``repr(value)`` cut to a safe length; never raises (a broken ``__repr__`` included)."""
+    try:
+        text = repr(value)
+    except Exception:  # a value's own __repr__ failing must not replace the real error
+        text = f"<{type(value).__name__} object>"
+    return shown(text)
+
+
+def show_context(context: Mapping[str, object]) -> str:
+    """``name=value, ...`` of a call context, each value cut (see :func:`show`)."""
+    return ", ".join(f"{name}={show(value)}" for name, value in context.items()) or "no context"
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return shown(str(exc), 200)
+    except Exception:
+        return "<unprintable>"
+
+
+def guarded(kind: str, miss: Callable[..., Any]) -> Callable[..., Any]:
+    """``miss`` with every exception but ResolutionError turned into one (the call-time
+    translation point of ``select`` and ``gate``)."""
+
+    def call(cache: Any, name: str, key: Any, context: Mapping[str, object]) -> Any:
+        try:
+            return miss(cache, name, key, context)
+        except ResolutionError:
+            raise
+        except Exception as exc:
+            raise ResolutionError(
+                f"{kind}({name!r}) failed for {show_context(context)}: "
+                f"{type(exc).__name__}: {_message(exc)}"
+            ) from exc
+
+    return call
+
+
+def remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
+    if key is not None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
+class _Missing:
+    """The default of every context parameter: any use of it in a compiled rule raises, so a
+    missing variable always ends in the CEL path's clear error."""
+
+    def __bool__(self) -> bool:
+        raise TypeError("missing context variable")
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+_GUARDS = {
+    "bool": "type({v}) is bool",
+    "int": "type({v}) is int",
+    "double": "(type({v}) is float or type({v}) is int)",
+    "string": "type({v}) is str",
+}
+
+
+def type_guard(variable: str, kind: str) -> str:
+    return _GUARDS[kind].format(v=variable)
+
+
+def hot_path(
+    kind: str,
+    contexts: Mapping[str, tuple[str, ...]],
+    miss: Callable[..., Any],
+    fast: Mapping[str, list[str]] | None = None,
+    namespace: Mapping[str, Any] | None = None,
+) -> Callable[..., Any]:
+    """Generate ``kind(name, /, *, <every declared context variable>)``.
+
+    Explicit keyword parameters (instead of ``**context``) spare a dict per call. Where
+    ``fast`` has a body for a feature (its rule compiled to Python, with type guards), a call
+    runs that body; otherwise, or when a guard fails or the body raises, the feature's cache is
+    looked up by the tuple of its variables, and a miss hands every given variable to ``miss``
+    (which validates them, evaluates the CEL and fills the cache). Python itself raises
+    ``TypeError`` for a keyword no policy declares; a variable declared only by another feature
+    is ignored.
+    """
+    params = sorted({v for variables in contexts.values() for v in variables})
+    given = "{" + ", ".join(f"{p!r}: {p}" for p in params) + "}"
+    signature = "".join(f", {p}=_M" for p in params)
+    lines = [f"def {kind}(_name, /{', *' if params else ''}{signature}):"]
+    scope: dict[str, Any] = {"_M": _MISSING, "_miss": guarded(kind, miss), **(namespace or {})}
+    for index, (name, variables) in enumerate(contexts.items()):
+        scope[f"_c{index}"] = {}
+        key = "(" + "".join(f"{v}, " for v in variables) + ")"
+        lines.append(f"    if _name == {name!r}:")
+        if fast and name in fast:
+            lines += ["        try:", *(f"            {line}" for line in fast[name])]
+            lines += ["        except Exception:", "            pass  # CEL decides, below"]
+        lines += [
+            "        try:",
+            f"            return _c{index}[{key}]",
+            "        except KeyError:",
+            f"            return _miss(_c{index}, _name, {key}, _given({given}))",
+            "        except Exception:  # unhashable, or a hash/eq that raises: evaluate, no cache",
+            f"            return _miss(_c{index}, _name, None, _given({given}))",
+        ]
+    lines.append(f"    return _miss(None, _name, None, _given({given}))")
+    scope["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
+    exec(
+        compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), scope
+    )  # generated from validated identifiers only
+    function: Callable[..., Any] = scope[kind]
+    # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
+    # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
+    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return function
+
+
+def convert(call: str, name: str, kind: str, value: object) -> object:
+    """Check a context value against its declared type; dtypes become their names."""
+    if kind == "string" and not isinstance(value, str) and type(value).__module__ == "torch":
+        return str(value).removeprefix("torch.")  # torch.bfloat16 -> "bfloat16"
+    if kind in ("int", "double") and isinstance(value, bool):
+        ok = False
+    else:
+        ok = isinstance(value, _PY_TYPES[kind])
+    if not ok:
+        raise ResolutionError(
+            f"{call}: context variable {name!r} must be {kind}, "
+            f"got {type(value).__name__} {show(value)}"
+        )
+    return float(value) if kind == "double" else value  # type: ignore[arg-type]

@@ -1,0 +1,154 @@
+"""Policy files on disk: which files a set of paths means, whether to trust them, their text.
+
+A directory means its ``*.toml`` files in name order. Before anything is read, every directory
+given and every file must pass :func:`kernelpolicy.trust.check_trusted` (owned by root or the
+current user, writable by nobody else) unless the caller opts out (``allow_untrusted``,
+``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``). Files are read with :mod:`kernelpolicy.safeio`: regular
+files only (a FIFO never hangs, ``/dev/zero`` is refused), at most ``MAX_POLICY_FILE_BYTES``,
+UTF-8; a set has at most ``MAX_POLICY_FILES`` files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue
+from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
+from kernelpolicy.policy.boundary import boundary
+from kernelpolicy.safeio import read_text_bounded
+from kernelpolicy.trust import check_trusted
+
+
+class _Unreadable(KernelPolicyError):
+    """A file could not be read (kept inside this module: it becomes a PolicyIssue)."""
+
+
+def _too_many(count: int) -> PolicyError:
+    return PolicyError(
+        [
+            PolicyIssue(
+                "<policies>",
+                f"{count} or more policy files, over MAX_POLICY_FILES ({MAX_POLICY_FILES}); "
+                "merge files or point at fewer directories",
+            )
+        ]
+    )
+
+
+def expand_policy_paths(paths: Iterable[str | Path]) -> list[str]:
+    """Paths with ``+PATH`` entries resolved: any ``+`` adds to the bundled pack.
+
+    ``["+/etc/kp"]`` means the bundled pack, then ``/etc/kp``; without a ``+`` the paths replace
+    the pack.
+    """
+    entries = [str(path) for path in paths]
+    if not any(entry.startswith("+") for entry in entries):
+        return entries
+    from kernelpolicy.settings import bundled_policy_dir
+
+    return [str(bundled_policy_dir()), *(entry.removeprefix("+") for entry in entries)]
+
+
+def policy_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories to their ``*.toml`` files (sorted); keep files as given.
+
+    A ``+PATH`` entry adds to the bundled pack (see :func:`expand_policy_paths`).
+
+    Raises:
+        PolicyError: More than ``MAX_POLICY_FILES`` files, or a directory cannot be listed.
+    """
+    with boundary() as cursor:
+        files: list[Path] = []
+        for raw in expand_policy_paths(paths):
+            path = Path(raw)
+            cursor.at(str(path))
+            if path.is_dir():
+                files.extend(_toml_files(path, MAX_POLICY_FILES + 1 - len(files)))
+            else:
+                files.append(path)
+            if len(files) > MAX_POLICY_FILES:
+                raise _too_many(len(files))
+        return files
+
+
+def _toml_files(directory: Path, room: int) -> list[Path]:
+    found: list[Path] = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".toml") and entry.is_file():
+                    found.append(Path(directory, entry.name))
+                    if len(found) >= room:  # over the limit already: stop listing
+                        break
+    except OSError as exc:
+        issue = PolicyIssue(str(directory), f"cannot list directory: {exc.strerror or exc}")
+        raise PolicyError([issue]) from None
+    return sorted(found, key=lambda p: p.name)
+
+
+def read_policy_sources(
+    paths: Iterable[str | Path], *, allow_untrusted: bool = False
+) -> list[tuple[str, str]]:
+    """(file name, text) of every policy file under ``paths``.
+
+    Args:
+        paths: Files and directories.
+        allow_untrusted: Accept files and directories that another user owns or can write
+            (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``); never the default.
+
+    Raises:
+        UntrustedFileError: A directory or file is owned or writable by another user; the one
+            line names the file, its owner and its mode.
+        PolicyError: A file is missing, unreadable, not a regular file, too large or not UTF-8,
+            there are too many files, or there is no file at all.
+    """
+    with boundary() as cursor:
+        given = [Path(p) for p in expand_policy_paths(paths)]
+        files = policy_files(given)
+        check_policy_trust(given, files, allow_untrusted=allow_untrusted)
+        if not files:
+            raise PolicyError([PolicyIssue("<policies>", "no policy files found")])
+        issues: list[PolicyIssue] = []
+        sources = []
+        for path in files:
+            cursor.at(str(path))
+            text = _read(path, issues)
+            if text is not None:
+                sources.append((str(path), text))
+        if issues:
+            raise PolicyError(issues)
+        return sources
+
+
+def check_policy_trust(
+    paths: Iterable[str | Path], files: Iterable[Path], *, allow_untrusted: bool = False
+) -> None:
+    """Check every directory among ``paths`` and every existing file among ``files``.
+
+    Raises:
+        UntrustedFileError: The first one owned or writable by another user (a missing file is
+            left to the reader, which reports it).
+    """
+    if allow_untrusted:
+        return
+    for path in map(Path, expand_policy_paths(paths)):
+        if path.is_dir():
+            check_trusted(path, "policy directory")
+    for file in files:
+        if file.exists():
+            check_trusted(file, "policy file")
+
+
+def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
+    try:
+        return read_text_bounded(
+            path, limit=MAX_POLICY_FILE_BYTES, limit_name="MAX_POLICY_FILE_BYTES", fail=_Unreadable
+        )
+    except _Unreadable as exc:
+        message = str(exc).removeprefix(f"{path}: ")
+        if message == "no such file":
+            message = "no such policy file"
+        issues.append(PolicyIssue(str(path), message))
+        return None

@@ -1,0 +1,143 @@
+"""Policy files and directories another user owns or can write are refused before reading."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import kernelpolicy
+from kernelpolicy.errors import UntrustedFileError
+from kernelpolicy.policy import load_policies, read_policy_sources
+from kernelpolicy.settings import bundled_policy_dir
+from kernelpolicy.testing.machines import fixture_dir
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = """schema = "kernelpolicy.policy/v1"
+
+[features.mhc]
+description = "x"
+fallback = "torch"
+
+[[features.mhc.candidates]]
+impl = "torch"
+"""
+NOBODY = 65534
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+def policy_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "policies"
+    directory.mkdir(mode=0o755)
+    (directory / "p.toml").write_text(POLICY)
+    return directory
+
+
+def chmod_file(mode: int) -> Callable[[Path], Path]:
+    def change(directory: Path) -> Path:
+        os.chmod(directory / "p.toml", mode)
+        return directory / "p.toml"
+
+    return change
+
+
+def chmod_dir(mode: int) -> Callable[[Path], Path]:
+    def change(directory: Path) -> Path:
+        os.chmod(directory, mode)
+        return directory
+
+    return change
+
+
+def chown_file(directory: Path) -> Path:
+    os.chown(directory / "p.toml", NOBODY, NOBODY)
+    return directory / "p.toml"
+
+
+CASES = [
+    pytest.param(chmod_file(0o666), "p.toml: writable by others (mode 0666", id="file-0666"),
+    pytest.param(chmod_file(0o664), "p.toml: writable by its group (mode 0664", id="file-0664"),
+    pytest.param(
+        chown_file, f"p.toml: owned by uid {NOBODY} (mode 0644)", id="file-owned-by-nobody",
+        marks=needs_root,
+    ),
+    pytest.param(chmod_dir(0o777), "policies: writable by others (mode 0777", id="dir-0777"),
+    pytest.param(chmod_dir(0o775), "policies: writable by its group (mode 0775", id="dir-0775"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make_untrusted", "message"), CASES)
+@pytest.mark.parametrize("given", ["directory", "file"])
+def test_untrusted_policy_is_refused(
+    make_untrusted: Callable[[Path], Path], message: str, given: str, tmp_path: Path
+) -> None:
+    """One line naming the file (or directory), the owner and the mode, before anything is read;
+    whether the directory or the file itself was given."""
+    directory = policy_dir(tmp_path)
+    make_untrusted(directory)
+    path = directory if given == "directory" else directory / "p.toml"
+    with pytest.raises(UntrustedFileError) as info:
+        read_policy_sources([path])
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text
+    assert "KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1" in text
+
+
+@pytest.mark.parametrize(("make_untrusted", "message"), CASES)
+def test_opt_out_accepts_untrusted(
+    make_untrusted: Callable[[Path], Path], message: str, tmp_path: Path
+) -> None:
+    """allow_untrusted (KERNELPOLICY_ALLOW_UNTRUSTED_FILES) loads the same files."""
+    directory = policy_dir(tmp_path)
+    make_untrusted(directory)
+    assert list(load_policies([directory], allow_untrusted=True).features) == ["mhc"]
+
+
+def test_resolve_takes_the_setting(tmp_path: Path) -> None:
+    """resolve() refuses an untrusted file and accepts it with the setting in its env; a
+    cached load does not skip the check after a chmod."""
+    directory = policy_dir(tmp_path)
+    platform = kernelpolicy.load_platform(fixture_dir() / "platforms" / "h100-sxm.json")
+    assert kernelpolicy.resolve(platform, {}, [directory]).decision("mhc").impl == "torch"
+    os.chmod(directory / "p.toml", 0o666)
+    with pytest.raises(UntrustedFileError):
+        kernelpolicy.resolve(platform, {}, [directory])
+    env = {"KERNELPOLICY_ALLOW_UNTRUSTED_FILES": "1"}
+    assert kernelpolicy.resolve(platform, env, [directory]).decision("mhc").impl == "torch"
+
+
+def test_bundled_pack_and_tmp_dirs_are_trusted(tmp_path: Path) -> None:
+    """What ships and what pytest creates pass the check without the opt-out."""
+    assert load_policies([bundled_policy_dir()]).features
+    assert load_policies([policy_dir(tmp_path)]).features
+
+
+@pytest.mark.parametrize(
+    ("env", "code"),
+    [
+        pytest.param({}, 1, id="refused"),
+        pytest.param({"KERNELPOLICY_ALLOW_UNTRUSTED_FILES": "1"}, 0, id="opt-out"),
+    ],
+)
+def test_check_cli_reports_untrusted(env: dict[str, str], code: int, tmp_path: Path) -> None:
+    """`kernelpolicy check` prints the refusal as one issue (no traceback) and exits 1."""
+    directory = policy_dir(tmp_path)
+    os.chmod(directory / "p.toml", 0o666)
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "check", str(directory)],
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    if code:
+        assert "writable by others (mode 0666" in result.stdout + result.stderr
