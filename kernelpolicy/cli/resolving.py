@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kernelpolicy.cli.common import environment, obtain_platform
+from kernelpolicy.cli.common import allow_untrusted_files, environment, obtain_platform
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.policy.compiled import PolicySet
 
