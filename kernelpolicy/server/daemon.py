@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ DEFAULT_PORT = 50151
 """The default TCP listener, on 127.0.0.1 only, for flagd/OpenFeature providers and grpcurl.
 kernelpolicy's own clients (``connect()``, ``status``) default to the unix socket, whose peer
 they can check; TCP carries no identity (see docs/daemon-security.md)."""
+RELOAD_SWITCH_INTERVAL = 0.0005
+"""Seconds between interpreter-lock hand-overs while a reload builds the next set."""
 SERVICES = (
     pb.DESCRIPTOR.services_by_name["KernelPolicy"].full_name,
     f1.DESCRIPTOR.services_by_name["Service"].full_name,
@@ -204,11 +207,17 @@ class Daemon:
         is logged as ``kernelpolicy.reload.failed`` (warning) and shows in Explain and status.
         """
         async with self._reload_lock:
+            # The load and resolution run in a worker thread: answers keep flowing. While it
+            # runs, the interpreter lock changes hands more often, so that a request waits for
+            # the worker's slice (RELOAD_SWITCH_INTERVAL) rather than the default 5 ms.
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(interval, RELOAD_SWITCH_INTERVAL))
             try:
-                # The load and resolution run in a worker thread: answers keep flowing.
                 prepared = await asyncio.to_thread(self.state.prepare_reload)
             except Exception as exc:  # prepare_reload catches; this is a backstop
                 prepared = reload_failure(exc)
+            finally:
+                sys.setswitchinterval(interval)
             change = self.state.commit(prepared)
             snapshot = self.state.snapshot
             self.fleet.reloaded(
