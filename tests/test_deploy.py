@@ -236,3 +236,11 @@ def test_alert_rules_with_promtool(command: str) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_fleet_doc_shows_the_example_affinity() -> None:
+    """The nodeAffinity shown in docs/fleet.md is the one inference-example.yaml uses."""
+    page = (ROOT / "docs/fleet.md").read_text()
+    shown = yaml.safe_load(page.split("```yaml\n", 1)[1].split("```", 1)[0])
+    deployment = find("Deployment", "llama-8b", "inference")
+    assert shown["affinity"] == deployment["spec"]["template"]["spec"]["affinity"]
