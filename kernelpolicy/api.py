@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
-from kernelpolicy.engine.switches import FORCE_PREFIX
+from kernelpolicy.engine.switches import read_variables
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
@@ -94,7 +94,7 @@ def resolve(
         platform = probe(
             environ=environ,
             libraries=sorted(policy_set.library_names),
-            env_patterns=[*sorted(policy_set.env_names), FORCE_PREFIX + "*"],
+            env_patterns=sorted(read_variables(policy_set)),
         )
     evidence = None
     if policy_set.needs_evidence:

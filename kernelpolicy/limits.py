@@ -73,10 +73,23 @@ MAX_ANSWER_CACHE_BYTES = 16 * MIB
 
 
 def shown(value: str, limit: int = SHOWN_ENV_VALUE_CHARS) -> str:
-    """``value`` cut to ``limit`` characters, marked when cut: safe to log, raise or send."""
-    if len(value) <= limit:
+    """``value`` cut to ``limit`` characters, marked when cut: safe to log, raise or send.
+
+    Idempotent: a value already cut to ``limit`` (with its mark) is returned as it is, so that
+    showing a carried value again never cuts the mark itself.
+    """
+    if len(value) <= limit or _is_cut(value, limit):
         return value
     return f"{value[:limit]}...(cut, {len(value)} chars)"
+
+
+def _is_cut(value: str, limit: int) -> bool:
+    tail = value[limit:]
+    return (
+        tail.startswith("...(cut, ")
+        and tail.endswith(" chars)")
+        and tail[len("...(cut, ") : -len(" chars)")].isdigit()
+    )
 
 
 # The HTTP listener (OFREP, /metrics, health).

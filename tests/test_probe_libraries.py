@@ -107,25 +107,37 @@ def test_torch_build_from_local_tag(
     assert "using the version tag" in errors[0]
 
 
-def test_extra_libraries_and_env_patterns(empty_root: Path) -> None:
-    """Names a policy adds are looked up; env capture takes only the variables policies read
-    (named ones, the default switches, forced implementations), never settings or others."""
+ENVIRON = {
+    "MY_FLAG": "1", "HOME": "/root", "VLLM_ROCM_USE_AITER_MOE": "0", "KERNELPOLICY_X": "y",
+    "KERNELPOLICY_TLS_KEY_FILE": "/k.pem", "KERNELPOLICY_FORCE_MHC": "torch",
+    "VLLM_ROCM_USE_AITER": "1", "CUDA_VISIBLE_DEVICES": "0",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("patterns", "captured"),
+    [
+        pytest.param(
+            None, {"KERNELPOLICY_FORCE_MHC": "torch", "VLLM_ROCM_USE_AITER": "1"}, id="defaults"
+        ),
+        pytest.param(["MY_FLAG"], {"MY_FLAG": "1"}, id="what-the-policies-read"),
+        pytest.param(["VLLM_ROCM_USE_AITER*"], {"VLLM_ROCM_USE_AITER": "1",
+                     "VLLM_ROCM_USE_AITER_MOE": "0"}, id="pattern"),
+    ],
+)  # fmt: skip
+def test_extra_libraries_and_env_patterns(
+    patterns: list[str] | None, captured: dict[str, str], empty_root: Path
+) -> None:
+    """Names a policy adds are looked up; env capture takes only the variables the policies
+    read (by default the bundled switches and forced implementations), never settings."""
     versions = {"deep-gemm": "2.1.0", "torch": "2.9.0"}
     platform = probe(
         root=empty_root, nvml=None, amdsmi=None, metadata=versions.get,
-        libraries=["deep-gemm"], env_patterns=["MY_FLAG"],
-        environ={"MY_FLAG": "1", "HOME": "/root", "VLLM_ROCM_USE_AITER_MOE": "0",
-                 "KERNELPOLICY_X": "y", "KERNELPOLICY_TLS_KEY_FILE": "/k.pem",
-                 "KERNELPOLICY_FORCE_MHC": "torch", "VLLM_ROCM_USE_AITER": "1",
-                 "CUDA_VISIBLE_DEVICES": "0"},
+        libraries=["deep-gemm"], env_patterns=patterns, environ=ENVIRON,
         torch_version_file=empty_root / "missing.py",
     )  # fmt: skip
     assert platform.libraries == {"torch": "2.9.0", "deep-gemm": "2.1.0"}
-    assert platform.env == {
-        "KERNELPOLICY_FORCE_MHC": "torch",
-        "MY_FLAG": "1",
-        "VLLM_ROCM_USE_AITER": "1",
-    }
+    assert platform.env == captured
 
 
 def test_capture_env_is_case_sensitive() -> None:

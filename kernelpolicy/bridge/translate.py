@@ -15,6 +15,7 @@ from kernelpolicy.bridge.model import EngineSettings, Status, Told
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.settings import parse_bool
@@ -99,7 +100,7 @@ def engine_settings(
     warnings += [_inexpressible_warning(engine, t) for t in told.values() if t.inexpressible]
     versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
     if context.version is None and versioned:
-        why = "not installed here" if version is None else f"version {version!r} unreadable"
+        why = "not installed here" if version is None else f"version {shown(version)!r} unreadable"
         warnings.insert(
             0,
             f"{engine} {why}: its rules are matched as for the newest release they list; "
@@ -109,7 +110,8 @@ def engine_settings(
     kept = {k: env[k] for k, v in merged_env.items() if env.get(k, "").strip() and env[k] != v}
     for key, value in kept.items():
         warnings.append(
-            f"{key}={value} is set in the environment and kept (never overwritten); the policy "
+            f"{key}={shown(value)} is set in the environment and kept (never overwritten); the "
+            "policy "
             f"would set {key}={merged_env[key]}, a value {engine} is known to accept"
         )
     merged_env.update(kept)

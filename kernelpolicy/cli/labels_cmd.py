@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from kernelpolicy.api import load_policies_cached
     from kernelpolicy.conformance.evidence import load_evidence
     from kernelpolicy.engine.resolve import resolve_policies
-    from kernelpolicy.engine.switches import FORCE_PREFIX
+    from kernelpolicy.engine.switches import read_variables
     from kernelpolicy.labels import PREFIX, node_labels
     from kernelpolicy.settings import settings_from
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     platform = obtain_platform(
         args,
         libraries=sorted(policies.library_names),
-        env_patterns=[*sorted(policies.env_names), FORCE_PREFIX + "*"],
+        env_patterns=sorted(read_variables(policies)),
     )
     env = environment(args, platform)
     answer_settings = settings_from(env)

@@ -16,10 +16,10 @@ def probe_inputs(policies: PolicySet) -> tuple[list[str], list[str]]:
     """(distributions, variable patterns) the probe must read for these policies and the
     engines they tell."""
     from kernelpolicy.bridge import distribution
-    from kernelpolicy.engine.switches import FORCE_PREFIX
+    from kernelpolicy.engine.switches import read_variables
 
     libraries = set(policies.library_names)
-    variables = set(policies.env_names)
+    variables = set(read_variables(policies))
     for engine in policies.engine_names:
         libraries.add(distribution(engine))
     for feature in policies.features.values():
@@ -30,7 +30,7 @@ def probe_inputs(policies: PolicySet) -> tuple[list[str], list[str]]:
                 libraries.update(check.name for check in rule.libraries)
                 variables.update(rule.spec.if_on)
                 variables.update(rule.spec.env)
-    return sorted(libraries), [*sorted(variables), FORCE_PREFIX + "*"]
+    return sorted(libraries), sorted(variables)
 
 
 def resolve_args(

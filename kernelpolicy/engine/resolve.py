@@ -20,7 +20,14 @@ from kernelpolicy.engine.model import (
     Reason,
 )
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.switches import evaluate_switches, force_variable
+from kernelpolicy.engine.switches import (
+    evaluate_switches,
+    force_variable,
+    over_limit_message,
+    read_variables,
+)
+from kernelpolicy.limits import shown
+from kernelpolicy.platform.envvars import carried, carried_env
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
 
@@ -42,19 +49,19 @@ def resolve_policies(
         overrides: Feature -> implementation to force (settings); env forces win.
         evidence: Stored conformance results for this platform, for ``verified = true``.
     """
-    forced = dict(overrides or {})
+    # Only the variables the policies read, each in its carried form (cut, or not carried at
+    # all over MAX_ENV_VALUE_CHARS): the engine never sees more, so no decision, error, log or
+    # answer built from it can show more, and a client rebuilding this from the answer's inputs
+    # decides the same (the carried form is stable).
+    relevant_env = carried_env(env, read_variables(policies))
+    forced = {name: carried(value) for name, value in (overrides or {}).items()}
     for name in policies.features:
-        value = env.get(force_variable(name), "").strip()
+        value = relevant_env.get(force_variable(name), "")
         if value:
             forced[name] = value
     decisions = {
-        name: decide(feature, platform, env, policies, forced.get(name), evidence=evidence)
+        name: decide(feature, platform, relevant_env, policies, forced.get(name), evidence=evidence)
         for name, feature in policies.features.items()
-    }
-    relevant_env = {
-        k: v
-        for k, v in env.items()
-        if k in policies.env_names or k.startswith("KERNELPOLICY_FORCE_")
     }
     return Resolution(
         platform=platform,
@@ -180,8 +187,8 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
     match = next((r for r in results if r.impl == forced), None)
     if match is None:
         names = ", ".join(r.impl for r in results)
-        message = (
-            f"{variable}={forced!r} is not an implementation of {feature.name}; "
+        message = over_limit_message(variable, forced, f"one of {names}") or (
+            f"{variable}={shown(forced)!r} is not an implementation of {feature.name}; "
             f"expected one of {names}"
         )
         return _error(feature, results, ErrorCode.UNKNOWN_IMPLEMENTATION, message, ())

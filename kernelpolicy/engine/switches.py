@@ -11,8 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import MAX_ENV_VALUE_CHARS
+from kernelpolicy.platform.envvars import carried, over_limit
+from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.schema import Switch
-from kernelpolicy.settings import parse_bool
+from kernelpolicy.settings import ACCEPTED_BOOLEANS, parse_bool
 
 FORCE_PREFIX = "KERNELPOLICY_FORCE_"
 
@@ -20,6 +23,12 @@ FORCE_PREFIX = "KERNELPOLICY_FORCE_"
 def force_variable(feature: str) -> str:
     """``sampler.top_k_top_p`` -> ``KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P``."""
     return FORCE_PREFIX + feature.upper().replace(".", "_").replace("-", "_")
+
+
+def read_variables(policies: PolicySet) -> frozenset[str]:
+    """Every variable a resolution under ``policies`` reads: the switches they name and the
+    ``KERNELPOLICY_FORCE_<FEATURE>`` of each feature. Nothing else is captured or carried."""
+    return policies.env_names | {force_variable(name) for name in policies.features}
 
 
 @dataclass(frozen=True)
@@ -32,22 +41,41 @@ class SwitchOutcome:
     conflict: bool = False
 
 
+def over_limit_message(variable: str, value: str, expected: str) -> str | None:
+    """The error for a value that was not carried (over ``MAX_ENV_VALUE_CHARS``), else None."""
+    length = over_limit(value)
+    if length is None:
+        return None
+    return (
+        f"{variable}: a value of {length} characters is over MAX_ENV_VALUE_CHARS "
+        f"({MAX_ENV_VALUE_CHARS}) and was not read; expected {expected}"
+    )
+
+
 def evaluate_switches(
     switches: tuple[Switch, ...] | list[Switch], env: Mapping[str, str]
 ) -> SwitchOutcome:
-    """Combine a candidate's switches under ``env``."""
+    """Combine a candidate's switches under ``env``.
+
+    Values are taken in their carried form (kernelpolicy.platform.envvars), so every source
+    and error shows at most ``SHOWN_ENV_VALUE_CHARS`` of a value.
+    """
     states: list[tuple[str, str]] = []
     for switch in switches:
         raw = env.get(switch.env)
-        if raw is None or raw.strip() == "":
+        value = None if raw is None else carried(raw)
+        if not value:
             state, source = switch.unset, f"{switch.env} unset"
         else:
+            source = f"{switch.env}={value}"
+            too_long = over_limit_message(switch.env, value, ACCEPTED_BOOLEANS)
+            if too_long is not None:
+                return SwitchOutcome("off", source, error=too_long)
             try:
-                value = parse_bool(switch.env, raw)
+                enabled = parse_bool(switch.env, value)
             except SettingsError as exc:
-                return SwitchOutcome("off", f"{switch.env}={raw}", error=str(exc))
-            state = switch.true if value else switch.false
-            source = f"{switch.env}={raw}"
+                return SwitchOutcome("off", source, error=str(exc))
+            state = switch.true if enabled else switch.false
         if state != "ignore":
             states.append((state, source))
     kinds = {state for state, _ in states}

@@ -16,12 +16,13 @@ import re
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 
-from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS, shown
+from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, shown
 
-# Without a policy set to ask: the switches the bundled policies read (the legacy names users
-# already set) and the forced implementations. Settings (KERNELPOLICY_TLS_*, ...) and the
-# variables only the probe reads (CUDA_VISIBLE_DEVICES, ...) are not captured: the devices
-# already show their effect, and a snapshot carries nothing the policies do not read.
+# When the caller does not say which policies apply: the switches the bundled policies read
+# (the legacy names users already set) and forced implementations. Settings
+# (KERNELPOLICY_TLS_*, ...) and the variables only the probe reads (CUDA_VISIBLE_DEVICES, ...)
+# are not captured: the devices already show their effect, and a snapshot carries nothing the
+# policies do not read.
 DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
     "KERNELPOLICY_FORCE_*",
     "VLLM_USE_FLASHINFER_SAMPLER",
@@ -30,7 +31,6 @@ DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
     "SGLANG_DISABLE_AITER_GREEDY_SAMPLE",
 )
 
-_CUT = re.compile(rf"[\s\S]{{{SHOWN_ENV_VALUE_CHARS}}}\.\.\.\(cut, (\d+) chars\)")
 _OVER = re.compile(r"<not carried: (\d+) chars, over MAX_ENV_VALUE_CHARS \(\d+\)>")
 
 
@@ -42,10 +42,7 @@ def carried(value: str) -> str:
     if len(value) > MAX_ENV_VALUE_CHARS:
         limit = MAX_ENV_VALUE_CHARS
         return f"<not carried: {len(value)} chars, over MAX_ENV_VALUE_CHARS ({limit})>"
-    text = value.strip()
-    if len(text) <= SHOWN_ENV_VALUE_CHARS or _CUT.fullmatch(text):
-        return text
-    return shown(text)
+    return shown(value.strip())
 
 
 def over_limit(value: str) -> int | None:
@@ -65,7 +62,6 @@ def capture_env(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str
     }
 
 
-def carried_env(env: Mapping[str, str], names: Iterable[str], prefix: str) -> dict[str, str]:
-    """The entries of ``env`` named in ``names`` or starting with ``prefix``, values carried."""
-    wanted = frozenset(names)
-    return {k: carried(v) for k, v in env.items() if k in wanted or k.startswith(prefix)}
+def carried_env(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    """The entries of ``env`` named in ``names``, sorted by name, values carried."""
+    return {name: carried(env[name]) for name in sorted(set(names)) if name in env}

@@ -38,7 +38,7 @@ def probe(
     amdsmi: Any = _AUTO,
     environ: Mapping[str, str] | None = None,
     libraries: Iterable[str] = (),
-    env_patterns: Iterable[str] = (),
+    env_patterns: Iterable[str] | None = None,
     metadata: MetadataVersion = installed_version,
     torch_version_file: Path | None = None,
 ) -> Platform:
@@ -53,7 +53,9 @@ def probe(
         amdsmi: An amdsmi module for the AMD fallback; ``None`` skips it.
         environ: The environment to read (default ``os.environ``), never written.
         libraries: Distribution names to report besides :data:`DEFAULT_LIBRARIES`.
-        env_patterns: Variable names or shell patterns to capture besides the defaults.
+        env_patterns: The variable names (or shell patterns) the policies read: only these are
+            captured in ``Platform.env``. Default: :data:`DEFAULT_ENV_PATTERNS` (what the
+            bundled policies read, and forced implementations).
         metadata: Looks a distribution's version up (default: importlib.metadata).
         torch_version_file: The ``torch/version.py`` to read (default: found next to torch).
 
@@ -76,7 +78,7 @@ def probe(
     fields: dict[str, Any] = {
         "vendor": "none",
         "libraries": libs.versions,
-        "env": capture_env(env, (*DEFAULT_ENV_PATTERNS, *env_patterns)),
+        "env": capture_env(env, DEFAULT_ENV_PATTERNS if env_patterns is None else env_patterns),
     }
     if torch is not None:
         fields["torch"] = torch

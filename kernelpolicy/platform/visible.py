@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kernelpolicy.limits import shown
+
 
 @dataclass(frozen=True)
 class Visibility:
@@ -45,14 +47,17 @@ def select_visible(variable: str, value: str | None, uuids: Sequence[str | None]
             return Visibility(
                 tuple(chosen),
                 (
-                    f"{variable}={value!r}: entry {token!r} names no device (have {count}); "
-                    "devices from it on are hidden, as the CUDA/HIP runtime does",
+                    f"{variable}={shown(value)!r}: entry {shown(token)!r} names no device "
+                    f"(have {count}); devices from it on are hidden, as the CUDA/HIP runtime does",
                 ),
             )
         if index in chosen:
             return Visibility(
                 tuple(chosen),
-                (f"{variable}={value!r}: device {token!r} listed twice; the list ends there",),
+                (
+                    f"{variable}={shown(value)!r}: device {shown(token)!r} listed twice; "
+                    "the list ends there",
+                ),
             )
         chosen.append(index)
     return Visibility(tuple(chosen))
