@@ -8,21 +8,24 @@ import torch
 def filtered_probs(logits: torch.Tensor, k: int | None, p: float | None) -> torch.Tensor:
     """``softmax`` of the exactly top-k- then top-p-filtered logits, in float64, per row.
 
-    Top-k keeps the k largest logits; top-p then keeps the smallest prefix (by probability,
-    descending) whose mass reaches p among the survivors. Zero probability outside.
+    The order is descending logit, ties by lower token id (a stable sort). Top-k keeps the first
+    k in that order (exactly k, also when the k-th value is tied); top-p then drops, among the
+    survivors, every token whose ascending cumulative probability (itself and everything after
+    it in that order) is ``<= 1 - p`` (vLLM's rule), the first token always kept; ``p >= 1``
+    keeps all. Zero probability outside.
     """
-    x = logits.double()
+    x = logits.double().nan_to_num(nan=float("-inf"))
+    values, order = x.sort(dim=-1, descending=True, stable=True)
+    drop = torch.zeros_like(values, dtype=torch.bool)
     if k is not None and 0 < k < x.shape[-1]:
-        kth = x.topk(k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
+        drop[..., k:] = True
     if p is not None and p < 1.0:
-        probs = torch.softmax(x, dim=-1)
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        drop_sorted = before >= p
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
+        probs = torch.softmax(values.masked_fill(drop, float("-inf")), dim=-1)
+        at_or_below = probs.flip(-1).cumsum(dim=-1).flip(-1)
+        cut = at_or_below <= 1.0 - p
+        cut[..., 0] = False
+        drop |= cut
+    x = x.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
     return torch.softmax(x, dim=-1)
 
 

@@ -12,49 +12,21 @@ Signatures (the same for every implementation of a feature):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-Generators = Mapping[int, torch.Generator] | None
+from kernelpolicy.kernels import torch_sampling as sampling
+from kernelpolicy.kernels.torch_sampling import Generators
 
-
-def _clean(logits: torch.Tensor) -> torch.Tensor:
-    """float32 logits where NaN is never chosen, +inf entries share all the mass, and a row with
-    nothing left keeps token 0 (what torch.argmax gives an all-NaN or all -inf row)."""
-    x = logits.float().masked_fill(torch.isnan(logits), float("-inf"))
-    pos_inf = torch.isposinf(x)
-    has_pos = pos_inf.any(dim=-1, keepdim=True)
-    x = torch.where(has_pos, torch.where(pos_inf, 0.0, float("-inf")), x)
-    empty = torch.isneginf(x).all(dim=-1, keepdim=True)
-    first = torch.zeros_like(x, dtype=torch.bool)
-    first[..., 0] = True
-    return torch.where(empty & first, 0.0, x)
-
-
-def _exponential(shape: Sequence[int], like: torch.Tensor, generators: Generators) -> torch.Tensor:
-    """Exp(1) noise for the argmax(probs / noise) sampling trick; seeded rows use their own
-    generator, so a seeded request draws the same token whatever else is in the batch."""
-    noise = torch.empty(shape, dtype=torch.float32, device=like.device).exponential_()
-    for row, generator in (generators or {}).items():
-        noise[row].exponential_(generator=generator)
-    return noise
-
-
-def _sample(logits: torch.Tensor, generators: Generators) -> torch.Tensor:
-    probs = torch.softmax(logits, dim=-1)
-    return (probs / _exponential(probs.shape, probs, generators)).argmax(dim=-1)
-
-
-def _top_p_mask(sorted_logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Mask (True = drop) of the tokens outside the nucleus, on logits sorted descending: keep
-    the smallest prefix whose probability reaches p; the first token always stays."""
-    probs = torch.softmax(sorted_logits, dim=-1)
-    before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
-    drop = before >= p.unsqueeze(-1).to(before.dtype)
-    drop[..., 0] = False
-    return drop
+__all__ = [
+    "Generators",
+    "allreduce_rmsnorm",
+    "greedy",
+    "rmsnorm",
+    "top_k_top_p",
+    "topk_per_row",
+]
 
 
 def top_k_top_p(
@@ -67,39 +39,63 @@ def top_k_top_p(
 ) -> torch.Tensor:
     """Sample one token per row after top-k and then top-p filtering.
 
+    Semantics in :mod:`kernelpolicy.kernels.torch_sampling`: exactly ``k`` tokens kept (ties at
+    the k-th value: the lowest ids), then vLLM's top-p cut with ties by lower id first; NaN is
+    never drawn, ``+inf`` logits share all the mass, a row with nothing finite gives token 0.
+
     Args:
         logits: ``[batch, vocab]``.
         k: Per-row top-k (``<= 0`` or ``>= vocab`` means none), or ``None``.
         p: Per-row top-p (``>= 1`` means none), or ``None``.
         generators: Row -> ``torch.Generator`` for seeded requests.
-        k_max: An upper bound of ``k``; without it, it is read from ``k``, which costs a device
-            synchronisation when ``k`` lives on the GPU (keep ``k`` on the host, or pass this).
+        k_max: An upper bound of every row's ``k`` (a row without top-k counts as ``vocab``),
+            used when ``k`` lives on the GPU; without it, the bound is read from ``k``, which
+            costs a device synchronisation there. A ``k`` on the host is read for free.
 
     Returns:
         ``int64 [batch]`` token ids, every one in ``[0, vocab)``.
     """
     vocab = logits.shape[-1]
+    x = sampling.prepare(logits)
+    u = sampling.uniforms(x.shape[0], x.device, generators)
     if k is None:
-        x = _clean(logits)
-        if p is None:
-            return _sample(x, generators)
-        # top-p alone needs the whole distribution: no fixed candidate count
-        values, indices = torch.sort(x, dim=-1, descending=True)
-        values = values.masked_fill(_top_p_mask(values, p), float("-inf"))
-        return indices.gather(-1, _sample(values, generators).unsqueeze(-1)).squeeze(-1)
+        return _top_p_only(x, p, u)
     # Top-k first: one top-k over the vocabulary; the rest works on [batch, k] candidates.
-    # torch.topk ranks NaN above everything, so a row with NaNs keeps fewer real candidates;
-    # _clean() then never samples the NaNs (such a row is damaged whatever we do).
     k = k.to(torch.int64)
     k = torch.where((k <= 0) | (k >= vocab), vocab, k)
-    bound = min(vocab, int(k_max) if k_max is not None else int(k.max()))
-    x = logits if logits.dtype == torch.float32 else logits.float()
-    values, indices = torch.topk(x, bound, dim=-1)  # sorted, descending
-    ranks = torch.arange(bound, device=x.device)
-    values = _clean(values.masked_fill(ranks >= k.to(x.device).unsqueeze(-1), float("-inf")))
+    # k on the host is read for free (rows without top-k count as vocab); on the GPU, k_max
+    # spares the synchronisation and must bound every row's k
+    on_host = k.device.type == "cpu" or k_max is None
+    bound = min(vocab, int(k.max()) if on_host else int(k_max))  # type: ignore[arg-type]
+    k = k.to(x.device).clamp(max=bound)
+    values, indices = sampling.top_k_candidates(x, k, bound)
+    w, _ = sampling.weights(values)
     if p is not None:
-        values = values.masked_fill(_top_p_mask(values, p.to(x.device)), float("-inf"))
-    return indices.gather(-1, _sample(values, generators).unsqueeze(-1)).squeeze(-1)
+        w = w.masked_fill(sampling.top_p_mask_sorted(w, p), 0.0)
+    return indices.gather(-1, sampling.draw(w, u).unsqueeze(-1)).squeeze(-1)
+
+
+def _top_p_only(x: torch.Tensor, p: torch.Tensor | None, u: torch.Tensor) -> torch.Tensor:
+    """Top-p (or no filter) over the whole vocabulary, with no sort at vocabulary size."""
+    if p is None:
+        return sampling.draw(sampling.weights(x)[0], u)
+    if x.device.type != "cpu":
+        w, m = sampling.weights(x)
+        return sampling.draw(sampling.top_p_weights(x, w, m, p), u)
+    ids, decided = sampling.top_p_shortlist(x, p, u)  # most rows' nucleus is a few tokens
+    p = p.to(x.device, torch.float32).reshape(-1)
+    finite = torch.isfinite(x.amax(dim=-1))
+    binned = (~decided & finite & (p < 1.0)).nonzero().squeeze(-1)
+    if binned.numel() == x.shape[0]:  # every row's nucleus is wide
+        return sampling.top_p_binned(x, p, u)
+    if binned.numel():
+        ids[binned] = sampling.top_p_binned(x[binned], p[binned], u[binned])
+    rest = (~decided & ~(finite & (p < 1.0))).nonzero().squeeze(-1)
+    if rest.numel():  # +inf logits, or no top-p
+        sub = x[rest]
+        w, m = sampling.weights(sub)
+        ids[rest] = sampling.draw(sampling.top_p_weights(sub, w, m, p[rest]), u[rest])
+    return ids
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""The torch sampler's semantics, one table per rule: the id-0 contract for empty rows on every
+path, top-p = 1 as no top-p and vLLM's cut (ascending cumulative sum <= 1 - p dropped), ties
+broken by lowest id with exactly k kept, and the exact nucleus from every top-p path (the CPU's
+shortlist and histogram, and the radix search the GPU runs).
+
+With an even grid of uniforms instead of random ones, the inverse-CDF draw is a quadrature:
+each token is drawn within one of ``rows * probability`` times, and never outside the kept set.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.kernels import torch_sampling
+from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
+
+DTYPES = [
+    pytest.param(d, id=str(d).removeprefix("torch."))
+    for d in (torch.float32, torch.bfloat16, torch.float16)
+]
+PATHS = [
+    pytest.param(50, None, id="top_k"),
+    pytest.param(None, 0.9, id="top_p"),
+    pytest.param(50, 0.9, id="top_k_top_p"),
+    pytest.param(None, None, id="plain"),
+]
+
+
+def full(value: float | None, batch: int) -> torch.Tensor | None:
+    return None if value is None else torch.full((batch,), value)
+
+
+@pytest.fixture
+def even_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row i draws with u = (i + 0.5) / rows."""
+
+    def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+        rows = torch.arange(batch, dtype=torch.float64, device=device)
+        return ((rows + 0.5) / batch).unsqueeze(-1)
+
+    monkeypatch.setattr(torch_sampling, "uniforms", grid)
+
+
+def assert_quadrature(ids: torch.Tensor, expected: torch.Tensor) -> None:
+    rows = ids.numel()
+    counts = torch.bincount(ids, minlength=expected.numel()).double()
+    assert not bool(counts[expected == 0].any()), "a token outside the kept set was drawn"
+    worst = float((counts - expected.double() * rows).abs().max())
+    assert worst <= 1.0 + 1e-3 * rows, f"a token is off by {worst} draws of {rows}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fill", [float("nan"), float("-inf")], ids=["all-nan", "all-neg-inf"])
+@pytest.mark.parametrize(("k", "p"), PATHS)
+def test_a_row_with_nothing_finite_gives_token_zero(
+    k: int | None, p: float | None, fill: float, dtype: torch.dtype
+) -> None:
+    """What torch.argmax and FlashInfer give such a row, on every path and dtype."""
+    logits = torch.randn(4, 1000).to(dtype)
+    logits[1:3] = fill
+    ids = top_k_top_p(logits, full(k, 4), full(p, 4))
+    assert ids[1:3].tolist() == [0, 0]
+    assert greedy(logits)[1:3].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("logits", "p", "kept"),
+    [
+        pytest.param([[0.0] + [-20.0] * 8], 1.0, 9, id="p-one-keeps-the-tail"),
+        pytest.param([[0.0] + [-20.0] * 8], 0.999999, 1, id="p-below-one-cuts-the-tail"),
+        pytest.param([[0.0, 0.0, 0.0, 0.0]], 0.5, 2, id="uniform-half"),
+        pytest.param([[0.0, 0.0, 0.0, 0.0]], 0.51, 3, id="uniform-just-over-half"),
+        pytest.param([[2.0, 1.0, 0.0, -1.0]], 0.0, 1, id="p-zero-keeps-the-top"),
+        pytest.param([[1.0] * 3 + [0.0] * 3], 0.5, 3, id="tied-groups"),
+    ],
+)
+def test_top_p_kept_count_follows_vllms_rule(
+    logits: list[list[float]], p: float, kept: int
+) -> None:
+    """A token is dropped when the ascending cumulative probability up to it is <= 1 - p; p >= 1
+    drops nothing. The radix search and the sorted-candidates mask agree with the reference."""
+    x = torch.tensor(logits)
+    w, m = torch_sampling.weights(x)
+    radix = int((torch_sampling.top_p_weights(x, w, m, torch.tensor([p])) > 0).sum())
+    on_sorted = ~torch_sampling.top_p_mask_sorted(w.sort(descending=True).values, torch.tensor(p))
+    reference = int((filtered_probs(x, None, p) > 0).sum()) if p < 1 else x.shape[-1]
+    assert (radix, int(on_sorted.sum()), reference) == (kept, kept, kept)
+
+
+def test_top_p_one_keeps_a_wide_vocabulary_whole() -> None:
+    """randn * 8 over 128,256 tokens: the float32 running sum reaches 1.0 long before the end,
+    which must not cut anything at p = 1."""
+    x = torch.randn(2, 128256, generator=torch.Generator().manual_seed(0)) * 8
+    w, m = torch_sampling.weights(x)
+    assert bool((torch_sampling.top_p_weights(x, w, m, torch.ones(2)) > 0).all())
+
+
+@pytest.mark.parametrize(
+    ("logits", "k", "expected"),
+    [
+        pytest.param([[1.0, 1.0, 0.5, 0.0]], 1, [0], id="k1-tie-is-greedy"),
+        pytest.param([[0.0, 3.0, 3.0, 3.0, 1.0]], 2, [1, 2], id="exactly-k-of-a-tie"),
+        pytest.param([[5.0] + [2.0] * 300 + [1.0]], 3, [0, 1, 2], id="tie-past-the-candidates"),
+        pytest.param([[0.0] * 64], 4, [0, 1, 2, 3], id="flat-row"),
+    ],
+)
+def test_top_k_keeps_exactly_k_with_the_lowest_ids(
+    even_uniforms: None, logits: list[list[float]], k: int, expected: list[int]
+) -> None:
+    """Ties at the k-th value keep the lowest ids, and exactly k tokens stay."""
+    x = torch.tensor(logits).expand(64, -1).contiguous()
+    ids = top_k_top_p(x, full(k, 64), None)
+    assert sorted(set(ids.tolist())) == expected
+    assert torch.equal(top_k_top_p(x, full(1, 64), None), greedy(x))
+
+
+def tie_rows() -> torch.Tensor:
+    """5,000 tokens tied at 1.0 and 5,000 at 0.0 in a vocabulary of 16,384 (the rest -30)."""
+    x = torch.full((1, 16384), -30.0)
+    x[0, :5000] = 1.0
+    x[0, 5000:10000] = 0.0
+    return x
+
+
+NUCLEUS_CASES = [
+    pytest.param(lambda: torch.randn(1, 4096) * 5, None, 0.9, id="narrow"),
+    pytest.param(lambda: torch.randn(1, 4096), None, 0.9, id="wide"),
+    pytest.param(lambda: torch.randn(1, 4096).bfloat16().float() * 3, None, 0.7, id="bf16-ties"),
+    pytest.param(tie_rows, None, 0.5, id="tied-group-across-the-cut"),
+    pytest.param(tie_rows, 6000, 0.5, id="tied-group-across-k-and-p"),
+    pytest.param(lambda: torch.randn(1, 4096) * 2, 300, 0.95, id="k-over-the-shortlist"),
+]
+
+
+@pytest.mark.parametrize(("make", "k", "p"), NUCLEUS_CASES)
+def test_the_draw_is_the_exact_filtered_softmax(
+    even_uniforms: None, make: object, k: int | None, p: float
+) -> None:
+    """Every top-p path (CPU shortlist, CPU histogram, and the radix search the GPU takes)
+    draws each kept token in proportion to its probability and nothing else."""
+    torch.manual_seed(3)
+    row = make()  # type: ignore[operator]
+    expected = filtered_probs(row, k, p)[0]
+    rows = 400
+    x = row.expand(rows, -1).contiguous()
+    assert_quadrature(top_k_top_p(x, full(k, rows), full(p, rows)), expected)
+    if k is None:
+        u = torch_sampling.uniforms(rows, x.device, None)
+        w, m = torch_sampling.weights(x)
+        radix = torch_sampling.draw(torch_sampling.top_p_weights(x, w, m, full(p, rows)), u)
+        assert_quadrature(radix, expected)
+        assert_quadrature(torch_sampling.top_p_binned(x, full(p, rows), u), expected)
+
+
+def test_mixed_rows_of_k_p_and_none_in_one_batch(even_uniforms: None) -> None:
+    """Per-row k (0: none) and p (1.0: none), as vLLM passes a mixed batch."""
+    row = torch.randn(1, 512, generator=torch.Generator().manual_seed(5)) * 2
+    settings = [(5, 1.0), (0, 0.8), (0, 1.0), (40, 0.6)]
+    rows = 200
+    x = row.expand(rows * len(settings), -1).contiguous()
+    k = torch.tensor([s[0] for s in settings]).repeat_interleave(rows)
+    p = torch.tensor([s[1] for s in settings]).repeat_interleave(rows)
+    ids = top_k_top_p(x, k, p)
+    for i, (kk, pp) in enumerate(settings):
+        part = ids[i * rows : (i + 1) * rows]
+        # the grid restarts for every block of rows only in expectation: check the support
+        expected = filtered_probs(row, kk or None, pp)[0]
+        assert bool((expected[part] > 0).all())
