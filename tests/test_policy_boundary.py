@@ -304,3 +304,23 @@ def test_policy_file_count_limit(count: int, refused: bool, tmp_path: Path) -> N
             load_policy_sources([(f"{i}.toml", SCHEMA) for i in range(count)])
     else:
         assert len(load_policies([tmp_path]).files) == count
+
+
+# Finding 13: locating is linear (the text is indexed once); locations stay exact.
+@pytest.mark.parametrize(
+    ("mistake", "key"),
+    [
+        pytest.param('impl = "torch"\nspeed = 1', "candidates.1.speed", id="unknown-key"),
+        pytest.param('impl = "torch"\nentry = 5', "candidates.1.entry", id="wrong-type"),
+    ],
+)
+def test_mistake_in_the_last_of_2000_features_is_located(mistake: str, key: str) -> None:
+    """A large file is indexed once, and the mistake's line is still the exact one."""
+    text = SCHEMA + "".join(
+        feature_doc("tokens > 1", name=f"f{i:04d}").removeprefix(SCHEMA) for i in range(2000)
+    )
+    cut = text.rindex('impl = "torch"')
+    broken = text[:cut] + mistake + "\n"
+    line = broken.count("\n", 0, broken.rindex(mistake.splitlines()[-1])) + 1
+    issue = single_issue(broken)
+    assert (issue.line, issue.feature, issue.key) == (line, "f1999", key)
