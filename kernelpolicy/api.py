@@ -10,14 +10,16 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kernelpolicy.engine.forces import check_forces
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.engine.switches import read_variables
+from kernelpolicy.errors import SettingsError
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.files import check_policy_trust
-from kernelpolicy.policy.loader import load_policies, policy_files
+from kernelpolicy.policy.loader import expand_policy_paths, load_policies, policy_files
 from kernelpolicy.settings import Settings, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
@@ -43,6 +45,27 @@ def load_policies_cached(
     if cached is None:
         cached = _POLICY_CACHE[key] = load_policies(given, allow_untrusted=allow_untrusted)
     return cached
+
+
+def existing_policy_paths(paths: Iterable[str | Path], origin: str) -> list[Path]:
+    """``paths`` as given, once each exists; a missing one is an error naming where it came from.
+
+    Args:
+        paths: Policy files or directories.
+        origin: Where they came from, for the message (``KERNELPOLICY_POLICY_PATHS``,
+            ``--policies``).
+
+    Raises:
+        SettingsError: A path does not exist.
+    """
+    checked = [Path(p) for p in expand_policy_paths(paths)]  # "+DIR" adds to the bundled pack
+    for path in checked:
+        if not os.path.lexists(path):
+            raise SettingsError(
+                f"{path}: no such policy file or directory (from {origin}); expected a policy "
+                f"file or a directory of *.toml files"
+            )
+    return checked
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -76,18 +99,22 @@ def resolve(
         PolicyError: The policy files are invalid.
         UntrustedFileError: A policy file or directory is owned or writable by another user
             (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1`` accepts it).
-        SettingsError: A ``KERNELPOLICY_*`` setting is invalid.
+        SettingsError: A ``KERNELPOLICY_*`` setting is invalid, a policy path from
+            ``KERNELPOLICY_POLICY_PATHS`` does not exist, or a ``KERNELPOLICY_FORCE_*`` variable
+            or ``KERNELPOLICY_OVERRIDES`` names a feature or implementation the policies lack.
     """
     environ: Mapping[str, str] = dict(os.environ) if env is None else env
     settings = settings if settings is not None else settings_from(environ)
     if policies is None:
         policy_set = load_policies_cached(
-            settings.policy_paths, allow_untrusted=settings.allow_untrusted_files
+            existing_policy_paths(settings.policy_paths, "KERNELPOLICY_POLICY_PATHS"),
+            allow_untrusted=settings.allow_untrusted_files,
         )
     elif isinstance(policies, PolicySet):
         policy_set = policies
     else:
         policy_set = load_policies_cached(policies, allow_untrusted=settings.allow_untrusted_files)
+    check_forces(policy_set, environ, settings.overrides)
     if platform is None:
         from kernelpolicy.platform.probing import probe
 

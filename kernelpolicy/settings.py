@@ -153,7 +153,9 @@ class Settings(BaseSettings):
 def _settings_error(exc: Any) -> SettingsError:
     """A pydantic ValidationError as one message naming each KERNELPOLICY_* variable."""
     problems = "; ".join(
-        f"KERNELPOLICY_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+        # loc is (field, key or index, ...): the variable, then where inside its value.
+        f"KERNELPOLICY_{str(err['loc'][0]).upper()}"
+        f"{''.join(f'[{part!r}]' for part in err['loc'][1:])}: {err['msg']}"
         for err in exc.errors()
     )
     return SettingsError(f"bad kernelpolicy settings: {problems}")

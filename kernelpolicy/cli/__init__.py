@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from kernelpolicy import __version__
@@ -18,7 +17,7 @@ from kernelpolicy.cli import (
     serve_cmd,
     verify_cmd,
 )
-from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.cli.common import disable_abbreviations, run_guarded
 
 _EPILOG = """\
 examples:
@@ -56,21 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.register(commands)
     serve_cmd.register(commands)
     labels_cmd.register(commands)
+    disable_abbreviations(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 a finding such as an error, 2 bad usage)."""
+    """Run the CLI; returns the exit code (0 ok, 1 a finding such as an error, 2 bad usage or
+    input; see docs/cli.md)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        code: int = args.run(args)
-    except KernelPolicyError as exc:
-        print(f"kernelpolicy: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `kernelpolicy probe | head` is not an error
-        return 0
-    return code
+    return run_guarded(args)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import SettingsError
+from kernelpolicy.errors import KernelPolicyError, SettingsError
+from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
 
 
@@ -71,3 +73,81 @@ def allow_untrusted_files() -> bool:
 
     raw = os.environ.get("KERNELPOLICY_ALLOW_UNTRUSTED_FILES")
     return raw is not None and parse_bool("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", raw)
+
+
+def local_environment(args: argparse.Namespace) -> dict[str, str]:
+    """This process's environment with each ``--env K=V``: where this machine's own settings
+    (policy paths, cache directory, trust) come from, even when answering for a snapshot."""
+    return environment(argparse.Namespace(platform=None, env=getattr(args, "env", [])), None)
+
+
+def policy_paths(args: argparse.Namespace, env: Mapping[str, str]) -> list[Path]:
+    """``--policies``, else ``KERNELPOLICY_POLICY_PATHS``, else the bundled pack; each must exist.
+
+    Raises:
+        SettingsError: A path does not exist, naming the option or variable it came from.
+    """
+    from kernelpolicy.api import existing_policy_paths
+    from kernelpolicy.settings import settings_from
+
+    if getattr(args, "policies", None):
+        return existing_policy_paths(args.policies, "--policies")
+    origin = "KERNELPOLICY_POLICY_PATHS" if "KERNELPOLICY_POLICY_PATHS" in env else "bundled pack"
+    return existing_policy_paths(settings_from(env).policy_paths, origin)
+
+
+def disable_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """``allow_abbrev=False`` on ``parser`` and every sub-command parser under it.
+
+    argparse otherwise takes ``--platform`` for ``--platforms`` (or any unique prefix) without
+    a word; set here, after every command registered, so a new command cannot forget it.
+    """
+    parser.allow_abbrev = False
+    for action in parser._actions:  # argparse has no public walk over sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                disable_abbreviations(child)
+
+
+def run_guarded(args: argparse.Namespace) -> int:
+    """Run a command with the CLI's one error boundary: one line on stderr, never a traceback.
+
+    Returns:
+        The command's exit code; 2 for any :class:`KernelPolicyError` (bad input, settings or
+        files) and for an unexpected OS or value error; 0 when stdout is a closed pipe.
+    """
+    try:
+        code: int = args.run(args)
+    except KernelPolicyError as exc:
+        _error(str(exc))
+        return 2
+    except BrokenPipeError:  # `kernelpolicy probe | head` is not an error
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        detail = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        _error(f"{type(exc).__name__}{where}: {shown(detail, 400)}")
+        return 2
+    except Exception as exc:  # the boundary: even a bug gets one line, never a traceback
+        _error(f"internal error, please report it: {type(exc).__name__}: {shown(str(exc), 400)}")
+        return 2
+    return code
+
+
+def _error(message: str) -> None:
+    # One line: a message with newlines (a PolicyError lists several issues) stays readable,
+    # each issue on its own line, all under one "kernelpolicy: error:" prefix.
+    print(f"kernelpolicy: error: {message}", file=sys.stderr, flush=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

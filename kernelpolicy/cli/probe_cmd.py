@@ -8,6 +8,7 @@ from typing import Any
 
 from kernelpolicy.cli.common import add_platform_option, obtain_platform
 from kernelpolicy.cli.render import platform_table
+from kernelpolicy.errors import SettingsError
 
 
 def register(commands: Any) -> None:
@@ -17,7 +18,7 @@ def register(commands: Any) -> None:
         description=(
             "Detect the GPU vendor, devices, driver, torch build and kernel library versions "
             "without creating a GPU context. What could not be read is listed under probe "
-            "errors; the probe itself never fails."
+            "errors; the probe itself never fails. Exits 2 when --root or --platform is wrong."
         ),
     )
     parser.add_argument(
@@ -26,13 +27,22 @@ def register(commands: Any) -> None:
     add_platform_option(parser)
     parser.add_argument(
         "--root", metavar="DIR", type=Path, default=Path("/"),
-        help="filesystem root for sysfs and /opt/rocm reads (point it at a fake tree)",
+        help="filesystem root for sysfs and /opt/rocm reads (point it at a fake tree; it must "
+        "exist)",
     )  # fmt: skip
     parser.add_argument("--no-nvml", action="store_true", help="do not query NVML")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.root.is_dir():
+        # The probe never fails: on a missing root it would read nothing and report "no GPU",
+        # which looks like an answer. A root that is not there is a mistake in the command.
+        what = "no such directory" if not args.root.exists() else "not a directory"
+        raise SettingsError(
+            f"--root {args.root}: {what}; expected the directory to read sysfs and /opt/rocm "
+            "under (a fake tree, or / for this machine)"
+        )
     kwargs: dict[str, Any] = {"root": args.root}
     if args.no_nvml:
         kwargs["nvml"] = None

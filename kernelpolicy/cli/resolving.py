@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kernelpolicy.cli.common import allow_untrusted_files, environment, obtain_platform
+from kernelpolicy.cli.common import (
+    allow_untrusted_files,
+    environment,
+    local_environment,
+    obtain_platform,
+    policy_paths,
+)
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.policy.compiled import PolicySet
 
@@ -43,26 +49,25 @@ def resolve_args(
         env: Use this environment instead of the snapshot's or this process's.
     """
     from kernelpolicy.api import load_policies_cached
+    from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.engine.resolve import resolve_policies
     from kernelpolicy.settings import settings_from
 
-    base_env = environment(args, None) if args.platform is None else None
-    settings = settings_from(base_env if base_env is not None else {})
+    # Policy files, the evidence store and trust are this machine's, even with --platform.
+    local_env = local_environment(args)
+    local = settings_from(local_env)
     policies = load_policies_cached(
-        args.policies or settings.policy_paths, allow_untrusted=allow_untrusted_files()
+        policy_paths(args, local_env), allow_untrusted=allow_untrusted_files()
     )
     libraries, patterns = probe_inputs(policies)
     platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
     answer_env = dict(env) if env is not None else environment(args, platform)
     answer_settings = settings_from(answer_env)
+    check_forces(policies, answer_env, answer_settings.overrides)
     evidence = None
     if policies.needs_evidence:
         from kernelpolicy.conformance.evidence import load_evidence
 
-        # The store is on this machine: where it is and whether to trust it come from this
-        # process (and --env), never from a snapshot's recorded environment.
-        local_args = argparse.Namespace(platform=None, env=getattr(args, "env", []))
-        local = settings_from(environment(local_args, None))
         evidence = load_evidence(
             platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
         )

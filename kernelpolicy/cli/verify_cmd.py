@@ -45,28 +45,30 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _require_verify_extra()
     try:
-        import scipy  # noqa: F401 - the distribution test needs it
-        import torch  # noqa: F401
-
         from kernelpolicy.conformance import suite
-    except ImportError as exc:
+    except ImportError as exc:  # installed but broken (a wrong CUDA build, a missing .so)
         raise KernelPolicyError(
-            f"kernelpolicy verify needs torch and scipy ({exc.name} is missing): "
-            "pip install 'kernelpolicy[verify]'"
+            f"kernelpolicy verify cannot import {exc.name or 'its dependencies'}: {exc}"
         ) from None
+
+    device = _device(args.device)
     if args.entry:
         if not args.feature or len(args.feature) != 1:
             raise KernelPolicyError("--entry needs exactly one --feature to check it against")
         suite.targets(args.feature)  # validates the feature name
+        _check_guard(args.guard)
+        _check_entry(args.entry)
         impl = (args.impl or ["custom"])[0]
         reports = [
-            suite.run_one(args.feature[0], impl, args.entry, device=args.device, guard=args.guard)
+            suite.run_one(args.feature[0], impl, args.entry, device=device, guard=args.guard)
         ]
     else:
         if args.guard:
             raise KernelPolicyError("--guard applies to --entry only")
-        reports = suite.run(args.feature, args.impl, device=args.device, progress=_progress)
+        _check_selection(suite, args.feature, args.impl)
+        reports = suite.run(args.feature, args.impl, device=device, progress=_progress)
     results = [r.to_dict() for r in reports]
     stored = None
     if not args.no_store and not args.entry:
@@ -86,6 +88,90 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(reports, stored)
     return 1 if any(r.status == "failed" for r in reports) else 0
+
+
+_VERIFY_NEEDS = ("torch", "scipy", "numpy")
+
+
+def _require_verify_extra() -> None:
+    """Name every missing package of the ``verify`` extra at once, not the first one only.
+
+    ``find_spec`` looks without importing (torch takes seconds), so a missing package is
+    reported before anything heavy loads.
+    """
+    import importlib.util
+
+    missing = [name for name in _VERIFY_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise KernelPolicyError(
+            f"kernelpolicy verify needs {', '.join(_VERIFY_NEEDS)}; missing here: "
+            f"{', '.join(missing)}. Install them with: pip install 'kernelpolicy[verify]'"
+        )
+
+
+def _device(device: str | None) -> str | None:
+    """``--device``: cpu, or cuda when torch has a CUDA (or ROCm) device here."""
+    import torch
+
+    if device is None or device == "cpu":
+        return device
+    if device != "cuda":
+        raise KernelPolicyError(f"--device {device!r}: expected cpu or cuda")
+    if not torch.cuda.is_available():
+        build = (
+            "a CPU-only build" if not (torch.version.cuda or torch.version.hip) else "a GPU build"
+        )
+        raise KernelPolicyError(
+            f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA or ROCm device "
+            "here; accepted on this machine: --device cpu"
+        )
+    return device
+
+
+def _check_guard(guard: str | None) -> None:
+    from kernelpolicy.kernels.guards import GUARDS
+
+    if guard is not None and guard not in GUARDS:
+        raise KernelPolicyError(f"--guard {guard!r}: unknown guard; known: {', '.join(GUARDS)}")
+
+
+def _check_entry(entry: str) -> None:
+    """``--entry MODULE:FUNCTION`` must import here: a skipped check would pass in silence."""
+    import importlib
+
+    module, sep, attr = entry.partition(":")
+    if not (module and sep and attr):
+        raise KernelPolicyError(f"--entry {entry!r}: expected MODULE:FUNCTION")
+    try:
+        function = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise KernelPolicyError(
+            f"--entry {entry}: cannot import module {module!r} ({exc}); is it installed, or on "
+            "PYTHONPATH?"
+        ) from None
+    except AttributeError:
+        raise KernelPolicyError(f"--entry {entry}: module {module!r} has no {attr!r}") from None
+    except Exception as exc:  # importing runs the module's code; any failure is the answer
+        raise KernelPolicyError(
+            f"--entry {entry}: importing {module!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(function):
+        raise KernelPolicyError(f"--entry {entry}: {attr!r} is not callable")
+
+
+def _check_selection(suite: Any, features: list[str] | None, impls: list[str] | None) -> None:
+    """--feature/--impl must select something: an empty run would store nothing and exit 0."""
+    available = suite.targets(features)
+    if not impls:
+        return
+    known = sorted({impl for _, impl, _ in available})
+    unknown = sorted(set(impls) - set(known))
+    if unknown:
+        scope = f" of {', '.join(features)}" if features else ""
+        raise KernelPolicyError(
+            f"--impl {unknown[0]!r}: no built-in implementation{scope} has that name; known: "
+            f"{', '.join(known)}"
+        )
 
 
 def _settings() -> Any:

@@ -233,7 +233,7 @@ def _version_failure(
     if isinstance(parsed, UnreadableVersion):
         return Check(
             CheckKind.UNREADABLE_VERSION,
-            f"needs {label} {wanted}, but cannot read {parsed}",
+            f"needs {label} {wanted}, but found {parsed}",
         )
     value = parsed.base if compare == "base" else parsed.value
     if specifier.contains(value, prereleases=True):

@@ -134,6 +134,9 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
     try:
         result = _binding(program.execute, cel.Context(sample, FUNCTIONS))
     except Exception as exc:  # any failure on the sample context: the rule can fail per call
+        type_error = _type_error(exc, source, known)
+        if type_error is not None:
+            raise ValueError(type_error) from None
         shown_sample = ", ".join(f"{k}={v!r}" for k, v in sample.items() if k in declared)
         raise ValueError(
             f"CEL expression does not type-check or fails on the sample context "
@@ -142,6 +145,40 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
     if not isinstance(result, bool):
         raise ValueError(f"CEL expression must be a boolean, got {type(result).__name__}")
     return program
+
+
+def _type_error(exc: Exception, source: str, known: Mapping[str, str]) -> str | None:
+    """For an operator applied to the wrong types: the library's first sentence, then the type
+    of every operand, so the wrong one shows; None for any other failure.
+
+    The CEL library says "the operation is not defined for the given operand types" without
+    naming them; the operands of an expression of the common subset are its variables (whose
+    types are declared) and its literals.
+    """
+    from kernelpolicy.policy.transpile import Untranslatable, _tokens
+
+    text = str(exc)
+    if "overload" not in text and "Unsupported operation" not in text:
+        return None
+    first = shown(text.split(". ", 1)[0].rstrip("."), 200)
+    literal_types = {"int": "int", "double": "double", "string": "string"}
+    operands: list[str] = []
+    try:
+        for kind, token in _tokens(source):
+            if kind == "ident" and token in known:
+                operands.append(f"{token} ({known[token]})")
+            elif kind in literal_types:
+                operands.append(f"{shown(token, 40)} ({literal_types[kind]})")
+    except Untranslatable:
+        pass  # outside the common subset: the library's sentence is all there is
+    distinct = list(dict.fromkeys(operands))
+    more = f" and {len(distinct) - 12} more" if len(distinct) > 12 else ""
+    named = f"; operands: {', '.join(distinct[:12])}{more}" if distinct else ""
+    return (
+        f"CEL expression does not type-check: {first}{named}. CEL never converts between int, "
+        "uint, double and string: convert explicitly with int(x), uint(x), double(x) or "
+        "string(x)"
+    )
 
 
 def evaluate(program: Any, variables: Mapping[str, object]) -> bool:

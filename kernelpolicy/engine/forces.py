@@ -1,0 +1,53 @@
+"""Forces and overrides checked against the policies before anything is resolved.
+
+The engine reads ``KERNELPOLICY_FORCE_<FEATURE>`` only for the features the policies define, so
+a typo (``KERNELPOLICY_FORCE_SAMPLER_GREEDDY``) or an override of a feature that does not exist
+would be ignored in silence: the operator believes a kernel is forced and it is not. The front
+doors (``kernelpolicy.resolve()`` and the CLI) call :func:`check_forces` to make that an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kernelpolicy.engine.switches import FORCE_PREFIX, force_variable
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import shown
+from kernelpolicy.policy.compiled import PolicySet
+
+
+def check_forces(policies: PolicySet, env: Mapping[str, str], overrides: Mapping[str, str]) -> None:
+    """Raise when a force or an override names no feature (or no implementation) of ``policies``.
+
+    Args:
+        policies: The policies the answer uses.
+        env: The environment the answer uses (``KERNELPOLICY_FORCE_*`` entries are checked;
+            empty ones are ignored, as the engine ignores them).
+        overrides: ``KERNELPOLICY_OVERRIDES`` (feature -> implementation).
+
+    Raises:
+        SettingsError: Naming the variable, what it said and what the policies define.
+    """
+    variables = {force_variable(name): name for name in policies.features}
+    for variable in sorted(env):
+        if (
+            variable.startswith(FORCE_PREFIX)
+            and env[variable].strip()
+            and variable not in variables
+        ):
+            known = ", ".join(f"{v} ({name})" for v, name in sorted(variables.items()))
+            raise SettingsError(
+                f"{shown(variable)} names no feature of the policies; known: {known}"
+            )
+    for feature, impl in sorted(overrides.items()):
+        compiled = policies.features.get(feature)
+        if compiled is None:
+            raise SettingsError(
+                f"KERNELPOLICY_OVERRIDES names unknown feature {shown(feature)!r}; the policies "
+                f"define: {', '.join(policies.features)}"
+            )
+        if compiled.candidate(impl) is None:
+            raise SettingsError(
+                f"KERNELPOLICY_OVERRIDES[{feature!r}] = {shown(impl)!r} is not an implementation "
+                f"of {feature}; expected one of {', '.join(c.impl for c in compiled.candidates)}"
+            )
