@@ -102,7 +102,7 @@ USAGE_ERRORS = [
     ),
     pytest.param(
         ["explain", "--platform", CPU, "--env", 'KERNELPOLICY_OVERRIDES={"mhc": 3}'], {},
-        ["KERNELPOLICY_OVERRIDES['mhc']: Input should be a valid string"],
+        ["KERNELPOLICY_OVERRIDES: expected a JSON object of feature -> implementation name"],
         id="overrides-wrong-type",
     ),
     pytest.param(
