@@ -19,6 +19,7 @@ from kernelpolicy.limits import (
     MAX_CONTEXT_DEPTH,
     MAX_CONTEXT_ENTRIES,
     MAX_ENV_VALUE_CHARS,
+    MAX_FLAG_KEY_CHARS,
     MAX_REQUEST_BYTES,
     MAX_REQUEST_ENV_ENTRIES,
     MAX_REQUEST_FEATURES,
@@ -226,11 +227,24 @@ def test_a_bug_in_a_handler_is_internal_and_logged(
     assert "ZeroDivisionError: planted" in served[1].getvalue()
 
 
-def test_flagd_flag_key_is_cut_in_the_answer(channel: grpc.Channel) -> None:
-    """A 900 KB unknown flag key is not echoed back whole."""
+@pytest.mark.parametrize(
+    ("extra", "code", "details"),
+    [
+        pytest.param(0, grpc.StatusCode.NOT_FOUND, "not found", id="at-limit"),
+        pytest.param(1, INVALID, "over MAX_FLAG_KEY_CHARS (256)", id="over-limit"),
+        pytest.param(900_000, INVALID, "900256 characters", id="900kb"),
+    ],
+)
+def test_flagd_flag_key_limit(
+    channel: grpc.Channel, extra: int, code: grpc.StatusCode, details: str
+) -> None:
+    """MAX_FLAG_KEY_CHARS: a longer key cannot name a flag, and is never echoed whole."""
     with pytest.raises(grpc.RpcError) as info:
-        f2_grpc.ServiceStub(channel).ResolveString(f2.ResolveStringRequest(flag_key="k" * 900_000))
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        f2_grpc.ServiceStub(channel).ResolveString(
+            f2.ResolveStringRequest(flag_key="k" * (MAX_FLAG_KEY_CHARS + extra))
+        )
+    assert info.value.code() == code
+    assert details in (info.value.details() or "")
     assert len(info.value.details() or "") <= SHOWN_ERROR_CHARS + 40
 
 

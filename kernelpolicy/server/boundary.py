@@ -30,6 +30,7 @@ from kernelpolicy.limits import (
     MAX_CONTEXT_DEPTH,
     MAX_CONTEXT_ENTRIES,
     MAX_ENV_VALUE_CHARS,
+    MAX_FLAG_KEY_CHARS,
     MAX_REQUEST_ENV_ENTRIES,
     MAX_REQUEST_FEATURES,
     SHOWN_ERROR_CHARS,
@@ -151,6 +152,11 @@ def check_request(request: Any) -> None:
         check_struct(request.context)
     if "env" in fields and request.env:
         _check_env(request.env)
+    if "flag_key" in fields and len(request.flag_key) > MAX_FLAG_KEY_CHARS:
+        raise rejected(
+            f"flag_key: {len(request.flag_key)} characters, over MAX_FLAG_KEY_CHARS "
+            f"({MAX_FLAG_KEY_CHARS})"
+        )
 
 
 def _safe(message: str) -> str:
