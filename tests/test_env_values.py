@@ -125,13 +125,11 @@ def test_long_forced_implementations(value: str, message: str, h100: Platform) -
 
 
 def test_only_variables_the_policies_read_are_carried(h100: Platform) -> None:
-    """Settings, secrets, forced implementations of features no policy defines and variables
-    no policy reads are never captured, logged or sent (this machine is probed through the
-    public API, which captures what the policies read)."""
+    """Settings, secrets and variables no policy reads are never captured, logged or sent
+    (this machine is probed through the public API, which captures what the policies read)."""
     env = {
         "AWS_SECRET_ACCESS_KEY": "secret-aws",
         "KERNELPOLICY_TLS_KEY_FILE": "/secret/key.pem",
-        "KERNELPOLICY_FORCE_NO_SUCH_FEATURE": "secret-force",
         "CUDA_VISIBLE_DEVICES": "secret-visible",
         "KERNELPOLICY_LOG_FORMAT": "off",
         SWITCH: "1",
