@@ -7,7 +7,11 @@ servers are asyncio grpcio servers in their own processes; the bare one answers 
 with a precomputed message of the same content kernelpolicy sends; the load comes from a third
 process (grpc.aio, many requests in flight).
 
+With ``--with-http`` the daemon also runs ``serve --http``, which turns on the gRPC metrics
+interceptor (request counts and latency histograms per RPC): the ratio then includes its cost.
+
 Usage: python benchmarks/bench_grpc.py [--seconds S] [--concurrency N] [--rounds R] [--json]
+       [--with-http]
 """
 
 from __future__ import annotations
@@ -158,6 +162,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--with-http", action="store_true", help="serve --http too (the metrics interceptor)"
+    )
     parser.add_argument("--bare-server", metavar="PORT_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--load", nargs=4, metavar="X", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -175,7 +182,9 @@ def main() -> None:
         ours_file, bare_file = Path(tmp, "ours"), Path(tmp, "bare")
         ours = _start([sys.executable, "-m", "kernelpolicy", "serve", "--listen", "127.0.0.1:0",
                        "--port-file", str(ours_file), "--quiet", "--no-watch",
-                       "--platform", str(PLATFORM)], ours_file)  # fmt: skip
+                       "--platform", str(PLATFORM),
+                       *(["--http", "127.0.0.1:0"] if args.with_http else [])],
+                      ours_file)  # fmt: skip
         bare = _start([sys.executable, __file__, "--bare-server", str(bare_file)], bare_file)
         targets = {
             "bare": bare_file.read_text().split()[0],
@@ -210,6 +219,7 @@ def main() -> None:
     print(
         f"machine: {machine()}; {args.concurrency} requests in flight, "
         f"{args.seconds:.0f} s per round, {args.rounds} paired rounds (best round shown)"
+        + ("; serve --http (metrics interceptor on)" if args.with_http else "")
     )
     for method, row in summary.items():
         for name in ("bare", "kernelpolicy"):

@@ -303,3 +303,24 @@ def test_tls_with_the_grpc_files(tmp_path: Path) -> None:
         assert reply.json() == {"status": "ok"}
         with pytest.raises(ssl.SSLError):  # an unknown CA: refused
             call(daemon.fleet.url, "GET", "/healthz", context=ssl.create_default_context())
+
+
+def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
+    """KERNELPOLICY_TLS_CLIENT_CA_FILE applies to HTTP too: no client certificate, no answer."""
+    from kernelpolicy.server.daemon import TlsFiles
+    from tests.test_server_ops import _certificate
+
+    server_dir, client_dir = tmp_path / "server", tmp_path / "client"
+    server_dir.mkdir()
+    client_dir.mkdir()
+    cert, key = _certificate(server_dir)
+    client_cert, client_key = _certificate(client_dir)  # self-signed: it is its own CA
+    tls = TlsFiles.load(cert, key, client_cert)
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0", tls=tls
+    ) as daemon:
+        trusted = ssl.create_default_context(cafile=str(cert))
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            call(daemon.fleet.url, "GET", "/healthz", context=trusted)
+        trusted.load_cert_chain(client_cert, client_key)
+        assert call(daemon.fleet.url, "GET", "/healthz", context=trusted).status == 200
