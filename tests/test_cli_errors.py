@@ -347,3 +347,54 @@ def test_closed_pipe_is_not_an_error() -> None:
     assert done.stdout.strip() == "0"
     assert "Traceback" not in done.stderr
     assert "BrokenPipe" not in done.stderr
+
+
+def test_unreadable_version_is_worded_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unreadable library version reads "found unreadable version 'banana'", not "cannot
+    read unreadable version"."""
+    from tests.helpers import resolve_on, with_libraries
+
+    platform = with_libraries("mi325x", amd_aiter="banana")
+    decision = resolve_on(platform, VLLM_ROCM_USE_AITER="1").decision("sampler.top_k_top_p")
+    aiter = next(c for c in decision.candidates if c.impl == "aiter")
+    message = aiter.failures[0].message
+    assert "but found unreadable version 'banana' (expected PEP 440" in message
+    assert "cannot read unreadable" not in message
+
+
+CEL_POLICY = """schema = "kernelpolicy.policy/v1"
+[features."sampler.greedy"]
+description = "greedy"
+fallback = "torch"
+context = {{ tokens = "int", ratio = "double" }}
+[[features."sampler.greedy".candidates]]
+impl = "fast"
+entry = "kernelpolicy.kernels.torch_impl:greedy"
+when = '{when}'
+[[features."sampler.greedy".candidates]]
+impl = "torch"
+"""
+
+
+@pytest.mark.parametrize(
+    ("when", "operands"),
+    [
+        pytest.param('tokens + "x" > 0', 'operands: tokens (int), "x" (string), 0 (int)',
+                     id="int-plus-string"),
+        pytest.param("tokens + ratio > 1", "operands: tokens (int), ratio (double), 1 (int)",
+                     id="int-versus-double"),
+        pytest.param("arch * 2 > 1", "operands: arch (string), 2 (int), 1 (int)",
+                     id="string-times-int"),
+    ],
+)  # fmt: skip
+def test_cel_type_error_names_the_operands(
+    when: str, operands: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CEL type error names each operand with its type, so the wrong one shows."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(CEL_POLICY.format(when=when))
+    assert main(["check", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert "CEL expression does not type-check: " in out
+    assert operands in out
+    assert "convert explicitly with int(x), uint(x), double(x) or string(x)" in out
