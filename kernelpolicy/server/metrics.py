@@ -187,15 +187,26 @@ def _grpc_interceptor(metrics: DaemonMetrics) -> Any:
 
     class Interceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """Wraps each registered unary handler in a timer; streams are counted when they end.
-        Unknown methods have no handler and are not counted (their names are unbounded)."""
+        Unknown methods have no handler and are not counted (their names are unbounded).
+        The server's handlers never change, so each method's wrapper is built once."""
+
+        def __init__(self) -> None:
+            self._wrapped: dict[str, Any] = {}
 
         async def intercept_service(
             self, continuation: Callable[[Any], Awaitable[Any]], details: Any
         ) -> Any:
-            handler = await continuation(details)
+            method = details.method
+            wrapped = self._wrapped.get(method)
+            if wrapped is None:
+                wrapped = self._wrap(method, await continuation(details))
+                if wrapped is not None:
+                    self._wrapped[method] = wrapped
+            return wrapped
+
+        def _wrap(self, method: str, handler: Any) -> Any:
             if handler is None:
                 return None
-            method = details.method
             if handler.unary_unary is not None:
                 timed = _timed_unary(metrics, method, handler.unary_unary)
                 return grpc.unary_unary_rpc_method_handler(
