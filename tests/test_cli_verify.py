@@ -72,3 +72,33 @@ def test_verify_usage_errors(
     """Usage mistakes exit 2 with one line."""
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        pytest.param(0o777, "writable by others (mode 0777", id="world-writable-cache"),
+        pytest.param(0o775, "writable by its group (mode 0775", id="group-writable-cache"),
+    ],
+)
+def test_verify_refuses_an_untrusted_store_before_running(
+    mode: int,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cache directory others can write is refused at once (exit 2, one line), before the
+    suite spends minutes; the opt-out stores into it."""
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(mode)
+    monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(cache))
+    assert main(["verify", "--feature", "topk_per_row"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"refusing evidence store {cache}: {message}" in captured.err
+    assert captured.err.count("\n") == 1
+    monkeypatch.setenv("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", "1")
+    assert main(["verify", "--feature", "topk_per_row", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["evidence"].startswith(str(cache))

@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
         ) from None
 
     device = _device(args.device)
+    storing = not args.no_store and not args.entry
+    if storing:  # refuse an untrusted store now, not after the suite has run
+        from kernelpolicy.conformance.evidence import prepare_store
+
+        settings = _settings()
+        prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
     if args.entry:
         if not args.feature or len(args.feature) != 1:
             raise KernelPolicyError("--entry needs exactly one --feature to check it against")
@@ -71,12 +77,11 @@ def run(args: argparse.Namespace) -> int:
         reports = suite.run(args.feature, args.impl, device=device, progress=_progress)
     results = [r.to_dict() for r in reports]
     stored = None
-    if not args.no_store and not args.entry:
+    if storing:
         from kernelpolicy.conformance.evidence import store_evidence
         from kernelpolicy.platform.probing import probe
 
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        settings = _settings()
         stored = str(
             store_evidence(
                 probe(), results, created, settings.cache_dir,

@@ -39,11 +39,13 @@ __all__ = [
     "Evidence",
     "EvidenceEntry",
     "default_cache_dir",
+    "evidence_dir",
     "evidence_from_json",
     "evidence_path",
     "evidence_to_json",
     "load_evidence",
     "platform_key",
+    "prepare_store",
     "store_evidence",
     "temp_path",
 ]
@@ -94,8 +96,32 @@ class Evidence:
         return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
 
 
+def evidence_dir(cache_dir: Path | None = None) -> Path:
+    """The evidence store: ``<cache dir>/evidence``."""
+    return (cache_dir or default_cache_dir()) / "evidence"
+
+
 def evidence_path(platform: Platform, cache_dir: Path | None = None) -> Path:
-    return (cache_dir or default_cache_dir()) / "evidence" / f"{platform_key(platform)}.json"
+    return evidence_dir(cache_dir) / f"{platform_key(platform)}.json"
+
+
+def prepare_store(cache_dir: Path | None = None, *, allow_untrusted: bool = False) -> Path:
+    """Create (or check) the evidence store before anything is written to it.
+
+    ``kernelpolicy verify`` calls it before the suite runs, so that a store it may not write
+    fails in a second rather than after minutes of checks.
+
+    Raises:
+        UntrustedFileError: The store or the cache directory above it is a link, belongs to
+            another user or is writable by others (unless ``allow_untrusted``).
+        EvidenceError: The store cannot be created.
+
+    Returns:
+        The store directory.
+    """
+    directory = evidence_dir(cache_dir)
+    _prepare_store(directory, allow_untrusted)
+    return directory
 
 
 def temp_path(path: Path) -> Path:
