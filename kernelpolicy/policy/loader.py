@@ -1,8 +1,15 @@
 """Read policy files into a :class:`PolicySet`, or one :class:`PolicyError` listing every mistake.
 
-Files are TOML (tomllib); a directory means its ``*.toml`` files in name order. A feature or gate
-may be defined in one file only; ``[[disable]]`` entries may come from any file (an operator's
-override file next to the bundled pack).
+Files are TOML; a directory means its ``*.toml`` files in name order (see
+:mod:`kernelpolicy.policy.files` for trust, size and file-count checks). A feature or gate may be
+defined in one file only; ``[[disable]]`` entries may come from any file (an operator's override
+file next to the bundled pack).
+
+Every document is parsed with a depth limit (``MAX_NESTING_DEPTH``), every CEL rule is measured
+against the CEL limits before the CEL library sees it, and every public entry runs inside the
+loader's one error boundary (:mod:`kernelpolicy.policy.boundary`): nothing but a
+``PolicyError`` (or an ``UntrustedFileError``) leaves it. Locating issues indexes each text once
+(:mod:`kernelpolicy.policy.locate`), so loading is linear in the size of the files.
 """
 
 from __future__ import annotations

@@ -15,76 +15,80 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*(.*?)\s*(\]\]?)\s*(?:#.*)?$")
+_HEADER_LINE = re.compile(r"^[ \t]*(\[\[?)[ \t]*(.*?)[ \t]*(\]\]?)[ \t\r]*(?:#.*)?$", re.M)
 _SIMPLE = r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)"""
 _KEY = re.compile(rf"^\s*({_SIMPLE}(?:\s*\.\s*{_SIMPLE})*)\s*=")
-_PART = re.compile(r"""\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^."'\s]+)\s*(?:\.|$)""")
+_PARTS = re.compile(r""""((?:[^"\\]|\\.)*)"|'([^']*)'|([^."'\s]+)""")
 
 
-def _unquote(part: str) -> str:
-    return part[1:-1] if part[:1] in "\"'" and len(part) >= 2 else part
-
-
-def _path(header: str) -> tuple[str, ...] | None:
-    """The dotted key of a table header (``features."a.b".candidates``), quotes removed."""
-    parts: list[str] = []
-    position = 0
-    while position < len(header):
-        match = _PART.match(header, position)
-        if match is None or match.end() == position:
-            return None
-        parts.append(_unquote(match.group(1)))
-        position = match.end()
-    return tuple(parts)
+def _path(dotted: str) -> tuple[str, ...]:
+    """The parts of a dotted key or table header (``features."a.b".candidates``), unquoted."""
+    return tuple(a or b or c for a, b, c in _PARTS.findall(dotted))
 
 
 @dataclass
 class TomlIndex:
-    """Where the headers and keys of one TOML text are (1-based lines)."""
+    """Where the headers and keys of one TOML text are (1-based lines, counted as tomllib does).
 
+    Headers are indexed when built (every load needs them: each feature, gate and candidate
+    records its line); keys only on the first key lookup (only a mistake needs them).
+    """
+
+    text: str
     # (is array-of-tables, dotted path) -> header lines, in order
     headers: dict[tuple[bool, tuple[str, ...]], list[int]] = field(default_factory=dict)
     by_last: dict[str, list[int]] = field(default_factory=dict)  # last path part -> lines
-    starts: list[int] = field(default_factory=list)  # every header line, in order
-    keys: dict[int, dict[str, int]] = field(default_factory=dict)  # section start -> key -> line
-    first_key: dict[str, int] = field(default_factory=dict)  # key -> first line anywhere
+    _keys: dict[int, dict[str, int]] | None = None  # section start -> key -> line
+    _first_key: dict[str, int] = field(default_factory=dict)  # key -> first line anywhere
 
     @classmethod
     def build(cls, text: str) -> TomlIndex:
-        """Index ``text`` in one pass (multi-line strings are not special-cased: a line inside
-        one that looks like a header or key can only make a location less precise)."""
-        index = cls()
+        """Index the headers of ``text`` (one regular-expression scan; multi-line strings are
+        not special-cased: a line inside one that looks like a header can only make a location
+        less precise)."""
+        index = cls(text)
+        line, position = 1, 0
+        for match in _HEADER_LINE.finditer(text):
+            line += text.count("\n", position, match.start())
+            position = match.start()
+            path = _path(match.group(2))
+            if path:
+                index.headers.setdefault((match.group(1) == "[[", path), []).append(line)
+                index.by_last.setdefault(path[-1], []).append(line)
+        return index
+
+    def _key_lines(self) -> dict[int, dict[str, int]]:
+        if self._keys is not None:
+            return self._keys
+        self._keys = {}
         section = 0
-        for number, line in enumerate(text.splitlines(), start=1):
-            stripped = line.lstrip()
-            if stripped.startswith("["):
-                match = _HEADER.match(line)
-                path = _path(match.group(2)) if match else None
-                if match and path:
-                    array = match.group(1) == "[["
-                    index.headers.setdefault((array, path), []).append(number)
-                    index.by_last.setdefault(path[-1], []).append(number)
-                index.starts.append(number)
+        for number, line in enumerate(self.text.split("\n"), start=1):
+            if line.lstrip().startswith("["):
                 section = number
                 continue
             key = _KEY.match(line)
-            parts = _path(key.group(1)) if key else None
+            parts = _path(key.group(1)) if key else ()
             if parts:
                 # ``key = ...`` and dotted ``key.sub = ...`` both count as ``key``; the dotted
                 # one is also found as ``key.sub`` (``engines.vllm = [...]``).
-                keys = index.keys.setdefault(section, {})
+                keys = self._keys.setdefault(section, {})
                 keys.setdefault(parts[0], number)
                 if len(parts) > 1:
                     keys.setdefault(f"{parts[0]}.{parts[1]}", number)
-                index.first_key.setdefault(parts[0], number)
-        return index
+                self._first_key.setdefault(parts[0], number)
+        return self._keys
 
     def nth(self, array: bool, path: tuple[str, ...], n: int) -> int | None:
         lines = self.headers.get((array, path), [])
         return lines[n] if 0 <= n < len(lines) else None
 
     def key_in_section(self, start: int, key: str) -> int | None:
-        return self.keys.get(start, {}).get(key)
+        return self._key_lines().get(start, {}).get(key)
+
+    def first_key(self, key: str) -> int | None:
+        """The first line that sets ``key`` (or a dotted key starting with it), anywhere."""
+        self._key_lines()
+        return self._first_key.get(key)
 
     def sub_header(self, after: int, key: str, n: int) -> int | None:
         """The ``n``-th header after line ``after`` whose last part is ``key``."""
@@ -118,7 +122,7 @@ def locate(text: str, loc: Sequence[str | int]) -> int | None:
     """The 1-based line that best matches ``loc``, or ``None`` if nothing does."""
     index = index_of(text)
     if len(loc) < 2 or loc[0] not in {"features", "gates", "disable"}:
-        return index.first_key.get(str(loc[0])) if loc else None
+        return index.first_key(str(loc[0])) if loc else None
     if loc[0] == "disable":
         return index.nth(True, ("disable",), loc[1] if isinstance(loc[1], int) else 0)
     table, name = str(loc[0]), str(loc[1])
