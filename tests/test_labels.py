@@ -238,3 +238,36 @@ def test_cli_nfd_json_and_write(tmp_path: Path) -> None:
     bad = run_cli("--platform", snapshot, "--write", str(tmp_path / "nope"))
     assert bad.returncode == 2
     assert "cannot write the feature file" in bad.stderr
+
+
+def test_serve_writes_labels_and_rewrites_them_per_revision(tmp_path: Path) -> None:
+    """serve --labels-dir: the file at start, rewritten when a reload changes a decision."""
+    from kernelpolicy.testing.daemon import running_daemon
+
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "10.toml").write_text((ROOT / "policies/10-sampler.toml").read_text())
+    labels = tmp_path / "features.d"
+    labels.mkdir()
+    key = f"{PREFIX}/impl.sampler.top_k_top_p"
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False, labels_dir=labels) as d:
+        assert parse_features_d((labels / "kernelpolicy").read_text())[key] == "flashinfer"
+        (policies / "90-ops.toml").write_text(
+            'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "sampler.top_k_top_p"\n'
+            'impl = "flashinfer"\nreason = "r"\n'
+        )
+        d.call(d.reload("test"))
+        assert parse_features_d((labels / "kernelpolicy").read_text())[key] == "triton"
+
+
+def test_serve_refuses_a_missing_labels_dir(tmp_path: Path) -> None:
+    """A typo in --labels-dir stops the start with one clear line, not a warning per revision."""
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.testing.daemon import running_daemon
+
+    with (
+        pytest.raises(DaemonError, match=r"--labels-dir .*not a directory"),
+        running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
+                       labels_dir=tmp_path / "missing"),
+    ):  # fmt: skip
+        pass

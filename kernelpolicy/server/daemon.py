@@ -186,7 +186,11 @@ class Daemon:
             self._bind(server, check_listen_address(address))
         await server.start()
         self.server = server
-        await self.fleet.start()
+        try:
+            await self.fleet.start()
+        except BaseException:
+            await server.stop(None)  # no gRPC listener left behind by a failed start
+            raise
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self._emit(
             "kernelpolicy.serve.start",

@@ -52,7 +52,19 @@ class Fleet:
         return [self.metrics.interceptor()] if self.metrics is not None else []
 
     async def start(self) -> None:
-        """Write the labels, then listen for HTTP (raises DaemonError if it cannot)."""
+        """Write the labels, then listen for HTTP.
+
+        Raises:
+            DaemonError: ``labels_dir`` is not a directory (a typo would otherwise only show as
+                a warning per revision), or HTTP cannot listen.
+        """
+        if self.labels_dir is not None and not self.labels_dir.is_dir():
+            from kernelpolicy.errors import DaemonError
+
+            raise DaemonError(
+                f"--labels-dir {self.labels_dir}: not a directory; expected Node Feature "
+                "Discovery's features.d (/etc/kubernetes/node-feature-discovery/features.d)"
+            )
         self.write_labels()
         if self.http is None or self.metrics is None:
             return
