@@ -324,3 +324,21 @@ def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
             call(daemon.fleet.url, "GET", "/healthz", context=trusted)
         trusted.load_cert_chain(client_cert, client_key)
         assert call(daemon.fleet.url, "GET", "/healthz", context=trusted).status == 200
+
+
+def test_fleet_doc_states_each_limit() -> None:
+    """docs/fleet.md names every HTTP and label limit with its current value."""
+    from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+
+    page = (ROOT / "docs/fleet.md").read_text()
+    shown = {
+        "MAX_HTTP_BODY_BYTES": f"{MAX_HTTP_BODY_BYTES // 1024} KiB",
+        "MAX_HTTP_HEADER_BYTES": f"{MAX_HTTP_HEADER_BYTES // 1024} KiB",
+        "MAX_HTTP_HEADERS": f"{MAX_HTTP_HEADERS} header lines",
+        "MAX_FLAG_KEY_CHARS": f"{MAX_FLAG_KEY_CHARS} characters",
+        "MAX_CONTEXT_ENTRIES": f"{MAX_CONTEXT_ENTRIES} entries",
+        "MAX_CONTEXT_DEPTH": f"{MAX_CONTEXT_DEPTH} levels",
+        "MAX_FEATURE_FILE_BYTES": f"{MAX_FEATURE_FILE_BYTES // 1024} KiB",
+    }
+    for name, value in shown.items():
+        assert f"| `{name}` | {value}" in page, name
