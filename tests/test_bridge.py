@@ -112,13 +112,15 @@ def test_user_set_variable_is_kept_and_reported() -> None:
 
 
 def test_decision_error_blocks_only_the_engines_told_about_it() -> None:
-    """sparse_attn_indexer (a vLLM switch) in error stops vLLM, not SGLang."""
+    """sparse_attn_indexer (a vLLM switch, MLA models only) in error stops vLLM for an MLA
+    model, not for another model, and not SGLang."""
     res = resolve_on("mi355x")
     assert res.decision("sparse_attn_indexer").error
-    vllm = engine_settings(res, "vllm", {})
+    assert engine_settings(res, "vllm", {}).ok
+    vllm = engine_settings(res, "vllm", {}, model_kind="mla")
     assert not vllm.ok
     assert vllm.errors[0].startswith("sparse_attn_indexer: ")
-    sglang = engine_settings(res, "sglang", {})
+    sglang = engine_settings(res, "sglang", {}, model_kind="mla")
     assert sglang.ok
     assert sglang.decisions["sparse_attn_indexer"].status is Status.NOT_FOR_ENGINE
 
@@ -165,10 +167,8 @@ def test_child_environment_never_overwrites() -> None:
     """Set variables keep their value; empty ones count as unset."""
     res = resolve_on("t4")
     settings = engine_settings(res, "vllm", {})
-    assert settings.env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
-    assert child_environment({"PATH": "/bin"}, settings) == {
-        "PATH": "/bin", "VLLM_USE_FLASHINFER_SAMPLER": "0",
-    }  # fmt: skip
+    assert settings.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert child_environment({"PATH": "/bin"}, settings) == {"PATH": "/bin", **settings.env}
     kept = child_environment({"VLLM_USE_FLASHINFER_SAMPLER": "1"}, settings)
     assert kept["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
     assert child_environment({"VLLM_USE_FLASHINFER_SAMPLER": ""}, settings) == settings.env

@@ -142,6 +142,9 @@ class _Teller:
     def tell(self, feature: CompiledFeature, decision: Decision) -> Told:
         name, impl, engine = feature.name, decision.impl, self.engine
         relevant = bool(_all_rules(feature, engine))
+        other_kind = feature.spec.model_kind not in (None, self.model_kind)
+        if relevant and other_kind:
+            return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error)
         if decision.error is not None:
             if relevant:
                 self.errors.append(f"{name}: {decision.error}")
@@ -154,8 +157,6 @@ class _Teller:
             return Told(name, None, Status.NOT_FOR_ENGINE, note=decision.error)
         if not relevant:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
-        if feature.spec.model_kind is not None and feature.spec.model_kind != self.model_kind:
-            return Told(name, impl, Status.OTHER_MODEL_KIND)
         if impl is None:
             return Told(name, None, Status.NOT_APPLICABLE)
         return self._by_rule(feature, impl)
