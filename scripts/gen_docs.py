@@ -190,7 +190,30 @@ def builtin_implementations() -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATED = {"built-in-implementations": builtin_implementations}
+def bundled_features() -> str:
+    """The bundled pack's features: implementations in order, the engines told, each
+    candidate's source, from policies/ itself."""
+    from kernelpolicy.policy.loader import load_policies
+    from kernelpolicy.settings import bundled_policy_dir
+
+    rows = ["| feature | implementations, preferred first | engines told | sources |",
+            "|---|---|---|---|"]  # fmt: skip
+    for name, feature in load_policies([bundled_policy_dir()]).features.items():
+        impls = ", ".join(f"`{c.impl}`" for c in feature.candidates)
+        engines = sorted({e for c in feature.candidates for e in c.engines} | set(feature.engines))
+        sources = "; ".join(
+            f"`{c.impl}`: {c.spec.reference}" for c in feature.candidates if c.spec.reference
+        )
+        rows.append(
+            f"| `{name}` | {impls} | {', '.join(engines) or '-'} | {sources.replace('|', '/')} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+GENERATED = {
+    "built-in-implementations": builtin_implementations,
+    "bundled-features": bundled_features,
+}
 _REGION = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 
 

@@ -225,7 +225,7 @@ def test_explain_shows_what_each_engine_is_told(capsys: pytest.CaptureFixture[st
     """explain's text and JSON carry, per decision, each engine's settings."""
     assert main(["explain", "--platform", platform("h100-sxm")]) == 0
     text = capsys.readouterr().out
-    assert "engines (kernelpolicy env --engine NAME prints these settings)" in text
+    assert "engines: what each is told (kernelpolicy env --engine NAME prints it)" in text
     assert "VLLM_USE_FLASHINFER_SAMPLER=1" in text
     assert "--sampling-backend flashinfer" in text
     assert main(["explain", "--platform", platform("h100-sxm"), "--json"]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,11 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
         main(["explain", "--platform", platform("mi300x"), "--env", "VLLM_ROCM_USE_AITER=1"]) == 0
     )
     out = capsys.readouterr().out
-    assert "sampler.top_k_top_p  torch  fallback, 3 preferred candidate(s) rejected" in out
+    squeezed = re.sub(r" {2,}", "  ", out)  # column widths follow the longest feature name
+    assert "sampler.top_k_top_p  torch  fallback, 3 preferred candidate(s) rejected" in squeezed
     assert (
-        "allreduce_rmsnorm    aiter  first supported candidate (VLLM_ROCM_USE_AITER=1: auto)" in out
+        "allreduce_rmsnorm  aiter  first supported candidate (VLLM_ROCM_USE_AITER=1: auto)"
+        in squeezed
     )
     assert "aiter rejected: needs amd-aiter >=0.1.13, found 0.1.12" in out
     assert "hint: upgrade amd-aiter to >= 0.1.13" in out
@@ -114,7 +117,9 @@ def test_explain_usage_errors(
 def test_check_bundled(capsys: pytest.CaptureFixture[str]) -> None:
     """The shipped pack checks clean."""
     assert main(["check"]) == 0
-    assert capsys.readouterr().out.startswith("ok: 6 features, 1 gates in 3 file(s)")
+    found = re.match(r"ok: (\d+) features, \d+ gates in \d+ file\(s\)", capsys.readouterr().out)
+    assert found is not None
+    assert int(found.group(1)) >= 15  # the pack the engine bridge tells vLLM and SGLang about
 
 
 def test_check_reports_located_mistakes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

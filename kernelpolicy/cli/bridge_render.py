@@ -25,15 +25,17 @@ def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[s
     """A table feature x engine of what each is told, then the engines' warnings and errors."""
     if not settings:
         return ""
+    quiet = {Status.NOT_FOR_ENGINE, Status.DEFAULT, Status.NOT_APPLICABLE}
+    # Rows where no engine is told anything are left out (explain --json has them all).
     shown = [
         f for f in features
-        if any(s.decisions[f].status is not Status.NOT_FOR_ENGINE for s in settings.values())
+        if any(s.decisions[f].status not in quiet for s in settings.values())
     ]  # fmt: skip
     headers = ["feature"] + [
         f"{s.engine} {s.version}" if s.version else s.engine for s in settings.values()
     ]
     rows = [[f, *(s.decisions[f].summary() for s in settings.values())] for f in shown]
-    out = ["", "", "engines (kernelpolicy env --engine NAME prints these settings)"]
+    out = ["", "", "engines: what each is told (kernelpolicy env --engine NAME prints it)"]
     out.append(table(headers, rows, indent=""))
     for s in settings.values():
         out += [f"  {s.engine}: error: {e}" for e in s.errors]

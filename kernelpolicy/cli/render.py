@@ -89,6 +89,19 @@ def _candidate_hints(decision: Decision) -> list[str]:
     return hints
 
 
+def _only_other_vendors(decision: Decision) -> bool:
+    """The fallback was chosen because every other candidate is for another vendor (the
+    ``rocm.aiter.*`` switches on an NVIDIA machine): nothing there a reader can act on."""
+    rejected = [c for c in decision.candidates if not c.accepted]
+    return (
+        decision.error is None
+        and decision.impl is not None
+        and bool(rejected)
+        and not decision.warnings
+        and all(any(f.kind.value in {"vendor", "no_device"} for f in c.failures) for c in rejected)
+    )
+
+
 def explain_table(resolution: Resolution, features: Sequence[str] | None = None) -> str:
     """Summary table, then each feature's rejected candidates, hints and warnings."""
     platform = resolution.platform
@@ -109,6 +122,8 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
         ),
     ]
     for decision in decisions:
+        if _only_other_vendors(decision):
+            continue
         detail = [f"  {line}" for line in decision.reasons[1:]]
         if decision.error:
             detail.insert(0, f"  error: {decision.error}")

@@ -214,7 +214,11 @@ def _chosen(
         order.append(fallback)
     lines = [_chosen_line(chosen, reason, results[:index])]
     lines += [_rejected_line(r) for r in results if r is not chosen and not r.accepted]
-    warnings = tuple(_fallback_warning(r, chosen) for r in results[:index] if _warn_about(r))
+    warnings = tuple(
+        _fallback_warning(r, chosen)
+        for r in results[:index]
+        if _warn_about(r) and (feature.spec.in_process or not _hardware_only(r))
+    )
     if chosen.when:
         lines.append(
             f"per call: {chosen.impl} only where `{chosen.when}`, "
@@ -230,6 +234,18 @@ def _chosen(
 
 
 _POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED)
+
+
+_HARDWARE = frozenset(
+    {CheckKind.VENDOR, CheckKind.NO_DEVICE, CheckKind.ARCH, CheckKind.CAPABILITY,
+     CheckKind.COMPUTE_UNITS}
+)  # fmt: skip
+
+
+def _hardware_only(result: CandidateResult) -> bool:
+    """Rejected for the device alone: for an engine-only feature (an attention backend for
+    another GPU generation) that is the policy working, not something to fix."""
+    return {f.kind for f in result.failures} <= _HARDWARE
 
 
 def _warn_about(result: CandidateResult) -> bool:
