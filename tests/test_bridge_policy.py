@@ -178,3 +178,57 @@ engines.vllm = [{}]
     assert load_policies([write(tmp_path, text)]).engine_names == ("vllm",)
     with pytest.raises(PolicyError, match="unknown implementation 'flash_attn_3'"):
         load_policies([write(tmp_path, text.replace("in_process = false\n", ""))])
+
+
+@pytest.mark.parametrize(
+    ("count", "ok"),
+    [
+        pytest.param(MAX_ENGINE_RULE_WORDS, True, id="at-limit"),
+        pytest.param(MAX_ENGINE_RULE_WORDS + 1, False, id="limit-plus-one"),
+    ],
+)
+def test_engine_rule_variable_limit(tmp_path: Path, count: int, ok: bool) -> None:
+    """MAX_ENGINE_RULE_WORDS variables in one rule load; one more is a located error."""
+    variables = ", ".join(f'KP_V{i} = "1"' for i in range(count))
+    text = GOOD.replace(
+        'env = { VLLM_USE_FLASHINFER_SAMPLER = "0" }', f"env = {{ {variables} }}", 1
+    )
+    if ok:
+        load_policies([write(tmp_path, text)])
+        return
+    with pytest.raises(PolicyError, match="MAX_ENGINE_RULE_WORDS") as caught:
+        load_policies([write(tmp_path, text)])
+    assert caught.value.issues[0].line == 18
+
+
+@pytest.mark.parametrize(
+    ("count", "ok"),
+    [
+        pytest.param(MAX_ENGINE_RULE_WORDS, True, id="at-limit"),
+        pytest.param(MAX_ENGINE_RULE_WORDS + 1, False, id="limit-plus-one"),
+    ],
+)
+def test_engine_rule_flag_limit(tmp_path: Path, count: int, ok: bool) -> None:
+    """MAX_ENGINE_RULE_WORDS command-line words in one rule load; one more does not."""
+    words = ", ".join(['"--x"'] * count)
+    text = GOOD.replace('flags = ["--attention-backend", "FLASHINFER"]', f"flags = [{words}]", 1)
+    if ok:
+        load_policies([write(tmp_path, text)])
+    else:
+        with pytest.raises(PolicyError, match="at most 64"):
+            load_policies([write(tmp_path, text)])
+
+
+def test_array_of_tables_rules_are_located(tmp_path: Path) -> None:
+    """[[...candidates.engines.vllm]] tables work too; a mistake names its key (the line is the
+    candidate's header: locate does not walk sub-tables named by dotted paths)."""
+    text = GOOD.replace(
+        'engines.vllm = [{ env = { VLLM_USE_FLASHINFER_SAMPLER = "0" } }]\n',
+        '[[features."sampler.top_k_top_p".candidates.engines.vllm]]\n'
+        'env = { VLLM_USE_FLASHINFER_SAMPLER = "0" }\nflag = ["--x"]\n',
+    )
+    with pytest.raises(PolicyError) as caught:
+        load_policies([write(tmp_path, text)])
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.key) == (16, "candidates.1.engines.vllm.0.flag")
+    assert "unknown key" in issue.message
