@@ -299,3 +299,34 @@ def test_sighup_while_starting_does_not_kill_the_daemon(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_answers_flow_while_a_reload_is_being_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next set is built off the event loop: with the loader held in the middle of a
+    reload, requests are still answered (from the current revision), then the swap happens."""
+    import concurrent.futures
+
+    from kernelpolicy.server import state
+
+    entered, release = threading.Event(), threading.Event()
+    real = state.load_policy_sources
+
+    def held(sources: Any) -> Any:
+        entered.set()
+        assert release.wait(30), "the test never released the loader"
+        return real(sources)
+
+    policies = pack(tmp_path)
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as daemon:
+        monkeypatch.setattr(state, "load_policy_sources", held)
+        (policies / "90-ops.toml").write_text(DISABLE)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reloading = pool.submit(daemon.call, daemon.reload("test"))
+            assert entered.wait(30)
+            answers = [impl_of(daemon.bound[0]) for _ in range(20)]  # mid-reload
+            release.set()
+            reloading.result(30)
+        assert answers == ["flashinfer"] * 20
+        assert impl_of(daemon.bound[0]) == "triton"
