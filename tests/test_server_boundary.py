@@ -307,3 +307,20 @@ def test_rejections_are_logged_with_their_limit(served: tuple[Any, io.StringIO])
     assert lines
     assert lines[-1]["level"] == "warning"
     assert lines[-1]["method"] == "kernelpolicy.v1.KernelPolicy/Resolve"
+
+
+def test_a_500kb_node_env_value_is_not_echoed() -> None:
+    """A 500 KB value of a variable the policies read, in the daemon's own environment: the
+    answers carry it cut (the review saw a 14 MB Explain answer)."""
+    env = {SWITCH: "x" * 500_000}
+    with (
+        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], env, watch=False) as daemon,
+        grpc.insecure_channel(daemon.bound[0]) as channel,
+    ):
+        stub = pb_grpc.KernelPolicyStub(channel)
+        explain = stub.Explain(pb.ExplainRequest())
+        inputs = stub.Resolve(pb.ResolveRequest(include_inputs=True))
+        platform = stub.GetPlatform(pb.GetPlatformRequest())
+    assert "x" * 1000 not in explain.json + explain.text + explain.policy_error
+    assert "x" * 1000 not in str(inputs) + platform.json
+    assert explain.ByteSize() < 100_000
