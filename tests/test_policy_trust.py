@@ -141,3 +141,42 @@ def test_check_cli_reports_untrusted(env: dict[str, str], code: int, tmp_path: P
     assert "Traceback" not in result.stderr
     if code:
         assert "writable by others (mode 0666" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param(
+            lambda d: os.chmod(d / "p.toml", 0o666), "writable by others", id="file-made-untrusted"
+        ),
+        pytest.param(
+            lambda d: (d / "p.toml").write_text(
+                POLICY.replace(
+                    'impl = "torch"',
+                    'impl = "torch"\n[[features.mhc.candidates]]\n'
+                    'impl = "aiter"\nwhen = "4096 / tokens > 8"',
+                ).replace('fallback = "torch"', 'fallback = "torch"\ncontext = { tokens = "int" }')
+            ),
+            "ZeroDivisionError",
+            id="division-by-zero-rule",
+        ),
+    ],
+)
+def test_daemon_reload_reports_and_keeps_serving(
+    change: Callable[[Path], object], expected: str, tmp_path: Path
+) -> None:
+    """A reload of files that became untrusted, or whose rule divides by zero at load, is a
+    reported error (the last good set keeps serving), not an exception in the watcher."""
+    from kernelpolicy.server.state import ServingState
+
+    directory = policy_dir(tmp_path)
+    platform = kernelpolicy.load_platform(fixture_dir() / "platforms" / "cpu.json")
+    state = ServingState(platform, {}, [directory], {})
+    change(directory)
+    prepared = state.prepare_reload()
+    assert isinstance(prepared, str)
+    assert expected in prepared
+    assert "a kernelpolicy bug" not in prepared  # a located policy error, not a caught crash
+    state.commit(prepared)
+    assert state.snapshot.resolution.decision("mhc").impl == "torch"
+    assert state.snapshot.policy_error == prepared
