@@ -132,7 +132,7 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
     if declared.get("dtype") == "string":
         sample["dtype"] = "bfloat16"  # dtype_size() rejects "", so try a real dtype
     try:
-        result = _binding(program.execute, cel.Context(sample, FUNCTIONS))
+        result = _binding(_execute, program, sample)
     except Exception as exc:  # any failure on the sample context: the rule can fail per call
         type_error = _type_error(exc, source, known)
         if type_error is not None:
@@ -188,5 +188,10 @@ def evaluate(program: Any, variables: Mapping[str, object]) -> bool:
         TypeError, RuntimeError, ValueError: CEL's own errors, as the extension raises them.
         CelFailure: Anything else (a division by zero, an overflow, a panic); a RuntimeError.
     """
+    return bool(_binding(_execute, program, variables))
+
+
+def _execute(program: Any, variables: Mapping[str, object]) -> Any:
+    # The context is built inside the binding call too: converting values is native code.
     cel = cel_module()
-    return bool(_binding(program.execute, cel.Context(dict(variables), FUNCTIONS)))
+    return program.execute(cel.Context(dict(variables), FUNCTIONS))
