@@ -114,3 +114,33 @@ def test_platform_fifo_does_not_hang(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "not a regular file (a FIFO)" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        pytest.param(
+            "KERNELPOLICY_OVERRIDES", "[" * 5000, "KERNELPOLICY_OVERRIDES=", id="deep-overrides"
+        ),
+        pytest.param(
+            "KERNELPOLICY_POLICY_PATHS", "[" * 5000, "KERNELPOLICY_POLICY_PATHS: nested 5000",
+            id="deep-policy-paths",
+        ),
+        pytest.param(
+            "KERNELPOLICY_LOG_FORMAT", "x" * 70_000, "over MAX_SETTING_CHARS", id="long-setting"
+        ),
+    ],
+)  # fmt: skip
+def test_bad_settings_are_one_line_in_the_cli(
+    variable: str, value: str, message: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A setting that once raised RecursionError is one error line and exit 2."""
+    monkeypatch.setenv(variable, value)
+    snapshot = str(FIXTURES / "platforms/h100-sxm.json")
+    assert main(["explain", "--platform", snapshot]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernelpolicy: error: ")
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err) < 1000

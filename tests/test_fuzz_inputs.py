@@ -22,13 +22,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kernelpolicy
 from kernelpolicy import probe
+from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import PlatformFileError, SettingsError, VersionError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS, shown
 from kernelpolicy.platform.envvars import capture_env, carried
 from kernelpolicy.platform.model import Platform, load_platform
 from kernelpolicy.settings import parse_bool, settings_from
-from kernelpolicy.testing import FakeNVML, write_kfd_tree
+from kernelpolicy.testing import FakeNVML, fixture_dir, write_kfd_tree
 from kernelpolicy.testing.machines import H100_SXM, MI300X
 from kernelpolicy.versions import StackVersion, UnreadableVersion, parse_specifier, parse_version
 
@@ -270,3 +272,29 @@ def _not_a_gpu(data: bytes) -> bool:
         and "cpu_cores_count" in props
         and "gfx_target_version" in props
     )
+
+
+SWITCHES = ["VLLM_USE_FLASHINFER_SAMPLER", "VLLM_ROCM_USE_AITER", "KERNELPOLICY_FORCE_MHC"]
+ENV_VALUE = (
+    st.text(max_size=12)
+    | st.sampled_from(["1", "0", " on ", "torch", "aiter"])
+    | st.integers(0, MAX_ENV_VALUE_CHARS + 20).map(lambda n: "v" * n)
+)
+
+
+@pytest.fixture(scope="module")
+def h100() -> Platform:
+    return load_platform(fixture_dir() / "platforms/h100-sxm.json")
+
+
+@given(env=st.dictionaries(st.sampled_from(SWITCHES), ENV_VALUE, max_size=3))
+def test_resolve_any_switch_values(env: dict[str, str], h100: Platform) -> None:
+    """Any values of the switches and forces: a Resolution (errors are decisions) whose
+    carried inputs rebuild the same answer, and no value is shown longer than its cut form."""
+    resolution = kernelpolicy.resolve(h100, {**env, "KERNELPOLICY_LOG_FORMAT": "off"})
+    assert set(resolution.env) == set(env)  # every one is read by the bundled policies
+    for value in resolution.env.values():
+        assert len(value) <= SHOWN_ENV_VALUE_CHARS + len("...(cut, 99999 chars)")
+    again = resolve_policies(h100, resolution.env, resolution.policies, resolution.overrides)
+    assert again.fingerprint == resolution.fingerprint
+    assert again.to_dict() == resolution.to_dict()

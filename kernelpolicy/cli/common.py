@@ -58,7 +58,7 @@ def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str
     for item in getattr(args, "env", []):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SettingsError(f"--env {item!r}: expected KEY=VALUE (KEY= unsets KEY)")
+            raise SettingsError(f"--env {shown(item)!r}: expected KEY=VALUE (KEY= unsets KEY)")
         if value:
             env[key] = value
         else:
