@@ -102,9 +102,18 @@ def _quiet_grpc() -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from kernelpolicy.server.signals import hold_sighup, take_pending
+    from kernelpolicy.server.signals import hold_sighup, release_sighup
 
     hold_sighup()  # first: a SIGHUP while starting is a reload later, not the end
+    try:
+        return _serve(args)
+    finally:
+        release_sighup()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from kernelpolicy.server.signals import take_pending
+
     _quiet_grpc()
     from kernelpolicy.cli.render import explain_table
     from kernelpolicy.server.daemon import (

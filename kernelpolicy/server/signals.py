@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-_state = {"pending": False, "installed": False}
+_state: dict[str, object] = {"pending": False, "installed": False, "previous": None}
 
 
 def _remember(signum: int, frame: FrameType | None) -> None:
@@ -22,12 +22,21 @@ def _remember(signum: int, frame: FrameType | None) -> None:
 def hold_sighup() -> None:
     """Record SIGHUP instead of dying, until the daemon's loop installs its own handler."""
     if not _state["installed"]:
-        signal.signal(signal.SIGHUP, _remember)
+        _state["previous"] = signal.signal(signal.SIGHUP, _remember)
         _state["installed"] = True
+
+
+def release_sighup() -> None:
+    """Put back the SIGHUP handler that was there before :func:`hold_sighup` (for callers
+    that run ``serve`` inside a longer-lived process, such as tests)."""
+    if _state["installed"]:
+        previous = _state["previous"]
+        signal.signal(signal.SIGHUP, previous if previous is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+        _state.update(installed=False, pending=False, previous=None)
 
 
 def take_pending() -> bool:
     """Whether a SIGHUP arrived while held (and forget it)."""
-    pending = _state["pending"]
+    pending = bool(_state["pending"])
     _state["pending"] = False
     return pending
