@@ -71,7 +71,7 @@ def existing_policy_paths(paths: Iterable[str | Path], origin: str) -> list[Path
 def _stamp(path: Path) -> tuple[int, int]:
     try:
         stat = path.stat()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path; the loader reports it
         return (-1, -1)
     return (stat.st_mtime_ns, stat.st_size)
 

@@ -324,3 +324,24 @@ def test_mistake_in_the_last_of_2000_features_is_located(mistake: str, key: str)
     line = broken.count("\n", 0, broken.rindex(mistake.splitlines()[-1])) + 1
     issue = single_issue(broken)
     assert (issue.line, issue.feature, issue.key) == (line, "f1999", key)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        pytest.param("", "an empty policy path", id="empty"),
+        pytest.param("  ", "an empty policy path", id="blank"),
+        pytest.param("/tmp/a\x00b.toml", "NUL", id="nul-byte"),
+    ],
+)
+def test_odd_paths_are_policy_errors(path: str, message: str) -> None:
+    """Paths that are not paths are PolicyErrors, through resolve() as well (its cache stamps
+    files before loading them)."""
+    import kernelpolicy
+    from kernelpolicy.testing.machines import fixture_dir
+
+    platform = kernelpolicy.load_platform(fixture_dir() / "platforms" / "cpu.json")
+    with pytest.raises(PolicyError, match=message):
+        kernelpolicy.resolve(platform, {}, [path])
+    with pytest.raises(PolicyError, match=message):
+        load_policies([path])

@@ -62,6 +62,8 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
     with boundary() as cursor:
         files: list[Path] = []
         for raw in expand_policy_paths(paths):
+            if not raw.strip():  # Path("") is the current directory: never what was meant
+                raise PolicyError([PolicyIssue("<policies>", "an empty policy path")])
             path = Path(raw)
             cursor.at(str(path))
             if path.is_dir():
@@ -105,8 +107,8 @@ def read_policy_sources(
             there are too many files, or there is no file at all.
     """
     with boundary() as cursor:
-        given = [Path(p) for p in expand_policy_paths(paths)]
-        files = policy_files(given)
+        given = expand_policy_paths(paths)
+        files = policy_files(given)  # refuses an empty path before Path("") means "."
         check_policy_trust(given, files, allow_untrusted=allow_untrusted)
         if not files:
             raise PolicyError([PolicyIssue("<policies>", "no policy files found")])
@@ -133,12 +135,15 @@ def check_policy_trust(
     """
     if allow_untrusted:
         return
-    for path in map(Path, expand_policy_paths(paths)):
-        if path.is_dir():
-            check_trusted(path, "policy directory")
-    for file in files:
-        if file.exists():
-            check_trusted(file, "policy file")
+    with boundary() as cursor:
+        for path in map(Path, expand_policy_paths(paths)):
+            cursor.at(str(path))
+            if path.is_dir():
+                check_trusted(path, "policy directory")
+        for file in files:
+            cursor.at(str(file))
+            if file.exists():
+                check_trusted(file, "policy file")
 
 
 def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
