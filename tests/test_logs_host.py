@@ -90,8 +90,8 @@ def test_runtime_fallback_is_a_warning(host: Collect) -> None:
     assert "using torch" in event["note"]
 
 
-def test_nothing_on_stderr_without_a_stream_when_the_host_says_so(host: Collect) -> None:
-    """Our handler got the event; kernelpolicy wrote nothing to stderr on its own."""
+def test_a_host_stream_handler_gets_the_event(host: Collect) -> None:
+    """A plain StreamHandler the host adds prints the rendered event."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     logging.getLogger(LOGGER_NAME).addHandler(handler)
