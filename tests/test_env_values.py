@@ -196,3 +196,26 @@ def test_explain_json_of_a_huge_value_is_small(
     assert json.loads(out)["decisions"][FEATURE]["error"].startswith(f"{SWITCH}: a value of")
     assert TAIL not in out
     assert len(out) < len(baseline) + 1000
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("m" * 100 + TAIL, id="cut"),
+        pytest.param("m" * (MAX_ENV_VALUE_CHARS + 1) + TAIL, id="not-carried"),
+    ],
+)
+def test_daemon_inputs_carry_the_cut_value_and_rebuild(value: str, h100: Platform) -> None:
+    """What the daemon sends as a Resolve answer's inputs (its own converter, unchanged) holds
+    the carried value, never the tail, and a client rebuilds the same resolution from it."""
+    pytest.importorskip("grpc")
+    from kernelpolicy.server.convert import inputs_message, rebuild
+
+    resolution = kernelpolicy.resolve(h100, {SWITCH: value, **OFF})
+    sources = [(name, Path(name).read_text()) for name in resolution.policies.files]
+    inputs = inputs_message(resolution, sources, None)
+    assert TAIL not in str(inputs)
+    assert dict(inputs.env) == resolution.env
+    rebuilt = rebuild(inputs)
+    assert rebuilt.fingerprint == resolution.fingerprint
+    assert rebuilt.to_dict() == resolution.to_dict()
