@@ -68,7 +68,7 @@ CASES = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--number", type=int, default=100_000, help="calls per repeat")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", action="store_true")

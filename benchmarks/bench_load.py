@@ -110,7 +110,7 @@ def _row(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="keep the best of this many")
     args = parser.parse_args()

@@ -66,7 +66,7 @@ def whole_process(runs: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=7, help="process launches per command")
     parser.add_argument("--calls", type=int, default=200, help="warm in-process probe() calls")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -46,7 +46,7 @@ def warm(calls: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=7, help="fresh interpreters per measure")
     parser.add_argument("--calls", type=int, default=100, help="warm in-process calls")
     parser.add_argument("--json", action="store_true")

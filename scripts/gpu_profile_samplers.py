@@ -18,7 +18,7 @@ PATHS = {"top_k": (50, None), "top_p": (None, 0.9), "top_k_top_p": (50, 0.9)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--impls", default="triton")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=128256)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -398,3 +399,27 @@ def test_cel_type_error_names_the_operands(
     assert "CEL expression does not type-check: " in out
     assert operands in out
     assert "convert explicitly with int(x), uint(x), double(x) or string(x)" in out
+
+
+def _call_text(text: str, start: int) -> str:
+    """The argument text of the call whose "(" ends at ``start``, brackets balanced."""
+    depth = 1
+    for index in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if depth == 0:
+            return text[start:index]
+    return text[start:]
+
+
+def test_no_parser_in_the_repository_allows_abbreviations() -> None:
+    """Every ArgumentParser in the package, scripts and benchmarks is built with
+    allow_abbrev=False (sub-commands get it from disable_abbreviations, checked above)."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
+        for folder in ("kernelpolicy", "scripts", "benchmarks")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for text in [path.read_text()]
+        for match in re.finditer(r"ArgumentParser\(", text)
+        if "allow_abbrev=False" not in _call_text(text, match.end())
+    ]
+    assert offenders == []

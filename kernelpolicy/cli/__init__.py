@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Which GPU kernel runs on this machine, and why.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"kernelpolicy {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
