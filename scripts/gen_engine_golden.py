@@ -17,7 +17,7 @@ GOLDEN = Path(__file__).resolve().parent.parent / "tests/golden/engine_settings.
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", type=Path, default=GOLDEN)
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
