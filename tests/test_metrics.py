@@ -65,7 +65,7 @@ def test_decision_info_per_feature(daemon: Any) -> None:
         }  # fmt: skip
         assert value(text, "kernelpolicy_decision_info", **labels) == 1.0, feature
     assert value(text, "kernelpolicy_policy_revision") == 1.0
-    assert value(text, "kernelpolicy_policy_files") == 3.0
+    assert value(text, "kernelpolicy_policy_files") == float(len(resolution.policies.files))
     assert value(text, "kernelpolicy_decision_errors") == float(len(resolution.errors))
     assert value(text, "kernelpolicy_resolution_info", fingerprint=resolution.fingerprint) == 1.0
 
