@@ -82,6 +82,18 @@ class Weird:
         ),
         pytest.param(
             mhc("tokens > 1"),
+            lambda r: r.select(Weird(), tokens=1, flag=True),
+            ["select(<Weird object>) failed", "ValueError: no eq"],
+            id="name-whose-comparison-raises",
+        ),
+        pytest.param(
+            GATE,
+            lambda r: r.gate("g" * 100_000),
+            ["unknown gate 'ggg", "(cut, 100002 chars)"],
+            id="huge-name-is-cut",
+        ),
+        pytest.param(
+            mhc("tokens > 1"),
             lambda r: r.select("mhc", tokens="x" * 100_000, flag=True),
             ["'tokens' must be int", "(cut, 100002 chars)"],
             id="huge-value-is-cut",

@@ -263,10 +263,10 @@ GATE_KEYS = sorted({v for g in bundled().gates.values() for v in g.spec.context}
 @given(
     which=st.integers(0, 2),
     kind=st.sampled_from(["select", "gate"]),
-    name=st.sampled_from(NAMES),
+    name=st.one_of(st.sampled_from(NAMES), call_values),
     data=st.data(),
 )
-def test_select_and_gate_contexts(which: int, kind: str, name: str, data: st.DataObject) -> None:
+def test_select_and_gate_contexts(which: int, kind: str, name: Any, data: st.DataObject) -> None:
     """select()/gate() with random names, types and values: an answer or ResolutionError."""
     resolution = resolutions()[which]
     call = resolution.select if kind == "select" else resolution.gate

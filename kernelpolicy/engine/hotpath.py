@@ -46,6 +46,10 @@ def _message(exc: BaseException) -> str:
         return "<unprintable>"
 
 
+def _failed(kind: str, name: object, exc: BaseException) -> ResolutionError:
+    return ResolutionError(f"{kind}({show(name)}) failed: {type(exc).__name__}: {_message(exc)}")
+
+
 def guarded(kind: str, miss: Callable[..., Any]) -> Callable[..., Any]:
     """``miss`` with every exception but ResolutionError turned into one (the call-time
     translation point of ``select`` and ``gate``)."""
@@ -136,7 +140,18 @@ def hot_path(
             f"            return _miss(_c{index}, _name, None, _given({given}))",
         ]
     lines.append(f"    return _miss(None, _name, None, _given({given}))")
+    # The whole body in one more try (free in Python 3.11 until something raises): a name whose
+    # comparison raises, or anything else, still ends as a ResolutionError.
+    lines = [lines[0], "    try:", *(f"    {line}" for line in lines[1:])]
+    lines += [
+        "    except _ResolutionError:",
+        "        raise",
+        "    except Exception as _exc:",
+        f"        raise _failed({kind!r}, _name, _exc) from _exc",
+    ]
     scope["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
+    scope["_ResolutionError"] = ResolutionError
+    scope["_failed"] = _failed
     exec(
         compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), scope
     )  # generated from validated identifiers only

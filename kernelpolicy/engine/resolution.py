@@ -12,7 +12,14 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernelpolicy.engine.hotpath import convert, hot_path, remember, show_context, type_guard
+from kernelpolicy.engine.hotpath import (
+    convert,
+    hot_path,
+    remember,
+    show,
+    show_context,
+    type_guard,
+)
 from kernelpolicy.engine.model import Decision, Reason
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
@@ -104,7 +111,7 @@ class Resolution:
             return self.decisions[feature]
         except KeyError:
             raise ResolutionError(
-                f"unknown feature {feature!r}; the policies define: {', '.join(self.decisions)}"
+                f"unknown feature {show(feature)}; the policies define: {', '.join(self.decisions)}"
             ) from None
 
     def impl(self, feature: str) -> Callable[..., Any]:
@@ -286,7 +293,7 @@ class Resolution:
         gate = self.policies.gates.get(name)
         if gate is None or cache is None:
             known = ", ".join(self.policies.gates) or "none"
-            raise ResolutionError(f"unknown gate {name!r}; the policies define: {known}")
+            raise ResolutionError(f"unknown gate {show(name)}; the policies define: {known}")
         variables = self._variables(f"gate({name!r})", gate.spec.context, context)
         static = self._gate_static[name]
         result = (
