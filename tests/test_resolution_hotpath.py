@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernelpolicy.engine import resolve_policies
 from kernelpolicy.engine.hotpath import hot_path
 from kernelpolicy.errors import ResolutionError
-from tests.helpers import resolve_on
+from tests.helpers import fixture, resolve_on
 
 TOPK = "sampler.top_k_top_p"
 CALL = {
@@ -183,3 +184,57 @@ def test_no_graph_break_under_torch_compile() -> None:
     assert torch.equal(compiled(x, True), step(x, True))
     assert compiled(x, False)[0, 0].item() == -8.0  # aiter (x*2) and one-stage (-10)
     assert compiled(x, True)[0, 0].item() == -8.0  # torch (x+1) and one-stage (-10)
+
+
+def _many_features(count: int) -> str:
+    from kernelpolicy.engine.hotpath import FEATURES_PER_FUNCTION
+
+    assert count > 2 * FEATURES_PER_FUNCTION  # split into several generated functions
+    parts = ['schema = "kernelpolicy.policy/v1"']
+    for i in range(count):
+        parts.append(
+            f'[features."f{i}"]\ndescription = "d"\nfallback = "slow"\n'
+            f'context = {{ n = "int", s = "string" }}\n'
+            f'[[features."f{i}".candidates]]\nimpl = "fast"\nentry = "json:loads"\n'
+            f"when = 'n > {i} && s != \"x\"'\n"
+            f'[[features."f{i}".candidates]]\nimpl = "slow"\nentry = "json:dumps"\n'
+        )
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize(
+    ("feature", "context", "expected"),
+    [
+        pytest.param("f0", {"n": 1, "s": "a"}, "fast", id="first-function-first-name"),
+        pytest.param("f0", {"n": 0, "s": "a"}, "slow", id="first-function-rule-false"),
+        pytest.param("f100", {"n": 101, "s": "a"}, "fast", id="second-function"),
+        pytest.param("f199", {"n": 150, "s": "a"}, "slow", id="last-function"),
+        pytest.param("f199", {"n": 200, "s": "x"}, "slow", id="last-function-string"),
+        pytest.param("f199", {"n": 200, "s": "y"}, "fast", id="last-function-true"),
+    ],
+)
+def test_large_sets_dispatch_by_name(
+    feature: str, context: dict[str, object], expected: str
+) -> None:
+    """Past FEATURES_PER_FUNCTION features, select() finds each feature's generated code by
+    name and answers as for a small set."""
+    from kernelpolicy.policy import load_policy_text
+
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(_many_features(200)))
+    assert res.select(feature, **context) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param("nope", "nope", id="unknown"),
+        pytest.param(["f0"], "select", id="unhashable"),
+    ],
+)
+def test_large_sets_refuse_unknown_names(name: object, message: str) -> None:
+    """An unknown or unhashable feature name is a ResolutionError on the dispatching path too."""
+    from kernelpolicy.policy import load_policy_text
+
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(_many_features(200)))
+    with pytest.raises(ResolutionError, match=message):
+        res.select(name, n=1, s="a")

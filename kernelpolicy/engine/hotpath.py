@@ -102,6 +102,13 @@ def type_guard(variable: str, kind: str) -> str:
     return _GUARDS[kind].format(v=variable)
 
 
+FEATURES_PER_FUNCTION = 64
+"""Names one generated function tests in turn. A larger set is split into such functions behind
+a dict lookup, so that a call compares at most this many names and each ``compile()`` is short:
+compiling one function for 10,000 features held the interpreter (and so every answer of a
+daemon reloading in a thread) for seconds."""
+
+
 def hot_path(
     kind: str,
     contexts: Mapping[str, tuple[str, ...]],
@@ -117,14 +124,62 @@ def hot_path(
     looked up by the tuple of its variables, and a miss hands every given variable to ``miss``
     (which validates them, evaluates the CEL and fills the cache). Python itself raises
     ``TypeError`` for a keyword no policy declares; a variable declared only by another feature
-    is ignored.
+    is ignored. Past ``FEATURES_PER_FUNCTION`` names, a dict picks the function that knows one.
     """
     params = sorted({v for variables in contexts.values() for v in variables})
+    scope: dict[str, Any] = {
+        "_M": _MISSING,
+        "_miss": guarded(kind, miss),
+        "_given": lambda values: {k: v for k, v in values.items() if v is not _MISSING},
+        "_ResolutionError": ResolutionError,
+        "_failed": _failed,
+        **(namespace or {}),
+    }
+    names = list(contexts)
+    if len(names) <= FEATURES_PER_FUNCTION:
+        function = _generate(kind, kind, contexts, params, fast=fast, scope=scope)
+    else:
+        table: dict[str, Callable[..., Any]] = {}
+        for start in range(0, len(names), FEATURES_PER_FUNCTION):
+            chunk = {n: contexts[n] for n in names[start : start + FEATURES_PER_FUNCTION]}
+            part = _generate(
+                f"_{kind}_{start}", kind, chunk, params, fast=fast, scope=scope, offset=start
+            )
+            table.update(dict.fromkeys(chunk, part))
+        scope["_T"] = table
+        scope["_rest"] = _generate(f"_{kind}_rest", kind, {}, params, fast=fast, scope=scope)
+        signature = "".join(f", {p}=_M" for p in params)
+        passed = "".join(f", {p}={p}" for p in params)
+        lines = [
+            f"def {kind}(_name, /{', *' if params else ''}{signature}):",
+            "    try:",
+            "        _f = _T[_name]",
+            "    except Exception:  # unknown or unhashable: the slow path says so",
+            "        _f = _rest",
+            f"    return _f(_name{passed})",
+        ]
+        function = _compile(kind, lines, scope)
+    # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
+    # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
+    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return function
+
+
+def _generate(
+    function_name: str,
+    kind: str,
+    contexts: Mapping[str, tuple[str, ...]],
+    params: list[str],
+    *,
+    fast: Mapping[str, list[str]] | None,
+    scope: dict[str, Any],
+    offset: int = 0,
+) -> Callable[..., Any]:
+    """One function that tests the names of ``contexts`` in turn (see :func:`hot_path`)."""
     given = "{" + ", ".join(f"{p!r}: {p}" for p in params) + "}"
     signature = "".join(f", {p}=_M" for p in params)
-    lines = [f"def {kind}(_name, /{', *' if params else ''}{signature}):"]
-    scope: dict[str, Any] = {"_M": _MISSING, "_miss": guarded(kind, miss), **(namespace or {})}
-    for index, (name, variables) in enumerate(contexts.items()):
+    lines = [f"def {function_name}(_name, /{', *' if params else ''}{signature}):"]
+    for index, (name, variables) in enumerate(contexts.items(), start=offset):
         scope[f"_c{index}"] = {}
         key = "(" + "".join(f"{v}, " for v in variables) + ")"
         lines.append(f"    if _name == {name!r}:")
@@ -149,16 +204,14 @@ def hot_path(
         "    except Exception as _exc:",
         f"        raise _failed({kind!r}, _name, _exc) from _exc",
     ]
-    scope["_given"] = lambda values: {k: v for k, v in values.items() if v is not _MISSING}
-    scope["_ResolutionError"] = ResolutionError
-    scope["_failed"] = _failed
+    return _compile(function_name, lines, scope)
+
+
+def _compile(function_name: str, lines: list[str], scope: dict[str, Any]) -> Callable[..., Any]:
     exec(
-        compile("\n".join(lines), f"<kernelpolicy {kind}>", "exec"), scope
+        compile("\n".join(lines), f"<kernelpolicy {function_name}>", "exec"), scope
     )  # generated from validated identifiers only
-    function: Callable[..., Any] = scope[kind]
-    # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
-    # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
-    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    function: Callable[..., Any] = scope[function_name]
     return function
 
 
