@@ -208,3 +208,64 @@ def test_two_top_logits_in_one_group_stay_on_the_fast_path(slow_rows: list[list[
     ids = sample(logits.to(DEVICE), None, full(0.9, 2)).cpu()
     assert set(ids.tolist()) <= {0, 1}
     assert slow_rows == [[0, 0]]
+
+
+def tied_row(vocab: int, high: int, low: int) -> torch.Tensor:
+    """``high`` tokens tied at logit 1.0, then ``low`` tied at 0.0, the rest at -30."""
+    row = torch.full((1, vocab), -30.0)
+    row[0, :high] = 1.0
+    row[0, high : high + low] = 0.0
+    return row
+
+
+@pytest.mark.parametrize(
+    ("vocab", "high", "low", "rows"),
+    [
+        pytest.param(512, 300, 200, 24, id="300-tied-in-512"),
+        pytest.param(16384, 5000, 5000, 16, id="5000-tied-in-16384"),
+    ],
+)
+def test_ties_across_the_nucleus_boundary_are_drawn_evenly(
+    even_uniforms: None,
+    monkeypatch: pytest.MonkeyPatch,
+    vocab: int,
+    high: int,
+    low: int,
+    rows: int,
+) -> None:
+    """A tied group wider than the buffers straddles the top-p cut (p 0.5): vLLM's cut inside
+    it (the lowest ids stay) and every kept token drawn in proportion, none of them taking the
+    mass outside the group (the last tied token got 11 of 40 draws before)."""
+    if DEVICE == "cpu":
+        monkeypatch.setattr(sampling_triton, "ROW_BLOCK", 4096)  # fewer interpreted blocks
+    row = tied_row(vocab, high, low)
+    ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), None, full(0.5, rows)).cpu()
+    expected = filtered_probs(row, None, 0.5)[0]
+    assert 0 < int((expected > 0).sum()) < high
+    assert_quadrature(ids, expected)
+
+
+def test_a_dtype_whose_kernels_fail_to_build_is_read_as_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compile failure for bfloat16 (as Triton's layout pass once failed on an H100): the call
+    converts the logits to float32 instead of raising, and later calls do so at once."""
+    monkeypatch.setattr(sampling_triton, "UPCAST", {})
+    pipeline = sampling_triton._pipeline
+    dtypes: list[torch.dtype] = []
+
+    def fails_for_half(x: torch.Tensor, *args: object) -> torch.Tensor:
+        dtypes.append(x.dtype)
+        if x.dtype != torch.float32:
+            raise RuntimeError("PassManager::run failed (planted)")
+        return pipeline(x, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sampling_triton, "_pipeline", fails_for_half)
+    logits = make_logits("clean", 4, 1000, device=DEVICE).bfloat16()
+    for _ in range(2):
+        ids = sample(logits, full(20, 4), None).cpu()
+        assert bool(
+            (filtered_probs(logits.float().cpu(), 20, None)[torch.arange(4), ids] > 0).all()
+        )
+    assert dtypes == [torch.bfloat16, torch.float32, torch.float32]
+    assert "planted" in sampling_triton.UPCAST[torch.bfloat16]

@@ -117,8 +117,10 @@ class Resolution:
     def impl(self, feature: str) -> Callable[..., Any]:
         """The callable of the chosen implementation, imported (and prepared) on first use.
 
-        If the chosen kernel's library cannot be imported or built here, the feature switches to
-        its fallback for the rest of this Resolution, and the decision says so. Kernels with a
+        If the chosen kernel's library cannot be imported or built here, or the kernel fails when
+        called (a compile or launch error) where the fallback succeeds on the same call, the
+        feature switches to its fallback for the rest of this Resolution, and the decision says
+        so. Kernels with a
         known output bug come wrapped in their guard (``.repaired`` counts repaired rows).
 
         Raises:
@@ -156,6 +158,10 @@ class Resolution:
             function = _resolve_entry(entry)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
             raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+        if impl != self.policies.features[feature].spec.fallback:
+            from kernelpolicy.engine.runtime import CallTimeFallback
+
+            function = CallTimeFallback(self, feature, impl, function)
         decision = self.decisions[feature]
         chosen = next((c for c in decision.candidates if c.impl == impl), None)
         for guard in chosen.guards if chosen else ():

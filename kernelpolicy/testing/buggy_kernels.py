@@ -22,3 +22,15 @@ def top_k_ignores_k(
     x = torch.nan_to_num(logits.float(), nan=-1e30, posinf=1e30, neginf=-1e30)
     probs = torch.softmax(x, dim=-1)
     return torch.multinomial(probs, 1).squeeze(-1)
+
+
+def sampler_fails_when_called(
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: object = None,
+    *,
+    k_max: int | None = None,
+) -> torch.Tensor:
+    """Imports fine, raises on every call, as a kernel whose compile fails for a dtype does."""
+    raise RuntimeError(f"PassManager::run failed (planted) for {logits.dtype}")

@@ -52,6 +52,11 @@ FAN = 16  # thresholds per pass of the exact nucleus search
 ROUNDS = 12  # search passes before the interval is kept whole (only ties get there)
 
 
+UPCAST: dict[torch.dtype, str] = {}
+"""dtypes whose kernels failed to compile in this process (-> why): their logits are converted
+to float32 before the kernels (one more pass over the logits), instead of failing the call."""
+
+
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
     u = torch.rand(batch, device=device)
     for row, generator in (generators or {}).items():
@@ -134,7 +139,15 @@ def top_k_top_p(
         from kernelpolicy.kernels import torch_impl
 
         return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
-    return _pipeline(x, k_rows, k_bound, p, generators)
+    if x.dtype in UPCAST:
+        x = x.float()
+    try:
+        return _pipeline(x, k_rows, k_bound, p, generators)
+    except Exception as exc:  # the kernels do not build for this dtype here: read it as float32
+        if x.dtype == torch.float32:
+            raise
+        UPCAST[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return _pipeline(x.float(), k_rows, k_bound, p, generators)
 
 
 def _pipeline(

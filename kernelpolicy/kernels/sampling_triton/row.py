@@ -48,7 +48,8 @@ def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
             FAN: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """The exact nucleus threshold without a candidate bound: narrow [lo, hi) with FAN
     thresholds per pass until the logits inside fit buf, then sort those. Returns the
-    threshold and the nucleus mass."""
+    threshold, how many of the logits equal to it stay (the lowest ids), and the nucleus
+    mass."""
     target = p * z
     # below m - ln(V / (1 - p)) lies less than (1 - p) of the mass (z >= 1): start there
     lo = m - (log_v - tl.log(1.0 - p))
@@ -85,8 +86,24 @@ def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
             lo = new_lo
             hi = new_hi
         rounds += 1
-    threshold = lo  # a run of (nearly) equal logits wider than buf: keep it whole
-    mass = z
+    return _cut(buf, n_in, lo, above, m, z, p, CAP)
+
+
+@triton.jit
+def _cut(buf, n_in, lo, above, m, z, p, CAP: tl.constexpr):
+    """The nucleus boundary inside [lo, hi), whose n_in logits are in buf when they fit:
+    (threshold, how many logits equal to it stay, the nucleus mass)."""
+    target = p * z
+    # A run of equal logits wider than buf (the interval cannot narrow further): vLLM's cut
+    # inside it, where the tied tokens go from the highest id down while the weight at or below
+    # them stays <= (1 - p) * z.
+    threshold = lo
+    q = exp_at(lo, m)
+    below = tl.maximum(z - above - n_in.to(tl.float32) * q, 0.0)
+    dropped = tl.floor(((1.0 - p) * z - below) / q)
+    dropped = tl.minimum(tl.maximum(dropped, 0.0), (n_in - 1).to(tl.float32))
+    ties = n_in - dropped.to(tl.int32)
+    mass = above + ties.to(tl.float32) * q
     if n_in <= CAP:
         tl.debug_barrier()  # buf was written by the other threads of this program
         slots = tl.arange(0, CAP)
@@ -97,24 +114,32 @@ def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
         first = tl.min(tl.where((cum >= target) & (slots < n_in), slots, CAP), 0)
         first = tl.where(first == CAP, n_in - 1, first)  # rounding left it short: keep all
         threshold = tl.where(n_in > 0, tl.sum(tl.where(slots == first, v, 0.0), 0), lo)
-        mass = above + tl.sum(tl.where(v >= threshold, w, 0.0), 0)
-    return threshold, mass
+        kept = slots <= first
+        # the sort put ties in id order: the kept ones at the threshold are the lowest ids
+        ties = tl.sum((kept & (v == threshold)).to(tl.int32), 0)
+        mass = above + tl.sum(tl.where(kept, w, 0.0), 0)
+    return threshold, ties, mass
 
 
 @triton.jit
-def draw(base, V, threshold, m, inf_mode, mass, u, BLOCK: tl.constexpr):
-    """Inverse CDF in token order over the logits >= threshold, whose mass is ``mass``."""
+def draw(base, V, threshold, ties, m, inf_mode, mass, u, BLOCK: tl.constexpr):
+    """Inverse CDF in token order over the logits > threshold and the first ``ties`` logits
+    == threshold, whose mass is ``mass``."""
     offs0 = tl.arange(0, BLOCK)
     goal = u * mass
     run = 0.0
     answer = -1
     last = 0
+    n_eq = 0
     start = 0
     while (start < V) & (answer < 0):
         offs = start + offs0
         x = load_row(base, offs, V)
         w = tl.where(inf_mode, tl.where(x == float("inf"), 1.0, 0.0), exp_at(x, m))
-        w = tl.where(x >= threshold, w, 0.0)
+        eq = (x == threshold) & (offs < V)
+        rank = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
+        n_eq += tl.sum(eq.to(tl.int32), 0)
+        w = tl.where((x > threshold) | (eq & (rank < ties)), w, 0.0)
         last = tl.maximum(last, tl.max(tl.where(w > 0, offs, 0), 0))
         total = tl.sum(w, 0)
         if run + total > goal:
@@ -145,7 +170,7 @@ def _inf_row(base, V, m, u, BLOCK: tl.constexpr):
     for start in range(0, V, BLOCK):
         x = load_row(base, start + tl.arange(0, BLOCK), V)
         n_inf += tl.sum((x == float("inf")).to(tl.int32), 0)
-    return draw(base, V, float("inf"), m, True, n_inf.to(tl.float32), u, BLOCK)
+    return draw(base, V, float("inf"), n_inf, m, True, n_inf.to(tl.float32), u, BLOCK)
 
 
 @triton.jit
@@ -164,8 +189,8 @@ def _top_p_row(base, V, buf, mode, bound, z, p, m, u, log_v, BLOCK: tl.constexpr
         else:
             token = finish(buf, count, 0, p, m, z, u, False, CAP)
     else:  # a wide nucleus: search for its threshold exactly
-        threshold, mass = search(base, V, buf, m, z, p, log_v, BLOCK, CAP, FAN, ROUNDS)
-        token = draw(base, V, threshold, m, False, mass, u, BLOCK)
+        threshold, ties, mass = search(base, V, buf, m, z, p, log_v, BLOCK, CAP, FAN, ROUNDS)
+        token = draw(base, V, threshold, ties, m, False, mass, u, BLOCK)
     return token
 
 
