@@ -34,10 +34,18 @@ def test_torch_fallbacks_pass(reports: dict, target: tuple[str, str]) -> None:  
 
 
 def test_sampler_suite_covers_the_specified_cases(reports: dict) -> None:  # type: ignore[type-arg]
-    """9 patterns x 3 paths of robustness and 7 (k, p) cases of chi-square."""
-    checks = [o.check for o in reports[("sampler.top_k_top_p", "torch")].outcomes]
-    assert len([c for c in checks if c.startswith("robustness/")]) == 27
-    assert len([c for c in checks if c.startswith("distribution/")]) == 7
+    """Per dtype (float32, bfloat16, float16): 9 patterns x 3 paths of robustness, 7 (k, p)
+    cases of chi-square and a batch of mixed rows; 8 tie-heavy cases; 6 shapes (batch 1, large
+    vocabularies, k above a kernel's limit). Every robustness and distribution check names its
+    dtype, and the report says which dtypes passed."""
+    report = reports[("sampler.top_k_top_p", "torch")]
+    checks = [o.check for o in report.outcomes]
+    for dtype in ("float32", "bfloat16", "float16"):
+        assert len([c for c in checks if c.startswith(f"robustness/{dtype}/")]) == 27
+        assert len([c for c in checks if c.startswith(f"distribution/{dtype}/")]) == 8
+    assert len([c for c in checks if c.startswith("ties/")]) == 8
+    assert len([c for c in checks if c.startswith("shapes/")]) == 6
+    assert report.to_dict()["dtypes_passed"] == ["bfloat16", "float16", "float32"]
     assert "accuracy/allreduce_rmsnorm/2-process-gloo/float32" in [
         o.check for o in reports[("allreduce_rmsnorm", "torch")].outcomes
     ]
@@ -77,7 +85,17 @@ def test_a_sampler_that_ignores_k_fails_robustness_and_distribution() -> None:
     """Filtering bugs are caught both by the support check and by chi-square."""
     report = suite.run_one("sampler.top_k_top_p", "planted", f"{BUGGY}:top_k_ignores_k")
     failing = {o.check.split("/")[0] for o in report.outcomes if not o.passed}
-    assert failing == {"robustness", "distribution"}
+    assert failing == {"robustness", "distribution", "ties", "shapes"}
+
+
+def test_a_sampler_failing_for_one_dtype_is_recorded_per_dtype() -> None:
+    """A kernel that breaks only on float16 fails that dtype's checks; the report (and so the
+    evidence) lists float32 and bfloat16 as passed."""
+    report = suite.run_one("sampler.top_k_top_p", "planted", f"{BUGGY}:top_k_top_p_fails_float16")
+    document = report.to_dict()
+    assert document["status"] == "failed"
+    assert document["dtypes_passed"] == ["bfloat16", "float32"]
+    assert document["dtypes_failed"] == ["float16"]
 
 
 def test_unknown_feature() -> None:

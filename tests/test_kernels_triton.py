@@ -18,9 +18,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
+from kernelpolicy.conformance.distribution import CASES as DIST_CASES
 from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
 from kernelpolicy.conformance.reference import filtered_probs
-from kernelpolicy.conformance.samplers import DIST_CASES
 from kernelpolicy.kernels import sampling_triton
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

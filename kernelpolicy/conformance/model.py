@@ -15,6 +15,9 @@ class Outcome:
     detail: str
 
 
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
 @dataclass
 class ImplReport:
     """Every check of one implementation of one feature, or why it could not run here."""
@@ -30,6 +33,17 @@ class ImplReport:
         return self.skipped is None and all(o.passed for o in self.outcomes)
 
     @property
+    def dtypes(self) -> dict[str, bool]:
+        """dtype -> whether every check naming it passed (checks name their dtype)."""
+        found: dict[str, bool] = {}
+        for outcome in self.outcomes:
+            for part in outcome.check.split("/"):
+                name = part.removeprefix("torch.")
+                if name in DTYPE_NAMES:
+                    found[name] = found.get(name, True) and outcome.passed
+        return found
+
+    @property
     def status(self) -> str:
         return "skipped" if self.skipped else "passed" if self.passed else "failed"
 
@@ -40,5 +54,7 @@ class ImplReport:
             "status": self.status,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 3),
+            "dtypes_passed": sorted(d for d, ok in self.dtypes.items() if ok),
+            "dtypes_failed": sorted(d for d, ok in self.dtypes.items() if not ok),
             "checks": [o.__dict__ for o in self.outcomes],
         }

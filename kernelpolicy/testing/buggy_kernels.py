@@ -34,3 +34,19 @@ def sampler_fails_when_called(
 ) -> torch.Tensor:
     """Imports fine, raises on every call, as a kernel whose compile fails for a dtype does."""
     raise RuntimeError(f"PassManager::run failed (planted) for {logits.dtype}")
+
+
+def top_k_top_p_fails_float16(
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: object = None,
+    *,
+    k_max: int | None = None,
+) -> torch.Tensor:
+    """The torch sampler, except that float16 logits raise (a kernel not built for a dtype)."""
+    from kernelpolicy.kernels.torch_impl import top_k_top_p
+
+    if logits.dtype == torch.float16:
+        raise RuntimeError("no float16 kernel (planted)")
+    return top_k_top_p(logits, k, p, generators, k_max=k_max)

@@ -1,0 +1,142 @@
+"""Distribution checks of samplers: chi-square of 50,000 draws against the exact filtered
+softmax (kernelpolicy.conformance.reference), per dtype, for per-row mixes of k/p/None in one
+batch, and for tie-heavy rows (logits rounded through bfloat16; tied groups straddling the top-k
+and top-p boundaries, where the lowest ids must stay). Plus shapes: batch 1, large vocabularies,
+and k above a kernel's own limit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from kernelpolicy.conformance.model import Outcome
+from kernelpolicy.conformance.reference import filtered_probs
+
+Sampler = Callable[..., torch.Tensor]
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+VOCAB, SAMPLES, ALPHA = 32, 50_000, 1e-6
+CASES = ((8, None), (16, None), (None, 0.5), (None, 0.7), (None, 0.99), (8, 0.9), (4, 0.5))
+MIXED = ((5, 1.0), (0, 0.8), (0, 1.0), (10, 0.6))  # per row: k 0 = none, p 1.0 = none
+TIE_CASES = ((6, None), (None, 0.5), (16, 0.8), (3, 0.9))
+SHAPES = ((1, 151936), (3, 262144))  # batch, vocab
+BIG_K = (300, 1024)  # above the Triton kernel's MAX_K, and far above
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _full(batch: int, value: float | None, dtype: torch.dtype, device: str) -> Any:
+    if value is None:
+        return None
+    if dtype == torch.int64:
+        return torch.full((batch,), int(value), dtype=dtype)  # k stays on the host
+    return torch.full((batch,), value, dtype=dtype, device=device)
+
+
+def chi_square(name: str, ids: torch.Tensor, expected: torch.Tensor) -> Outcome:
+    """Draws ``ids`` against probabilities ``expected``: none where it is 0, chi-square over
+    the rest at level ALPHA."""
+    from scipy.stats import chisquare
+
+    n, vocab = ids.numel(), expected.numel()
+    counts = torch.bincount(ids.cpu().clamp(0, vocab), minlength=vocab + 1)
+    impossible = int(counts[:vocab][expected == 0].sum()) + int(counts[vocab:].sum())
+    if impossible:
+        return Outcome(name, False, f"{impossible} samples where the expected probability is 0")
+    support = expected > 0
+    if int(support.sum()) <= 1:
+        return Outcome(name, True, "one token possible, always drawn")
+    test = chisquare(counts[:vocab][support].double().numpy(), (expected[support] * n).numpy())
+    detail = f"chi2={test.statistic:.1f}, p-value={test.pvalue:.3g} over {int(support.sum())}"
+    passed = bool(test.pvalue >= ALPHA)
+    return Outcome(name, passed, detail if passed else f"{detail} < alpha {ALPHA}")
+
+
+def _run(name: str, sampler: Sampler, *args: Any) -> torch.Tensor | Outcome:
+    try:
+        return sampler(*args).detach().to("cpu", torch.int64).reshape(-1)
+    except Exception as exc:  # a crash is the finding
+        return Outcome(name, False, f"raised {type(exc).__name__}: {exc}")
+
+
+def _same_row(
+    sampler: Sampler, name: str, row: torch.Tensor, *, k: int | None, p: float | None, device: str
+) -> Outcome:
+    logits = row.expand(SAMPLES, -1).contiguous().to(device)
+    kt, pt = _full(SAMPLES, k, torch.int64, device), _full(SAMPLES, p, torch.float32, device)
+    ids = _run(name, sampler, logits, kt, pt)
+    if isinstance(ids, Outcome):
+        return ids
+    return chi_square(name, ids, filtered_probs(row.float(), k, p)[0])
+
+
+def tie_row() -> torch.Tensor:
+    """12 tokens tied at 1.0, 12 at 0.0, 8 at -1.0, shuffled so ids do not follow values."""
+    values = torch.tensor([1.0] * 12 + [0.0] * 12 + [-1.0] * 8)
+    return values[torch.randperm(VOCAB, generator=torch.Generator().manual_seed(11))][None]
+
+
+def distribution(sampler: Sampler, device: str = "cpu", seed: int = 0) -> Iterator[Outcome]:
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.randn(1, VOCAB, generator=generator) * 2.0
+    for dtype in DTYPES:
+        row = base.to(dtype)
+        for k, p in CASES:
+            name = f"distribution/{_name(dtype)}/k={k or '-'},p={p or '-'}"
+            yield _same_row(sampler, name, row, k=k, p=p, device=device)
+        yield _mixed(sampler, row, device)
+    rounded = (1.0 + 0.05 * torch.randn(1, VOCAB, generator=generator)).bfloat16()
+    for k, p in TIE_CASES:
+        tag = f"k={k or '-'},p={p or '-'}"
+        yield _same_row(
+            sampler, f"ties/bfloat16/bf16-rounded/{tag}", rounded, k=k, p=p, device=device
+        )
+        yield _same_row(
+            sampler, f"ties/float32/tied-groups/{tag}", tie_row(), k=k, p=p, device=device
+        )
+    yield from _shapes(sampler, device)
+
+
+def _mixed(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
+    """Rows of one batch with different k/p (0 and 1.0 meaning none), as vLLM passes them."""
+    name = f"distribution/{_name(row.dtype)}/mixed-rows"
+    per = SAMPLES // len(MIXED)
+    logits = row.expand(per * len(MIXED), -1).contiguous().to(device)
+    k = torch.tensor([m[0] for m in MIXED]).repeat_interleave(per)
+    p = torch.tensor([m[1] for m in MIXED], dtype=torch.float32).repeat_interleave(per)
+    ids = _run(name, sampler, logits, k, p.to(device))
+    if isinstance(ids, Outcome):
+        return ids
+    details = []
+    for i, (kk, pp) in enumerate(MIXED):
+        part = chi_square(
+            name, ids[i * per : (i + 1) * per], filtered_probs(row.float(), kk or None, pp)[0]
+        )
+        if not part.passed:
+            return Outcome(name, False, f"rows with k={kk}, p={pp}: {part.detail}")
+        details.append(part.detail.split(",")[1].strip())
+    return Outcome(name, True, "; ".join(details))
+
+
+def _shapes(sampler: Sampler, device: str) -> Iterator[Outcome]:
+    """Batch 1 and large vocabularies, and k above a kernel's own limit: ids inside the
+    filtered support."""
+    generator = torch.Generator().manual_seed(5)
+    cases: list[tuple[int, int, int, float | None]] = [(b, v, 50, 0.9) for b, v in SHAPES]
+    cases += [(4, 32768, k, p) for k in BIG_K for p in (None, 0.9)]
+    for batch, vocab, k, p in cases:
+        name = f"shapes/float32/batch={batch},vocab={vocab},k={k},p={p or '-'}"
+        logits = torch.randn(batch, vocab, generator=generator) * 3.0
+        kt, pt = _full(batch, k, torch.int64, device), _full(batch, p, torch.float32, device)
+        ids = _run(name, sampler, logits.to(device), kt, pt)
+        if isinstance(ids, Outcome):
+            yield ids
+            continue
+        support = filtered_probs(logits, k, p) > 0
+        ok = ids.numel() == batch and bool(
+            support[torch.arange(batch), ids.clamp(0, vocab - 1)].all()
+        )
+        yield Outcome(name, ok, "ids inside the filtered support" if ok else f"ids {ids.tolist()}")
