@@ -64,7 +64,11 @@ def flashinfer_top_k_top_p(
     logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
 ) -> torch.Tensor:
     sampling = _module("flashinfer.sampling")
-    # The kernels read per-row parameters from device memory: int32 k, float32 p.
+    # The kernels read per-row parameters from device memory: int32 k, float32 p. A row without
+    # top-k (k <= 0 or >= vocab) asks for the whole vocabulary: FlashInfer reads 0 literally.
+    vocab = logits.shape[-1]
+    if k is not None:
+        k = torch.where((k <= 0) | (k >= vocab), vocab, k)
     k = None if k is None else k.to(device=logits.device, dtype=torch.int32)
     p = None if p is None else p.to(device=logits.device, dtype=torch.float32)
     if k is None:

@@ -49,4 +49,4 @@ def top_k_top_p_fails_float16(
 
     if logits.dtype == torch.float16:
         raise RuntimeError("no float16 kernel (planted)")
-    return top_k_top_p(logits, k, p, generators, k_max=k_max)
+    return top_k_top_p(logits, k, p, generators, k_max=k_max)  # type: ignore[arg-type]

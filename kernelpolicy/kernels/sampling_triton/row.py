@@ -73,8 +73,11 @@ def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
             above += tl.sum(tl.where(x >= hi, w, 0.0), 0)
             inside = (x >= lo) & (x < hi)
             if tl.max(inside.to(tl.int32), 0) > 0:
-                hit = inside[:, None] & (x[:, None] >= t[None, :])
-                acc += tl.sum(tl.where(hit, w[:, None], 0.0), 0)
+                # read again inside the branch: with x from outside, Triton 3.6's
+                # RemoveLayoutConversions left a use undominated for bfloat16/float16 loads
+                xi = load_row(base, offs, V)
+                hit = inside[:, None] & (xi[:, None] >= t[None, :])
+                acc += tl.sum(tl.where(hit, exp_at(xi, m)[:, None], 0.0), 0)
                 pos = n_in + tl.cumsum(inside.to(tl.int32), 0) - 1
                 tl.store(buf + pos, pack(x, offs), mask=inside & (pos < CAP))
                 n_in += tl.sum(inside.to(tl.int32), 0)
