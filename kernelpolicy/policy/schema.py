@@ -44,6 +44,14 @@ def _specifier(value: str | None) -> str | None:
     return value
 
 
+def _arch_list(value: list[str] | None) -> list[str] | None:
+    """Architecture names as the probe writes them (``sm_90``, ``gfx942``)."""
+    for arch in value or ():
+        if not _ARCH.match(arch):
+            raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
+    return value
+
+
 class LibraryRequirement(_Strict):
     """A distribution that must be installed, optionally in a version range.
 
@@ -182,10 +190,7 @@ class EngineRule(_Strict):
     @field_validator("arch")
     @classmethod
     def _arch_names(cls, value: list[str] | None) -> list[str] | None:
-        for arch in value or ():
-            if not _ARCH.match(arch):
-                raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
-        return value
+        return _arch_list(value)
 
     @field_validator("if_on")
     @classmethod
@@ -277,10 +282,7 @@ class Candidate(_Strict):
     @field_validator("arch", "exclude_arch")
     @classmethod
     def _arch_names(cls, value: list[str] | None) -> list[str] | None:
-        for arch in value or ():
-            if not _ARCH.match(arch):
-                raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
-        return value
+        return _arch_list(value)
 
     @field_validator("entry")
     @classmethod
