@@ -56,6 +56,32 @@ def test_bad_listen_addresses_are_errors(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        pytest.param(
+            "KERNELPOLICY_FORCE_SAMPLER_GREEDDY=torch",
+            "KERNELPOLICY_FORCE_SAMPLER_GREEDDY names no feature of the policies",
+            id="mistyped-force",
+        ),
+        pytest.param(
+            'KERNELPOLICY_OVERRIDES={"no.such": "torch"}', "no.such", id="override-of-nothing"
+        ),
+    ],
+)
+def test_serve_refuses_a_force_that_names_nothing(setting: str, message: str) -> None:
+    """A force or override naming no feature stops serve before it listens, as it stops
+    explain: the operator would otherwise believe a kernel is forced."""
+    proc = _serve("--quiet", "--listen", "127.0.0.1:0", "--env", setting)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2
+    assert message in err
+    assert err.count("\n") == 1
+
+
 def test_port_65535_is_accepted() -> None:
     """The last valid port is a port, not an error (it may still be taken: then 'in use')."""
     from kernelpolicy.server.daemon import check_listen_address

@@ -116,6 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     _quiet_grpc()
     from kernelpolicy.cli.render import explain_table
+    from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.server.daemon import (
         DEFAULT_PORT,
         Daemon,
@@ -138,6 +139,9 @@ def _serve(args: argparse.Namespace) -> int:
         platform, env, args.policies or list(settings.policy_paths), settings.overrides,
         settings.cache_dir, allow_untrusted=settings.allow_untrusted_files,
     )  # fmt: skip
+    # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the
+    # operator believes a kernel is forced: refuse to start, as explain and resolve() do.
+    check_forces(state.snapshot.resolution.policies, env, settings.overrides)
     if not args.quiet:
         print(explain_table(state.snapshot.resolution), flush=True)
         print(flush=True)
