@@ -242,3 +242,37 @@ def test_hot_path_falls_back_to_cel_when_python_refuses() -> None:
     assert "mhc" not in resolution._compiled_rules()
     assert resolution.select("mhc", tokens=1, flag=False) == "aiter"
     assert resolution.select("mhc", tokens=0, flag=False) == "torch"
+
+
+GATED = """
+schema = "kernelpolicy.policy/v1"
+[features.f]
+description = "d"
+fallback = "b"
+[[features.f.candidates]]
+impl = "a"
+entry = "kp_no_such_module:fn"
+[[features.f.candidates]]
+impl = "b"
+entry = "json:dumps"
+[gates.g]
+description = "d"
+requires = { feature = "f", impl = "a" }
+context = { n = "int" }
+rule = "n > 0"
+"""
+
+
+def test_a_gate_turns_false_when_its_implementation_falls_back() -> None:
+    """A gate requiring an implementation that failed to load is False afterwards, cached
+    answers included: the caller must not keep routing calls to the failed kernel."""
+    from kernelpolicy.engine import resolve_policies
+    from kernelpolicy.policy import load_policy_text
+    from tests.helpers import fixture
+
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(GATED))
+    assert res.gate("g", n=1) is True  # cached from now on
+    res.impl("f")  # the module is missing: f falls back to b for the process
+    assert res.decision("f").impl == "b"
+    assert res.gate("g", n=1) is False
+    assert res.gate("g", n=2) is False

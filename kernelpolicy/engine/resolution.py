@@ -80,17 +80,9 @@ class Resolution:
             "compute_units": (device.compute_units or 0) if device else 0,
             "device_count": len(platform.devices),
         }
-        # A gate whose required implementation was not chosen is False for every call.
         self._gate_static: dict[str, bool | None] = {}
-        for name, gate in policies.gates.items():
-            req = gate.spec.requires
-            chosen = decisions[req.feature].impl if req else None
-            self._gate_static[name] = False if req and chosen != req.impl else None
         self.select = self._build_select()
-        self.gate = hot_path(
-            "gate", {name: tuple(g.spec.context) for name, g in policies.gates.items()},
-            self._gate_miss,
-        )  # fmt: skip
+        self.gate = self._build_gate()
 
     def __repr__(self) -> str:
         chosen = ", ".join(f"{n}={d.impl or d.reason.value}" for n, d in self.decisions.items())
@@ -184,7 +176,10 @@ class Resolution:
             warnings=(*decision.warnings, note),
             order=(fallback,),
         )
+        # Both hot paths answer from the decisions: a gate that requires the failed
+        # implementation must turn False, and its cached True answers go with the old function.
         self.select = self._build_select()
+        self.gate = self._build_gate()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``explain --json`` document."""
@@ -202,6 +197,19 @@ class Resolution:
         if decision.impl is None:
             raise ResolutionError(f"{feature}: {decision.reasons[0]}")
         return decision
+
+    def _build_gate(self) -> Callable[..., bool]:
+        """The gate hot path; a gate whose required implementation is not the one chosen now
+        is False for every call."""
+        self._gate_static = {}
+        for name, gate in self.policies.gates.items():
+            req = gate.spec.requires
+            chosen = self.decisions[req.feature].impl if req else None
+            self._gate_static[name] = False if req and chosen != req.impl else None
+        return hot_path(
+            "gate", {name: tuple(g.spec.context) for name, g in self.policies.gates.items()},
+            self._gate_miss,
+        )  # fmt: skip
 
     def _build_select(self) -> Callable[..., str]:
         contexts = {name: tuple(f.spec.context) for name, f in self.policies.features.items()}
