@@ -8,6 +8,7 @@ policy directory on purpose; it is never the default.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -74,26 +75,26 @@ def private_dir(path: str | Path, what: str) -> Path:
     """Create (or check) a directory only this user can enter: mode 0700, owned by us.
 
     Raises:
-        UntrustedFileError: It exists and belongs to someone else, or is open to others, or is
-            not a directory (a symbolic link is refused: it could point anywhere).
+        UntrustedFileError: It exists and belongs to someone else, or is not a directory (a
+            symbolic link is refused: it could point anywhere), or it cannot be created,
+            inspected or tightened (an OSError, named).
     """
     directory = Path(path)
-    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        directory.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
+        directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode):
+            raise UntrustedFileError(f"refusing {what} {directory}: not a directory (a link?)")
+        if info.st_uid != os.geteuid():
+            raise UntrustedFileError(
+                f"refusing {what} {directory}: owned by uid {info.st_uid}, not uid {os.geteuid()}"
+            )
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(directory, 0o700)
+    except OSError as exc:  # cannot create, inspect or tighten it: say which and why
         raise UntrustedFileError(
-            f"cannot create {what} {directory}: {exc.strerror or exc}"
+            f"cannot prepare {what} {directory}: {exc.strerror or exc}"
         ) from None
-    info = directory.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise UntrustedFileError(f"refusing {what} {directory}: not a directory (a link?)")
-    if info.st_uid != os.geteuid():
-        raise UntrustedFileError(
-            f"refusing {what} {directory}: owned by uid {info.st_uid}, not uid {os.geteuid()}"
-        )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(directory, 0o700)
     return directory

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,3 +33,25 @@ def test_garbage_sysfs_never_raises(properties: bytes, bank: bytes, rocm: bytes)
         platform = probe(root=root, nvml=None, amdsmi=None, environ={}, metadata=lambda n: None)
         assert platform.vendor == "amd"
         assert 1 <= len(platform.devices) <= 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda p: p.write_bytes(b"NVRM version: \xff\xfe 580.159.04 x"), id="bad-utf8"
+        ),
+        pytest.param(os.mkfifo, id="fifo"),
+        pytest.param(lambda p: p.write_bytes(b"9" * (64 * 1024 + 1)), id="over-limit"),
+    ],
+)
+def test_proc_driver_version_never_raises_or_hangs(tmp_path: Path, make: object) -> None:
+    """/proc/driver/nvidia/version is read bounded: bad bytes, a FIFO or a huge file never
+    raise or block; a readable version is still found among undecodable bytes."""
+    from kernelpolicy.platform.pci import nvidia_proc_driver_version
+
+    path = tmp_path / "proc/driver/nvidia/version"
+    path.parent.mkdir(parents=True)
+    make(path)  # type: ignore[operator]
+    found = nvidia_proc_driver_version(tmp_path)
+    assert found in (None, "580.159.04")

@@ -108,3 +108,11 @@ def test_private_dir_refuses_another_owner(tmp_path: Path) -> None:
     os.chown(planted, OTHER_UID, OTHER_UID)
     with pytest.raises(UntrustedFileError, match=f"owned by uid {OTHER_UID}"):
         private_dir(planted, "evidence store")
+
+
+def test_private_dir_that_cannot_be_created_is_an_untrusted_file_error(tmp_path: Path) -> None:
+    """An OSError while creating the directory (here: its parent is a file) is an
+    UntrustedFileError naming the directory, not a raw exception."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UntrustedFileError, match="cannot prepare evidence store"):
+        private_dir(tmp_path / "file" / "store", "evidence store")

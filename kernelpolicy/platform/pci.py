@@ -9,9 +9,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_SYSFS_FILE_BYTES
+from kernelpolicy.safeio import read_bytes_bounded
+
 NVIDIA_VENDOR = 0x10DE
 # PCI classes of GPUs: VGA (0x0300), 3D controller (0x0302), processing accelerator (0x1200).
 _GPU_CLASSES = {0x0300, 0x0302, 0x1200}
+
+
+def _read(path: Path) -> str:
+    """A sysfs or /proc file, bounded and never blocking; undecodable bytes become U+FFFD.
+
+    Raises:
+        KernelPolicyError: Not a regular file, over MAX_SYSFS_FILE_BYTES, or unreadable.
+    """
+    data = read_bytes_bounded(
+        path, limit=MAX_SYSFS_FILE_BYTES, limit_name="MAX_SYSFS_FILE_BYTES",
+        fail=KernelPolicyError,
+    )  # fmt: skip
+    return data.decode("utf-8", errors="replace")
 
 
 def pci_gpus(root: Path, vendor: int) -> list[str]:
@@ -24,9 +41,9 @@ def pci_gpus(root: Path, vendor: int) -> list[str]:
     found = []
     for entry in entries:
         try:
-            dev_vendor = int((base / entry / "vendor").read_text().strip(), 16)
-            dev_class = int((base / entry / "class").read_text().strip(), 16) >> 8
-        except (OSError, ValueError):
+            dev_vendor = int(_read(base / entry / "vendor").strip(), 16)
+            dev_class = int(_read(base / entry / "class").strip(), 16) >> 8
+        except (KernelPolicyError, ValueError):
             continue
         if dev_vendor == vendor and dev_class in _GPU_CLASSES:
             found.append(entry)
@@ -36,8 +53,8 @@ def pci_gpus(root: Path, vendor: int) -> list[str]:
 def nvidia_proc_driver_version(root: Path) -> str | None:
     """The version in ``/proc/driver/nvidia/version``, when the kernel module is loaded."""
     try:
-        text = (root / "proc/driver/nvidia/version").read_text()
-    except OSError:
+        text = _read(root / "proc/driver/nvidia/version")
+    except KernelPolicyError:
         return None
     # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
     for token in text.split():
