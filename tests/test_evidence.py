@@ -304,3 +304,18 @@ def test_wire_size_limit(extra: int, ok: bool) -> None:
     else:
         with pytest.raises(EvidenceError, match="MAX_EVIDENCE_FILE_BYTES"):
             evidence_from_json(text)
+
+
+def test_key_ignores_libraries_only_some_probes_read(fixtures: Path) -> None:
+    """verify probes the kernel stack; explain, resolve() and serve also probe what their
+    policies name. The key must be the same for all of them, and change with the stack."""
+    from kernelpolicy import load_platform
+    from kernelpolicy.conformance.evidence import platform_key
+
+    base = load_platform(fixtures / "platforms/h100-sxm.json")
+    extra = base.model_copy(update={"libraries": {**base.libraries, "deep_gemm": "2.1.0"}})
+    upgraded = base.model_copy(
+        update={"libraries": {**base.libraries, "flashinfer-python": "9.9.9"}}
+    )
+    assert platform_key(extra) == platform_key(base)
+    assert platform_key(upgraded) != platform_key(base)

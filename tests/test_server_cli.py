@@ -177,3 +177,32 @@ def test_status_help_states_the_exit_codes(capsys: pytest.CaptureFixture[str]) -
     assert "0 serving and the last reload succeeded" in help_text
     assert "1 not serving, or the last reload failed" in help_text
     assert "2 no daemon answered" in help_text
+
+
+def test_serve_probes_the_libraries_its_policies_name(tmp_path: Path) -> None:
+    """serve probes what its policies read, as explain does: a candidate that needs an
+    installed library outside the default kernel stack (pydantic here) is chosen by both."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        'schema = "kernelpolicy.policy/v1"\n[features."x.y"]\ndescription = "d"\n'
+        'fallback = "plain"\n[[features."x.y".candidates]]\nimpl = "fancy"\n'
+        'entry = "json:loads"\nlibraries = { pydantic = "*" }\n'
+        '[[features."x.y".candidates]]\nimpl = "plain"\nentry = "json:dumps"\n'
+    )
+    explain = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "explain", "--policies", str(policy)],
+        capture_output=True, text=True, env=_env(), check=False, timeout=60,
+    )  # fmt: skip
+    assert "x.y      fancy" in explain.stdout
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--no-watch", "--policies", str(policy),
+         "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        table = "".join(proc.stdout.readline() for _ in range(4))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert "x.y      fancy" in table

@@ -115,7 +115,9 @@ def _serve(args: argparse.Namespace) -> int:
     from kernelpolicy.server.signals import take_pending
 
     _quiet_grpc()
+    from kernelpolicy.api import load_policies_cached
     from kernelpolicy.cli.render import explain_table
+    from kernelpolicy.cli.resolving import probe_inputs
     from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.server.daemon import (
         DEFAULT_PORT,
@@ -133,10 +135,16 @@ def _serve(args: argparse.Namespace) -> int:
     base_env = environment(args, None)
     settings = settings_from(base_env)
     tls = tls_from_settings(settings)
-    platform = obtain_platform(args)
+    paths = args.policies or list(settings.policy_paths)
+    # Probe what the policies read (their libraries and variables), as explain and resolve()
+    # do, so the daemon answers what they answer on this node.
+    libraries, patterns = probe_inputs(
+        load_policies_cached(paths, allow_untrusted=settings.allow_untrusted_files)
+    )
+    platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
     env = environment(args, platform)
     state = ServingState(
-        platform, env, args.policies or list(settings.policy_paths), settings.overrides,
+        platform, env, paths, settings.overrides,
         settings.cache_dir, allow_untrusted=settings.allow_untrusted_files,
     )  # fmt: skip
     # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the

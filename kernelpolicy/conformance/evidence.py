@@ -59,14 +59,25 @@ def default_cache_dir() -> Path:
 
 
 def platform_key(platform: Platform) -> str:
-    """What conformance results depend on, hashed."""
+    """What conformance results depend on, hashed.
+
+    Of the libraries, only the kernel stack every probe reads (``DEFAULT_LIBRARIES``) counts:
+    ``verify`` probes those, while ``explain``, ``resolve()`` and the daemon also probe what
+    their policies name, and all of them must find the same evidence.
+    """
+    from kernelpolicy.platform.libraries import DEFAULT_LIBRARIES
+
     device = platform.primary
     material = {
         "vendor": platform.vendor,
         "device": None if device is None else [device.name, device.arch, device.capability],
         "driver": platform.driver.model_dump(mode="json"),
         "torch": platform.torch.model_dump(mode="json"),
-        "libraries": dict(sorted(platform.libraries.items())),
+        "libraries": {
+            name: version
+            for name, version in sorted(platform.libraries.items())
+            if name in DEFAULT_LIBRARIES
+        },
     }
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
