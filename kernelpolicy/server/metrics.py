@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kernelpolicy.limits import shown
+
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.server.state import ServingState
@@ -72,7 +74,8 @@ class ResolutionCollector(Collector):
         )
         for feature, note in resolution.runtime_fallbacks.items():
             fallbacks.add_metric(
-                [feature], {"impl": resolution.decisions[feature].impl or "", "note": note[:200]}
+                [feature],
+                {"impl": resolution.decisions[feature].impl or "", "note": shown(note, 200)},
             )
         info = InfoMetricFamily("kernelpolicy_resolution", "The resolution's fingerprint.")
         info.add_metric([], {"fingerprint": resolution.fingerprint})

@@ -18,7 +18,12 @@ from kernelpolicy.conformance.evidence import Evidence, load_evidence
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.limits import MAX_ANSWER_CACHE_BYTES, MAX_ANSWER_CACHE_ENTRIES
+from kernelpolicy.limits import (
+    MAX_ANSWER_CACHE_BYTES,
+    MAX_ANSWER_CACHE_ENTRIES,
+    SHOWN_ERROR_CHARS,
+    shown,
+)
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policy_sources, read_policy_sources
@@ -187,9 +192,7 @@ class ServingState:
 
 def reload_failure(exc: BaseException) -> str:
     """The report of a reload that failed on something other than a KernelPolicyError."""
-    text = str(exc).strip() or "no message"
-    if len(text) > 500:
-        text = text[:500] + "...(cut)"
+    text = shown(str(exc).strip() or "no message", SHOWN_ERROR_CHARS)
     return (
         f"policy reload failed: {type(exc).__name__}: {text} (a kernelpolicy bug: please report "
         "it with the policy files; the last good policies keep serving)"
