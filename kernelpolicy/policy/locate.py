@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ class TomlIndex:
 
 _RECENT: OrderedDict[int, tuple[str, TomlIndex]] = OrderedDict()
 _RECENT_SIZE = 8
+_RECENT_LOCK = threading.Lock()  # resolve() and a daemon's reload thread may load at once
 
 
 def index_of(text: str) -> TomlIndex:
@@ -107,14 +109,16 @@ def index_of(text: str) -> TomlIndex:
     Keyed by identity, not value: comparing an equal copy of a 3 MB text on every lookup would
     bring the quadratic cost back. The entry keeps the text alive, so its id is not reused.
     """
-    entry = _RECENT.get(id(text))
-    if entry is not None and entry[0] is text:
-        _RECENT.move_to_end(id(text))
-        return entry[1]
-    index = TomlIndex.build(text)
-    _RECENT[id(text)] = (text, index)
-    while len(_RECENT) > _RECENT_SIZE:
-        _RECENT.popitem(last=False)
+    with _RECENT_LOCK:
+        entry = _RECENT.get(id(text))
+        if entry is not None and entry[0] is text:
+            _RECENT.move_to_end(id(text))
+            return entry[1]
+    index = TomlIndex.build(text)  # outside the lock: building may take a while
+    with _RECENT_LOCK:
+        _RECENT[id(text)] = (text, index)
+        while len(_RECENT) > _RECENT_SIZE:
+            _RECENT.popitem(last=False)
     return index
 
 
