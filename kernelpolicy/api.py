@@ -23,6 +23,9 @@ from kernelpolicy.policy.loader import expand_policy_paths, load_policies, polic
 from kernelpolicy.settings import Settings, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
+POLICY_CACHE_ENTRIES = 4
+"""Loaded policy sets kept by :func:`load_policies_cached` (the newest; each edit of a file
+makes a new entry, so a long-lived process that re-resolves would otherwise keep them all)."""
 
 
 def load_policies_cached(
@@ -41,9 +44,12 @@ def load_policies_cached(
     files = policy_files(given)
     check_policy_trust(given, files, allow_untrusted=allow_untrusted)
     key = tuple((str(f), *_stamp(f)) for f in files)
-    cached = _POLICY_CACHE.get(key)
+    cached = _POLICY_CACHE.pop(key, None)  # re-inserted below: the dict keeps use order
     if cached is None:
-        cached = _POLICY_CACHE[key] = load_policies(given, allow_untrusted=allow_untrusted)
+        cached = load_policies(given, allow_untrusted=allow_untrusted)
+    _POLICY_CACHE[key] = cached
+    while len(_POLICY_CACHE) > POLICY_CACHE_ENTRIES:
+        del _POLICY_CACHE[next(iter(_POLICY_CACHE))]
     return cached
 
 
