@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import signal
 import sys
@@ -26,7 +25,11 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as p
 from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
-from kernelpolicy.server.sockets import default_socket_address, prepare_socket
+from kernelpolicy.server.sockets import (
+    default_socket_address,
+    is_loopback_host,
+    prepare_socket,
+)
 from kernelpolicy.server.state import ServingState, reload_failure
 from kernelpolicy.server.tls import TlsFiles
 
@@ -75,13 +78,7 @@ def is_loopback(address: str) -> bool:
     """Whether a listen address stays on this machine (loopback or a unix socket)."""
     if address.startswith("unix:"):
         return True
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(address.rsplit(":", 1)[0].strip("[]"))
 
 
 @dataclass

@@ -68,12 +68,8 @@ class Fleet:
         self.write_labels()
         if self.http is None or self.metrics is None:
             return
-        from kernelpolicy.server.http import (
-            HttpListener,
-            is_loopback_host,
-            parse_http_address,
-            server_ssl_context,
-        )
+        from kernelpolicy.server.http import HttpListener, parse_http_address, server_ssl_context
+        from kernelpolicy.server.sockets import is_loopback_host
 
         host, _ = parse_http_address(self.http)
         tls = self.tls

@@ -16,7 +16,6 @@ Every request is bounded before a handler sees it: the request target and each h
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 import ssl
@@ -63,15 +62,6 @@ def parse_http_address(address: str) -> tuple[str, int]:
             "from 0 to 65535"
         )
     return host, int(port)
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def server_ssl_context(cert: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:

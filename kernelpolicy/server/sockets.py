@@ -13,6 +13,7 @@ themselves (the peer credentials of the socket, ``SO_PEERCRED``).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 import stat
@@ -52,6 +53,16 @@ def socket_path(address: str) -> Path:
     if path.startswith("//"):
         path = path[2:]
     return Path(path)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a TCP host (name or address, without brackets) stays on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _owner_ok(uid: int) -> bool:
