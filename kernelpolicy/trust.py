@@ -16,7 +16,8 @@ from pathlib import Path
 from kernelpolicy.errors import UntrustedFileError
 
 
-def _owner_ok(uid: int) -> bool:
+def owner_ok(uid: int) -> bool:
+    """Whether ``uid`` may own what kernelpolicy trusts: root or the user running it."""
     return uid in (0, os.geteuid())
 
 
@@ -39,7 +40,7 @@ def trust_problem(path: str | Path) -> str | None:
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
         mode = stat.S_IMODE(info.st_mode)
-        if not _owner_ok(info.st_uid):
+        if not owner_ok(info.st_uid):
             return (
                 f"{item}: owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
                 f"{os.geteuid()}, the user running kernelpolicy"

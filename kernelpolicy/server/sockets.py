@@ -21,7 +21,7 @@ import struct
 from pathlib import Path
 
 from kernelpolicy.errors import DaemonError, UntrustedFileError
-from kernelpolicy.trust import private_dir
+from kernelpolicy.trust import owner_ok, private_dir
 
 SOCKET_NAME = "kernelpolicy.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, with the terminating NUL
@@ -63,10 +63,6 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _owner_ok(uid: int) -> bool:
-    return uid in (0, os.geteuid())
 
 
 def _describe(mode: int) -> str:
@@ -150,7 +146,7 @@ def _check_directory(directory: Path, where: str) -> None:
         raise DaemonError(f"{where}: {directory}: {exc.strerror or exc}") from None
     mode = stat.S_IMODE(info.st_mode)
     sticky = bool(mode & stat.S_ISVTX) and info.st_uid == 0
-    if not _owner_ok(info.st_uid) or (mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky):
+    if not owner_ok(info.st_uid) or (mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky):
         raise DaemonError(
             f"{where}: its directory {directory} (owner uid {info.st_uid}, mode {mode:04o}) may "
             "be written by another user, who could replace the socket; use a private directory"
@@ -200,7 +196,7 @@ def check_peer(address: str) -> None:
         return
     path = socket_path(address)
     uid = peer_uid(path)
-    if not _owner_ok(uid):
+    if not owner_ok(uid):
         raise DaemonError(
             f"refusing the daemon on {address}: it runs as uid {uid}, neither root nor uid "
             f"{os.geteuid()} (you); another user may be impersonating kernelpolicy"
