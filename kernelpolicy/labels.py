@@ -15,7 +15,6 @@ nfd-worker, which skips dot files, never reads a half-written one.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+from kernelpolicy.safeio import write_atomic
 
 if TYPE_CHECKING:
     from kernelpolicy.conformance.evidence import Evidence
@@ -178,15 +178,8 @@ def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> 
         The path written.
     """
     target = directory / name
-    temporary = directory / f".{name}.{os.getpid()}.tmp"  # a dot file: nfd-worker skips it
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
+        write_atomic(target, text.encode("utf-8"), 0o644)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         raise LabelError(f"cannot write the feature file {target}: {exc.strerror or exc}") from None
     return target

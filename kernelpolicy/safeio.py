@@ -7,6 +7,7 @@ Every reader here checks the input's kind, size and nesting depth before a third
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -199,3 +200,47 @@ def parse_toml(text: str, source: str, fail: Fail, *, limit: int = MAX_NESTING_D
 def _short(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def temp_path(path: Path) -> Path:
+    """Where :func:`write_atomic` writes before renaming onto ``path``: a dot file beside it
+    (tools that read a directory, such as nfd-worker, skip dot files), one per process."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data``, whole or not at all, following no symbolic link.
+
+    The data goes to a new temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``, so a planted link
+    or file there is never written through), is synced, given ``mode`` and renamed onto
+    ``path`` (a rename replaces a link at ``path``, never follows it); the directory is synced
+    so that a crash right after cannot bring the old file back.
+
+    Raises:
+        OSError: Whatever failed, with the temporary file removed; callers name the file.
+    """
+    tmp = temp_path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:
+        # A leftover of a killed run (or anything planted): unlink removes the entry itself,
+        # never what a link points to; O_EXCL then refuses anything that reappears.
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)  # exactly ``mode``, whatever the umask
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -143,3 +143,24 @@ def test_toml_errors_are_the_callers(text: str) -> None:
 def test_shown(value: str, expected: str) -> None:
     """Values are cut to SHOWN_ENV_VALUE_CHARS and marked."""
     assert shown(value) == expected
+
+
+@pytest.mark.parametrize("mode", [pytest.param(0o600, id="0600"), pytest.param(0o644, id="0644")])
+@pytest.mark.parametrize(
+    "planted", [pytest.param("path", id="at-path"), pytest.param("tmp", id="at-tmp")]
+)
+def test_write_atomic_follows_no_link(tmp_path: Path, mode: int, planted: str) -> None:
+    """A link planted at the file or at its temporary name is replaced, never written through;
+    the file gets exactly ``mode`` and the temporary file is gone (evidence and NFD labels)."""
+    from kernelpolicy.safeio import temp_path, write_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    path = tmp_path / "out.json"
+    (path if planted == "path" else temp_path(path)).symlink_to(victim)
+    write_atomic(path, b"new", mode)
+    assert victim.read_bytes() == b"keep"
+    assert path.read_bytes() == b"new"
+    assert not path.is_symlink()
+    assert (path.stat().st_mode & 0o777) == mode
+    assert not temp_path(path).exists()

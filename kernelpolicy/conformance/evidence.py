@@ -13,7 +13,6 @@ with the reason in :attr:`Evidence.problem`, never an exception.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -31,7 +30,7 @@ from kernelpolicy.conformance.evidence_schema import (
 from kernelpolicy.errors import EvidenceError, KernelPolicyError
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.platform.model import Platform
-from kernelpolicy.safeio import parse_json, read_text_bounded
+from kernelpolicy.safeio import parse_json, read_text_bounded, temp_path, write_atomic
 from kernelpolicy.trust import check_trusted, private_dir
 
 __all__ = [
@@ -133,11 +132,6 @@ def prepare_store(cache_dir: Path | None = None, *, allow_untrusted: bool = Fals
     directory = evidence_dir(cache_dir)
     _prepare_store(directory, allow_untrusted)
     return directory
-
-
-def temp_path(path: Path) -> Path:
-    """Where :func:`store_evidence` writes before renaming onto ``path`` (one per process)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def load_evidence(
@@ -265,44 +259,13 @@ def _prepare_store(directory: Path, allow_untrusted: bool) -> None:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    tmp = temp_path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        try:
-            fd = os.open(tmp, flags, 0o600)
-        except FileExistsError:
-            # A leftover of a killed run (or anything planted): unlink removes the entry itself,
-            # never what a link points to; O_EXCL then refuses anything that reappears.
-            os.unlink(tmp)
-            fd = os.open(tmp, flags, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)  # replaces a link at ``path``; never follows it
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
-        _sync_directory(path.parent)
+        write_atomic(path, data, 0o600)
     except OSError as exc:
         raise EvidenceError(
-            f"cannot write evidence {path}: {exc.strerror or exc} (at {exc.filename or tmp})"
+            f"cannot write evidence {path}: {exc.strerror or exc} "
+            f"(at {exc.filename or temp_path(path)})"
         ) from None
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the rename durable (a crash right after it must not bring the old file back)."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def evidence_to_json(evidence: Evidence) -> str:
