@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.limits import MAX_NESTING_DEPTH
+from kernelpolicy.limits import MAX_NESTING_DEPTH, shown
 
 Fail = Callable[[str], KernelPolicyError]
 """Builds the surface's own error from a message (``PlatformFileError``, ``SettingsError``...)."""
@@ -198,8 +198,7 @@ def parse_toml(text: str, source: str, fail: Fail, *, limit: int = MAX_NESTING_D
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:200] + "..."
+    return shown(str(exc) or type(exc).__name__, 200)
 
 
 def temp_path(path: Path) -> Path:
