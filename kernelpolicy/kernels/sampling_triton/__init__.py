@@ -21,6 +21,11 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    interval fit a buffer), so no row is ever truncated to a fixed candidate count; it is the
    slow path (one SM reads the row several times).
 
+Launched eagerly, that is five Triton launches and a few torch ops per call, several hundred
+microseconds of Python; on CUDA the launches are captured into a CUDA graph per call shape on
+first use and replayed after (``graphs``: which calls may, what a graph bakes in, the bounded
+cache). Calls with per-row generators run eagerly.
+
 NaN logits are never drawn; ``+inf`` logits share all the mass; a row with nothing finite
 gives token 0. Ties at the top-k boundary keep the lowest token ids. Seeded rows draw their
 uniform from their own generator, so a seeded request gets the same token whatever else is in
@@ -30,11 +35,14 @@ the batch (not the same token as the torch implementation).
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
 import triton
 
+from kernelpolicy.kernels.sampling_triton import graphs
 from kernelpolicy.kernels.sampling_triton.common import group_kernel
 from kernelpolicy.kernels.sampling_triton.fast import bounds_kernel, finish_kernel, select_kernel
 from kernelpolicy.kernels.sampling_triton.row import row_kernel
@@ -132,15 +140,13 @@ def top_k_top_p(
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
-    x = logits if logits.stride(-1) == 1 else logits.contiguous()
-    vocab = x.shape[1]
+    vocab = logits.shape[1]
     k_rows, k_bound = (None, 0) if k is None else _k_bound(k, vocab, k_max)
     if k_bound > MAX_K:
         from kernelpolicy.kernels import torch_impl
 
         return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
-    if x.dtype in UPCAST:
-        x = x.float()
+    x = logits.float() if logits.dtype in UPCAST else logits
     try:
         return _pipeline(x, k_rows, k_bound, p, generators)
     except Exception as exc:  # the kernels do not build for this dtype here: read it as float32
@@ -150,6 +156,14 @@ def top_k_top_p(
         return _pipeline(x.float(), k_rows, k_bound, p, generators)
 
 
+Capture = Callable[
+    [Callable[[torch.Tensor], None], torch.Tensor, torch.device], Callable[..., None]
+]
+CAPTURE: Capture = graphs.capture_cuda
+"""Captures a launch into a graph and returns its replay (a fake stands in on CPU tests)."""
+GRAPHS: graphs.GraphCache[_Graph] = graphs.GraphCache()
+
+
 def _pipeline(
     x: torch.Tensor,
     k_rows: torch.Tensor | None,
@@ -157,23 +171,156 @@ def _pipeline(
     p: torch.Tensor | None,
     generators: Generators,
 ) -> torch.Tensor:
-    """The five launches of the module doc, without a host synchronisation."""
+    """One call: replayed from a CUDA graph where ``graphs.plan`` allows it, else eager."""
+    batch, vocab = x.shape
+    size = _group_size(vocab, k_bound)
+    tiles = triton.cdiv(vocab, GROUP_BLOCK)
+    n_top = min(2 * tiles * (GROUP_BLOCK // size), max(k_bound, TOP_GROUPS))
+    has_k = k_bound > 0
+    shape = (batch, vocab, x.dtype, size, n_top, has_k, p is not None)
+    cuda = x.device.type == "cuda"
+    stream = torch.cuda.current_stream(x.device) if cuda else None
+    key: tuple[object, ...] = (x.device, stream.cuda_stream if stream else 0, *shape)
+    nbytes = x.numel() * x.element_size()
+    dense = x.stride(-1) == 1
+    with GRAPHS.lock:
+        sightings = 0
+        if dense and nbytes > graphs.COPY_BYTES:  # only large logits count their address
+            sightings = GRAPHS.sighting((*key, x.data_ptr(), x.stride(0)))
+        mode = graphs.plan(
+            device_type=x.device.type,
+            interpreted=os.environ.get("TRITON_INTERPRET") == "1",
+            capturing=cuda and torch.cuda.is_current_stream_capturing(),
+            seeded=bool(generators),
+            nbytes=nbytes,
+            dense=dense,
+            sightings=sightings,
+        )
+        if mode is graphs.Mode.IN_PLACE:
+            key = (*key, x.data_ptr(), x.stride(0))
+        if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
+            graph = GRAPHS.get(key)
+            if graph is not None:
+                return graph.run(x, k_rows, p)
+            return _first_run(key, _Graph(x, size, n_top, has_k, p is not None, mode), x, k_rows, p)
+    return _eager(x, k_rows if has_k else None, size, n_top, p, generators)
+
+
+def _first_run(
+    key: tuple[object, ...],
+    graph: _Graph,
+    x: torch.Tensor,
+    k_rows: torch.Tensor | None,
+    p: torch.Tensor | None,
+) -> torch.Tensor:
+    """Run a new call shape eagerly on the graph's own buffers (Triton compiles what it needs),
+    then capture it; a failed capture makes the shape eager from then on."""
+    source = graph.load(x, k_rows, p)
+    graph.launch(source)
+    result = graph.out.clone()
+    try:
+        graph.replay = CAPTURE(graph.launch, source, x.device)
+    except Exception as exc:  # a capture failure costs this shape its graph, nothing else
+        GRAPHS.fail(key, f"{type(exc).__name__}: {str(exc)[:300]}")
+        return result
+    if GRAPHS.put(key, graph) and x.device.type == "cuda":
+        torch.cuda.synchronize(x.device)  # an evicted graph may still be running
+    return result
+
+
+class _Graph:
+    """The buffers one captured call shape reads and writes, and its replay. ``COPY`` graphs
+    own their input buffer; ``IN_PLACE`` graphs read the caller's logits at the captured
+    address (never kept here, so the caller's memory is not held)."""
+
+    def __init__(
+        self, x: torch.Tensor, size: int, n_top: int, has_k: bool, has_p: bool, mode: graphs.Mode
+    ) -> None:
+        batch, vocab = x.shape
+        device = x.device
+        self.size, self.n_top, self.has_k, self.has_p = size, n_top, has_k, has_p
+        self.w = _Scratch(batch, vocab, size, device)
+        copy = mode is graphs.Mode.COPY
+        self.x = torch.empty(batch, vocab, dtype=x.dtype, device=device) if copy else None
+        self.k = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.p = torch.ones(batch, dtype=torch.float32, device=device)
+        self.u = torch.empty(batch, dtype=torch.float32, device=device)
+        self.out = torch.empty(batch, dtype=torch.int64, device=device)
+        self.replay: Callable[..., None] | None = None
+
+    def load(
+        self, x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Copy the call's inputs into the buffers the graph reads; returns the logits it reads."""
+        if self.x is not None:
+            self.x.copy_(x)
+            x = self.x
+        if self.has_k and k_rows is not None:
+            self.k.copy_(k_rows)
+        if self.has_p and p is not None:
+            self.p.copy_(p)
+        return x
+
+    def launch(self, x: torch.Tensor) -> None:
+        batch = x.shape[0]
+        self.u.copy_(_uniform(batch, x.device, None))
+        k_dev = self.k if self.has_k else self.u
+        p_dev = self.p if self.has_p else self.u
+        _launch(
+            x, self.w, self.size, self.n_top, k_dev, p_dev, self.u, self.out, self.has_k, self.has_p
+        )
+
+    def run(
+        self, x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
+    ) -> torch.Tensor:
+        assert self.replay is not None
+        self.replay(self.load(x, k_rows, p))
+        return self.out.clone()  # the next replay overwrites out
+
+
+def _eager(
+    x: torch.Tensor,
+    k_rows: torch.Tensor | None,
+    size: int,
+    n_top: int,
+    p: torch.Tensor | None,
+    generators: Generators,
+) -> torch.Tensor:
+    x = x if x.stride(-1) == 1 else x.contiguous()
     batch, vocab = x.shape
     device = x.device
-    size = _group_size(vocab, k_bound)
     w = _Scratch.get(batch, vocab, size, device)
+    u = _uniform(batch, device, generators)
+    k_dev = u if k_rows is None else k_rows.to(device, torch.int32)
+    p_dev = u if p is None else p.to(device, torch.float32).contiguous()
+    out = torch.empty(batch, dtype=torch.int64, device=device)
+    _launch(x, w, size, n_top, k_dev, p_dev, u, out, k_rows is not None, p is not None)
+    return out
+
+
+def _launch(
+    x: torch.Tensor,
+    w: _Scratch,
+    size: int,
+    n_top: int,
+    k_dev: torch.Tensor,
+    p_dev: torch.Tensor,
+    u: torch.Tensor,
+    out: torch.Tensor,
+    has_k: bool,
+    has_p: bool,
+) -> None:
+    """The five launches of the module doc, without a host synchronisation or an allocation
+    that outlives them (so that a CUDA graph can hold them)."""
+    batch, vocab = x.shape
     stride, groups, tiles = x.stride(0), w.groups, w.tiles
     group_kernel[(batch, tiles)](
         x, stride, vocab, w.gmax, w.gsum, 2 * groups, groups, w.counts, tiles, BLOCK=GROUP_BLOCK,
         GS=size,
         num_warps=GROUP_WARPS,
     )  # fmt: skip
-    n_top = min(2 * groups, max(k_bound, TOP_GROUPS))
     tops = torch.topk(w.gmax, n_top, dim=-1).values
-    u = _uniform(batch, device, generators)
-    k_dev = u if k_rows is None or k_bound == 0 else k_rows.to(device, torch.int32)
-    p_dev = u if p is None else p.to(device, torch.float32).contiguous()
-    flags = {"HAS_K": k_bound > 0, "HAS_P": p is not None}
+    flags = {"HAS_K": has_k, "HAS_P": has_p}
     bounds_kernel[(batch,)](
         tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, k_dev, p_dev, w.mode, w.bound, w.z,
         TG=TOP_GROUPS, BLOCK=1024, num_warps=4, **flags,
@@ -182,7 +329,6 @@ def _pipeline(
         x, stride, vocab, w.mode, w.bound, w.regions, w.counts, tiles, BLOCK=GROUP_BLOCK,
         R=REGION, num_warps=GROUP_WARPS,
     )  # fmt: skip
-    out = torch.empty(batch, dtype=torch.int64, device=device)
     finish_kernel[(batch,)](
         x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups, w.regions,
         w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, GS=size,
@@ -194,4 +340,3 @@ def _pipeline(
         math.log(vocab), slow=w.slow, BLOCK=ROW_BLOCK, CAP=CAP, SMALL=SMALL, FAN=FAN,
         ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
     )  # fmt: skip
-    return out

@@ -1,0 +1,174 @@
+"""CUDA graphs of the sampler's launches: which calls may use one, the bounded cache of captured
+graphs, and the capture itself.
+
+One eager call launches five Triton kernels and a few torch ops, several hundred microseconds of
+Python; a replayed graph launches them all in one call. A graph bakes in every pointer and shape
+it was captured with, so a call replays one only when everything baked in matches (the key):
+
+* ``COPY``: logits of at most :data:`COPY_BYTES` are copied into the graph's own input buffer
+  (strided or read-as-float32 logits need that pass anyway), so one graph serves every call of
+  that shape whatever the caller's tensor.
+* ``IN_PLACE``: larger logits are read where they are, by a graph keyed by their address too;
+  copying them would cost more than the launches it saves. Serving loops and benchmarks reuse a
+  few addresses, so the graph is captured only once an address has been seen
+  :data:`POINTER_SIGHTINGS` times; until then the call runs eagerly.
+* ``EAGER``: not CUDA, Triton's interpreter, a stream that is itself being captured (the
+  launches then become part of the caller's graph), or per-row generators (their draws are not
+  reproducible through a graph: those calls run eagerly, as documented).
+
+The cache holds :data:`GRAPH_ENTRIES` graphs (least recently used first out). A shape whose
+capture failed runs eagerly from then on; the capture runs on a side stream, so a failure never
+leaves the caller's stream capturing.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+import torch
+
+GRAPH_ENTRIES = 16  # captured graphs kept; a serving process sees a few shapes
+FAILED_ENTRIES = 64  # shapes remembered as "capture failed, run eagerly"
+SEEN_ENTRIES = 64  # logits addresses counted towards POINTER_SIGHTINGS
+POINTER_SIGHTINGS = 2  # calls at one address before a graph reads it in place
+COPY_BYTES = 32 << 20  # logits up to this size are copied into the graph's input buffer
+
+T = TypeVar("T")
+
+
+class Mode(enum.Enum):
+    EAGER = "eager"
+    COPY = "copy"
+    IN_PLACE = "in_place"
+
+
+def plan(
+    *,
+    device_type: str,
+    interpreted: bool,
+    capturing: bool,
+    seeded: bool,
+    nbytes: int,
+    dense: bool,
+    sightings: int,
+) -> Mode:
+    """How one call runs (see the module doc).
+
+    Args:
+        device_type: the logits' device type.
+        interpreted: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``).
+        capturing: the current stream is being captured by the caller.
+        seeded: some rows draw from their own generator.
+        nbytes: the size of the logits as the kernels read them.
+        dense: the kernels can read the caller's tensor as it is (unit stride, no conversion).
+        sightings: calls seen at this address with this shape, this one included.
+
+    Returns:
+        The mode.
+    """
+    if device_type != "cuda" or interpreted or capturing or seeded:
+        return Mode.EAGER
+    if nbytes <= COPY_BYTES:
+        return Mode.COPY
+    if dense and sightings >= POINTER_SIGHTINGS:
+        return Mode.IN_PLACE
+    return Mode.EAGER
+
+
+class _Lru(Generic[T]):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: OrderedDict[Hashable, T] = OrderedDict()
+
+    def get(self, key: Hashable) -> T | None:
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key: Hashable, value: T) -> bool:
+        """Store; returns whether an older entry was evicted to make room."""
+        self.items[key] = value
+        self.items.move_to_end(key)
+        evicted = False
+        while len(self.items) > self.limit:
+            self.items.popitem(last=False)
+            evicted = True
+        return evicted
+
+
+class GraphCache(Generic[T]):
+    """Captured graphs by key, shapes whose capture failed, and address sightings; each bounded
+    (least recently used first out). ``lock`` serialises a lookup with the replay it leads to,
+    so two threads replaying one graph cannot interleave their input copies."""
+
+    def __init__(
+        self,
+        entries: int = GRAPH_ENTRIES,
+        failed: int = FAILED_ENTRIES,
+        seen: int = SEEN_ENTRIES,
+    ) -> None:
+        self.lock = threading.Lock()
+        self._graphs: _Lru[T] = _Lru(entries)
+        self._failed: _Lru[str] = _Lru(failed)
+        self._seen: _Lru[int] = _Lru(seen)
+
+    def __len__(self) -> int:
+        return len(self._graphs.items)
+
+    def sighting(self, key: Hashable) -> int:
+        """Count one more call at this key; returns the count, this call included."""
+        count = (self._seen.get(key) or 0) + 1
+        self._seen.put(key, count)
+        return count
+
+    def get(self, key: Hashable) -> T | None:
+        return self._graphs.get(key)
+
+    def put(self, key: Hashable, graph: T) -> bool:
+        """Keep a captured graph; returns whether an older one was evicted."""
+        return self._graphs.put(key, graph)
+
+    def fail(self, key: Hashable, why: str) -> None:
+        self._failed.put(key, why)
+
+    def failure(self, key: Hashable) -> str | None:
+        """Why this key's capture failed, or None."""
+        return self._failed.get(key)
+
+    def clear(self) -> None:
+        self._graphs.items.clear()
+        self._failed.items.clear()
+        self._seen.items.clear()
+
+
+def capture_cuda(
+    launch: Callable[[torch.Tensor], None], x: torch.Tensor, device: torch.device
+) -> Callable[..., None]:
+    """Capture ``launch(x)`` (already run once, so Triton has compiled what it launches) into a
+    CUDA graph on a side stream; returns the graph's replay, which ignores its arguments (the
+    graph reads the addresses it was captured with).
+
+    Raises:
+        Exception: whatever the capture raised; the side stream is discarded with it.
+    """
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    current = torch.cuda.current_stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            launch(x)
+        finally:
+            graph.capture_end()
+    current.wait_stream(side)
+
+    def replay(*_: object) -> None:
+        graph.replay()
+
+    return replay

@@ -1,0 +1,221 @@
+"""CUDA graphs of the Triton sampler (kernelpolicy.kernels.sampling_triton.graphs): which calls
+may replay a graph, the bounded cache, and what a replay reads. CUDA graphs cannot run here, so
+the end-to-end cases replace the capture by a fake that records the launch and replays it in
+Triton's interpreter: the replay reads only the graph's own buffers and the captured address,
+as a real graph does, so a value baked in by mistake shows as a wrong draw."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
+pytest.importorskip("triton")
+
+from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels.sampling_triton import graphs
+from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
+
+BASE = {
+    "device_type": "cuda",
+    "interpreted": False,
+    "capturing": False,
+    "seeded": False,
+    "nbytes": 1 << 20,
+    "dense": True,
+    "sightings": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "mode"),
+    [
+        pytest.param({}, Mode.COPY, id="small-logits-copied"),
+        pytest.param({"dense": False}, Mode.COPY, id="small-strided-copied"),
+        pytest.param({"device_type": "cpu"}, Mode.EAGER, id="cpu"),
+        pytest.param({"interpreted": True}, Mode.EAGER, id="interpreter"),
+        pytest.param({"capturing": True}, Mode.EAGER, id="caller-is-capturing"),
+        pytest.param({"seeded": True}, Mode.EAGER, id="per-row-generators"),
+        pytest.param({"nbytes": graphs.COPY_BYTES}, Mode.COPY, id="copy-at-limit"),
+        pytest.param({"nbytes": graphs.COPY_BYTES + 1}, Mode.EAGER, id="large-first-sight"),
+        pytest.param(
+            {"nbytes": graphs.COPY_BYTES + 1, "sightings": graphs.POINTER_SIGHTINGS},
+            Mode.IN_PLACE,
+            id="large-address-seen-again",
+        ),
+        pytest.param(
+            {"nbytes": graphs.COPY_BYTES + 1, "sightings": 9, "dense": False},
+            Mode.EAGER,
+            id="large-strided",
+        ),
+    ],
+)
+def test_plan(change: dict[str, object], mode: Mode) -> None:
+    assert graphs.plan(**{**BASE, **change}) is mode  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_the_cache_keeps_the_most_recently_used_graphs(limit: int) -> None:
+    cache: GraphCache[str] = GraphCache(entries=limit)
+    evicted = [cache.put(i, f"graph {i}") for i in range(limit)]
+    assert not any(evicted)
+    assert len(cache) == limit
+    assert cache.get(0) == "graph 0"  # used: now the newest
+    assert cache.put(limit, "one more")  # limit + 1: the least recently used goes
+    assert len(cache) == limit
+    assert cache.get(limit) == "one more"
+    gone = 1 if limit > 1 else 0
+    assert cache.get(gone) is None
+
+
+def test_failures_and_sightings_are_bounded() -> None:
+    cache: GraphCache[str] = GraphCache(failed=2, seen=2)
+    assert [cache.sighting("a"), cache.sighting("a"), cache.sighting("b")] == [1, 2, 1]
+    cache.sighting("c")  # limit + 1: "a" is forgotten
+    assert cache.sighting("a") == 1
+    cache.fail("x", "why x")
+    cache.fail("y", "why y")
+    assert cache.failure("x") == "why x"
+    cache.fail("z", "why z")
+    assert cache.failure("y") is None  # "x" was read last, so "y" was the oldest
+    assert cache.failure("z") == "why z"
+    cache.clear()
+    assert cache.failure("z") is None
+    assert cache.sighting("a") == 1
+
+
+class FakeGraphs:
+    """Stands in for CUDA graph capture: records each capture and replays the launch."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.captures: list[int] = []
+        self.replays = 0
+
+    def __call__(
+        self, launch: Callable[[torch.Tensor], None], x: torch.Tensor, device: torch.device
+    ) -> Callable[..., None]:
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing (planted)")
+        address = x.data_ptr()
+        self.captures.append(address)
+
+        def replay(source: torch.Tensor) -> None:
+            assert source.data_ptr() == address, "a graph read another address"
+            self.replays += 1
+            launch(source)
+
+        return replay
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
+    """Small kernels (cheap in the interpreter), every call planned as if on CUDA, and the fake
+    capture; even uniforms, so each draw checks the exact filtered distribution."""
+    if torch.cuda.is_available():
+        pytest.skip("the fake capture stands in for CUDA graphs on CPU only")
+    for name, value in {
+        "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+        "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
+    }.items():  # fmt: skip
+        monkeypatch.setattr(sampling_triton, name, value)
+    sampling_triton._Scratch._cache.clear()
+    monkeypatch.setattr(sampling_triton, "GRAPHS", GraphCache())
+    real_plan = graphs.plan
+
+    def as_on_cuda(**kwargs: object) -> Mode:
+        return real_plan(**{**kwargs, "device_type": "cuda", "interpreted": False})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(graphs, "plan", as_on_cuda)
+
+    def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+        return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
+
+    monkeypatch.setattr(sampling_triton, "_uniform", grid)
+    capture = FakeGraphs()
+    monkeypatch.setattr(sampling_triton, "CAPTURE", capture)
+    return capture
+
+
+def rows(seed: int, batch: int = 20, vocab: int = 200) -> torch.Tensor:
+    row = torch.randn(1, vocab, generator=torch.Generator().manual_seed(seed)) * 2.0
+    return row.expand(batch, -1).contiguous()
+
+
+def assert_exact(ids: torch.Tensor, logits: torch.Tensor, k: int | None, p: float | None) -> None:
+    expected = filtered_probs(logits[:1], k, p)[0].double() * ids.numel()
+    counts = torch.bincount(ids, minlength=expected.numel()).double()
+    assert float((counts - expected).abs().max()) <= 1.0 + 1e-3 * ids.numel()
+
+
+@pytest.mark.parametrize(
+    ("k", "p"), [(20, None), (None, 0.8), (20, 0.8), (None, None)], ids=["k", "p", "kp", "none"]
+)
+def test_a_copy_graph_replays_new_logits_k_and_p(
+    fake: FakeGraphs, k: int | None, p: float | None
+) -> None:
+    """One capture serves every call of a shape: new logits, k and p go through its buffers."""
+    for call, (seed, scale) in enumerate([(0, 1.0), (1, 1.0), (2, 0.5)]):
+        logits = rows(seed)
+        kk = None if k is None else torch.full((20,), k - 5 * call)
+        pp = None if p is None else torch.full((20,), p * scale)
+        ids = sampling_triton.top_k_top_p(logits, kk, pp)
+        assert_exact(
+            ids, logits, None if k is None else k - 5 * call, None if p is None else p * scale
+        )
+    assert len(fake.captures) == 1
+    assert fake.replays == 2
+
+
+def test_strided_logits_are_copied_into_the_graph(fake: FakeGraphs) -> None:
+    wide = torch.cat([rows(3), rows(4)], dim=1)
+    logits = wide[:, ::2]
+    for _ in range(2):
+        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 7), None)
+        assert_exact(ids, logits.contiguous(), 7, None)
+    assert fake.replays == 1
+
+
+def test_large_logits_are_read_in_place_once_their_address_repeats(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above COPY_BYTES the first call at an address runs eagerly, the second captures, the
+    third replays reading the caller's tensor where it is (new contents included)."""
+    monkeypatch.setattr(graphs, "COPY_BYTES", 0)
+    buffers = [rows(5), rows(6)]
+    for call in range(3):
+        for i, logits in enumerate(buffers):
+            logits.copy_(rows(10 * call + i))
+            ids = sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.9))
+            assert_exact(ids, logits, None, 0.9)
+    assert fake.captures == [b.data_ptr() for b in buffers]
+    assert fake.replays == 2
+
+
+def test_a_failed_capture_leaves_the_shape_eager(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FakeGraphs(fail=True)
+    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    for seed in range(3):
+        logits = rows(seed)
+        assert_exact(
+            sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None), logits, 9, None
+        )
+    (why,) = sampling_triton.GRAPHS._failed.items.values()
+    assert "planted" in why
+    assert len(sampling_triton.GRAPHS) == 0
+
+
+def test_seeded_calls_run_eagerly(fake: FakeGraphs) -> None:
+    logits = rows(7, batch=3)
+    generators = {1: torch.Generator().manual_seed(42)}
+    for _ in range(2):
+        sampling_triton.top_k_top_p(logits, torch.full((3,), 20), None, generators)
+    assert fake.captures == []
+    assert len(sampling_triton.GRAPHS) == 0
