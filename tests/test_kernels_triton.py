@@ -104,18 +104,50 @@ def test_plain_sampling_draws_from_the_group_masses(even_uniforms: None) -> None
     assert_quadrature(ids, torch.softmax(row[0], -1))
 
 
+@pytest.mark.parametrize(
+    ("rounds", "fan", "row_kernel_rows"),
+    [
+        pytest.param(3, 32, [0] * 24, id="wide-kernels"),
+        pytest.param(1, 2, [1] * 24, id="too-few-rounds-row-kernel"),
+    ],
+)
 def test_wide_nucleus_takes_the_exact_search(
-    even_uniforms: None, slow_rows: list[list[int]]
+    even_uniforms: None,
+    slow_rows: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+    rounds: int,
+    fan: int,
+    row_kernel_rows: list[int],
 ) -> None:
     """A nucleus of ~500 tokens is wider than the candidate buffer (here; 1,024 on a GPU):
-    the per-row kernel searches its threshold, and nothing outside the nucleus is drawn."""
+    the wide kernels narrow its boundary over the whole grid, or, when their rounds leave more
+    than the buffer holds, the per-row kernel searches it; both exact."""
+    monkeypatch.setattr(sampling_triton, "W_ROUNDS", rounds)
+    monkeypatch.setattr(sampling_triton, "W_FAN", fan)
     row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
     ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
     expected = filtered_probs(row, None, 0.9)[0]
     assert int((expected > 0).sum()) > 500
     assert bool((expected[ids.cpu()] > 0).all())
     assert_quadrature(ids, expected)
-    assert slow_rows == [[1] * 24]
+    assert slow_rows == [row_kernel_rows]
+
+
+def test_wide_nucleus_with_ties_at_its_boundary(
+    even_uniforms: None, slow_rows: list[list[int]]
+) -> None:
+    """Logits on a coarse grid (as after rounding): the boundary value is shared by tokens in
+    every tile, and the lowest ids of that group stay, counted across the tiles."""
+    row = torch.round(torch.randn(1, 600, generator=torch.Generator().manual_seed(3)) * 3) / 10
+    rows = 20
+    ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), None, full(0.9, rows))
+    expected = filtered_probs(row, None, 0.9)[0]
+    boundary = float(row[0][expected > 0].min())
+    tied = (row[0] == boundary).nonzero().flatten()
+    assert 0 < int((expected[tied] > 0).sum()) < tied.numel()  # the cut falls inside the ties
+    assert int(tied.max()) >= sampling_triton.GROUP_BLOCK  # ... spread over several tiles
+    assert_quadrature(ids, expected)
+    assert slow_rows == [[0] * rows]
 
 
 def test_ties_at_the_top_k_boundary_keep_the_lowest_ids(

@@ -46,6 +46,14 @@ from kernelpolicy.kernels.sampling_triton import graphs
 from kernelpolicy.kernels.sampling_triton.common import group_kernel
 from kernelpolicy.kernels.sampling_triton.fast import bounds_kernel, finish_kernel, select_kernel
 from kernelpolicy.kernels.sampling_triton.row import row_kernel
+from kernelpolicy.kernels.sampling_triton.wide import (
+    wide_compact_kernel,
+    wide_draw_kernel,
+    wide_mass_kernel,
+    wide_narrow_kernel,
+    wide_resolve_kernel,
+    wide_tile_kernel,
+)
 from kernelpolicy.kernels.torch_impl import Generators
 
 MAX_K = 256  # a larger k goes through the torch implementation
@@ -58,6 +66,7 @@ CAP = 4096  # candidates row_kernel may hold (and sort)
 ROW_BLOCK, ROW_WARPS = 2048, 8  # tile and warps of row_kernel
 FAN = 16  # thresholds per pass of the exact nucleus search
 ROUNDS = 12  # search passes before the interval is kept whole (only ties get there)
+W_FAN, W_ROUNDS, W_SUB = 32, 3, 256  # the wide kernels: thresholds, rounds, sub-tile
 
 
 UPCAST: dict[torch.dtype, str] = {}
@@ -111,6 +120,18 @@ class _Scratch:
         self.regions = torch.empty(batch, self.tiles, REGION, dtype=i64, device=device)
         self.dense = torch.empty(batch, LARGE, dtype=i64, device=device)
         self.buffers = torch.empty(batch, CAP, dtype=i64, device=device)
+        # the wide kernels: per row (interval, mass above it, count inside, counter, threshold,
+        # ties) and per tile (masses and counts at each threshold; kept mass and ties)
+        self.lo, self.hi, self.above, self.thr = (
+            torch.empty(batch, dtype=f32, device=device) for _ in range(4)
+        )
+        self.n_in, self.wide_n, self.ties = (
+            torch.empty(batch, dtype=i32, device=device) for _ in range(3)
+        )
+        self.parts = torch.empty(batch, self.tiles, W_FAN, dtype=f32, device=device)
+        self.part_n = torch.empty(batch, self.tiles, W_FAN, dtype=i32, device=device)
+        self.part_above = torch.empty(batch, self.tiles, dtype=f32, device=device)
+        self.tile_eq = torch.empty(batch, self.tiles, dtype=i32, device=device)
 
     @classmethod
     def get(cls, batch: int, vocab: int, size: int, device: torch.device) -> _Scratch:
@@ -331,12 +352,57 @@ def _launch(
     )  # fmt: skip
     finish_kernel[(batch,)](
         x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups, w.regions,
-        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, GS=size,
+        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.lo, w.hi, GS=size,
         TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE, BLOCK=1024,
         num_warps=4, **flags,
     )  # fmt: skip
+    if has_p:
+        _launch_wide(x, w, tops, n_top, p_dev, u, out)
     row_kernel[(batch,)](
         x, stride, vocab, w.mode, w.bound, w.z, tops, n_top, k_dev, p_dev, u, out, w.buffers,
         math.log(vocab), slow=w.slow, BLOCK=ROW_BLOCK, CAP=CAP, SMALL=SMALL, FAN=FAN,
         ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
+    )  # fmt: skip
+
+
+def _launch_wide(
+    x: torch.Tensor,
+    w: _Scratch,
+    tops: torch.Tensor,
+    n_top: int,
+    p_dev: torch.Tensor,
+    u: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
+    """The wide kernels (wide.py), for the top-p rows finish_kernel handed them; every launch
+    returns at once for the other rows."""
+    batch, vocab = x.shape
+    stride, tiles = x.stride(0), w.tiles
+    pow_tiles = triton.next_power_of_2(tiles)
+    for last in [False] * (W_ROUNDS - 1) + [True]:
+        wide_tile_kernel[(batch, tiles)](
+            x, stride, vocab, w.slow, tops, n_top, w.lo, w.hi, w.parts, w.part_n, w.part_above,
+            tiles, BLOCK=GROUP_BLOCK, SUB=W_SUB, FAN=W_FAN, num_warps=GROUP_WARPS,
+        )  # fmt: skip
+        wide_narrow_kernel[(batch,)](
+            w.slow, w.z, p_dev, w.lo, w.hi, w.above, w.n_in, w.parts, w.part_n, w.part_above,
+            tiles, w.wide_n, HAS_P=True, LAST=last, TILES=pow_tiles, FAN=W_FAN, CAP=CAP,
+            num_warps=4,
+        )  # fmt: skip
+    wide_compact_kernel[(batch, tiles)](
+        x, stride, vocab, w.slow, w.lo, w.hi, w.buffers, w.wide_n, BLOCK=GROUP_BLOCK, CAP=CAP,
+        num_warps=GROUP_WARPS,
+    )  # fmt: skip
+    wide_resolve_kernel[(batch,)](
+        w.slow, tops, n_top, w.z, p_dev, w.lo, w.above, w.n_in, w.buffers, w.thr, w.ties,
+        HAS_P=True, CAP=CAP, LARGE=LARGE, num_warps=ROW_WARPS,
+    )  # fmt: skip
+    # the tiles' kept masses reuse part_above, read by no one after the last round
+    wide_mass_kernel[(batch, tiles)](
+        x, stride, vocab, w.slow, tops, n_top, w.thr, w.part_above, w.tile_eq, tiles,
+        BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
+    )  # fmt: skip
+    wide_draw_kernel[(batch,)](
+        x, stride, vocab, w.slow, tops, n_top, w.thr, w.ties, u, w.part_above, w.tile_eq, tiles,
+        out, TILES=pow_tiles, BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
     )  # fmt: skip

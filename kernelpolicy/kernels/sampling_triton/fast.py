@@ -141,7 +141,7 @@ def _sort_and_draw(buf, total, mode, k, p, m, z, u, N: tl.constexpr):
 @triton.jit
 def finish_kernel(
     logits, stride, V, mode_ptr, z_ptr, top_groups, tg_stride, gmax, gsum, g_stride, G,
-    regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow,
+    regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, lo_ptr, hi_ptr,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
     R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -173,5 +173,16 @@ def finish_kernel(
         token = draw_plain(
             base, V, gmax + row * g_stride, gsum + row * g_stride, G, m, z, u, GS, BLOCK
         )  # fmt: skip
-    tl.store(slow + row, needs_row.to(tl.int32))
+    top_p = (mode == TOP_P_ROW) | (mode == WIDE_ROW)
+    if needs_row & top_p:
+        # the wide kernels' first interval: below m - ln(V / (1 - p)) lies less than (1 - p)
+        # of the mass (z >= 1), and a top-p row's group bound is a logit of its nucleus
+        lo = m - (tl.log(V.to(tl.float32)) - tl.log(1.0 - p))
+        lo = tl.where(mode == TOP_P_ROW, tl.maximum(lo, tl.load(bound_ptr + row)), lo)
+        hi = (m + 0.0).to(tl.int32, bitcast=True)
+        hi = tl.where(m >= 0, hi + 1, hi - 1).to(tl.float32, bitcast=True)  # just above m
+        tl.store(lo_ptr + row, lo)
+        tl.store(hi_ptr + row, hi)
+    # 1: row_kernel takes the row; 2: the wide kernels do (see wide.py)
+    tl.store(slow + row, tl.where(needs_row, tl.where(top_p & HAS_P, 2, 1), 0).to(tl.int32))
     tl.store(out + row, token.to(tl.int64), mask=needs_row == 0)

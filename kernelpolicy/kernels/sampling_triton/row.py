@@ -89,11 +89,11 @@ def search(base, V, buf, m, z, p, log_v, BLOCK: tl.constexpr, CAP: tl.constexpr,
             lo = new_lo
             hi = new_hi
         rounds += 1
-    return _cut(buf, n_in, lo, above, m, z, p, CAP)
+    return cut(buf, n_in, lo, above, m, z, p, CAP)
 
 
 @triton.jit
-def _cut(buf, n_in, lo, above, m, z, p, CAP: tl.constexpr):
+def cut(buf, n_in, lo, above, m, z, p, CAP: tl.constexpr):
     """The nucleus boundary inside [lo, hi), whose n_in logits are in buf when they fit:
     (threshold, how many logits equal to it stay, the nucleus mass)."""
     target = p * z
@@ -207,7 +207,7 @@ def row_kernel(
     """The rows finish_kernel flagged in ``slow``, each in one program; the others return.
     The row's mode, bound and normaliser come from bounds_kernel."""
     row = tl.program_id(0).to(tl.int64)
-    if tl.load(slow + row) == 0:
+    if tl.load(slow + row) != 1:  # 0: drawn already; the wide kernels' states are not ours
         return
     base = logits + row * stride
     buf = buffers + row * CAP
