@@ -79,7 +79,7 @@ def host_logger(fmt: str) -> Any:
 
 def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:
     """A kernel that failed at run time and the fallback now used: a warning, in-process."""
-    if fmt != "off":
+    if fmt != "off" and logging.getLogger(LOGGER_NAME).isEnabledFor(logging.WARNING):
         host_logger(fmt).warning("kernelpolicy.runtime_fallback", feature=feature, note=note)
 
 
@@ -92,6 +92,9 @@ def log_resolution(resolution: Resolution, fmt: str, stream: TextIO | None = Non
     decisions = resolution.decisions
     errors = resolution.errors
     warnings = [w for d in decisions.values() for w in d.warnings]
+    level = logging.ERROR if errors else logging.WARNING if warnings else logging.INFO
+    if stream is None and not logging.getLogger(LOGGER_NAME).isEnabledFor(level):
+        return  # dropped anyway: not even structlog is imported (it costs ~85 ms cold)
     log = get_logger(fmt, stream) if stream is not None else host_logger(fmt)
     emit = log.error if errors else log.warning if warnings else log.info
     emit(

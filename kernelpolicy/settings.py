@@ -1,22 +1,16 @@
 """Settings, parsed once, and the one boolean parser every switch uses.
 
-``Settings()`` reads ``KERNELPOLICY_*`` variables (pydantic-settings) and is passed explicitly to
+``Settings()`` reads ``KERNELPOLICY_*`` variables and is passed explicitly to
 whatever needs it; nothing else in kernelpolicy reads the environment on its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import (
-    BaseSettings,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from typing import Any, Literal
 
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_SETTING_CHARS, shown
@@ -80,7 +74,7 @@ def _read_overrides(name: str, value: str) -> dict[str, str]:
     return data
 
 
-_READERS: dict[str, Callable[[str, str], object]] = {
+_READERS: dict[str, Callable[[str, str], Any]] = {
     "policy_paths": _read_paths,
     "overrides": _read_overrides,
     "allow_untrusted_files": parse_bool,
@@ -96,8 +90,24 @@ def bundled_policy_dir() -> Path:
     return Path(__file__).resolve().parent / "bundled_policies"
 
 
-class Settings(BaseSettings):
+_LOG_FORMATS = ("console", "json", "off")
+
+
+def _read_log_format(name: str, value: str) -> str:
+    if value not in _LOG_FORMATS:
+        raise SettingsError(f"{name}={shown(value)!r}: expected one of {', '.join(_LOG_FORMATS)}")
+    return value
+
+
+_READERS["log_format"] = _read_log_format
+
+
+@dataclass(frozen=True)
+class Settings:
     """kernelpolicy's own settings, from ``KERNELPOLICY_*`` environment variables.
+
+    ``Settings()`` reads the process environment; :func:`settings_from` reads a mapping;
+    ``Settings.of(field=value, ...)`` builds one from values directly (tests, embedding).
 
     Attributes:
         policy_paths: Policy files or directories, in order (``KERNELPOLICY_POLICY_PATHS``,
@@ -113,14 +123,13 @@ class Settings(BaseSettings):
         allow_untrusted_files: Accept policy files, policy directories and the evidence store
             even when another user owns them or can write them (``kernelpolicy.trust``). Off by
             default; for people who share such files on purpose.
+
+    Plain values, not a pydantic model: reading settings is on the cold-start path of every
+    worker, and each variable has its own reader here anyway.
     """
 
-    model_config = SettingsConfigDict(env_prefix="KERNELPOLICY_", extra="ignore", frozen=True)
-
-    policy_paths: Annotated[tuple[Path, ...], NoDecode] = Field(
-        default_factory=lambda: (bundled_policy_dir(),)
-    )
-    overrides: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    policy_paths: tuple[Path, ...] = field(default_factory=lambda: (bundled_policy_dir(),))
+    overrides: Mapping[str, str] = field(default_factory=dict)
     log_format: Literal["console", "json", "off"] = "console"
     cache_dir: Path | None = None
     tls_cert_file: Path | None = None
@@ -128,65 +137,92 @@ class Settings(BaseSettings):
     tls_client_ca_file: Path | None = None
     allow_untrusted_files: bool = False
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _read(cls, value: object, info: ValidationInfo) -> object:
-        """Every string value is bounded and read here, by kernelpolicy's own readers.
+    def __init__(self, **values: Any) -> None:
+        """Read ``KERNELPOLICY_*`` from the process environment; ``values`` take precedence
+        (strings go through the same readers as the environment's).
 
-        The errors raised are :class:`SettingsError` (not ``ValueError``), so they leave even a
-        bare ``Settings()`` unchanged, naming the variable.
+        Raises:
+            SettingsError: A value does not fit, naming the variable.
         """
-        field = info.field_name or ""
-        if isinstance(value, Path) and field == "policy_paths":
-            return (value,)
-        if not isinstance(value, str):
-            return value
-        name = f"KERNELPOLICY_{field.upper()}"
-        if len(value) > MAX_SETTING_CHARS:
-            raise SettingsError(
-                f"{name}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
-            )
-        reader = _READERS.get(field)
-        return value if reader is None else reader(name, value)
+        import os
+
+        merged = _from_env(os.environ)
+        merged.update(_checked(values))
+        _assign(self, merged)
+
+    @classmethod
+    def of(cls, **values: Any) -> Settings:
+        """Settings from ``values`` only (no environment)."""
+        settings = object.__new__(cls)
+        _assign(settings, _checked(values))
+        return settings
 
 
-def _settings_error(exc: Any) -> SettingsError:
-    """A pydantic ValidationError as one message naming each KERNELPOLICY_* variable."""
-    problems = "; ".join(
-        # loc is (field, key or index, ...): the variable, then where inside its value.
-        f"KERNELPOLICY_{str(err['loc'][0]).upper()}"
-        f"{''.join(f'[{part!r}]' for part in err['loc'][1:])}: {err['msg']}"
-        for err in exc.errors()
-    )
-    return SettingsError(f"bad kernelpolicy settings: {problems}")
+FIELDS = tuple(f.name for f in fields(Settings))
+
+
+def _read(name: str, value: str) -> object:
+    """A string value of field ``name``, bounded and read by its reader."""
+    variable = f"KERNELPOLICY_{name.upper()}"
+    if len(value) > MAX_SETTING_CHARS:
+        raise SettingsError(
+            f"{variable}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
+        )
+    return _READERS[name](variable, value)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name in FIELDS:
+        raw = env.get(f"KERNELPOLICY_{name.upper()}")
+        if raw is not None:
+            values[name] = _read(name, raw)
+    return values
+
+
+def _checked(values: Mapping[str, Any]) -> dict[str, object]:
+    """Keyword values: strings read as the environment's are, others type-checked."""
+    out: dict[str, object] = {}
+    for name, value in values.items():
+        if name not in FIELDS:
+            raise SettingsError(f"unknown setting {name!r}; expected one of {', '.join(FIELDS)}")
+        if isinstance(value, str):
+            out[name] = _read(name, value)
+        elif name == "policy_paths":
+            paths = (value,) if isinstance(value, Path) else tuple(value)
+            out[name] = tuple(_path("KERNELPOLICY_POLICY_PATHS", str(p)) for p in paths)
+        elif name in _PATH_FIELDS:
+            out[name] = None if value is None else _path(f"KERNELPOLICY_{name.upper()}", str(value))
+        elif name == "overrides":
+            out[name] = _read(name, json.dumps(dict(value)))
+        elif name == "allow_untrusted_files" and isinstance(value, bool):
+            out[name] = value
+        else:
+            raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")
+    return out
+
+
+_PATH_FIELDS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
+
+
+def _assign(settings: Settings, values: Mapping[str, object]) -> None:
+    for item in fields(Settings):
+        if item.name in values:
+            value = values[item.name]
+        elif item.default_factory is not MISSING:
+            value = item.default_factory()
+        else:
+            value = item.default
+        object.__setattr__(settings, item.name, value)
 
 
 def load_settings() -> Settings:
-    """Read settings from the environment, translating validation errors to SettingsError."""
-    from pydantic import ValidationError
-    from pydantic_settings import SettingsError as SourceError
+    """Read settings from the process environment.
 
-    try:
-        return Settings()
-    except SourceError as exc:
-        raise SettingsError(f"bad kernelpolicy settings: {exc} (expected JSON)") from None
-    except ValidationError as exc:
-        raise _settings_error(exc) from None
-
-
-class _MappingSettings(Settings):
-    """Settings from explicit values only: no environment, no dotenv, no secrets directory."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
+    Raises:
+        SettingsError: A value does not fit, naming the variable.
+    """
+    return Settings()
 
 
 def settings_from(env: Mapping[str, str]) -> Settings:
@@ -195,14 +231,6 @@ def settings_from(env: Mapping[str, str]) -> Settings:
     Raises:
         SettingsError: A value does not fit, naming the variable.
     """
-    from pydantic import ValidationError
-
-    values: dict[str, object] = {}
-    for name in Settings.model_fields:
-        raw = env.get(f"KERNELPOLICY_{name.upper()}")
-        if raw is not None:
-            values[name] = raw
-    try:
-        return _MappingSettings.model_validate(values)
-    except ValidationError as exc:
-        raise _settings_error(exc) from None
+    settings = object.__new__(Settings)
+    _assign(settings, _from_env(env))
+    return settings

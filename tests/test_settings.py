@@ -71,7 +71,7 @@ def test_settings_from_mapping_only(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         pytest.param(
             {"KERNELPOLICY_LOG_FORMAT": "xml"},
-            "KERNELPOLICY_LOG_FORMAT: Input should be 'console', 'json' or 'off'",
+            "KERNELPOLICY_LOG_FORMAT='xml': expected one of console, json, off",
             id="log-format",
         ),
         pytest.param(
