@@ -26,8 +26,8 @@ def fixture(name: str) -> Platform:
 def with_device(name: str, **changes: Any) -> Platform:
     """A fixture with its devices' fields changed (e.g. arch, compute_units)."""
     platform = fixture(name)
-    devices = tuple(d.model_copy(update=changes) for d in platform.devices)
-    return platform.model_copy(update={"devices": devices})
+    devices = tuple(d.replace(**changes) for d in platform.devices)
+    return platform.replace(**{"devices": devices})
 
 
 def with_libraries(name: str, **versions: str | None) -> Platform:
@@ -39,7 +39,7 @@ def with_libraries(name: str, **versions: str | None) -> Platform:
             libraries.pop(dist, None)
         else:
             libraries[dist] = value
-    return platform.model_copy(update={"libraries": libraries})
+    return platform.replace(**{"libraries": libraries})
 
 
 def resolve_on(platform: Platform | str, **env: str) -> Resolution:

@@ -154,8 +154,8 @@ def test_empty_switch_counts_as_unset() -> None:
 
 def test_fallback_without_nvml_devices() -> None:
     """NVML failed (vendor nvidia, no devices): flashinfer is rejected quoting the probe error."""
-    platform = resolve_on("h100-sxm").platform.model_copy(
-        update={"devices": (), "probe_errors": ("nvml: cannot initialise: Driver Not Loaded",)}
+    platform = resolve_on("h100-sxm").platform.replace(
+        **{"devices": (), "probe_errors": ("nvml: cannot initialise: Driver Not Loaded",)}
     )
     decision = resolve_on(platform).decision(TOPK)
     assert decision.impl == "torch"

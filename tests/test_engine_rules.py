@@ -146,8 +146,8 @@ def test_same_inputs_same_fingerprint() -> None:
 def test_ranks_of_one_node_share_a_fingerprint() -> None:
     """Different visible devices and irrelevant env do not change the fingerprint."""
     platform = fixture("h100-sxm")
-    rank1 = platform.model_copy(
-        update={"devices": platform.devices[1:2] + platform.devices[:1] + platform.devices[2:]}
+    rank1 = platform.replace(
+        **{"devices": platform.devices[1:2] + platform.devices[:1] + platform.devices[2:]}
     )
     a = resolve_policies(platform, {"CUDA_VISIBLE_DEVICES": "0", "HOME": "/a"}, bundled())
     b = resolve_policies(rank1, {"CUDA_VISIBLE_DEVICES": "1", "HOME": "/b"}, bundled())
@@ -169,7 +169,7 @@ def test_relevant_env_changes_fingerprint(env: dict[str, str]) -> None:
 def test_library_version_changes_fingerprint() -> None:
     """The version of a library a policy names changes the fingerprint."""
     platform = fixture("mi325x")
-    newer = platform.model_copy(update={"libraries": {**platform.libraries, "amd-aiter": "0.1.14"}})
+    newer = platform.replace(**{"libraries": {**platform.libraries, "amd-aiter": "0.1.14"}})
     assert resolve_on(platform).fingerprint != resolve_on(newer).fingerprint
 
 

@@ -313,9 +313,7 @@ def test_key_ignores_libraries_only_some_probes_read(fixtures: Path) -> None:
     from kernelpolicy.conformance.evidence import platform_key
 
     base = load_platform(fixtures / "platforms/h100-sxm.json")
-    extra = base.model_copy(update={"libraries": {**base.libraries, "deep_gemm": "2.1.0"}})
-    upgraded = base.model_copy(
-        update={"libraries": {**base.libraries, "flashinfer-python": "9.9.9"}}
-    )
+    extra = base.replace(**{"libraries": {**base.libraries, "deep_gemm": "2.1.0"}})
+    upgraded = base.replace(**{"libraries": {**base.libraries, "flashinfer-python": "9.9.9"}})
     assert platform_key(extra) == platform_key(base)
     assert platform_key(upgraded) != platform_key(base)

@@ -275,7 +275,7 @@ BAD_NODE = [
     pytest.param(_replace("gfx_target_version 90402", "gfx_target_version 91700"),
                  "must each fit one hex digit", id="impossible-gfx-target"),
     pytest.param(_replace("simd_count 1216", "simd_count -1216"),
-                 "compute_units: Input should be greater than or equal to 0", id="negative-simds"),
+                 "compute_units: expected an integer >= 0, got -304", id="negative-simds"),
 ]  # fmt: skip
 
 

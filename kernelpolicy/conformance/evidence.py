@@ -70,8 +70,8 @@ def platform_key(platform: Platform) -> str:
     material = {
         "vendor": platform.vendor,
         "device": None if device is None else [device.name, device.arch, device.capability],
-        "driver": platform.driver.model_dump(mode="json"),
-        "torch": platform.torch.model_dump(mode="json"),
+        "driver": platform.driver.to_dict(),
+        "torch": platform.torch.to_dict(),
         "libraries": {
             name: version
             for name, version in sorted(platform.libraries.items())

@@ -31,8 +31,8 @@ def fingerprint(
         if device is None
         else [device.name, device.arch, device.capability, device.compute_units],
         "device_count": len(platform.devices),
-        "driver": platform.driver.model_dump(mode="json"),
-        "torch": platform.torch.model_dump(mode="json"),
+        "driver": platform.driver.to_dict(),
+        "torch": platform.torch.to_dict(),
         "libraries": {k: v for k, v in sorted(platform.libraries.items()) if k in names},
         "env": dict(sorted(env.items())),
         "forced": dict(sorted(forced.items())),

@@ -173,8 +173,8 @@ def _apply_visibility(
         if override_arch:
             extra["effective_arch"] = override_arch
         device = physical[physical_index]
-        data = {**device.model_dump(), **extra, "index": logical}
-        report.devices.append(Device.model_construct(**data))
+        data = {**device.to_dict(), **extra, "index": logical}
+        report.devices.append(Device(**data))
 
 
 def _read_properties(path: Path) -> dict[str, int]:

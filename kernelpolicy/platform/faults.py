@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from pydantic import ValidationError
-
 from kernelpolicy.limits import shown
+from kernelpolicy.platform.model import PlatformValueError
 
 T = TypeVar("T")
 
@@ -54,12 +53,8 @@ def attempt(errors: list[str], where: str, work: Callable[[], T], *, then: str =
 def describe(exc: BaseException) -> str:
     """One line for an exception: a validation error as its fields, anything else as its type
     (when the text does not say it) and text, cut to a readable length."""
-    if isinstance(exc, ValidationError):
-        text = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-            for e in exc.errors(include_url=False, include_input=False)
-        )
-        text = f"invalid value ({text})"
+    if isinstance(exc, PlatformValueError):
+        text = f"invalid value ({exc})"
     else:
         text = str(exc).replace("\n", " ") or type(exc).__name__
         if not _is_vendor_error(exc):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kernelpolicy.errors import PlatformFileError
 from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_PLATFORM_FILE_BYTES, MAX_VERSION_CHARS, shown
@@ -28,6 +28,7 @@ __all__ = [
     "Device",
     "DriverInfo",
     "Platform",
+    "PlatformValueError",
     "TorchBuild",
     "Vendor",
     "load_platform",
@@ -57,96 +58,301 @@ class Capability(NamedTuple):
         return f"{self.major}.{self.minor}"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+class PlatformValueError(ValueError):
+    """A value the snapshot contract refuses; ``problems`` are ``(where, what)`` pairs such as
+    ``("devices.0.memory_mib", "expected an integer >= 0, got -1")``."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{where or 'value'}: {what}" for where, what in problems))
 
 
-class Device(_Frozen):
+class _Check:
+    """Collects every problem of one snapshot (or one part of it) before raising."""
+
+    def __init__(self, where: str = "") -> None:
+        self.where = where
+        self.problems: list[tuple[str, str]] = []
+
+    def at(self, key: str | int) -> str:
+        return f"{self.where}.{key}" if self.where else str(key)
+
+    def fail(self, key: str | int, what: str) -> None:
+        self.problems.append((self.at(key), what))
+
+    def raise_any(self) -> None:
+        if self.problems:
+            raise PlatformValueError(self.problems)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _got(value: object) -> str:
+    return f"got {shown(repr(value), 80)}"
+
+
+def _check_fields(
+    check: _Check, data: Mapping[str, Any], spec: Mapping[str, tuple[str, bool]]
+) -> None:
+    """Each ``name: (kind, required)`` of ``spec`` in ``data``: kind is ``str``, ``str?``
+    (or None), ``count`` (int >= 0) or ``count?``; a version-like string is also bounded."""
+    for name, (kind, required) in spec.items():
+        if name not in data:
+            if required:
+                check.fail(name, "required")
+            continue
+        value = data[name]
+        if kind.endswith("?") and value is None:
+            continue
+        if kind.startswith("str") and not isinstance(value, str):
+            check.fail(name, f"expected a string, {_got(value)}")
+        elif kind.startswith("count") and not (_is_int(value) and value >= 0):
+            check.fail(name, f"expected an integer >= 0, {_got(value)}")
+        elif kind.startswith("version"):
+            if not isinstance(value, str):
+                check.fail(name, f"expected a version string, {_got(value)}")
+            elif len(value) > MAX_VERSION_CHARS:
+                check.fail(name, _too_long(value))
+
+
+def _too_long(value: str) -> str:
+    return f"a version of {len(value)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
+
+
+class _Extra:
+    """Unknown keys of a snapshot part: kept, readable as attributes, written back by
+    ``to_dict`` (the contract allows extra keys)."""
+
+    extra: Mapping[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "extra" and not name.startswith("__"):
+            extra = self.__dict__.get("extra") or {}
+            if name in extra:
+                return extra[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` applied, validated like a new value.
+
+        Raises:
+            PlatformValueError: A change the contract refuses.
+        """
+        return type(self)(**{**self.to_dict(), **changes})
+
+
+_DEVICE = {
+    "index": ("count", True),
+    "name": ("str", True),
+    "arch": ("str", True),
+    "capability": ("str", True),
+    "pci_device_id": ("str?", False),
+    "memory_mib": ("count?", False),
+    "compute_units": ("count?", False),
+}
+_VERSION = ("version?", False)
+
+
+@dataclass(frozen=True)
+class Device(_Extra):
     """One GPU as the worker sees it; ``index`` is the logical (visible) index."""
 
-    index: int = Field(ge=0)
+    index: int
     name: str
     arch: str
     capability: str
     pci_device_id: str | None = None
-    memory_mib: int | None = Field(default=None, ge=0)
-    compute_units: int | None = Field(default=None, ge=0)
+    memory_mib: int | None = None
+    compute_units: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @field_validator("capability")
-    @classmethod
-    def _capability_form(cls, value: str) -> str:
-        Capability.parse(value)
-        return value
+    def __init__(self, **values: Any) -> None:
+        """Validate ``values`` (unknown keys are kept in ``extra``).
+
+        Raises:
+            PlatformValueError: Naming each bad key and what was expected.
+        """
+        _init(self, Device, values, _DEVICE, _check_device)
 
     @property
     def capability_tuple(self) -> Capability:
         return Capability.parse(self.capability)
 
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+def _check_device(check: _Check, values: Mapping[str, Any]) -> None:
+    capability = values.get("capability")
+    if isinstance(capability, str):
+        try:
+            Capability.parse(capability)
+        except ValueError as exc:
+            check.fail("capability", str(exc))
+
 
 def bounded_version(value: str | None) -> str | None:
     """``value``, or ``ValueError`` when it is longer than ``MAX_VERSION_CHARS``."""
     if value is not None and len(value) > MAX_VERSION_CHARS:
-        raise ValueError(
-            f"a version of {len(value)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
-        )
+        raise ValueError(_too_long(value))
     return value
 
 
-class DriverInfo(_Frozen):
+@dataclass(frozen=True)
+class DriverInfo(_Extra):
     """The kernel driver and the CUDA or ROCm version it provides."""
 
     version: str | None = None
     cuda: str | None = None
     rocm: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @field_validator("version", "cuda", "rocm")
-    @classmethod
-    def _bounded(cls, value: str | None) -> str | None:
-        return bounded_version(value)
+    def __init__(self, **values: Any) -> None:
+        """Validate ``values``. Raises: PlatformValueError."""
+        _init(self, DriverInfo, values, dict.fromkeys(("version", "cuda", "rocm"), _VERSION))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
 
 
-class TorchBuild(_Frozen):
+@dataclass(frozen=True)
+class TorchBuild(_Extra):
     """The installed torch and the accelerator runtime it was built for."""
 
     version: str | None = None
     cuda: str | None = None
     hip: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @field_validator("version", "cuda", "hip")
-    @classmethod
-    def _bounded(cls, value: str | None) -> str | None:
-        return bounded_version(value)
+    def __init__(self, **values: Any) -> None:
+        """Validate ``values``. Raises: PlatformValueError."""
+        _init(self, TorchBuild, values, dict.fromkeys(("version", "cuda", "hip"), _VERSION))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
 
 
-class Platform(_Frozen):
-    """Everything the policies may look at about one machine."""
+def _init(
+    obj: object,
+    cls: type,
+    values: Mapping[str, Any],
+    spec: Mapping[str, tuple[str, bool]],
+    more: Callable[[_Check, Mapping[str, Any]], None] | None = None,
+) -> None:
+    check = _Check()
+    _check_fields(check, values, spec)
+    if more is not None:
+        more(check, values)
+    check.raise_any()
+    known = {f.name for f in fields(cls)} - {"extra"}
+    for item in fields(cls):
+        if item.name == "extra":
+            value: Any = {k: v for k, v in values.items() if k not in known}
+        elif item.name in values:
+            value = values[item.name]
+        else:
+            value = item.default
+        object.__setattr__(obj, item.name, value)
 
-    schema_id: Literal["kernelpolicy.platform/v1"] = Field(
-        default="kernelpolicy.platform/v1", alias="schema"
-    )
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
+    out.update(obj.extra)
+    return out
+
+
+def _part(check: _Check, key: str, value: Any, cls: type[Any]) -> Any:
+    """A nested part (driver, torch, a device) from a mapping, its problems under ``key``."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        check.fail(key, f"expected an object, {_got(value)}")
+        return None
+    try:
+        return cls(**value)
+    except PlatformValueError as exc:
+        check.problems.extend((check.at(f"{key}.{w}" if w else key), m) for w, m in exc.problems)
+        return None
+
+
+def _string_map(check: _Check, key: str, value: Any, bounded: bool) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        check.fail(key, f"expected an object of strings, {_got(value)}")
+        return {}
+    out: dict[str, str] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            check.fail(f"{key}.{shown(str(name))}", f"expected a string, {_got(text)}")
+        elif bounded and len(text) > MAX_VERSION_CHARS:
+            check.fail(f"{key}.{shown(name)}", _too_long(text))
+        else:
+            out[name] = text
+    return out
+
+
+@dataclass(frozen=True)
+class Platform(_Extra):
+    """Everything the policies may look at about one machine.
+
+    A plain frozen value: building one validates it (:class:`PlatformValueError` names each
+    bad key); :meth:`from_dict` is the boundary for untrusted snapshots.
+    """
+
     vendor: Vendor
     devices: tuple[Device, ...] = ()
-    driver: DriverInfo = DriverInfo()
-    torch: TorchBuild = TorchBuild()
-    libraries: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    driver: DriverInfo = field(default_factory=DriverInfo)
+    torch: TorchBuild = field(default_factory=TorchBuild)
+    libraries: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
     probe_errors: tuple[str, ...] = ()
+    schema_id: str = SCHEMA
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @field_validator("libraries")
-    @classmethod
-    def _library_versions(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, version in value.items():
-            try:
-                bounded_version(version)
-            except ValueError as exc:
-                raise ValueError(f"{shown(name)}: {exc}") from None
-        return value
+    def __init__(self, **values: Any) -> None:
+        """Validate ``values`` (``schema`` is the contract's name for ``schema_id``).
 
-    @field_validator("env")
-    @classmethod
-    def _carried_env(cls, value: dict[str, str]) -> dict[str, str]:
-        """Values in their carried form, whoever built the snapshot (see platform.envvars)."""
-        return {name: carried(text) for name, text in value.items()}
+        Raises:
+            PlatformValueError: Naming each bad key and what was expected.
+        """
+        check = _Check()
+        data = dict(values)
+        schema = data.pop("schema", data.pop("schema_id", SCHEMA))
+        if schema != SCHEMA:
+            check.fail("schema", f"expected {SCHEMA!r}, {_got(schema)}")
+        vendor = data.pop("vendor", None)
+        if vendor not in _VENDORS:
+            what = "required" if vendor is None else f"expected one of {_VENDOR_NAMES}"
+            check.fail("vendor", what if vendor is None else f"{what}, {_got(vendor)}")
+        devices = data.pop("devices", ())
+        if not isinstance(devices, (list, tuple)):
+            check.fail("devices", f"expected a list of devices, {_got(devices)}")
+            devices = ()
+        parts = tuple(_part(check, f"devices.{i}", d, Device) for i, d in enumerate(devices))
+        driver = _part(check, "driver", data.pop("driver", {}), DriverInfo)
+        torch = _part(check, "torch", data.pop("torch", {}), TorchBuild)
+        libraries = _string_map(check, "libraries", data.pop("libraries", {}), bounded=True)
+        env = _string_map(check, "env", data.pop("env", {}), bounded=False)
+        errors = data.pop("probe_errors", ())
+        if not isinstance(errors, (list, tuple)) or not all(isinstance(e, str) for e in errors):
+            check.fail("probe_errors", f"expected a list of strings, {_got(errors)}")
+            errors = ()
+        check.raise_any()
+        set_ = object.__setattr__
+        set_(self, "schema_id", SCHEMA)
+        set_(self, "vendor", vendor)
+        set_(self, "devices", parts)
+        set_(self, "driver", driver)
+        set_(self, "torch", torch)
+        set_(self, "libraries", libraries)
+        # values in their carried form, whoever built the snapshot (see platform.envvars)
+        set_(self, "env", {name: carried(text) for name, text in env.items()})
+        set_(self, "probe_errors", tuple(errors))
+        set_(self, "extra", data)
 
     @property
     def primary(self) -> Device | None:
@@ -155,7 +361,17 @@ class Platform(_Frozen):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready snapshot, keys as the contract names them."""
-        return self.model_dump(mode="json", by_alias=True)
+        return {
+            "schema": SCHEMA,
+            "vendor": self.vendor,
+            "devices": [d.to_dict() for d in self.devices],
+            "driver": self.driver.to_dict(),
+            "torch": self.torch.to_dict(),
+            "libraries": dict(self.libraries),
+            "env": dict(self.env),
+            "probe_errors": list(self.probe_errors),
+            **self.extra,
+        }
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
@@ -175,23 +391,26 @@ class Platform(_Frozen):
                 f"({MAX_NESTING_DEPTH}); {_EXPECTED}"
             )
         try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
+            if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+                raise PlatformValueError([("", f"expected a JSON object, {_got(data)}")])
+            return cls(**data)
+        except PlatformValueError as exc:
             raise PlatformFileError(_describe(exc, source)) from None
         except (ValueError, TypeError, RecursionError, MemoryError) as exc:
-            # Not expected from pydantic on JSON values; kept so that nothing else escapes.
             message = shown(str(exc) or type(exc).__name__, 200)
             raise PlatformFileError(f"{source}: not a valid {SCHEMA} snapshot: {message}") from None
 
 
-def _describe(exc: ValidationError, source: str) -> str:
+_VENDORS = ("nvidia", "amd", "none")
+_VENDOR_NAMES = ", ".join(map(repr, _VENDORS))
+
+
+def _describe(exc: PlatformValueError, source: str) -> str:
     lines = [f"{source}: not a valid {SCHEMA} snapshot ({_EXPECTED}):"]
-    errors = exc.errors(include_url=False, include_input=False)
-    for err in errors[:_MAX_LISTED]:
-        where = ".".join(shown(str(part)) for part in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {shown(err['msg'], 200)}")
-    if len(errors) > _MAX_LISTED:
-        lines.append(f"  ... and {len(errors) - _MAX_LISTED} more")
+    for where, what in exc.problems[:_MAX_LISTED]:
+        lines.append(f"  {shown(where, 200) or '(top level)'}: {shown(what, 200)}")
+    if len(exc.problems) > _MAX_LISTED:
+        lines.append(f"  ... and {len(exc.problems) - _MAX_LISTED} more")
     return "\n".join(lines)
 
 

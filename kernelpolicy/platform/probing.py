@@ -7,8 +7,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from kernelpolicy.platform.amd import AmdReport, probe_amd
 from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
 from kernelpolicy.platform.faults import describe
@@ -19,7 +17,7 @@ from kernelpolicy.platform.libraries import (
     read_libraries,
     torch_build,
 )
-from kernelpolicy.platform.model import DriverInfo, Platform
+from kernelpolicy.platform.model import DriverInfo, Platform, PlatformValueError
 from kernelpolicy.platform.nvidia import NvidiaReport, load_nvml, probe_nvidia
 from kernelpolicy.platform.pci import (
     NVIDIA_VENDOR,
@@ -91,8 +89,8 @@ def _assemble(fields: dict[str, Any], errors: list[str]) -> Platform:
     dropped (reported in ``probe_errors``), so that the probe never raises."""
     try:
         return Platform(**fields, probe_errors=tuple(errors))
-    except ValidationError as exc:
-        bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
+    except PlatformValueError as exc:
+        bad = {where.split(".")[0] for where, _ in exc.problems}
         errors.append(f"probe: dropped {', '.join(sorted(bad))}: {describe(exc)}")
         kept = {k: v for k, v in fields.items() if k not in bad}
         return Platform(**kept, probe_errors=tuple(errors))
