@@ -18,8 +18,13 @@ from kernelpolicy.errors import SettingsError
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.files import check_policy_trust
-from kernelpolicy.policy.loader import expand_policy_paths, load_policies, policy_files
+from kernelpolicy.policy.files import (
+    check_policy_trust,
+    expand_policy_paths,
+    policy_files,
+    read_policy_sources,
+)
+from kernelpolicy.policy.packcache import load_cached
 from kernelpolicy.settings import Settings, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
@@ -29,11 +34,18 @@ makes a new entry, so a long-lived process that re-resolves would otherwise keep
 
 
 def load_policies_cached(
-    paths: Iterable[str | Path], *, allow_untrusted: bool = False
+    paths: Iterable[str | Path],
+    *,
+    allow_untrusted: bool = False,
+    cache_dir: Path | None = None,
+    pack_cache: bool = True,
 ) -> PolicySet:
     """:func:`load_policies`, reused while no file changed (path, mtime and size).
 
-    Trust is checked on every call, cached or not (a ``chmod`` does not change the mtime).
+    Trust is checked on every call, cached or not (a ``chmod`` does not change the mtime). A
+    set not loaded yet in this process comes from the compiled-pack cache under ``cache_dir``
+    when ``pack_cache`` is on and an entry matches the files' contents
+    (:mod:`kernelpolicy.policy.packcache`).
 
     Raises:
         PolicyError: The files are invalid.
@@ -45,7 +57,12 @@ def load_policies_cached(
     check_policy_trust(given, files, allow_untrusted=allow_untrusted)
     key = tuple((str(f), *_stamp(f)) for f in files)
     cached = _POLICY_CACHE.pop(key, None)  # re-inserted below: the dict keeps use order
-    if cached is None:
+    if cached is None and pack_cache:
+        sources = read_policy_sources(given, allow_untrusted=allow_untrusted)
+        cached = load_cached(sources, cache_dir)
+    elif cached is None:
+        from kernelpolicy.policy.loader import load_policies
+
         cached = load_policies(given, allow_untrusted=allow_untrusted)
     _POLICY_CACHE[key] = cached
     while len(_POLICY_CACHE) > POLICY_CACHE_ENTRIES:
@@ -115,11 +132,18 @@ def resolve(
         policy_set = load_policies_cached(
             existing_policy_paths(settings.policy_paths, "KERNELPOLICY_POLICY_PATHS"),
             allow_untrusted=settings.allow_untrusted_files,
+            cache_dir=settings.cache_dir,
+            pack_cache=settings.pack_cache,
         )
     elif isinstance(policies, PolicySet):
         policy_set = policies
     else:
-        policy_set = load_policies_cached(policies, allow_untrusted=settings.allow_untrusted_files)
+        policy_set = load_policies_cached(
+            policies,
+            allow_untrusted=settings.allow_untrusted_files,
+            cache_dir=settings.cache_dir,
+            pack_cache=settings.pack_cache,
+        )
     check_forces(policy_set, environ, settings.overrides)
     if platform is None:
         from kernelpolicy.platform.probing import probe

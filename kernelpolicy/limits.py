@@ -20,6 +20,9 @@ MAX_PLATFORM_FILE_BYTES = 4 * MIB
 """One platform snapshot (``kernelpolicy probe --json`` of a 16-GPU node is about 10 KiB)."""
 MAX_EVIDENCE_FILE_BYTES = 16 * MIB
 """One evidence file written by ``kernelpolicy verify``."""
+MAX_PACK_CACHE_BYTES = 64 * MIB
+"""One compiled-pack cache entry; a larger pack is not cached (a 10,000-feature pack's entry
+is about 25 MiB)."""
 MAX_TLS_FILE_BYTES = 1 * MIB
 """One PEM file (certificate, key or CA bundle)."""
 

@@ -78,11 +78,21 @@ _READERS: dict[str, Callable[[str, str], Any]] = {
     "policy_paths": _read_paths,
     "overrides": _read_overrides,
     "allow_untrusted_files": parse_bool,
+    "pack_cache": parse_bool,
     "cache_dir": _path,
     "tls_cert_file": _path,
     "tls_key_file": _path,
     "tls_client_ca_file": _path,
 }
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``: the evidence store and
+    the compiled-pack cache live under it unless ``KERNELPOLICY_CACHE_DIR`` says otherwise."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kernelpolicy"
 
 
 def bundled_policy_dir() -> Path:
@@ -123,6 +133,9 @@ class Settings:
         allow_untrusted_files: Accept policy files, policy directories and the evidence store
             even when another user owns them or can write them (``kernelpolicy.trust``). Off by
             default; for people who share such files on purpose.
+        pack_cache: Keep validated policy packs in ``<cache dir>/packs`` so that later
+            processes skip validation (``KERNELPOLICY_PACK_CACHE``, default on; see
+            :mod:`kernelpolicy.policy.packcache`).
 
     Plain values, not a pydantic model: reading settings is on the cold-start path of every
     worker, and each variable has its own reader here anyway.
@@ -136,6 +149,7 @@ class Settings:
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
     allow_untrusted_files: bool = False
+    pack_cache: bool = True
 
     def __init__(self, **values: Any) -> None:
         """Read ``KERNELPOLICY_*`` from the process environment; ``values`` take precedence
@@ -195,7 +209,7 @@ def _checked(values: Mapping[str, Any]) -> dict[str, object]:
             out[name] = None if value is None else _path(f"KERNELPOLICY_{name.upper()}", str(value))
         elif name == "overrides":
             out[name] = _read(name, json.dumps(dict(value)))
-        elif name == "allow_untrusted_files" and isinstance(value, bool):
+        elif name in ("allow_untrusted_files", "pack_cache") and isinstance(value, bool):
             out[name] = value
         else:
             raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")

@@ -31,6 +31,7 @@ from kernelpolicy.errors import EvidenceError, KernelPolicyError
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json, read_text_bounded, temp_path, write_atomic
+from kernelpolicy.settings import default_cache_dir
 from kernelpolicy.trust import check_trusted, private_dir
 
 __all__ = [
@@ -50,11 +51,6 @@ __all__ = [
 ]
 
 _STORE = "evidence store"
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kernelpolicy"
 
 
 def platform_key(platform: Platform) -> str:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS
 from kernelpolicy.platform.envvars import carried, over_limit
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.schema import Switch
 from kernelpolicy.settings import ACCEPTED_BOOLEANS, parse_bool
+
+if TYPE_CHECKING:
+    from kernelpolicy.policy.schema import Switch
 
 FORCE_PREFIX = "KERNELPOLICY_FORCE_"
 

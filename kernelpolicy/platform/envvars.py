@@ -13,8 +13,9 @@ nothing: a daemon's answer rebuilt in a client gives the same decisions and fing
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from fnmatch import fnmatchcase
+from collections.abc import Callable, Iterable, Mapping
+from fnmatch import translate
+from functools import cache
 
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, shown
 
@@ -54,12 +55,24 @@ def over_limit(value: str) -> int | None:
 def capture_env(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:
     """The variables whose names match a pattern (shell-style, case-sensitive), sorted by name,
     each value in its carried form (see :func:`carried`)."""
-    pats = tuple(patterns)
+    exact, matcher = _patterns(tuple(patterns))
     return {
         name: carried(environ[name])
         for name in sorted(environ)
-        if any(fnmatchcase(name, pat) for pat in pats)
+        if name in exact or (matcher is not None and matcher(name))
     }
+
+
+@cache
+def _patterns(patterns: tuple[str, ...]) -> tuple[frozenset[str], Callable[[str], object] | None]:
+    """Plain names, and one compiled matcher for the shell-style patterns among ``patterns``
+    (one regular expression instead of a compiled pattern per name per variable)."""
+    exact = frozenset(p for p in patterns if not any(c in p for c in "*?["))
+    globs = [p for p in patterns if p not in exact]
+    if not globs:
+        return exact, None
+    regex = re.compile("|".join(f"(?:{translate(p)})" for p in globs))
+    return exact, regex.match
 
 
 def carried_env(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:

@@ -147,6 +147,29 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
     return program
 
 
+class LazyProgram:
+    """A program compiled on first use: what the compiled-pack cache hands the engine for an
+    expression that was checked when the pack was first loaded (most resolutions never run
+    one: the hot path runs their Python translation)."""
+
+    __slots__ = ("_program", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._program: Any = None
+
+    def _compiled(self) -> Any:
+        if self._program is None:
+            self._program = _binding(cel_module().compile, self.source)
+        return self._program
+
+    def execute(self, context: Any) -> Any:
+        return self._compiled().execute(context)
+
+    def variables(self) -> Any:
+        return self._compiled().variables()
+
+
 def _type_error(exc: Exception, source: str, known: Mapping[str, str]) -> str | None:
     """For an operator applied to the wrong types: the library's first sentence, then the type
     of every operand, so the wrong one shows; None for any other failure.

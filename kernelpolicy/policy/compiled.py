@@ -8,21 +8,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import SpecifierSet
-
-from kernelpolicy.policy.schema import (
-    Candidate,
-    Disable,
-    EngineRule,
-    Feature,
-    Gate,
-    KnownIssue,
-    LibrarySpec,
-    Workaround,
-)
 from kernelpolicy.versions import StackVersion, parse_specifier, parse_version
+
+if TYPE_CHECKING:
+    # Only types: the specs are schema models after a load, or records of them from the
+    # compiled-pack cache (kernelpolicy.policy.record), which never imports the schema.
+    from packaging.specifiers import SpecifierSet
+
+    from kernelpolicy.policy.schema import (
+        Candidate,
+        Disable,
+        EngineRule,
+        Feature,
+        Gate,
+        KnownIssue,
+        LibrarySpec,
+        Workaround,
+    )
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,33 @@ class PolicySet:
     env_names: frozenset[str] = field(default=frozenset())
     library_names: frozenset[str] = field(default=frozenset())
 
+    @classmethod
+    def build(
+        cls,
+        features: Mapping[str, CompiledFeature],
+        gates: Mapping[str, CompiledGate],
+        disables: tuple[CompiledDisable, ...],
+        files: tuple[str, ...],
+        digest: str,
+    ) -> PolicySet:
+        """The set, with the switch variables and libraries it reads collected."""
+        return cls(
+            features=features,
+            gates=gates,
+            disables=disables,
+            files=files,
+            digest=digest,
+            env_names=frozenset(
+                s.env for f in features.values() for c in f.candidates for s in c.spec.switches
+            ),
+            library_names=frozenset(
+                lib.name
+                for f in features.values()
+                for c in f.candidates
+                for lib in (*c.libraries, *(i.library for i in c.issues if i.library))
+            ),
+        )
+
     @property
     def engine_names(self) -> tuple[str, ...]:
         """Every engine some feature or candidate tells, sorted."""
@@ -221,7 +252,13 @@ def compile_candidate(
     )
 
 
-def _base(issue: KnownIssue) -> LibrarySpec:
-    from kernelpolicy.policy.schema import LibraryRequirement
+@dataclass(frozen=True)
+class _BaseRange:
+    """A known issue's range compared on the release only (``compare = "base"``)."""
 
-    return LibraryRequirement(version=issue.versions or "*", compare="base")
+    version: str
+    compare: str = "base"
+
+
+def _base(issue: KnownIssue) -> LibrarySpec:
+    return _BaseRange(issue.versions or "*")  # type: ignore[return-value]

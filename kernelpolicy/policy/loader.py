@@ -251,22 +251,7 @@ def _assemble(
     issues.extend(_cross_references(features, gates, disables))
     if issues:
         raise PolicyError(issues)
-    return PolicySet(
-        features=features,
-        gates=gates,
-        disables=tuple(disables),
-        files=files,
-        digest=digest,
-        env_names=frozenset(
-            s.env for f in features.values() for c in f.candidates for s in c.spec.switches
-        ),
-        library_names=frozenset(
-            lib.name
-            for f in features.values()
-            for c in f.candidates
-            for lib in (*c.libraries, *(i.library for i in c.issues if i.library))
-        ),
-    )
+    return PolicySet.build(features, gates, tuple(disables), files, digest)
 
 
 def _compile_feature(

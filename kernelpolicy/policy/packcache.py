@@ -1,0 +1,214 @@
+"""The compiled-pack cache: a validated policy set, kept between processes.
+
+Loading a pack validates every file with pydantic and compiles every CEL rule: about 100 ms of
+a worker's cold start, the same in every process of a node. After a first load, the validated
+elements are written as tagged JSON (:mod:`kernelpolicy.policy.record`, never pickle) to
+``<cache dir>/packs/<key>.json``; a later process with the same files rebuilds the set from
+it without importing pydantic, TOML or the CEL library.
+
+The cache is never trusted over the files:
+
+* the key hashes the text and path of every policy file (as read, after the trust checks),
+  the kernelpolicy version and the source of the modules that define the compiled form, so
+  any edit, reorder, upgrade or schema change is a miss;
+* a cache file is used only when it and its directory belong to this user (or root) and no one
+  else can write them (:func:`kernelpolicy.trust.trust_problem`), it is a regular file within
+  ``MAX_PACK_CACHE_BYTES``, and it names the same key; its directory is created ``0700``;
+* anything wrong with it (unreadable, truncated, foreign, another format) is a miss: the files
+  are loaded and validated as if there were no cache, and the entry is rewritten.
+
+Writes are atomic (:func:`kernelpolicy.safeio.write_atomic`); the newest ``PACK_CACHE_ENTRIES``
+entries are kept. ``KERNELPOLICY_PACK_CACHE=0`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_PACK_CACHE_BYTES
+from kernelpolicy.policy.cel import LazyProgram
+from kernelpolicy.policy.compiled import (
+    CompiledDisable,
+    CompiledFeature,
+    CompiledGate,
+    PolicySet,
+    Source,
+    compile_candidate,
+)
+from kernelpolicy.policy.record import decode, encode
+
+__all__ = ["PACK_CACHE_ENTRIES", "cache_key", "load_cached", "pack_dir"]
+
+FORMAT = 1
+PACK_CACHE_ENTRIES = 16
+"""Cache files kept (the newest): each edit of a pack writes a new one."""
+
+# The modules whose code decides what a cached entry means: their source is part of the key.
+_CODE = ("record.py", "compiled.py", "schema.py", "packcache.py", "cel.py")
+
+
+class _Miss(KernelPolicyError):
+    """The entry cannot be used; the files are loaded instead."""
+
+
+def pack_dir(cache_dir: Path | None) -> Path:
+    """``<cache dir>/packs``."""
+    from kernelpolicy.settings import default_cache_dir
+
+    return (cache_dir or default_cache_dir()) / "packs"
+
+
+def cache_key(sources: Sequence[tuple[str, str]]) -> str:
+    """What a cached set depends on, hashed: every (path, text), the version, and the code."""
+    from kernelpolicy import __version__
+
+    digest = hashlib.sha256(f"kernelpolicy {__version__} pack format {FORMAT}\0".encode())
+    here = Path(__file__).parent
+    for name in _CODE:
+        with contextlib.suppress(OSError):
+            digest.update((here / name).read_bytes())
+        digest.update(b"\0")
+    for name, text in sources:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def load_cached(sources: Sequence[tuple[str, str]], cache_dir: Path | None) -> PolicySet:
+    """The set for ``sources``, from the cache when a trusted entry matches, else loaded from
+    the texts (and the entry written, when the cache directory can be prepared).
+
+    Raises:
+        PolicyError: The texts are invalid (only on a miss: a valid entry means they were not).
+    """
+    key = cache_key(sources)
+    directory = pack_dir(cache_dir)
+    path = directory / f"{key}.json"
+    try:
+        return _read_entry(path, key)
+    except _Miss:
+        pass
+    from kernelpolicy.policy.loader import load_policy_sources
+
+    policies = load_policy_sources(sources)
+    _write(directory, path, key, policies)
+    return policies
+
+
+def _read_entry(path: Path, key: str) -> PolicySet:
+    """The set stored at ``path`` for ``key``.
+
+    Raises:
+        _Miss: No entry, or one that may not or cannot be used (see the module doc).
+    """
+    from kernelpolicy.safeio import read_bytes_bounded
+    from kernelpolicy.trust import trust_problem
+
+    if not os.path.lexists(path) or trust_problem(path) is not None:
+        raise _Miss
+    try:
+        data = read_bytes_bounded(
+            path, limit=MAX_PACK_CACHE_BYTES, limit_name="MAX_PACK_CACHE_BYTES", fail=_Miss
+        )
+        # Our own file (trusted above) and size-bounded: no depth pre-scan (it would cost as
+        # much as the parse); a RecursionError is a miss like any other failure.
+        entry = json.loads(data)
+        if entry.get("format") != FORMAT or entry.get("key") != key:
+            raise _Miss
+        return _build(entry)
+    except Exception:  # never authoritative: whatever is wrong with it, load the files
+        raise _Miss from None
+
+
+def _build(entry: dict[str, Any]) -> PolicySet:
+    features: dict[str, CompiledFeature] = {}
+    for item in entry["features"]:
+        spec = decode(item["spec"])
+        file = item["file"]
+        candidates = tuple(
+            compile_candidate(
+                item["name"],
+                cand,
+                Source(file, line),
+                LazyProgram(cand.when) if cand.when is not None else None,
+            )
+            for cand, line in zip(spec.candidates, item["candidate_lines"], strict=True)
+        )
+        features[item["name"]] = CompiledFeature(
+            item["name"], spec, Source(file, item["line"]), candidates
+        )
+    gates = {
+        item["name"]: CompiledGate(
+            item["name"],
+            (spec := decode(item["spec"])),
+            Source(item["file"], item["line"]),
+            LazyProgram(spec.rule),
+        )
+        for item in entry["gates"]
+    }
+    disables = tuple(
+        CompiledDisable(decode(item["spec"]), Source(item["file"], item["line"]))
+        for item in entry["disables"]
+    )
+    return PolicySet.build(features, gates, disables, tuple(entry["files"]), entry["digest"])
+
+
+def _entry(key: str, policies: PolicySet) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "key": key,
+        "files": list(policies.files),
+        "digest": policies.digest,
+        "features": [
+            {
+                "name": name,
+                "file": feature.source.file,
+                "line": feature.source.line,
+                "candidate_lines": [c.source.line for c in feature.candidates],
+                "spec": encode(feature.spec),
+            }
+            for name, feature in policies.features.items()
+        ],
+        "gates": [
+            {"name": name, "file": g.source.file, "line": g.source.line, "spec": encode(g.spec)}
+            for name, g in policies.gates.items()
+        ],
+        "disables": [
+            {"file": d.source.file, "line": d.source.line, "spec": encode(d.spec)}
+            for d in policies.disables
+        ],
+    }
+
+
+def _write(directory: Path, path: Path, key: str, policies: PolicySet) -> None:
+    """Store the entry; a cache that cannot be written is no cache (nothing is raised)."""
+    from kernelpolicy.safeio import write_atomic
+    from kernelpolicy.trust import private_dir
+
+    try:
+        data = json.dumps(_entry(key, policies), separators=(",", ":")).encode()
+        if len(data) > MAX_PACK_CACHE_BYTES:
+            return
+        private_dir(directory, "compiled-pack cache")
+        write_atomic(path, data, 0o600)
+        _prune(directory)
+    except (OSError, KernelPolicyError, TypeError, ValueError):
+        return
+
+
+def _prune(directory: Path) -> None:
+    entries = []
+    with os.scandir(directory) as found:
+        for item in found:
+            if item.name.endswith(".json") and not item.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
+    for _, stale in sorted(entries, reverse=True)[PACK_CACHE_ENTRIES:]:
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
