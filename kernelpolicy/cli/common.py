@@ -66,6 +66,20 @@ def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str
     return env
 
 
+def policy_load_options() -> dict[str, Any]:
+    """How this process loads policies: its trust opt-out and its compiled-pack cache
+    (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``, ``_CACHE_DIR``, ``_PACK_CACHE`` of this process,
+    never of a platform snapshot's recorded environment)."""
+    from kernelpolicy.settings import settings_from
+
+    local = settings_from(os.environ)
+    return {
+        "allow_untrusted": local.allow_untrusted_files,
+        "cache_dir": local.cache_dir,
+        "pack_cache": local.pack_cache,
+    }
+
+
 def allow_untrusted_files() -> bool:
     """The trust opt-out of whoever runs the command: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES`` of
     this process (never of a platform snapshot's recorded environment)."""

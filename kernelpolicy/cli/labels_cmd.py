@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.cli.common import add_resolve_options, environment, obtain_platform
+from kernelpolicy.cli.common import (
+    add_resolve_options,
+    environment,
+    obtain_platform,
+    policy_load_options,
+)
 
 
 def register(commands: Any) -> None:
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     base_env = environment(args, None) if args.platform is None else None
     settings = settings_from(base_env if base_env is not None else {})
-    policies = load_policies_cached(args.policies or settings.policy_paths)
+    policies = load_policies_cached(args.policies or settings.policy_paths, **policy_load_options())
     platform = obtain_platform(
         args,
         libraries=sorted(policies.library_names),

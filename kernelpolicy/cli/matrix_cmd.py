@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import (
-    allow_untrusted_files,
     environment,
     local_environment,
+    policy_load_options,
     policy_paths,
 )
 from kernelpolicy.errors import PlatformFileError
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     snapshots = _snapshots(args.platforms)
     policies = load_policies_cached(
-        policy_paths(args, local_environment(args)), allow_untrusted=allow_untrusted_files()
+        policy_paths(args, local_environment(args)), **policy_load_options()
     )
     cells: dict[str, dict[str, Decision]] = {}
     for path in snapshots:

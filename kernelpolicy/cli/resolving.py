@@ -8,10 +8,10 @@ import argparse
 from collections.abc import Mapping
 
 from kernelpolicy.cli.common import (
-    allow_untrusted_files,
     environment,
     local_environment,
     obtain_platform,
+    policy_load_options,
     policy_paths,
 )
 from kernelpolicy.engine.resolution import Resolution
@@ -56,9 +56,7 @@ def resolve_args(
     # Policy files, the evidence store and trust are this machine's, even with --platform.
     local_env = local_environment(args)
     local = settings_from(local_env)
-    policies = load_policies_cached(
-        policy_paths(args, local_env), allow_untrusted=allow_untrusted_files()
-    )
+    policies = load_policies_cached(policy_paths(args, local_env), **policy_load_options())
     libraries, patterns = probe_inputs(policies)
     platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
     answer_env = dict(env) if env is not None else environment(args, platform)

@@ -139,7 +139,12 @@ def _serve(args: argparse.Namespace) -> int:
     # Probe what the policies read (their libraries and variables), as explain and resolve()
     # do, so the daemon answers what they answer on this node.
     libraries, patterns = probe_inputs(
-        load_policies_cached(paths, allow_untrusted=settings.allow_untrusted_files)
+        load_policies_cached(
+            paths,
+            allow_untrusted=settings.allow_untrusted_files,
+            cache_dir=settings.cache_dir,
+            pack_cache=settings.pack_cache,
+        )
     )
     platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
     env = environment(args, platform)
