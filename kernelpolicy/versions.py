@@ -14,14 +14,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from kernelpolicy.errors import VersionError
 from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
 __all__ = [
+    "LazySpecifierSet",
     "StackVersion",
     "UnreadableVersion",
     "cuda_version_from_int",
@@ -166,6 +170,10 @@ def require_version(raw: str) -> StackVersion:
 @lru_cache(maxsize=256)
 def parse_specifier(text: str) -> SpecifierSet:
     """Read a PEP 440 specifier set (``">=0.1.13,<0.2"``), raising :class:`VersionError`."""
+    # Imported here: packaging.specifiers brings packaging.tags (platform, subprocess,
+    # sysconfig), about 10 ms that a worker whose ranges are never checked need not pay.
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         specifiers = SpecifierSet(text)
     except InvalidSpecifier as exc:
@@ -188,3 +196,43 @@ def cuda_version_from_int(value: int) -> str:
     if value <= 0:
         raise VersionError(f"CUDA version integer must be positive, got {value}")
     return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+class LazySpecifierSet:
+    """A specifier set that policies validated when they were loaded, parsed on first use.
+
+    Compiled policies hold these: a range is parsed (and ``packaging.specifiers`` imported)
+    only when a check needs it; on a machine without a GPU most never are. Behaves as the
+    ``SpecifierSet`` it stands for in everything kernelpolicy uses: ``contains``, ``str``,
+    equality.
+    """
+
+    __slots__ = ("_parsed", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._parsed: SpecifierSet | None = None
+
+    @property
+    def parsed(self) -> SpecifierSet:
+        """The set (see :func:`parse_specifier`, which raises :class:`VersionError`)."""
+        if self._parsed is None:
+            self._parsed = parse_specifier(self.text)
+        return self._parsed
+
+    def contains(self, item: Any, prereleases: bool | None = None) -> bool:
+        return self.parsed.contains(item, prereleases=prereleases)
+
+    def __str__(self) -> str:
+        return str(self.parsed)
+
+    def __repr__(self) -> str:
+        return f"LazySpecifierSet({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazySpecifierSet):
+            return self.text == other.text or self.parsed == other.parsed
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.parsed)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from packaging.specifiers import SpecifierSet
-
 from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.model import Check, CheckKind, Note
 from kernelpolicy.platform.model import Platform
@@ -15,7 +13,7 @@ from kernelpolicy.policy.compiled import (
     CompiledIssue,
     LibraryCheck,
 )
-from kernelpolicy.versions import UnreadableVersion, parse_version
+from kernelpolicy.versions import LazySpecifierSet, UnreadableVersion, parse_version
 
 _VENDOR_NAMES = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "none": "no GPU"}
 _UNIT_NAMES = {"nvidia": "SMs", "amd": "CUs"}
@@ -220,7 +218,7 @@ def _platform_version(platform: Platform, key: str) -> str | None:
 def _version_failure(
     label: str,
     found: str | None,
-    specifier: SpecifierSet,
+    specifier: LazySpecifierSet,
     compare: str,
     kind: CheckKind,
     *,

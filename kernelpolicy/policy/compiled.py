@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.versions import StackVersion, parse_specifier, parse_version
+from kernelpolicy.versions import LazySpecifierSet, StackVersion, parse_version
 
 if TYPE_CHECKING:
     # Only types: the specs are schema models after a load, or records of them from the
     # compiled-pack cache (kernelpolicy.policy.record), which never imports the schema.
-    from packaging.specifiers import SpecifierSet
-
     from kernelpolicy.policy.schema import (
         Candidate,
         Disable,
@@ -46,13 +44,13 @@ class LibraryCheck:
 
     name: str
     text: str
-    specifier: SpecifierSet | None
+    specifier: LazySpecifierSet | None
     compare: str = "full"
 
     @classmethod
     def build(cls, name: str, spec: LibrarySpec) -> LibraryCheck:
         text, compare = (spec, "full") if isinstance(spec, str) else (spec.version, spec.compare)
-        specifier = None if text.strip() == "*" else parse_specifier(text)
+        specifier = None if text.strip() == "*" else LazySpecifierSet(text)
         return cls(name, text.strip(), specifier, compare)
 
     def satisfied(self, libraries: Mapping[str, str]) -> bool:
@@ -65,8 +63,8 @@ class LibraryCheck:
         return self.specifier is None or self.specifier.contains(value, prereleases=True)
 
 
-def _spec(text: str | None) -> SpecifierSet | None:
-    return None if text is None or text.strip() == "*" else parse_specifier(text)
+def _spec(text: str | None) -> LazySpecifierSet | None:
+    return None if text is None or text.strip() == "*" else LazySpecifierSet(text)
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,7 @@ class CompiledEngineRule:
     """One engine rule with its version range and library checks parsed."""
 
     spec: EngineRule
-    versions: SpecifierSet | None
+    versions: LazySpecifierSet | None
     libraries: tuple[LibraryCheck, ...]
 
     @classmethod
@@ -113,8 +111,8 @@ class CompiledCandidate:
     feature: str
     spec: Candidate
     source: Source
-    capability: SpecifierSet | None
-    versions: Mapping[str, SpecifierSet]  # driver / cuda / rocm / torch
+    capability: LazySpecifierSet | None
+    versions: Mapping[str, LazySpecifierSet]  # driver / cuda / rocm / torch
     libraries: tuple[LibraryCheck, ...]
     issues: tuple[CompiledIssue, ...]
     workarounds: tuple[CompiledWorkaround, ...]
