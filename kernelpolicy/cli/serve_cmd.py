@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -170,6 +169,8 @@ def _serve(args: argparse.Namespace) -> int:
             args.port_file.write_text("\n".join(addresses) + "\n")
         if not args.quiet:
             print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+
+    import asyncio  # here, not at the top: every other command would pay ~20 ms for it
 
     asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
     return 0
