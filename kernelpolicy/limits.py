@@ -49,6 +49,10 @@ MAX_ENGINE_RULE_WORDS = 64
 """Variables, and command-line words, in one engine rule of a policy."""
 MAX_VERSION_CHARS = 256
 """One version string (a driver, torch or library version)."""
+MAX_BATCH_ROUTES = 64
+"""``by_batch`` rows of one feature (the bundled sampler has two)."""
+MAX_BATCH_BOUND = 2**31 - 1
+"""The largest ``min``/``max`` of a ``by_batch`` row: the rows of a tensor fit in int32."""
 
 # The probe (what a driver, a library or a sysfs tree reports is input too).
 MAX_PROBED_DEVICES = 256

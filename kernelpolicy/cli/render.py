@@ -94,7 +94,8 @@ def _only_other_vendors(decision: Decision) -> bool:
     ``rocm.aiter.*`` switches on an NVIDIA machine): nothing there a reader can act on."""
     rejected = [c for c in decision.candidates if not c.accepted]
     return (
-        decision.error is None
+        not (decision.routes or decision.dtype_rules)  # who serves which call is worth showing
+        and decision.error is None
         and decision.impl is not None
         and bool(rejected)
         and not decision.warnings

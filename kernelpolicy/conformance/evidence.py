@@ -80,10 +80,24 @@ def platform_key(platform: Platform) -> str:
 
 @dataclass(frozen=True)
 class EvidenceEntry:
+    """One implementation's last result: passed as a whole, and per dtype.
+
+    ``dtypes_passed``/``dtypes_failed`` come from the checks that name a dtype;
+    ``general_failed`` says a check naming none failed (so no dtype passed as a whole).
+    """
+
     passed: bool
     created: str
     summary: str
     source: str
+    dtypes_passed: tuple[str, ...] = ()
+    dtypes_failed: tuple[str, ...] = ()
+    general_failed: bool = False
+
+    @property
+    def names_dtypes(self) -> bool:
+        """The checks named dtypes, so the result says which dtypes passed."""
+        return bool(self.dtypes_passed or self.dtypes_failed)
 
 
 @dataclass(frozen=True)
@@ -98,8 +112,18 @@ class Evidence:
         return self.entries.get((feature, impl))
 
     def digest(self) -> str:
-        items = sorted((f, i, e.passed, e.created) for (f, i), e in self.entries.items())
+        items = sorted(
+            (f, i, e.passed, e.created, *_dtype_part(e)) for (f, i), e in self.entries.items()
+        )
         return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def _dtype_part(entry: EvidenceEntry) -> tuple[object, ...]:
+    """What per-dtype routing reads, in the digest only where a check named a dtype (so the
+    fingerprints of earlier evidence stay as they were)."""
+    if not entry.names_dtypes:
+        return ()
+    return (list(entry.dtypes_passed), list(entry.dtypes_failed), entry.general_failed)
 
 
 def evidence_dir(cache_dir: Path | None = None) -> Path:
@@ -155,8 +179,10 @@ def load_evidence(
     if document is None:
         return Evidence(key)
     entries = {
-        name: EvidenceEntry(passed, created, summary, str(path))
-        for name, (passed, created, summary) in results_summary(document).items()
+        name: EvidenceEntry(passed, created, summary, str(path), dtypes_ok, dtypes_bad, general)
+        for name, (passed, created, summary, dtypes_ok, dtypes_bad, general) in (
+            results_summary(document).items()
+        )
     }
     return Evidence(key, entries)
 
@@ -271,7 +297,10 @@ def evidence_to_json(evidence: Evidence) -> str:
             "key": evidence.key,
             "problem": evidence.problem,
             "entries": [
-                [feature, impl, e.passed, e.created, e.summary, e.source]
+                [
+                    *(feature, impl, e.passed, e.created, e.summary, e.source),
+                    *(list(e.dtypes_passed), list(e.dtypes_failed), e.general_failed),
+                ]
                 for (feature, impl), e in sorted(evidence.entries.items())
             ],
         }
@@ -293,5 +322,10 @@ def evidence_from_json(text: str) -> Evidence:
         )
     data = parse_json(text, source, EvidenceError)
     validate_wire(data, source)
-    entries = {(row[0], row[1]): EvidenceEntry(*row[2:]) for row in data["entries"]}
+    entries = {
+        (row[0], row[1]): EvidenceEntry(
+            *row[2:6], *((tuple(row[6]), tuple(row[7]), row[8]) if len(row) > 6 else ())
+        )
+        for row in data["entries"]
+    }
     return Evidence(data["key"], entries, data["problem"])

@@ -63,10 +63,38 @@ def validate_document(data: Any, key: str, source: str) -> dict[str, Any]:
     return data
 
 
-def results_summary(document: dict[str, Any]) -> dict[tuple[str, str], tuple[bool, str, str]]:
-    """(feature, impl) -> (passed, created, summary) of a validated document; skips left out."""
+Summary = tuple[bool, str, str, tuple[str, ...], tuple[str, ...], bool]
+
+
+def dtype_results(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """(dtypes passed, dtypes failed, whether a check naming no dtype failed) of one result.
+
+    A dtype passed when every check naming it passed (the rule of ``ImplReport.dtypes``);
+    only the names of :data:`~kernelpolicy.conformance.model.DTYPE_NAMES` count, so nothing
+    else an evidence file says reaches the engine as a dtype.
+    """
+    from kernelpolicy.conformance.model import DTYPE_NAMES, check_dtypes
+
+    found: dict[str, bool] = {}
+    general_failed = False
+    for check in checks:
+        named = check_dtypes(check["check"])
+        general_failed |= not named and not check["passed"]
+        for name in named:
+            found[name] = found.get(name, True) and check["passed"]
+    order = [d for d in DTYPE_NAMES if d in found]
+    return (
+        tuple(d for d in order if found[d]),
+        tuple(d for d in order if not found[d]),
+        general_failed,
+    )
+
+
+def results_summary(document: dict[str, Any]) -> dict[tuple[str, str], Summary]:
+    """(feature, impl) -> (passed, created, summary, dtypes passed, dtypes failed, a check
+    naming no dtype failed) of a validated document; skips left out."""
     created = shown(document["created"])
-    summary: dict[tuple[str, str], tuple[bool, str, str]] = {}
+    summary: dict[tuple[str, str], Summary] = {}
     for result in document["results"]:
         if result["status"] == "skipped":
             continue
@@ -78,12 +106,17 @@ def results_summary(document: dict[str, Any]) -> dict[tuple[str, str], tuple[boo
         )
         # A "passed" status with a failed check is not a pass.
         passed = result["status"] == "passed" and not failing
-        summary[(result["feature"], result["impl"])] = (passed, created, text)
+        summary[(result["feature"], result["impl"])] = (
+            passed, created, text, *dtype_results(result["checks"])
+        )  # fmt: skip
     return summary
 
 
 _WIRE_ROW = (str, str, bool, str, str, str)
-_WIRE_ROW_NAMES = "[feature, impl, passed, created, summary, source]"
+_WIRE_ROW_NAMES = (
+    "[feature, impl, passed, created, summary, source] or that and "
+    "[dtypes passed, dtypes failed, general failure]"
+)
 
 
 def validate_wire(data: Any, source: str) -> None:
@@ -104,8 +137,21 @@ def validate_wire(data: Any, source: str) -> None:
     for index, row in enumerate(entries):
         if not (
             isinstance(row, list)
-            and len(row) == len(_WIRE_ROW)
-            and all(type(value) is kind for value, kind in zip(row, _WIRE_ROW, strict=True))
+            and len(row) in (len(_WIRE_ROW), len(_WIRE_ROW) + 3)
+            and all(type(value) is kind for value, kind in zip(row, _WIRE_ROW, strict=False))
+            and (len(row) == len(_WIRE_ROW) or _wire_dtypes(row[len(_WIRE_ROW) :]))
         ):
             _bad(source, f"entries[{index}]", _WIRE_ROW_NAMES, row)
     data.setdefault("problem", None)
+
+
+def _wire_dtypes(extra: list[Any]) -> bool:
+    """[dtypes passed, dtypes failed, general failure]: two lists of known dtype names and a
+    bool (a daemon's evidence, before the engine generates code naming those dtypes)."""
+    from kernelpolicy.conformance.model import DTYPE_NAMES
+
+    passed, failed, general = extra
+    return type(general) is bool and all(
+        isinstance(names, list) and all(n in DTYPE_NAMES for n in names)
+        for names in (passed, failed)
+    )

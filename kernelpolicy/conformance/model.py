@@ -18,6 +18,12 @@ class Outcome:
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
+def check_dtypes(check: str) -> list[str]:
+    """The dtypes a check's name carries (``robustness/bfloat16/nan_one_row`` -> bfloat16)."""
+    found = [part.removeprefix("torch.") for part in check.split("/")]
+    return [name for name in found if name in DTYPE_NAMES]
+
+
 @dataclass
 class ImplReport:
     """Every check of one implementation of one feature, or why it could not run here."""
@@ -37,10 +43,8 @@ class ImplReport:
         """dtype -> whether every check naming it passed (checks name their dtype)."""
         found: dict[str, bool] = {}
         for outcome in self.outcomes:
-            for part in outcome.check.split("/"):
-                name = part.removeprefix("torch.")
-                if name in DTYPE_NAMES:
-                    found[name] = found.get(name, True) and outcome.passed
+            for name in check_dtypes(outcome.check):
+                found[name] = found.get(name, True) and outcome.passed
         return found
 
     @property

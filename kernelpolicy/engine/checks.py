@@ -37,11 +37,17 @@ def check_candidate(
     platform: Platform,
     disables: tuple[CompiledDisable, ...],
     evidence: Evidence | None = None,
+    *,
+    by_dtype: bool = False,
 ) -> CheckResult:
-    """Every check ``candidate`` fails on ``platform``; all are reported, not just the first."""
+    """Every check ``candidate`` fails on ``platform``; all are reported, not just the first.
+
+    ``by_dtype``: the feature routes calls by dtype, so evidence that failed only for some
+    dtypes verifies the candidate for the others (the routing serves it only those).
+    """
     result = CheckResult()
     if candidate.spec.verified:
-        _check_evidence(candidate, evidence, result)
+        _check_evidence(candidate, evidence, result, by_dtype)
     spec = candidate.spec
     _check_device(candidate, platform, result.failures)
     for key, specifier in candidate.versions.items():
@@ -69,9 +75,10 @@ def check_candidate(
 
 
 def _check_evidence(
-    candidate: CompiledCandidate, evidence: Evidence | None, result: CheckResult
+    candidate: CompiledCandidate, evidence: Evidence | None, result: CheckResult, by_dtype: bool
 ) -> None:
-    """``verified = true``: only once ``kernelpolicy verify`` passed here, with these versions."""
+    """``verified = true``: only once ``kernelpolicy verify`` passed here, with these versions
+    (for a feature routed by dtype: passed for some dtypes, every failure naming a dtype)."""
     feature, impl = candidate.feature, candidate.impl
     entry = evidence.get(feature, impl) if evidence is not None else None
     command = f"kernelpolicy verify --feature {feature} --impl {impl}"
@@ -81,12 +88,20 @@ def _check_evidence(
         result.failures.append(
             Check(CheckKind.EVIDENCE, f"{message}{f' ({why})' if why else ''}", f"run {command}")
         )
-    elif not entry.passed:
+    elif not entry.passed and not (by_dtype and entry.dtypes_passed and not entry.general_failed):
         result.failures.append(
             Check(
                 CheckKind.EVIDENCE,
                 f"failed kernelpolicy verify on {entry.created}: {entry.summary}",
                 f"see {entry.source}; re-run {command} after a fix",
+            )
+        )
+    elif not entry.passed:
+        result.notes.append(
+            Note(
+                f"verified by kernelpolicy verify on {entry.created} for "
+                f"{', '.join(entry.dtypes_passed)} only (failed {', '.join(entry.dtypes_failed)})",
+                entry.source,
             )
         )
     else:

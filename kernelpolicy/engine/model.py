@@ -119,6 +119,51 @@ class CandidateResult:
 
 
 @dataclass(frozen=True)
+class BatchRoute:
+    """A batch range (``high`` None: no upper bound) and the order tried there."""
+
+    low: int
+    high: int | None
+    order: tuple[str, ...]
+    reference: str | None = None
+
+    def covers(self, batch: int) -> bool:
+        return self.low <= batch and (self.high is None or batch <= self.high)
+
+    @property
+    def label(self) -> str:
+        """``1-511``, ``512+`` or ``256``."""
+        if self.high is None:
+            return f"{self.low}+"
+        return str(self.low) if self.high == self.low else f"{self.low}-{self.high}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": [self.low, self.high],
+            "order": list(self.order),
+            "reference": self.reference,
+        }
+
+
+@dataclass(frozen=True)
+class DtypeRule:
+    """Which dtypes one implementation serves (``serves`` None: every dtype it does not
+    ``refuse``), and why: stored evidence, or a failure at call time."""
+
+    impl: str
+    serves: tuple[str, ...] | None
+    refuses: tuple[str, ...] = ()
+    why: str = ""
+
+    def allows(self, dtype: str) -> bool:
+        return dtype not in self.refuses and (self.serves is None or dtype in self.serves)
+
+    def to_dict(self) -> dict[str, Any]:
+        serves = None if self.serves is None else list(self.serves)
+        return {"serves": serves, "refuses": list(self.refuses), "why": self.why}
+
+
+@dataclass(frozen=True)
 class Decision:
     """The resolved choice for one feature.
 
@@ -129,6 +174,10 @@ class Decision:
         reasons: The explanation, one sentence per line, in order.
         candidates: Every candidate in the policy's order and how it fared.
         order: The implementations ``select()`` may return, in the order it tries them.
+        routes: Per batch range, the order tried instead of ``order`` (``by_batch``).
+        dtype_rules: The implementations that serve only some dtypes (``dtypes``); the
+            fallback never has one.
+        dtypes: The dtypes the feature routes on (explain shows who serves each).
     """
 
     feature: str
@@ -141,6 +190,22 @@ class Decision:
     hints: tuple[str, ...] = ()
     order: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = ()
+    routes: tuple[BatchRoute, ...] = ()
+    dtype_rules: tuple[DtypeRule, ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+    def order_for(self, batch: int | None = None, dtype: str | None = None) -> tuple[str, ...]:
+        """The order tried for a call of ``batch`` rows and ``dtype`` (None: not given)."""
+        order = self.order
+        if batch is not None:
+            for route in self.routes:
+                if route.covers(batch):
+                    order = route.order
+                    break
+        if dtype is not None and self.dtype_rules:
+            refused = {r.impl for r in self.dtype_rules if not r.allows(dtype)}
+            order = tuple(impl for impl in order if impl not in refused)
+        return order
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,5 +217,7 @@ class Decision:
             "hints": list(self.hints),
             "warnings": list(self.warnings),
             "order": list(self.order),
+            "routes": [r.to_dict() for r in self.routes],
+            "dtypes": {r.impl: r.to_dict() for r in self.dtype_rules},
             "candidates": [c.to_dict() for c in self.candidates],
         }

@@ -7,7 +7,6 @@ answer, so a repeated call is one dictionary lookup. Platform facts are bound on
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,14 +17,14 @@ from kernelpolicy.engine.hotpath import (
     remember,
     show,
     show_context,
-    type_guard,
 )
 from kernelpolicy.engine.model import Decision, Reason
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
-from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
+from kernelpolicy.policy.schema_routes import ROUTING_VARIABLES
 
 
 class Resolution:
@@ -109,6 +108,10 @@ class Resolution:
     def impl(self, feature: str) -> Callable[..., Any]:
         """The callable of the chosen implementation, imported (and prepared) on first use.
 
+        A feature routed per call (``by_batch``, ``dtypes``) with more than one implementation
+        to route between gets a :class:`~kernelpolicy.engine.dispatch.Routed` callable, which
+        chooses by the rows and dtype of its first argument.
+
         If the chosen kernel's library cannot be imported or built here, or the kernel fails when
         called (a compile or launch error) where the fallback succeeds on the same call, the
         feature switches to its fallback for the rest of this Resolution, and the decision says
@@ -122,6 +125,15 @@ class Resolution:
         if cached is not None:
             return cached
         decision = self._usable(feature)
+        spec = self.policies.features[feature].spec
+        if (spec.by_batch or spec.dtypes) and len(decision.order) > 1:
+            from kernelpolicy.engine.dispatch import Routed
+
+            routed = Routed(self, feature)  # loads decision.impl: may fall back, as below
+            if len(self.decisions[feature].order) > 1:
+                self._impls[feature] = routed
+                return routed
+            decision = self.decisions[feature]
         assert decision.impl is not None
         try:
             function = self._load(feature, decision.impl)
@@ -134,7 +146,7 @@ class Resolution:
         self._impls[feature] = function
         return function
 
-    def _load(self, feature: str, impl: str) -> Callable[..., Any]:
+    def _load(self, feature: str, impl: str, *, wrap: bool = True) -> Callable[..., Any]:
         from kernelpolicy.policy.names import PREPARE, builtin_entry
 
         candidate = self.policies.features[feature].candidate(impl)
@@ -150,7 +162,7 @@ class Resolution:
             function = _resolve_entry(entry)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
             raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
-        if impl != self.policies.features[feature].spec.fallback:
+        if wrap and impl != self.policies.features[feature].spec.fallback:
             from kernelpolicy.engine.runtime import CallTimeFallback
 
             function = CallTimeFallback(self, feature, impl, function)
@@ -175,7 +187,14 @@ class Resolution:
             reasons=(f"{fallback}: fallback, {note}", *decision.reasons),
             warnings=(*decision.warnings, note),
             order=(fallback,),
+            routes=(),
+            dtype_rules=(),
         )
+        from kernelpolicy.engine.dispatch import Routed
+
+        routed = self._impls.get(feature)
+        if isinstance(routed, Routed):
+            routed.reset()  # it chooses again from the new decision
         # Both hot paths answer from the decisions: a gate that requires the failed
         # implementation must turn False, and its cached True answers go with the old function.
         self.select = self._build_select()
@@ -212,64 +231,26 @@ class Resolution:
         )  # fmt: skip
 
     def _build_select(self) -> Callable[..., str]:
-        contexts = {name: tuple(f.spec.context) for name, f in self.policies.features.items()}
-        fast = self._compiled_rules()
+        from kernelpolicy.engine.rules import compiled_rules, namespace, routing_variables
+
+        contexts = {
+            name: (*f.spec.context, *routing_variables(f))
+            for name, f in self.policies.features.items()
+        }
+        scope = namespace()
+        fast = compiled_rules(self.policies, self.decisions, self._static, scope)
         try:
-            return hot_path(
-                "select", contexts, self._select_miss, fast=fast, namespace=self._rule_namespace
-            )
+            return hot_path("select", contexts, self._select_miss, fast=fast, namespace=scope)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             # Each rule compiled on its own in verify(); should the generated function as a
             # whole still not compile, every feature goes through the cache and CEL.
             return hot_path("select", contexts, self._select_miss)
 
     def _compiled_rules(self) -> dict[str, list[str]]:
-        """Feature -> the lines of a Python body that returns the implementation for a call.
+        """Feature -> the Python body of its ``select`` rule (see ``engine.rules``)."""
+        from kernelpolicy.engine.rules import compiled_rules, namespace
 
-        Each candidate's ``when`` is translated to Python with the platform facts inlined, and
-        used only if it agrees with the CEL program on a grid of sample contexts. A feature with
-        an error decision, or a condition outside the translatable subset, has no body and goes
-        through the cache and CEL.
-        """
-        from kernelpolicy.policy.cel import dtype_size
-        from kernelpolicy.policy.transpile import HELPERS, Untranslatable, fold, translate, verify
-
-        namespace = {
-            **HELPERS, "_dtype_size": dtype_size, "type": type, "str": str, "int": int,
-            "float": float,
-        }  # fmt: skip
-        rules: dict[str, list[str]] = {}
-        for name, decision in self.decisions.items():
-            if decision.error is not None or not decision.order:
-                continue
-            feature = self.policies.features[name]
-            declared = feature.spec.context
-            lines: list[str] = []
-            try:
-                for impl in decision.order:
-                    candidate = feature.candidate(impl)
-                    if candidate is None or candidate.when is None:
-                        lines.append(f"return {impl!r}")
-                        break
-                    source = candidate.spec.when or ""
-                    python = fold(translate(source, self._static, set(declared)))
-                    reference = functools.partial(_evaluate_with, candidate.when, self._static)
-
-                    if not verify(python, reference, declared, source, namespace):
-                        raise Untranslatable(f"{name}/{impl}: translation disagrees with CEL")
-                    lines.append(f"if {python}: return {impl!r}")
-            except Exception:  # Untranslatable, or Python refusing the translation
-                continue  # (too many nested parentheses, RecursionError): CEL decides, as verified
-            # Booleans are taken by truthiness, as a hand-written rule would; other kinds are
-            # guarded (None for a string must not quietly pick a kernel). A guard or the body
-            # failing sends the call through the cache and CEL, which raise with the details.
-            guards = " and ".join(
-                type_guard(v, kind) for v, kind in declared.items() if kind != "bool"
-            )
-            guards = guards or "True"
-            rules[name] = [f"if {guards}:", *(f"    {line}" for line in lines)]
-        self._rule_namespace = namespace
-        return rules
+        return compiled_rules(self.policies, self.decisions, self._static, namespace())
 
     def _select_miss(
         self,
@@ -278,12 +259,15 @@ class Resolution:
         key: tuple[Any, ...] | None,
         context: Mapping[str, object],
     ) -> str:
-        """Try the decision's ``order`` and return the first implementation whose ``when``
-        holds for this context (one without ``when`` always holds)."""
+        """Try the decision's order for this call's ``batch`` and ``dtype`` (when the feature
+        routes on them and the call gives them) and return the first implementation whose
+        ``when`` holds for this context (one without ``when`` always holds)."""
         decision = self._usable(feature)  # raises for an unknown feature or an error decision
         compiled = self.policies.features[feature]
-        variables = self._variables(f"select({feature!r})", compiled.spec.context, context)
-        for impl in decision.order:
+        call = f"select({feature!r})"
+        variables = self._variables(call, compiled.spec.context, context)
+        batch, dtype = self._routing_values(call, compiled, context, variables)
+        for impl in decision.order_for(batch, dtype):
             candidate = compiled.candidate(impl)
             if (
                 candidate is None
@@ -317,6 +301,33 @@ class Resolution:
         )
         return bool(remember(cache, key, result))
 
+    @staticmethod
+    def _routing_values(
+        call: str,
+        feature: CompiledFeature,
+        context: Mapping[str, object],
+        variables: Mapping[str, object],
+    ) -> tuple[int | None, str | None]:
+        """The call's ``batch`` and ``dtype`` where the feature routes on them (None: not
+        routed on, or an optional one the call does not give)."""
+        from kernelpolicy.engine.rules import routing_variables
+
+        values: dict[str, object] = {}
+        optional = routing_variables(feature)
+        used = {"batch": bool(feature.spec.by_batch), "dtype": bool(feature.spec.dtypes)}
+        for name, kind in ROUTING_VARIABLES.items():
+            if not used[name]:
+                continue
+            if name in optional:
+                if name in context:
+                    values[name] = convert(call, name, kind, context[name])
+            else:
+                values[name] = variables[name]
+        batch, dtype = values.get("batch"), values.get("dtype")
+        return (batch if isinstance(batch, int) else None), (
+            dtype if isinstance(dtype, str) else None
+        )
+
     def _variables(
         self, call: str, declared: Mapping[str, str], context: Mapping[str, object]
     ) -> dict[str, object]:
@@ -346,9 +357,3 @@ def _resolve_entry(entry: str) -> Callable[..., Any]:
     module, _, attr = entry.partition(":")
     function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
     return function
-
-
-def _evaluate_with(
-    program: Any, static: Mapping[str, object], context: Mapping[str, object]
-) -> bool:
-    return evaluate(program, {**static, **context})

@@ -20,6 +20,7 @@ from kernelpolicy.engine.model import (
     Reason,
 )
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.routing import route
 from kernelpolicy.engine.switches import (
     evaluate_switches,
     force_variable,
@@ -68,7 +69,13 @@ def resolve_policies(
         policies=policies,
         decisions=decisions,
         fingerprint=fingerprint(
-            platform, relevant_env, policies, forced, evidence.digest() if evidence else None
+            platform,
+            relevant_env,
+            policies,
+            forced,
+            # No entries is no evidence: the bundled pack reads the store for its dtype
+            # routing, and a machine with nothing stored keeps the fingerprint it had.
+            evidence.digest() if evidence is not None and evidence.entries else None,
         ),
         env=relevant_env,
         overrides=forced,
@@ -88,7 +95,9 @@ def decide(
     results: list[CandidateResult] = []
     env_problem: tuple[ErrorCode, str] | None = None
     for candidate in feature.candidates:
-        checked = check_candidate(candidate, platform, policies.disables, evidence)
+        checked = check_candidate(
+            candidate, platform, policies.disables, evidence, by_dtype=bool(feature.spec.dtypes)
+        )
         switch = evaluate_switches(candidate.spec.switches, env)
         if switch.error and env_problem is None:
             env_problem = (ErrorCode.BAD_ENVIRONMENT, switch.error)
@@ -113,7 +122,7 @@ def decide(
         )
     if env_problem is not None:
         return _error(feature, results, env_problem[0], env_problem[1], ())
-    return _choose(feature, results, platform, forced)
+    return route(feature, _choose(feature, results, platform, forced), evidence)
 
 
 def _choose(

@@ -206,8 +206,12 @@ class PolicySet:
 
     @property
     def needs_evidence(self) -> bool:
-        """Some candidate says ``verified = true``: resolving needs the stored evidence."""
-        return any(c.spec.verified for f in self.features.values() for c in f.candidates)
+        """Some candidate says ``verified = true``, or some feature routes calls by dtype
+        (``dtypes``): resolving needs the stored evidence."""
+        return any(
+            f.spec.dtypes or any(c.spec.verified for c in f.candidates)
+            for f in self.features.values()
+        )
 
 
 def compile_candidate(

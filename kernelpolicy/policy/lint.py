@@ -27,8 +27,10 @@ def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) ->
         issues.extend(_never_chosen(feature))
         issues.extend(_unimportable(feature))
     from kernelpolicy.policy.engine_lint import lint_engines
+    from kernelpolicy.policy.route_lint import lint_routes
 
     issues.extend(lint_engines(policies))
+    issues.extend(lint_routes(policies))
     for name, platform in platforms:
         for feature in policies.features.values():
             for candidate in feature.candidates:
@@ -46,9 +48,11 @@ def _issue(candidate: CompiledCandidate, message: str, key: str = "impl") -> Pol
 def _never_chosen(feature: CompiledFeature) -> list[PolicyIssue]:
     issues = []
     blocker: CompiledCandidate | None = None
+    # A by_batch row puts the candidates it prefers first for its batch sizes.
+    preferred = {impl for row in feature.spec.by_batch for impl in row.prefer}
     for candidate in feature.candidates:
         spec = candidate.spec
-        if blocker is not None:
+        if blocker is not None and spec.impl not in preferred:
             issues.append(
                 _issue(
                     candidate,

@@ -14,13 +14,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelpolicy.errors import VersionError
-from kernelpolicy.limits import MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
+from kernelpolicy.limits import MAX_BATCH_ROUTES, MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
+from kernelpolicy.policy.schema_routes import (
+    BatchRoute,
+    ContextType,
+    check_routes,
+    dtype_names,
+)
 from kernelpolicy.versions import parse_specifier
 
 POLICY_SCHEMA = "kernelpolicy.policy/v1"
 Vendor = Literal["nvidia", "amd"]
 SwitchState = Literal["auto", "on", "off", "ignore"]
-ContextType = Literal["bool", "int", "double", "string"]
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 _FEATURE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -312,7 +317,12 @@ class Requirement(_Strict):
 
 
 class Feature(_Strict):
-    """A kernel choice: candidates in order of preference and what happens when none fits."""
+    """A kernel choice: candidates in order of preference and what happens when none fits.
+
+    ``by_batch`` and ``dtypes`` choose per call: by the call's ``batch`` (measured winners per
+    batch range) and by its ``dtype`` (an implementation whose stored ``kernelpolicy verify``
+    evidence does not pass a dtype does not serve it).
+    """
 
     description: str
     context: dict[str, ContextType] = Field(default_factory=dict)
@@ -326,12 +336,25 @@ class Feature(_Strict):
     # engine only when asked for that kind (``--model-kind mla``).
     model_kind: Literal["mha", "mla"] | None = None
     engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
+    by_batch: list[BatchRoute] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=list)
 
     _engine_names = field_validator("engines")(lambda cls, v: _engines(v))
+
+    @field_validator("by_batch", mode="before")
+    @classmethod
+    def _row_count(cls, value: object) -> object:
+        # Counted before each row is validated: a million rows cost a length check only.
+        if isinstance(value, list) and len(value) > MAX_BATCH_ROUTES:
+            raise ValueError(f"{len(value)} rows is over MAX_BATCH_ROUTES ({MAX_BATCH_ROUTES})")
+        return value
+
+    _dtypes = field_validator("dtypes")(lambda cls, v: dtype_names(v))
 
     @model_validator(mode="after")
     def _consistent(self) -> Feature:
         names = [c.impl for c in self.candidates]
+        check_routes(self, names)
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"implementation {duplicates[0]!r} listed twice")

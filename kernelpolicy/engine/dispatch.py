@@ -1,0 +1,146 @@
+"""``Resolution.impl()`` of a feature routed per call (``by_batch``, ``dtypes``): one callable
+that an engine calls as it would the kernel, choosing the implementation by the rows and the
+dtype of its first argument (the logits).
+
+No policy is evaluated per call: the implementation for a (rows, dtype) pair is worked out on
+its first call (:meth:`Decision.order_for`, the same order ``select()`` uses) and then looked up
+in a bounded table, so a call costs an attribute read, a tuple and a dictionary lookup more than
+calling the kernel (``benchmarks/bench_dispatch.py`` measures it).
+
+A kernel that fails when called (a compile error for one dtype) where the fallback succeeds
+on the same arguments stops serving that dtype for the rest of the process, recorded as any
+call-time fallback is (``runtime_fallbacks``, the decision's warnings, ``explain``); the other
+dtypes keep it. A feature that does not route by dtype switches as a whole, as
+:class:`~kernelpolicy.engine.runtime.CallTimeFallback` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kernelpolicy.engine.model import DtypeRule
+from kernelpolicy.errors import ResolutionError
+from kernelpolicy.limits import shown
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.resolution import Resolution
+
+TABLE_LIMIT = 8192
+"""(rows, dtype) pairs remembered before the table starts over (a server sees a few hundred)."""
+_REASON_CHARS = 300  # of the kernel's error kept in runtime_fallbacks and the decision
+
+
+def dtype_name(dtype: object) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (what policies and evidence call it)."""
+    return str(dtype).removeprefix("torch.")
+
+
+class Routed:
+    """Call the implementation chosen for ``logits.shape[0]`` rows of ``logits.dtype``."""
+
+    def __init__(self, resolution: Resolution, feature: str) -> None:
+        self._resolution = resolution
+        self._feature = feature
+        self._fallback = resolution.policies.features[feature].spec.fallback
+        self._table: dict[tuple[int, object], tuple[str, Callable[..., Any]]] = {}
+        self._loaded: dict[str, Callable[..., Any]] = {}
+        decision = resolution.decisions[feature]
+        assert decision.impl is not None
+        self._function(decision.impl)  # an import failure shows now, as impl() always did
+
+    def __call__(self, logits: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (logits.shape[0], logits.dtype)
+        try:
+            impl, function = self._table[key]
+        except KeyError:
+            impl, function = self._choose(key)
+        try:
+            return function(logits, *args, **kwargs)
+        except Exception as exc:  # a compile or launch failure inside the kernel
+            return self._failed(impl, key, exc, (logits, *args), kwargs)
+
+    def reset(self) -> None:
+        """Forget every choice: the decision changed."""
+        self._table.clear()
+
+    def choice(self, batch: int, dtype: object) -> str:
+        """The implementation a call of ``batch`` rows of ``dtype`` runs (loads it)."""
+        return self._choose((batch, dtype))[0]
+
+    def _choose(self, key: tuple[int, object]) -> tuple[str, Callable[..., Any]]:
+        decision = self._resolution.decisions[self._feature]
+        order = decision.order_for(key[0], dtype_name(key[1]))
+        if not order:
+            raise ResolutionError(f"{self._feature}: no implementation serves {key}")
+        chosen = (order[0], self._function(order[0]))
+        if len(self._table) >= TABLE_LIMIT:
+            self._table.clear()
+        self._table[key] = chosen
+        return chosen
+
+    def _function(self, impl: str) -> Callable[..., Any]:
+        function = self._loaded.get(impl)
+        if function is not None:
+            return function
+        resolution = self._resolution
+        try:
+            function = resolution._load(self._feature, impl, wrap=False)
+        except ResolutionError as exc:
+            decision = resolution.decisions[self._feature]
+            if self._fallback is None or impl == self._fallback:
+                raise
+            resolution._fall_back(self._feature, decision, self._fallback, str(exc))
+            return self._function(self._fallback)
+        self._loaded[impl] = function
+        return function
+
+    def _failed(
+        self,
+        impl: str,
+        key: tuple[int, object],
+        error: Exception,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if self._fallback is None or impl == self._fallback:
+            raise error
+        try:
+            result = self._function(self._fallback)(*args, **kwargs)
+        except Exception:
+            raise error from None  # the fallback fails too: the call is at fault, not the kernel
+        why = shown(f"{type(error).__name__} when called: {error}", _REASON_CHARS)
+        resolution = self._resolution
+        decision = resolution.decisions[self._feature]
+        if decision.dtypes:
+            refuse_dtype(resolution, self._feature, impl, dtype_name(key[1]), why)
+        else:
+            resolution._fall_back(self._feature, decision, self._fallback, why)
+        self.reset()
+        return result
+
+    def __repr__(self) -> str:
+        return f"Routed({self._feature}: {', '.join(self._loaded)})"
+
+
+def refuse_dtype(resolution: Resolution, feature: str, impl: str, dtype: str, why: str) -> None:
+    """``impl`` serves ``dtype`` no more in this process: calls of it go to the next candidate,
+    in ``impl()`` and ``select()`` alike."""
+    decision = resolution.decisions[feature]
+    note = f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
+    previous = resolution.runtime_fallbacks.get(feature)
+    resolution.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
+    from kernelpolicy.logs import log_runtime_fallback
+
+    log_runtime_fallback(feature, note, resolution.log_format)
+    rules = {rule.impl: rule for rule in decision.dtype_rules}
+    old = rules.get(impl, DtypeRule(impl, None))
+    rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
+    resolution.decisions[feature] = dataclasses.replace(
+        decision,
+        dtype_rules=tuple(rules.values()),
+        reasons=(*decision.reasons, f"dtype: {note}"),
+        warnings=(*decision.warnings, note),
+    )
+    resolution.select = resolution._build_select()

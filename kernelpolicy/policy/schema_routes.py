@@ -1,0 +1,93 @@
+"""The policy keys of per-call routing: ``by_batch`` rows and ``dtypes`` (see ``Feature``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from kernelpolicy.conformance.model import DTYPE_NAMES
+from kernelpolicy.limits import MAX_BATCH_BOUND
+
+if TYPE_CHECKING:
+    from kernelpolicy.policy.schema import Feature
+
+ContextType = Literal["bool", "int", "double", "string"]
+
+
+class BatchRoute(BaseModel):
+    """One row of a feature's ``by_batch``: for a call whose ``batch`` (rows of the input) is
+    in ``[min, max]``, try the implementations of ``prefer`` first, in that order, then the
+    rest of the feature's order. ``reference`` says what was measured (shown by explain)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: StrictInt = 1
+    max: StrictInt | None = None
+    prefer: list[str] = Field(min_length=1)
+    reference: str | None = None
+
+    @field_validator("min", "max")
+    @classmethod
+    def _bound(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= MAX_BATCH_BOUND:
+            raise ValueError(
+                f"batch bound {value} is outside 1 to MAX_BATCH_BOUND ({MAX_BATCH_BOUND})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> BatchRoute:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max {self.max} is below min {self.min}: an empty batch range")
+        names = self.prefer
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"prefer lists {twice[0]!r} twice")
+        return self
+
+    @property
+    def label(self) -> str:
+        """``1-511``, ``512-`` (no upper bound) or ``256``."""
+        if self.max == self.min:
+            return str(self.min)
+        return f"{self.min}-{'' if self.max is None else self.max}"
+
+
+ROUTING_VARIABLES: dict[str, ContextType] = {"batch": "int", "dtype": "string"}
+"""The call-context variables that ``by_batch`` and ``dtypes`` route on. A feature with those
+keys takes them as optional context (a call without them is not routed by them) unless its
+``context`` declares them, which makes them required as any declared variable is."""
+
+
+def dtype_names(value: list[str]) -> list[str]:
+    """Names ``kernelpolicy verify`` checks (and so evidence can pass), each once."""
+    for name in value:
+        if name not in DTYPE_NAMES:
+            raise ValueError(
+                f"dtype {name[:40]!r} is not one kernelpolicy verify checks; expected "
+                f"some of {', '.join(DTYPE_NAMES)}"
+            )
+    if len(set(value)) != len(value):
+        raise ValueError("a dtype is listed twice")
+    return value
+
+
+def check_routes(feature: Feature, names: list[str]) -> None:
+    """``by_batch`` names only candidates; a declared ``batch``/``dtype`` has the right type."""
+    for index, row in enumerate(feature.by_batch):
+        unknown = [n for n in row.prefer if n not in names]
+        if unknown:
+            raise ValueError(
+                f"by_batch[{index}].prefer: {unknown[0][:40]!r} is not one of the candidates "
+                f"{names}"
+            )
+    used = {"batch": bool(feature.by_batch), "dtype": bool(feature.dtypes)}
+    for variable, kind in ROUTING_VARIABLES.items():
+        declared = feature.context.get(variable)
+        if used[variable] and declared is not None and declared != kind:
+            key = "by_batch" if variable == "batch" else "dtypes"
+            raise ValueError(
+                f"context variable {variable!r} is routed on ({key}) and must be {kind!r}, "
+                f"not {declared!r}"
+            )
