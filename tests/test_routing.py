@@ -11,7 +11,7 @@ from kernelpolicy.engine import resolve_policies
 from kernelpolicy.engine.dispatch import Routed
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.policy import load_policy_text
-from tests.helpers import fixture
+from tests.helpers import fixture, with_libraries
 
 FEATURE = "demo.sampler"
 TORCH = "kernelpolicy.kernels.torch_impl:top_k_top_p"
@@ -260,10 +260,7 @@ def test_the_bundled_sampler_routes_by_the_measured_winners() -> None:
     import kernelpolicy
     from kernelpolicy.kernels.torch_impl import top_k_top_p
 
-    platform = fixture("h100-real")
-    platform = platform.model_copy(
-        update={"libraries": {**platform.libraries, "flashinfer-python": "0.7.2.post1"}}
-    )
+    platform = with_libraries("h100-real", flashinfer_python="0.7.2.post1")
     resolution = kernelpolicy.resolve(platform=platform, env={})
     context = {
         "has_generators": False,

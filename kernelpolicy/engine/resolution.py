@@ -24,7 +24,7 @@ from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
-from kernelpolicy.policy.schema_routes import ROUTING_VARIABLES
+from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 
 class Resolution:

@@ -17,7 +17,7 @@ from kernelpolicy.engine.hotpath import type_guard
 from kernelpolicy.engine.model import Decision, DtypeRule
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
-from kernelpolicy.policy.schema_routes import ROUTING_VARIABLES
+from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 
 def routing_variables(feature: CompiledFeature) -> dict[str, str]:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from kernelpolicy.conformance.model import DTYPE_NAMES
 from kernelpolicy.limits import MAX_BATCH_BOUND
+from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 if TYPE_CHECKING:
     from kernelpolicy.policy.schema import Feature
@@ -45,19 +46,6 @@ class BatchRoute(BaseModel):
         if twice:
             raise ValueError(f"prefer lists {twice[0]!r} twice")
         return self
-
-    @property
-    def label(self) -> str:
-        """``1-511``, ``512-`` (no upper bound) or ``256``."""
-        if self.max == self.min:
-            return str(self.min)
-        return f"{self.min}-{'' if self.max is None else self.max}"
-
-
-ROUTING_VARIABLES: dict[str, ContextType] = {"batch": "int", "dtype": "string"}
-"""The call-context variables that ``by_batch`` and ``dtypes`` route on. A feature with those
-keys takes them as optional context (a call without them is not routed by them) unless its
-``context`` declares them, which makes them required as any declared variable is."""
 
 
 def dtype_names(value: list[str]) -> list[str]:
