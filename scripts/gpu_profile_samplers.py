@@ -2,6 +2,7 @@
 """Per-kernel CUDA time of the sampler implementations (torch.profiler), and the host time of
 one call at batch 1, to see where the time goes on a GPU:
 python scripts/gpu_profile_samplers.py [--impls triton,torch] [--batch 1024] [--vocab N]
+[--scale 5] (logits N(0, scale^2); 1 gives the wide nucleus)
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ def main() -> None:
     parser.add_argument("--impls", default="triton")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=128256)
+    parser.add_argument("--scale", type=float, default=5.0)
     args = parser.parse_args()
-    logits = [torch.randn(args.batch, args.vocab, device="cuda") * 5 for _ in range(3)]
+    logits = [torch.randn(args.batch, args.vocab, device="cuda") * args.scale for _ in range(3)]
     k = torch.full((args.batch,), 50, dtype=torch.int64)
     p = torch.full((args.batch,), 0.9, device="cuda")
     for impl in args.impls.split(","):
@@ -37,7 +39,7 @@ def main() -> None:
                 for i in range(10):
                     fn(logits[i % 3], kk, pp)
                 torch.cuda.synchronize()
-            print(f"== {impl} {path} {args.batch}x{args.vocab} (10 calls)")
+            print(f"== {impl} {path} {args.batch}x{args.vocab} scale {args.scale} (10 calls)")
             table = prof.key_averages().table(
                 sort_by="cuda_time_total", row_limit=6, max_name_column_width=40
             )

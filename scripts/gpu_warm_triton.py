@@ -3,14 +3,14 @@
 checks per dtype while they build, so that later calls on this machine find every kernel in
 Triton's on-disk cache (TRITON_CACHE_DIR) instead of compiling for minutes.
 
-Jobs, one process each: the robustness checks of one dtype, the distribution checks of one
-dtype (the tie and shape checks, which are float32/bfloat16 by name, with float32), and the
+Jobs, one process each (Triton builds one kernel at a time per process): the robustness checks
+of one path and dtype, one distribution case of one dtype, the tie and shape checks, and the
 benchmark's shapes (every path, each vocabulary) of one dtype. Prints one line per job: checks
 passed and failed (with the failed names), seconds, and whether a dtype was read as float32
 after a build failure (``sampling_triton.UPCAST``). Exits 1 when a check failed.
 
 python scripts/gpu_warm_triton.py [--dtypes float32,bfloat16,float16] [--bench-dtypes
-float32,bfloat16] [--bench-vocabs 128256,151936] [--jobs 8]
+float32,bfloat16] [--bench-vocabs 128256,151936] [--jobs 16]
 """
 
 from __future__ import annotations
@@ -22,41 +22,60 @@ import time
 
 
 def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
-    kind, dtype_name, vocabs = spec
+    kind, dtype_name, arg = spec
     import torch
 
     from kernelpolicy.conformance import distribution, samplers
     from kernelpolicy.kernels import sampling_triton
 
     dtype = getattr(torch, dtype_name)
+    sample = sampling_triton.top_k_top_p
     start = time.perf_counter()
     outcomes = []
-    if kind == "robustness":
+    if kind == "robustness":  # one path of one dtype
         samplers.DTYPES = (dtype,)  # type: ignore[assignment]
-        outcomes = list(samplers.robustness(sampling_triton.top_k_top_p, "cuda"))
-    elif kind == "distribution":
-        distribution.DTYPES = (dtype,)  # type: ignore[assignment]
-        if dtype != torch.float32:  # the tie and shape checks once, in the float32 job
-            distribution.TIE_CASES = ()  # type: ignore[assignment]
-            distribution.SHAPES = ()  # type: ignore[assignment]
-            distribution.BIG_K = ()  # type: ignore[assignment]
-        outcomes = list(distribution.distribution(sampling_triton.top_k_top_p, "cuda"))
+        samplers.PATHS = {arg: samplers.PATHS[arg]}
+        outcomes = list(samplers.robustness(sample, "cuda"))
+    elif kind == "distribution":  # one (k, p) case of one dtype, or its mixed rows
+        row = (
+            torch.randn(1, distribution.VOCAB, generator=torch.Generator().manual_seed(0)) * 2.0
+        ).to(dtype)
+        if arg == "mixed":
+            outcomes = [distribution._mixed(sample, row, "cuda")]
+        else:
+            case_k, case_p = distribution.CASES[int(arg)]
+            name = f"distribution/{dtype_name}/k={case_k or '-'},p={case_p or '-'}"
+            outcomes = [
+                distribution._same_row(sample, name, row, k=case_k, p=case_p, device="cuda")
+            ]
+    elif kind == "ties-shapes":  # the tie and shape checks (float32 and bfloat16 by name)
+        distribution.DTYPES = ()  # type: ignore[assignment]
+        outcomes = list(distribution.distribution(sample, "cuda"))
     else:  # the benchmark's shapes: every path, each vocabulary, a small batch
-        for vocab in (int(v) for v in vocabs.split(",")):
+        for vocab in (int(v) for v in arg.split(",")):
             logits = (torch.randn(4, vocab, device="cuda") * 5).to(dtype)
-            k, p = torch.full((4,), 50), torch.full((4,), 0.9, device="cuda")
-            for kk, pp in ((k, None), (None, p), (k, p), (None, None)):
-                sampling_triton.top_k_top_p(logits, kk, pp)
+            kt, pt = torch.full((4,), 50), torch.full((4,), 0.9, device="cuda")
+            for kk, pp in ((kt, None), (None, pt), (kt, pt), (None, None)):
+                sample(logits, kk, pp)
         torch.cuda.synchronize()
     failed = [o.check for o in outcomes if not o.passed]
     upcast = sampling_triton.UPCAST.get(dtype, "")
-    return (
-        f"{kind}/{dtype_name}",
-        len(outcomes) - len(failed),
-        failed,
-        time.perf_counter() - start,
-        upcast,
-    )
+    name = f"{kind}/{dtype_name}/{arg}"
+    return name, len(outcomes) - len(failed), failed, time.perf_counter() - start, upcast
+
+
+def _specs(
+    dtypes: list[str], bench_dtypes: list[str], bench_vocabs: str
+) -> list[tuple[str, str, str]]:
+    """The bench and the slow robustness jobs first: a pool starts jobs in order."""
+    from kernelpolicy.conformance import distribution, samplers
+
+    specs = [("bench", d, bench_vocabs) for d in bench_dtypes]
+    specs += [("robustness", d, path) for d in dtypes for path in samplers.PATHS]
+    specs += [("ties-shapes", "float32", "")] if dtypes else []
+    cases = [str(i) for i in range(len(distribution.CASES))] + ["mixed"]
+    specs += [("distribution", d, case) for d in dtypes for case in cases]
+    return specs
 
 
 def main() -> None:
@@ -64,7 +83,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16,float16")
     parser.add_argument("--bench-dtypes", default="float32,bfloat16")
     parser.add_argument("--bench-vocabs", default="128256,151936")
-    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=16)
     args = parser.parse_args()
     specs = [
         (kind, d, "")

@@ -105,10 +105,10 @@ def test_plain_sampling_draws_from_the_group_masses(even_uniforms: None) -> None
 
 
 @pytest.mark.parametrize(
-    ("rounds", "fan", "row_kernel_rows"),
+    ("rounds", "scale", "row_kernel_rows"),
     [
-        pytest.param(3, 32, [0] * 24, id="wide-kernels"),
-        pytest.param(1, 2, [1] * 24, id="too-few-rounds-row-kernel"),
+        pytest.param(2, 0.3, [0] * 24, id="wide-kernels"),
+        pytest.param(1, 0.001, [1] * 24, id="too-few-rounds-row-kernel"),
     ],
 )
 def test_wide_nucleus_takes_the_exact_search(
@@ -116,15 +116,14 @@ def test_wide_nucleus_takes_the_exact_search(
     slow_rows: list[list[int]],
     monkeypatch: pytest.MonkeyPatch,
     rounds: int,
-    fan: int,
+    scale: float,
     row_kernel_rows: list[int],
 ) -> None:
     """A nucleus of ~500 tokens is wider than the candidate buffer (here; 1,024 on a GPU):
     the wide kernels narrow its boundary over the whole grid, or, when their rounds leave more
     than the buffer holds, the per-row kernel searches it; both exact."""
     monkeypatch.setattr(sampling_triton, "W_ROUNDS", rounds)
-    monkeypatch.setattr(sampling_triton, "W_FAN", fan)
-    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * scale
     ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
     expected = filtered_probs(row, None, 0.9)[0]
     assert int((expected > 0).sum()) > 500

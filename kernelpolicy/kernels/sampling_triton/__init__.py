@@ -49,7 +49,6 @@ from kernelpolicy.kernels.sampling_triton.row import row_kernel
 from kernelpolicy.kernels.sampling_triton.wide import (
     wide_compact_kernel,
     wide_draw_kernel,
-    wide_mass_kernel,
     wide_narrow_kernel,
     wide_resolve_kernel,
     wide_tile_kernel,
@@ -66,7 +65,7 @@ CAP = 4096  # candidates row_kernel may hold (and sort)
 ROW_BLOCK, ROW_WARPS = 2048, 8  # tile and warps of row_kernel
 FAN = 16  # thresholds per pass of the exact nucleus search
 ROUNDS = 12  # search passes before the interval is kept whole (only ties get there)
-W_FAN, W_ROUNDS, W_SUB = 32, 3, 256  # the wide kernels: thresholds, rounds, sub-tile
+W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 
 
 UPCAST: dict[torch.dtype, str] = {}
@@ -120,17 +119,17 @@ class _Scratch:
         self.regions = torch.empty(batch, self.tiles, REGION, dtype=i64, device=device)
         self.dense = torch.empty(batch, LARGE, dtype=i64, device=device)
         self.buffers = torch.empty(batch, CAP, dtype=i64, device=device)
-        # the wide kernels: per row (interval, mass above it, count inside, counter, threshold,
-        # ties) and per tile (masses and counts at each threshold; kept mass and ties)
-        self.lo, self.hi, self.above, self.thr = (
-            torch.empty(batch, dtype=f32, device=device) for _ in range(4)
-        )
+        # the wide kernels: per row, each round's interval and chosen bins, the count inside,
+        # a counter, the boundary and its kept ties; per tile, histograms and masses
+        self.states = torch.empty(batch, 4 * W_ROUNDS, dtype=f32, device=device)
+        self.thr = torch.empty(batch, dtype=f32, device=device)
         self.n_in, self.wide_n, self.ties = (
             torch.empty(batch, dtype=i32, device=device) for _ in range(3)
         )
-        self.parts = torch.empty(batch, self.tiles, W_FAN, dtype=f32, device=device)
-        self.part_n = torch.empty(batch, self.tiles, W_FAN, dtype=i32, device=device)
-        self.part_above = torch.empty(batch, self.tiles, dtype=f32, device=device)
+        self.hists = torch.empty(batch, self.tiles, 256, dtype=i32, device=device)
+        self.part_above, self.tile_mass = (
+            torch.empty(batch, self.tiles, dtype=f32, device=device) for _ in range(2)
+        )
         self.tile_eq = torch.empty(batch, self.tiles, dtype=i32, device=device)
 
     @classmethod
@@ -277,9 +276,9 @@ class _Graph:
             self.x.copy_(x)
             x = self.x
         if self.has_k and k_rows is not None:
-            self.k.copy_(k_rows)
+            self.k.copy_(k_rows, non_blocking=True)  # a blocking copy would sync the host
         if self.has_p and p is not None:
-            self.p.copy_(p)
+            self.p.copy_(p, non_blocking=True)
         return x
 
     def launch(self, x: torch.Tensor) -> None:
@@ -312,8 +311,9 @@ def _eager(
     device = x.device
     w = _Scratch.get(batch, vocab, size, device)
     u = _uniform(batch, device, generators)
-    k_dev = u if k_rows is None else k_rows.to(device, torch.int32)
-    p_dev = u if p is None else p.to(device, torch.float32).contiguous()
+    # non-blocking: a blocking host-to-device copy waits for the whole stream
+    k_dev = u if k_rows is None else k_rows.to(device, torch.int32, non_blocking=True)
+    p_dev = u if p is None else p.to(device, torch.float32, non_blocking=True).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
     _launch(x, w, size, n_top, k_dev, p_dev, u, out, k_rows is not None, p is not None)
     return out
@@ -352,9 +352,9 @@ def _launch(
     )  # fmt: skip
     finish_kernel[(batch,)](
         x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups, w.regions,
-        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.lo, w.hi, GS=size,
+        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.states, GS=size,
         TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE, BLOCK=1024,
-        num_warps=4, **flags,
+        WR=W_ROUNDS, NR=254, num_warps=4, **flags,
     )  # fmt: skip
     if has_p:
         _launch_wide(x, w, tops, n_top, p_dev, u, out)
@@ -379,30 +379,28 @@ def _launch_wide(
     batch, vocab = x.shape
     stride, tiles = x.stride(0), w.tiles
     pow_tiles = triton.next_power_of_2(tiles)
-    for last in [False] * (W_ROUNDS - 1) + [True]:
-        wide_tile_kernel[(batch, tiles)](
-            x, stride, vocab, w.slow, tops, n_top, w.lo, w.hi, w.parts, w.part_n, w.part_above,
-            tiles, BLOCK=GROUP_BLOCK, SUB=W_SUB, FAN=W_FAN, num_warps=GROUP_WARPS,
+    tile_grid, rows = (batch, tiles), (batch,)
+    for depth in range(W_ROUNDS):
+        wide_tile_kernel[tile_grid](
+            x, stride, vocab, w.slow, tops, n_top, w.states, w.hists, w.part_above, tiles,
+            DEPTH=depth, R=W_ROUNDS, BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
         )  # fmt: skip
-        wide_narrow_kernel[(batch,)](
-            w.slow, w.z, p_dev, w.lo, w.hi, w.above, w.n_in, w.parts, w.part_n, w.part_above,
-            tiles, w.wide_n, HAS_P=True, LAST=last, TILES=pow_tiles, FAN=W_FAN, CAP=CAP,
+        wide_narrow_kernel[rows](
+            w.slow, tops, n_top, w.z, p_dev, w.states, w.hists, w.part_above, tiles, w.n_in,
+            w.wide_n, HAS_P=True, DEPTH=depth, R=W_ROUNDS, TILES=pow_tiles, CAP=CAP,
             num_warps=4,
         )  # fmt: skip
-    wide_compact_kernel[(batch, tiles)](
-        x, stride, vocab, w.slow, w.lo, w.hi, w.buffers, w.wide_n, BLOCK=GROUP_BLOCK, CAP=CAP,
-        num_warps=GROUP_WARPS,
+    wide_compact_kernel[tile_grid](
+        x, stride, vocab, w.slow, tops, n_top, w.states, w.buffers, w.wide_n, w.part_above,
+        tiles, R=W_ROUNDS, BLOCK=GROUP_BLOCK, CAP=CAP, num_warps=GROUP_WARPS,
     )  # fmt: skip
-    wide_resolve_kernel[(batch,)](
-        w.slow, tops, n_top, w.z, p_dev, w.lo, w.above, w.n_in, w.buffers, w.thr, w.ties,
-        HAS_P=True, CAP=CAP, LARGE=LARGE, num_warps=ROW_WARPS,
-    )  # fmt: skip
-    # the tiles' kept masses reuse part_above, read by no one after the last round
-    wide_mass_kernel[(batch, tiles)](
-        x, stride, vocab, w.slow, tops, n_top, w.thr, w.part_above, w.tile_eq, tiles,
-        BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
-    )  # fmt: skip
-    wide_draw_kernel[(batch,)](
-        x, stride, vocab, w.slow, tops, n_top, w.thr, w.ties, u, w.part_above, w.tile_eq, tiles,
+    for n, smaller in ((LARGE, 0), (CAP, LARGE)):  # sort LARGE slots where they suffice
+        wide_resolve_kernel[rows](
+            w.slow, tops, n_top, w.z, p_dev, w.n_in, w.buffers, w.part_above, tiles,
+            w.tile_mass, w.tile_eq, w.thr, w.ties, HAS_P=True, BLOCK=GROUP_BLOCK, N=n,
+            SMALLER=smaller, CAP=CAP, num_warps=ROW_WARPS,
+        )  # fmt: skip
+    wide_draw_kernel[rows](
+        x, stride, vocab, w.slow, tops, n_top, w.thr, w.ties, u, w.tile_mass, w.tile_eq, tiles,
         out, TILES=pow_tiles, BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
     )  # fmt: skip

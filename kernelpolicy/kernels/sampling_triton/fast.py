@@ -141,9 +141,10 @@ def _sort_and_draw(buf, total, mode, k, p, m, z, u, N: tl.constexpr):
 @triton.jit
 def finish_kernel(
     logits, stride, V, mode_ptr, z_ptr, top_groups, tg_stride, gmax, gsum, g_stride, G,
-    regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, lo_ptr, hi_ptr,
+    regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, states,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
     R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
+    WR: tl.constexpr, NR: tl.constexpr,
 ):  # fmt: skip
     """Per row: gather the tiles' candidates, sort them and draw; or draw a plain row from the
     group masses; or flag the row for row_kernel."""
@@ -181,8 +182,9 @@ def finish_kernel(
         lo = tl.where(mode == TOP_P_ROW, tl.maximum(lo, tl.load(bound_ptr + row)), lo)
         hi = (m + 0.0).to(tl.int32, bitcast=True)
         hi = tl.where(m >= 0, hi + 1, hi - 1).to(tl.float32, bitcast=True)  # just above m
-        tl.store(lo_ptr + row, lo)
-        tl.store(hi_ptr + row, hi)
+        state = states + row * 4 * WR  # the first round's interval: lo, and NR bins / width
+        tl.store(state, lo)
+        tl.store(state + WR, NR / (hi - lo))
     # 1: row_kernel takes the row; 2: the wide kernels do (see wide.py)
     tl.store(slow + row, tl.where(needs_row, tl.where(top_p & HAS_P, 2, 1), 0).to(tl.int32))
     tl.store(out + row, token.to(tl.int64), mask=needs_row == 0)
