@@ -52,11 +52,31 @@ def one_stage(dtype, hidden_dim, tokens, world_size, total_bytes, fully_connecte
     return False
 
 
+def route_sampler(has_generators, has_top_k, has_top_p, logprobs_mode, batch, dtype):  # type: ignore[no-untyped-def]  # noqa: PLR0917 - the rule as an engine would write it
+    """The bundled sampler's choice on an H100 by hand: FlashInfer first up to batch 511,
+    Triton first from 512 (no dtype evidence stored, so the dtype changes nothing)."""
+    processed = logprobs_mode in ("processed_logits", "processed_logprobs")
+    flashinfer = not has_generators and (has_top_k or has_top_p) and not processed
+    if batch <= 511:
+        if flashinfer:
+            return "flashinfer"
+        return "torch" if processed else "triton"
+    if not processed:
+        return "triton"
+    return "flashinfer" if flashinfer else "torch"
+
+
 CASES = {
     "select(sampler.top_k_top_p)": (
         'hand(has_generators=False, has_top_k=True, has_top_p=True, logprobs_mode="raw_logprobs")',
         'sel("sampler.top_k_top_p", has_generators=False, has_top_k=True, has_top_p=True, '
         'logprobs_mode="raw_logprobs")',
+    ),
+    "select(sampler, batch, dtype) H100": (
+        "route_hand(has_generators=False, has_top_k=True, has_top_p=True, "
+        'logprobs_mode="raw_logprobs", batch=1024, dtype="bfloat16")',
+        'route_sel("sampler.top_k_top_p", has_generators=False, has_top_k=True, has_top_p=True, '
+        'logprobs_mode="raw_logprobs", batch=1024, dtype="bfloat16")',
     ),
     "gate(allreduce_rmsnorm.one_stage)": (
         'gate_hand(dtype="bfloat16", hidden_dim=2880, tokens=8, world_size=8, total_bytes=46080, '
@@ -80,7 +100,11 @@ def main() -> None:
     resolution = kernelpolicy.resolve(
         platform, {"VLLM_ROCM_USE_AITER": "1", "KERNELPOLICY_LOG_FORMAT": "off"}
     )
+    h100 = kernelpolicy.load_platform(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")
+    routed = kernelpolicy.resolve(h100, {"KERNELPOLICY_LOG_FORMAT": "off"})
     names = {
+        "route_hand": route_sampler,
+        "route_sel": routed.select,
         "hand": use_aiter_sampler,
         "gate_hand": one_stage,
         "sel": resolution.select,

@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelpolicy.engine import Resolution, resolve_policies
+from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import PolicyError, ResolutionError
 from kernelpolicy.limits import MAX_CEL_DEPTH
 from kernelpolicy.policy import load_policies, load_policy_text
@@ -81,7 +82,9 @@ values = st.recursive(
     lambda inner: st.one_of(
         st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
         st.dictionaries(
-            st.sampled_from(["env", "version", "impl", "x", "true", "unset", "when"]),
+            st.sampled_from(
+                ["env", "version", "impl", "x", "true", "unset", "when", "min", "max", "prefer"]
+            ),
             inner,
             max_size=3,
         ).map(lambda d: "{ " + ", ".join(f"{k} = {v}" for k, v in d.items()) + " }"),
@@ -115,7 +118,20 @@ def test_deleted_duplicated_and_inserted_lines(doc: str, data: st.DataObject) ->
         ),
         st.integers(1, 2000).map(lambda n: "x = " + "[" * n + "]" * n),
         st.integers(1, 2000).map(lambda n: "x = " + "{a=" * n + "1" + "}" * n),
-        st.sampled_from(["[features]", "[[disable]]", "[gates.x]", '[features."a b"]', "[["]),
+        st.sampled_from(
+            [
+                "[features]",
+                "[[disable]]",
+                "[gates.x]",
+                '[features."a b"]',
+                "[[",
+                '[[features."sampler.top_k_top_p".by_batch]]',
+                'prefer = ["torch"]',
+                'dtypes = ["float32", "bf16"]',
+                "min = 0",
+                "max = 2147483648",
+            ]
+        ),
     )
     for _ in range(data.draw(st.integers(1, 3))):
         index = data.draw(st.integers(0, len(lines) - 1))
@@ -256,7 +272,7 @@ NAMES = [
 ]  # fmt: skip
 # Keywords each function takes: the variables the pack declares for features (select) and
 # gates (gate). Any other keyword is Python's own TypeError, by design (tested elsewhere).
-SELECT_KEYS = sorted({v for f in bundled().features.values() for v in f.spec.context})
+SELECT_KEYS = sorted({v for f in bundled().features.values() for v in call_variables(f)})
 GATE_KEYS = sorted({v for g in bundled().gates.values() for v in g.spec.context})
 
 
@@ -274,3 +290,62 @@ def test_select_and_gate_contexts(which: int, kind: str, name: Any, data: st.Dat
     context = data.draw(st.dictionaries(st.sampled_from(keys), call_values, max_size=len(keys)))
     with contextlib.suppress(ResolutionError):
         call(name, **context)
+
+
+ROUTED = """schema = "kernelpolicy.policy/v1"
+[features."fuzz.routed"]
+description = "d"
+fallback = "c"
+dtypes = ["float32", "bfloat16", "float16"]
+[[features."fuzz.routed".candidates]]
+impl = "a"
+entry = "kernelpolicy.kernels.torch_impl:top_k_top_p"
+torch = ">=1.0"
+[[features."fuzz.routed".candidates]]
+impl = "b"
+entry = "kernelpolicy.kernels.torch_impl:top_k_top_p"
+torch = ">=1.0"
+[[features."fuzz.routed".candidates]]
+impl = "c"
+entry = "kernelpolicy.kernels.torch_impl:top_k_top_p"
+"""
+rows = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(-2, 2**31 + 1)),
+        st.one_of(st.none(), st.integers(-2, 2**31 + 1)),
+        st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4),
+    ),
+    max_size=5,
+)
+
+
+def _row(low: int | None, high: int | None, prefer: list[str]) -> str:
+    keys = [f"prefer = {json.dumps(prefer)}"]
+    keys += [f"min = {low}"] * (low is not None) + [f"max = {high}"] * (high is not None)
+    return '[[features."fuzz.routed".by_batch]]\n' + "\n".join(keys) + "\n"
+
+
+@given(table=rows, batches=st.lists(st.integers(-3, 2**31 + 3), min_size=1, max_size=8))
+def test_batch_rows(
+    table: list[tuple[int | None, int | None, list[str]]], batches: list[int]
+) -> None:
+    """Any by_batch rows load or give a clear error; where they load, the compiled select(),
+    the CEL path and the order the dispatcher uses agree for any batch."""
+    text = ROUTED + "".join(_row(*row) for row in table)
+    try:
+        policies = load_policy_text(text, "fuzz.toml")
+    except PolicyError as exc:
+        issues = exc.issues
+    else:
+        issues = []
+    if issues:
+        assert all(issue.file == "fuzz.toml" and issue.message for issue in issues)
+        return
+    resolution = resolve_policies(fixture("cpu"), {}, policies)
+    decision = resolution.decision("fuzz.routed")
+    for batch in batches:
+        expected = decision.order_for(batch, "float32")[0]
+        # batch is a keyword only where by_batch rows exist (Python's TypeError otherwise)
+        context = {"batch": batch} if table else {}
+        assert resolution.select("fuzz.routed", dtype="float32", **context) == expected
+        assert resolution._select_miss({}, "fuzz.routed", None, context) == expected

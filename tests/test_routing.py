@@ -3,6 +3,8 @@ dtype), in ``select()``, in the callable ``impl()`` hands out, and in ``explain`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -145,10 +147,13 @@ def test_per_call_conditions_still_apply_within_a_row(batch: int, expected: str)
 def test_routing_variables_of_the_wrong_type_are_errors(
     context: dict[str, object], message: str
 ) -> None:
+    """Where batch and dtype route (rows and evidence per dtype), a value of the wrong type is
+    a ResolutionError naming the variable."""
     from kernelpolicy.errors import ResolutionError
 
+    resolution = resolve({"small": entry(("float32",))})
     with pytest.raises(ResolutionError, match=message):
-        resolve().select(FEATURE, seeded=False, **context)
+        resolution.select(FEATURE, seeded=False, **context)
 
 
 def test_the_dispatcher_runs_the_chosen_kernel_per_shape() -> None:
@@ -276,3 +281,40 @@ def test_the_bundled_sampler_routes_by_the_measured_winners() -> None:
     assert resolution.select("sampler.top_k_top_p", **context) == "flashinfer"  # as before
     cpu = kernelpolicy.resolve(platform=fixture("cpu"), env={})
     assert cpu.impl("sampler.top_k_top_p") is top_k_top_p
+
+
+def test_explain_routes_by_stored_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After verify stored a float16 failure for triton, `explain` on that machine serves
+    float16 at batch 512 and up with flashinfer, and says why."""
+    from kernelpolicy.cli import main
+    from kernelpolicy.conformance.evidence import store_evidence
+
+    monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(tmp_path))
+    checks = {"robustness/float32/nan": True, "robustness/bfloat16/nan": True}
+    checks["robustness/float16/nan"] = False
+    result = {
+        "feature": "sampler.top_k_top_p", "impl": "triton", "status": "failed",
+        "checks": [{"check": c, "passed": ok, "detail": ""} for c, ok in checks.items()],
+    }  # fmt: skip
+    platform_file = "kernelpolicy/fixtures/platforms/h200.json"
+    store_evidence(fixture("h200"), [result], "2026-11-23T04:00:00Z", tmp_path)
+    assert main(["explain", "--platform", platform_file, "sampler.top_k_top_p"]) == 0
+    out = capsys.readouterr().out
+    assert "dtype: triton serves float32, bfloat16 (kernelpolicy verify on 2026-11-23" in out
+    assert "serves batch 512+: triton for float32, bfloat16; flashinfer for float16" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param((FEATURE, False), id="one-more"),
+        pytest.param((FEATURE, False, 8), id="two-more"),
+    ],
+)
+def test_context_is_never_positional(args: tuple[object, ...]) -> None:
+    """select() takes the name alone positionally (its parameters are positional-or-keyword
+    for speed); anything more is a TypeError, never a variable bound by position."""
+    with pytest.raises(TypeError, match="name as its only positional argument"):
+        resolve().select(*args)

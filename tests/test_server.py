@@ -95,6 +95,24 @@ def test_resolve_with_context_and_gates(stub: pb_grpc.KernelPolicyStub) -> None:
     assert response.revision == 1
 
 
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [pytest.param(8, "flashinfer", id="small"), pytest.param(1024, "triton", id="large")],
+)
+def test_resolve_routes_by_batch(stub: pb_grpc.KernelPolicyStub, batch: int, expected: str) -> None:
+    """The call's batch and dtype travel in the context: the per-call choice by batch size."""
+    context = struct(
+        has_generators=False, has_top_k=True, has_top_p=True, logprobs_mode="raw_logprobs",
+        batch=batch, dtype="bfloat16",
+    )  # fmt: skip
+    response = stub.Resolve(
+        pb.ResolveRequest(
+            features=[TOPK], platform_json=fixture("h100-sxm").to_json(), context=context
+        )
+    )
+    assert (response.decisions[0].impl, response.decisions[0].selected) == ("flashinfer", expected)
+
+
 def test_resolve_hypothetical_platform_and_env(stub: pb_grpc.KernelPolicyStub) -> None:
     """'What would a node like this decide': another snapshot and environment."""
     platform_json = fixture("h100-sxm").to_json()

@@ -44,26 +44,28 @@ class Routed:
         self._resolution = resolution
         self._feature = feature
         self._fallback = resolution.policies.features[feature].spec.fallback
-        self._table: dict[tuple[int, object], tuple[str, Callable[..., Any]]] = {}
+        # dtype -> rows -> (impl, function): two lookups are cheaper than hashing a tuple.
+        self._table: dict[object, dict[int, tuple[str, Callable[..., Any]]]] = {}
+        self._size = 0
         self._loaded: dict[str, Callable[..., Any]] = {}
         decision = resolution.decisions[feature]
         assert decision.impl is not None
         self._function(decision.impl)  # an import failure shows now, as impl() always did
 
     def __call__(self, logits: Any, *args: Any, **kwargs: Any) -> Any:
-        key = (logits.shape[0], logits.dtype)
         try:
-            impl, function = self._table[key]
+            impl, function = self._table[logits.dtype][logits.shape[0]]
         except KeyError:
-            impl, function = self._choose(key)
+            impl, function = self._choose((logits.shape[0], logits.dtype))
         try:
             return function(logits, *args, **kwargs)
         except Exception as exc:  # a compile or launch failure inside the kernel
-            return self._failed(impl, key, exc, (logits, *args), kwargs)
+            return self._failed(impl, logits.dtype, exc, (logits, *args), kwargs)
 
     def reset(self) -> None:
         """Forget every choice: the decision changed."""
         self._table.clear()
+        self._size = 0
 
     def choice(self, batch: int, dtype: object) -> str:
         """The implementation a call of ``batch`` rows of ``dtype`` runs (loads it)."""
@@ -75,9 +77,10 @@ class Routed:
         if not order:
             raise ResolutionError(f"{self._feature}: no implementation serves {key}")
         chosen = (order[0], self._function(order[0]))
-        if len(self._table) >= TABLE_LIMIT:
-            self._table.clear()
-        self._table[key] = chosen
+        if self._size >= TABLE_LIMIT:
+            self.reset()
+        self._table.setdefault(key[1], {})[key[0]] = chosen
+        self._size += 1
         return chosen
 
     def _function(self, impl: str) -> Callable[..., Any]:
@@ -99,7 +102,7 @@ class Routed:
     def _failed(
         self,
         impl: str,
-        key: tuple[int, object],
+        dtype: object,
         error: Exception,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -114,7 +117,7 @@ class Routed:
         resolution = self._resolution
         decision = resolution.decisions[self._feature]
         if decision.dtypes:
-            refuse_dtype(resolution, self._feature, impl, dtype_name(key[1]), why)
+            refuse_dtype(resolution, self._feature, impl, dtype_name(dtype), why)
         else:
             resolution._fall_back(self._feature, decision, self._fallback, why)
         self.reset()

@@ -31,6 +31,12 @@ def routing_variables(feature: CompiledFeature) -> dict[str, str]:
     }
 
 
+def call_variables(feature: CompiledFeature) -> dict[str, str]:
+    """Every variable a call of ``feature`` may give: its ``context`` (required) and the
+    routing variables it takes optionally. Front-ends (gRPC, OFREP, flagd) pass these on."""
+    return {**feature.spec.context, **routing_variables(feature)}
+
+
 def namespace() -> dict[str, Any]:
     """What the generated bodies may call."""
     from kernelpolicy.policy.cel import dtype_size
@@ -135,24 +141,27 @@ def _dtype_condition(rule: DtypeRule) -> str:
 
 
 def _routed(decision: Decision, chain: _Chain, feature: CompiledFeature) -> list[str]:
-    """The body: by batch range and dtype when the call gives both (the common case), the
+    """The body: by batch range and dtype when the call gives them (the common case), the
     policy's order when it gives neither; a mix, or a value of another type (a torch dtype),
-    goes through the cache and CEL, which convert and check it."""
-    routed = [
-        v for v, used in (("batch", feature.spec.by_batch), ("dtype", feature.spec.dtypes)) if used
-    ]
-    if not routed:
+    goes through the cache and CEL, which convert and check it.
+
+    Only what routes here is looked at: on a platform where the rows change nothing and no
+    evidence limits a dtype, the body is the plain chain (``select()`` stays within its budget
+    of a hand-written rule), and a routing value is checked only on the cache path.
+    """
+    used = ["batch"] * bool(decision.routes) + ["dtype"] * bool(decision.dtype_rules)
+    if not used:
         return chain.lines(decision.order, False)
     by_dtype = bool(decision.dtype_rules)
-    given = " and ".join(type_guard(v, ROUTING_VARIABLES[v]) for v in routed)
+    given = " and ".join(type_guard(v, ROUTING_VARIABLES[v]) for v in used)
     lines = [f"if {given}:"]
     for route in decision.routes:
         upper = "" if route.high is None else f" <= {route.high}"
         lines.append(f"    if {route.low} <= batch{upper}:")
         lines += _indent(chain.lines(route.order, by_dtype), 8)
     lines += _indent(chain.lines(decision.order, by_dtype), 4)
-    if all(v in routing_variables(feature) for v in routed):
-        lines.append(f"if {' and '.join(f'{v} is _M' for v in routed)}:")
+    if all(v in routing_variables(feature) for v in used):
+        lines.append(f"if {' and '.join(f'{v} is _M' for v in used)}:")
         lines += _indent(chain.lines(decision.order, False), 4)
     return lines
 

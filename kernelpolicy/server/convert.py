@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from kernelpolicy.conformance.evidence import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 
@@ -85,9 +86,9 @@ def resolve_response(
     for name in names:
         message = decision_message(resolution.decision(name))
         if context:
-            declared = resolution.policies.features[name].spec.context
+            variables = call_variables(resolution.policies.features[name])
             try:
-                message.selected = resolution.select(name, **context_for(declared, context))
+                message.selected = resolution.select(name, **context_for(variables, context))
             except (ResolutionError, TypeError, ArithmeticError) as exc:
                 message.select_error = str(exc)
         response.decisions.append(message)

@@ -148,9 +148,13 @@ def evaluate(snapshot: Snapshot, key: str, context: dict[str, Any]) -> dict[str,
     if decision.impl is None:  # not applicable here: the caller's code default applies
         return {**base, "variant": "not_applicable", "reason": DISABLED}
     value_str = decision.impl
-    declared = dict(resolution.policies.features[key].spec.context)
-    call = _declared(declared, context)
-    if declared and len(call) == len(declared):  # the whole call context: the per-call choice
+    from kernelpolicy.engine.rules import call_variables
+
+    feature = resolution.policies.features[key]
+    declared = feature.spec.context
+    call = _declared(call_variables(feature), context)
+    # The whole declared call context (and any routing variable given): the per-call choice.
+    if declared and all(variable in call for variable in declared):
         try:
             value_str = resolution.select(key, **call)
         except (ResolutionError, TypeError) as exc:

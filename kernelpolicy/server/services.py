@@ -13,6 +13,7 @@ from google.protobuf import struct_pb2
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json
@@ -229,9 +230,9 @@ class _Flagd:
             )
         value = decision.impl
         if with_context:
-            declared = resolution.policies.features[name].spec.context
-            call = context_for(declared, context_dict(request.context))
-            if len(call) == len(declared):
+            feature = resolution.policies.features[name]
+            call = context_for(call_variables(feature), context_dict(request.context))
+            if all(variable in call for variable in feature.spec.context):
                 try:
                     value = resolution.select(name, **call)
                 except CALL_ERRORS as exc:
@@ -331,8 +332,8 @@ class FlagdV1(_FlagdMethods, f1_grpc.ServiceServicer):  # type: ignore[misc]
                 continue  # errors and not-applicable features have no value to give
             value = decision.impl
             declared = resolution.policies.features[name].spec.context
-            call = context_for(declared, given)
-            if declared and len(call) == len(declared):
+            call = context_for(call_variables(resolution.policies.features[name]), given)
+            if declared and all(variable in call for variable in declared):
                 try:
                     value = resolution.select(name, **call)
                 except CALL_ERRORS:
