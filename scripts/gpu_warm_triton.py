@@ -64,6 +64,16 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
     return name, len(outcomes) - len(failed), failed, time.perf_counter() - start, upcast
 
 
+def _guarded(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
+    """A job whose own code raised reports that as its failure instead of ending the pool."""
+    start = time.perf_counter()
+    try:
+        return _job(spec)
+    except Exception as exc:
+        why = f"{'/'.join(spec)} raised {type(exc).__name__}: {str(exc)[:300]}"
+        return "/".join(spec), 0, [why], time.perf_counter() - start, ""
+
+
 def _specs(
     dtypes: list[str], bench_dtypes: list[str], bench_vocabs: str
 ) -> list[tuple[str, str, str]]:
@@ -85,17 +95,17 @@ def main() -> None:
     parser.add_argument("--bench-vocabs", default="128256,151936")
     parser.add_argument("--jobs", type=int, default=16)
     args = parser.parse_args()
-    specs = [
-        (kind, d, "")
-        for d in args.dtypes.split(",")
-        if d
-        for kind in ("robustness", "distribution")
-    ]
-    specs += [("bench", d, args.bench_vocabs) for d in args.bench_dtypes.split(",") if d]
+    specs = _specs(
+        [d for d in args.dtypes.split(",") if d],
+        [d for d in args.bench_dtypes.split(",") if d],
+        args.bench_vocabs,
+    )
     start = time.perf_counter()
     bad = 0
-    with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(specs))) as pool:
-        for name, passed, failed, seconds, upcast in pool.imap_unordered(_job, specs):
+    # one fresh process per job: the jobs narrow the conformance modules' tables in place
+    pool = multiprocessing.get_context("spawn").Pool(min(args.jobs, len(specs)), maxtasksperchild=1)
+    with pool:
+        for name, passed, failed, seconds, upcast in pool.imap_unordered(_guarded, specs):
             bad += len(failed)
             note = f"; read as float32 after a build failure: {upcast[:200]}" if upcast else ""
             print(

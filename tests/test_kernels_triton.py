@@ -300,3 +300,26 @@ def test_a_dtype_whose_kernels_fail_to_build_is_read_as_float32(
         )
     assert dtypes == [torch.bfloat16, torch.float32, torch.float32]
     assert "planted" in sampling_triton.UPCAST[torch.bfloat16]
+
+
+def test_wide_kernels_that_fail_to_build_leave_their_rows_to_the_row_kernel(
+    even_uniforms: None, slow_rows: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build failure of the wide kernels (as Triton's layout pass once failed on an H100)
+    costs speed, not the call: the per-row kernel takes the wide rows, exactly."""
+    monkeypatch.setattr(sampling_triton, "WIDE_FAILED", {})
+
+    class Broken:
+        def __getitem__(self, grid: object) -> object:
+            def launch(*args: object, **kwargs: object) -> None:
+                raise RuntimeError("PassManager::run failed (planted)")
+
+            return launch
+
+    monkeypatch.setattr(sampling_triton, "wide_narrow_kernel", Broken())
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
+    for _ in range(2):
+        ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
+        assert_quadrature(ids, filtered_probs(row, None, 0.9)[0])
+    assert slow_rows == [[1] * 24, [1] * 24]
+    assert "planted" in sampling_triton.WIDE_FAILED[torch.float32]

@@ -68,6 +68,10 @@ ROUNDS = 12  # search passes before the interval is kept whole (only ties get th
 W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 
 
+WIDE_FAILED: dict[torch.dtype, str] = {}
+"""dtypes whose wide kernels failed to build in this process (-> why): their wide rows go to
+row_kernel, exact but slower, instead of failing the call."""
+
 UPCAST: dict[torch.dtype, str] = {}
 """dtypes whose kernels failed to compile in this process (-> why): their logits are converted
 to float32 before the kernels (one more pass over the logits), instead of failing the call."""
@@ -331,7 +335,7 @@ def _launch(
     has_k: bool,
     has_p: bool,
 ) -> None:
-    """The five launches of the module doc, without a host synchronisation or an allocation
+    """The launches of the module doc, without a host synchronisation or an allocation
     that outlives them (so that a CUDA graph can hold them)."""
     batch, vocab = x.shape
     stride, groups, tiles = x.stride(0), w.groups, w.tiles
@@ -350,14 +354,23 @@ def _launch(
         x, stride, vocab, w.mode, w.bound, w.regions, w.counts, tiles, BLOCK=GROUP_BLOCK,
         R=REGION, num_warps=GROUP_WARPS,
     )  # fmt: skip
-    finish_kernel[(batch,)](
-        x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups, w.regions,
-        w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.states, GS=size,
-        TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE, BLOCK=1024,
-        WR=W_ROUNDS, NR=254, num_warps=4, **flags,
-    )  # fmt: skip
-    if has_p:
-        _launch_wide(x, w, tops, n_top, p_dev, u, out)
+
+    def finish(wide: bool) -> None:
+        finish_kernel[(batch,)](
+            x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups,
+            w.regions, w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.states,
+            GS=size, TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE,
+            BLOCK=1024, WR=W_ROUNDS, NR=254, WIDE=wide, num_warps=4, **flags,
+        )  # fmt: skip
+
+    wide = has_p and x.dtype not in WIDE_FAILED
+    finish(wide)
+    if wide:
+        try:
+            _launch_wide(x, w, tops, n_top, p_dev, u, out)
+        except Exception as exc:  # a build failure: row_kernel takes the rows (finish again)
+            WIDE_FAILED[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            finish(False)
     row_kernel[(batch,)](
         x, stride, vocab, w.mode, w.bound, w.z, tops, n_top, k_dev, p_dev, u, out, w.buffers,
         math.log(vocab), slow=w.slow, BLOCK=ROW_BLOCK, CAP=CAP, SMALL=SMALL, FAN=FAN,

@@ -144,7 +144,7 @@ def finish_kernel(
     regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, states,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
     R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
-    WR: tl.constexpr, NR: tl.constexpr,
+    WR: tl.constexpr, NR: tl.constexpr, WIDE: tl.constexpr,
 ):  # fmt: skip
     """Per row: gather the tiles' candidates, sort them and draw; or draw a plain row from the
     group masses; or flag the row for row_kernel."""
@@ -185,6 +185,7 @@ def finish_kernel(
         state = states + row * 4 * WR  # the first round's interval: lo, and NR bins / width
         tl.store(state, lo)
         tl.store(state + WR, NR / (hi - lo))
-    # 1: row_kernel takes the row; 2: the wide kernels do (see wide.py)
-    tl.store(slow + row, tl.where(needs_row, tl.where(top_p & HAS_P, 2, 1), 0).to(tl.int32))
+    # 1: row_kernel takes the row; 2: the wide kernels do (see wide.py), when launched
+    to_wide = top_p & HAS_P & WIDE
+    tl.store(slow + row, tl.where(needs_row, tl.where(to_wide, 2, 1), 0).to(tl.int32))
     tl.store(out + row, token.to(tl.int64), mask=needs_row == 0)
