@@ -5,9 +5,12 @@ Triton's on-disk cache (TRITON_CACHE_DIR) instead of compiling for minutes.
 
 Jobs, one process each (Triton builds one kernel at a time per process): the robustness checks
 of one path and dtype, one distribution case of one dtype, the tie and shape checks, and the
-benchmark's shapes (every path, each vocabulary) of one dtype. Prints one line per job: checks
-passed and failed (with the failed names), seconds, and whether a dtype was read as float32
-after a build failure (``sampling_triton.UPCAST``). Exits 1 when a check failed.
+benchmark's shapes (every path, each vocabulary) of one dtype, each called twice so that the
+second call replays the first one's CUDA graph with new logits, k and p (a forced token per row
+checks that it read them). Prints one line per job: checks passed and failed (with the failed
+names), seconds, and notes: a dtype read as float32 after a build failure
+(``sampling_triton.UPCAST``), wide kernels that failed to build (``WIDE_FAILED``), graphs
+captured and captures that failed. Exits 1 when a check failed.
 
 python scripts/gpu_warm_triton.py [--dtypes float32,bfloat16,float16] [--bench-dtypes
 float32,bfloat16] [--bench-vocabs 128256,151936] [--jobs 16]
@@ -19,6 +22,8 @@ import argparse
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 
 def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
@@ -52,16 +57,42 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
         distribution.DTYPES = ()  # type: ignore[assignment]
         outcomes = list(distribution.distribution(sample, "cuda"))
     else:  # the benchmark's shapes: every path, each vocabulary, a small batch
-        for vocab in (int(v) for v in arg.split(",")):
-            logits = (torch.randn(4, vocab, device="cuda") * 5).to(dtype)
-            kt, pt = torch.full((4,), 50), torch.full((4,), 0.9, device="cuda")
-            for kk, pp in ((kt, None), (None, pt), (kt, pt), (None, None)):
-                sample(logits, kk, pp)
-        torch.cuda.synchronize()
+        outcomes = list(_replays(sample, dtype, [int(v) for v in arg.split(",")]))
     failed = [o.check for o in outcomes if not o.passed]
-    upcast = sampling_triton.UPCAST.get(dtype, "")
+    notes = [
+        f"{what}: {table[dtype][:200]}"
+        for what, table in (
+            ("read as float32 after a build failure", sampling_triton.UPCAST),
+            ("wide kernels failed to build", sampling_triton.WIDE_FAILED),
+        )
+        if dtype in table
+    ]
+    graphs = sampling_triton.GRAPHS
+    notes += [f"{len(graphs)} CUDA graphs"] if kind == "bench" else []
+    notes += [f"capture failed: {why[:200]}" for why in graphs._failed.items.values()]
     name = f"{kind}/{dtype_name}/{arg}"
-    return name, len(outcomes) - len(failed), failed, time.perf_counter() - start, upcast
+    return name, len(outcomes) - len(failed), failed, time.perf_counter() - start, "; ".join(notes)
+
+
+def _replays(sample: Any, dtype: Any, vocabs: list[int]) -> Iterator[Any]:
+    """Every path at each vocabulary, twice with a different forced token per row: the second
+    call replays the first call's CUDA graph, which must read the new logits, k and p."""
+    import torch
+
+    from kernelpolicy.conformance.model import Outcome
+
+    for vocab in vocabs:
+        for k, p in ((50, None), (None, 0.9), (50, 0.9), (None, None)):
+            for shift in (0, 7):
+                want = (torch.arange(4, device="cuda") * 1000 + 5 + shift) % vocab
+                logits = torch.randn(4, vocab, device="cuda").to(dtype)
+                logits[torch.arange(4), want] = 1000.0  # all the mass on one token per row
+                kt = None if k is None else torch.full((4,), k + shift)
+                pt = None if p is None else torch.full((4,), p - shift / 100, device="cuda")
+                got = sample(logits, kt, pt)
+                name = f"replay/{vocab}/k={k},p={p}/call {1 + (shift > 0)}"
+                ok = torch.equal(got.cpu(), want.cpu())
+                yield Outcome(name, ok, "" if ok else f"{got.tolist()} != {want.tolist()}")
 
 
 def _guarded(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
@@ -107,7 +138,7 @@ def main() -> None:
     with pool:
         for name, passed, failed, seconds, upcast in pool.imap_unordered(_guarded, specs):
             bad += len(failed)
-            note = f"; read as float32 after a build failure: {upcast[:200]}" if upcast else ""
+            note = f"; {upcast}" if upcast else ""
             print(
                 f"{name}: {passed} passed, {len(failed)} failed {failed[:6]}"
                 f" ({seconds:.0f} s){note}",
