@@ -10,7 +10,7 @@ import torch
 
 from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry
 from kernelpolicy.engine import resolve_policies
-from kernelpolicy.engine.dispatch import Routed
+from kernelpolicy.engine.dispatch import TABLE_LIMIT, Routed
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, with_libraries
@@ -318,3 +318,18 @@ def test_context_is_never_positional(args: tuple[object, ...]) -> None:
     for speed); anything more is a TypeError, never a variable bound by position."""
     with pytest.raises(TypeError, match="name as its only positional argument"):
         resolve().select(*args)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "kept"),
+    [
+        pytest.param(TABLE_LIMIT, TABLE_LIMIT, id="at-limit"),
+        pytest.param(TABLE_LIMIT + 1, 1, id="limit-plus-one"),
+    ],
+)
+def test_the_dispatch_table_is_bounded(pairs: int, kept: int) -> None:
+    """TABLE_LIMIT (rows, dtype) pairs are remembered; one more starts the table over."""
+    routed = resolve().impl(FEATURE)
+    for rows in range(1, pairs + 1):
+        routed.choice(rows, torch.float32)
+    assert routed._size == kept
