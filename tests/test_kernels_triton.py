@@ -34,6 +34,7 @@ def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     if DEVICE == "cpu":
         for name, value in {
             "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+            "W_BLOCK": 256, "W_SUB": 128,
             "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256, "ROUNDS": 12,
         }.items():  # fmt: skip
             monkeypatch.setattr(sampling_triton, name, value)
@@ -144,7 +145,7 @@ def test_wide_nucleus_with_ties_at_its_boundary(
     boundary = float(row[0][expected > 0].min())
     tied = (row[0] == boundary).nonzero().flatten()
     assert 0 < int((expected[tied] > 0).sum()) < tied.numel()  # the cut falls inside the ties
-    assert int(tied.max()) >= sampling_triton.GROUP_BLOCK  # ... spread over several tiles
+    assert int(tied.max()) >= sampling_triton.W_BLOCK  # ... spread over several tiles
     assert_quadrature(ids, expected)
     assert slow_rows == [[0] * rows]
 

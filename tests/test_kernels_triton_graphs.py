@@ -121,6 +121,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
         pytest.skip("the fake capture stands in for CUDA graphs on CPU only")
     for name, value in {
         "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+            "W_BLOCK": 256, "W_SUB": 128,
         "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
     }.items():  # fmt: skip
         monkeypatch.setattr(sampling_triton, name, value)

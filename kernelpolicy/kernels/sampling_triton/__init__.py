@@ -15,14 +15,18 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    applies top-k, then top-p (over the row's whole softmax, or the top-k's own), and draws by
    inverse CDF with one uniform per row. A row with neither k nor p draws a group by its mass,
    then a token inside it.
-5. ``row_kernel`` (per row, rows flagged by step 4 only): a nucleus wider than the candidate
-   buffer, many tied logits, or candidates crowded into one tile. It searches the nucleus
-   threshold exactly (``FAN`` thresholds per pass over the row until the logits in the last
-   interval fit a buffer), so no row is ever truncated to a fixed candidate count; it is the
-   slow path (one SM reads the row several times).
+5. The wide kernels (``wide.py``; only when some row may have p without k): the top-p rows
+   step 4 could not finish (a nucleus wider than its candidate buffer) narrow their boundary
+   with histograms over (row, tile) grids and resolve it exactly, in three reads of the row.
+6. ``row_kernel`` (per row, rows flagged by steps 4-5 only): top-k rows with many tied logits
+   or candidates crowded into one tile, and top-p rows the wide kernels could not narrow (a
+   tied group wider than their buffer). It searches the nucleus threshold exactly (``FAN``
+   thresholds per pass over the row until the logits in the last interval fit a buffer), so no
+   row is ever truncated to a fixed candidate count; it is the slow path (one SM reads the row
+   several times).
 
-Launched eagerly, that is five Triton launches and a few torch ops per call, several hundred
-microseconds of Python; on CUDA the launches are captured into a CUDA graph per call shape on
+Launched eagerly, that is five to thirteen Triton launches and a few torch ops per call, several
+hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per call shape on
 first use and replayed after (``graphs``: which calls may, what a graph bakes in, the bounded
 cache). Calls with per-row generators run eagerly.
 
@@ -66,6 +70,9 @@ ROW_BLOCK, ROW_WARPS = 2048, 8  # tile and warps of row_kernel
 FAN = 16  # thresholds per pass of the exact nucleus search
 ROUNDS = 12  # search passes before the interval is kept whole (only ties get there)
 W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
+# tile and sub-tile of the wide kernels: large tiles, since their grids launch for every row
+# and all but the wide rows return at once
+W_BLOCK, W_SUB = 16384, 4096
 
 
 WIDE_FAILED: dict[torch.dtype, str] = {}
@@ -130,11 +137,12 @@ class _Scratch:
         self.n_in, self.wide_n, self.ties = (
             torch.empty(batch, dtype=i32, device=device) for _ in range(3)
         )
-        self.hists = torch.empty(batch, self.tiles, 256, dtype=i32, device=device)
+        self.w_tiles = triton.cdiv(vocab, W_BLOCK)
+        self.hists = torch.empty(batch, self.w_tiles, 256, dtype=i32, device=device)
         self.part_above, self.tile_mass = (
-            torch.empty(batch, self.tiles, dtype=f32, device=device) for _ in range(2)
+            torch.empty(batch, self.w_tiles, dtype=f32, device=device) for _ in range(2)
         )
-        self.tile_eq = torch.empty(batch, self.tiles, dtype=i32, device=device)
+        self.tile_eq = torch.empty(batch, self.w_tiles, dtype=i32, device=device)
 
     @classmethod
     def get(cls, batch: int, vocab: int, size: int, device: torch.device) -> _Scratch:
@@ -201,7 +209,12 @@ def _pipeline(
     tiles = triton.cdiv(vocab, GROUP_BLOCK)
     n_top = min(2 * tiles * (GROUP_BLOCK // size), max(k_bound, TOP_GROUPS))
     has_k = k_bound > 0
-    shape = (batch, vocab, x.dtype, size, n_top, has_k, p is not None)
+    # a row with p and no k may need the wide kernels; k on the host tells whether one exists
+    every_row_k = (
+        k_rows is not None and has_k and k_rows.device.type == "cpu" and bool(k_rows.all())
+    )
+    p_rows = p is not None and not every_row_k
+    shape = (batch, vocab, x.dtype, size, n_top, has_k, p is not None, p_rows)
     cuda = x.device.type == "cuda"
     stream = torch.cuda.current_stream(x.device) if cuda else None
     key: tuple[object, ...] = (x.device, stream.cuda_stream if stream else 0, *shape)
@@ -226,8 +239,9 @@ def _pipeline(
             graph = GRAPHS.get(key)
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            return _first_run(key, _Graph(x, size, n_top, has_k, p is not None, mode), x, k_rows, p)
-    return _eager(x, k_rows if has_k else None, size, n_top, p, generators)
+            graph = _Graph(x, size, n_top, (has_k, p is not None, p_rows), mode)
+            return _first_run(key, graph, x, k_rows, p)
+    return _eager(x, k_rows if has_k else None, size, n_top, p, generators, p_rows)
 
 
 def _first_run(
@@ -258,11 +272,17 @@ class _Graph:
     address (never kept here, so the caller's memory is not held)."""
 
     def __init__(
-        self, x: torch.Tensor, size: int, n_top: int, has_k: bool, has_p: bool, mode: graphs.Mode
+        self,
+        x: torch.Tensor,
+        size: int,
+        n_top: int,
+        flags: tuple[bool, bool, bool],
+        mode: graphs.Mode,
     ) -> None:
         batch, vocab = x.shape
         device = x.device
-        self.size, self.n_top, self.has_k, self.has_p = size, n_top, has_k, has_p
+        self.size, self.n_top = size, n_top
+        self.has_k, self.has_p, self.p_rows = flags  # see _launch
         self.w = _Scratch(batch, vocab, size, device)
         copy = mode is graphs.Mode.COPY
         self.x = torch.empty(batch, vocab, dtype=x.dtype, device=device) if copy else None
@@ -291,7 +311,15 @@ class _Graph:
         k_dev = self.k if self.has_k else self.u
         p_dev = self.p if self.has_p else self.u
         _launch(
-            x, self.w, self.size, self.n_top, k_dev, p_dev, self.u, self.out, self.has_k, self.has_p
+            x,
+            self.w,
+            self.size,
+            self.n_top,
+            k_dev,
+            p_dev,
+            self.u,
+            self.out,
+            (self.has_k, self.has_p, self.p_rows),
         )
 
     def run(
@@ -309,6 +337,7 @@ def _eager(
     n_top: int,
     p: torch.Tensor | None,
     generators: Generators,
+    p_rows: bool,
 ) -> torch.Tensor:
     x = x if x.stride(-1) == 1 else x.contiguous()
     batch, vocab = x.shape
@@ -319,7 +348,7 @@ def _eager(
     k_dev = u if k_rows is None else k_rows.to(device, torch.int32, non_blocking=True)
     p_dev = u if p is None else p.to(device, torch.float32, non_blocking=True).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
-    _launch(x, w, size, n_top, k_dev, p_dev, u, out, k_rows is not None, p is not None)
+    _launch(x, w, size, n_top, k_dev, p_dev, u, out, (k_rows is not None, p is not None, p_rows))
     return out
 
 
@@ -332,11 +361,12 @@ def _launch(
     p_dev: torch.Tensor,
     u: torch.Tensor,
     out: torch.Tensor,
-    has_k: bool,
-    has_p: bool,
+    rows: tuple[bool, bool, bool],
 ) -> None:
     """The launches of the module doc, without a host synchronisation or an allocation
-    that outlives them (so that a CUDA graph can hold them)."""
+    that outlives them (so that a CUDA graph can hold them). ``rows``: some row has k, some
+    row has p, some row may have p without k (only those can need the wide kernels)."""
+    has_k, has_p, p_rows = rows
     batch, vocab = x.shape
     stride, groups, tiles = x.stride(0), w.groups, w.tiles
     group_kernel[(batch, tiles)](
@@ -363,7 +393,7 @@ def _launch(
             BLOCK=1024, WR=W_ROUNDS, NR=254, WIDE=wide, num_warps=4, **flags,
         )  # fmt: skip
 
-    wide = has_p and x.dtype not in WIDE_FAILED
+    wide = p_rows and x.dtype not in WIDE_FAILED
     finish(wide)
     if wide:
         try:
@@ -390,13 +420,14 @@ def _launch_wide(
     """The wide kernels (wide.py), for the top-p rows finish_kernel handed them; every launch
     returns at once for the other rows."""
     batch, vocab = x.shape
-    stride, tiles = x.stride(0), w.tiles
+    stride, tiles = x.stride(0), w.w_tiles
     pow_tiles = triton.next_power_of_2(tiles)
     tile_grid, rows = (batch, tiles), (batch,)
+    sizes = {"BLOCK": W_BLOCK, "SUB": W_SUB}
     for depth in range(W_ROUNDS):
         wide_tile_kernel[tile_grid](
             x, stride, vocab, w.slow, tops, n_top, w.states, w.hists, w.part_above, tiles,
-            DEPTH=depth, R=W_ROUNDS, BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
+            DEPTH=depth, R=W_ROUNDS, num_warps=GROUP_WARPS, **sizes,
         )  # fmt: skip
         wide_narrow_kernel[rows](
             w.slow, tops, n_top, w.z, p_dev, w.states, w.hists, w.part_above, tiles, w.n_in,
@@ -405,15 +436,15 @@ def _launch_wide(
         )  # fmt: skip
     wide_compact_kernel[tile_grid](
         x, stride, vocab, w.slow, tops, n_top, w.states, w.buffers, w.wide_n, w.part_above,
-        tiles, R=W_ROUNDS, BLOCK=GROUP_BLOCK, CAP=CAP, num_warps=GROUP_WARPS,
+        tiles, R=W_ROUNDS, CAP=CAP, num_warps=GROUP_WARPS, **sizes,
     )  # fmt: skip
     for n, smaller in ((LARGE, 0), (CAP, LARGE)):  # sort LARGE slots where they suffice
         wide_resolve_kernel[rows](
             w.slow, tops, n_top, w.z, p_dev, w.n_in, w.buffers, w.part_above, tiles,
-            w.tile_mass, w.tile_eq, w.thr, w.ties, HAS_P=True, BLOCK=GROUP_BLOCK, N=n,
+            w.tile_mass, w.tile_eq, w.thr, w.ties, HAS_P=True, BLOCK=W_BLOCK, N=n,
             SMALLER=smaller, CAP=CAP, num_warps=ROW_WARPS,
         )  # fmt: skip
     wide_draw_kernel[rows](
         x, stride, vocab, w.slow, tops, n_top, w.thr, w.ties, u, w.tile_mass, w.tile_eq, tiles,
-        out, TILES=pow_tiles, BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
+        out, TILES=pow_tiles, num_warps=GROUP_WARPS, **sizes,
     )  # fmt: skip

@@ -65,7 +65,7 @@ def classify(x, state, DEPTH: tl.constexpr, R: tl.constexpr):
 @triton.jit
 def wide_tile_kernel(
     logits, stride, V, slow, top_groups, tg_stride, states, hists, part_above, n_tiles,
-    DEPTH: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr,
+    DEPTH: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
@@ -73,16 +73,20 @@ def wide_tile_kernel(
         return
     state = states + row * 4 * R
     m = tl.load(top_groups + row * tg_stride)
-    offs = tile * BLOCK + tl.arange(0, BLOCK)
-    x = load_row(logits + row * stride, offs, V)
-    inside, above = classify(x, state, DEPTH, R)
-    c = tl.minimum(
-        tl.maximum(_bin(x, tl.load(state + DEPTH), tl.load(state + R + DEPTH)), 0), NR - 1
-    )
-    index = tl.where(inside, 1 + c, tl.where(above, NR + 1, 0))
+    lo = tl.load(state + DEPTH)
+    scale = tl.load(state + R + DEPTH)
+    hist = tl.zeros((256,), tl.int32)
+    mass = tl.zeros((SUB,), tl.float32)
+    for start in range(0, BLOCK, SUB):
+        offs = tile * BLOCK + start + tl.arange(0, SUB)
+        x = load_row(logits + row * stride, offs, V)
+        inside, above = classify(x, state, DEPTH, R)
+        c = tl.minimum(tl.maximum(_bin(x, lo, scale), 0), NR - 1)
+        hist += tl.histogram(tl.where(inside, 1 + c, tl.where(above, NR + 1, 0)), 256)
+        mass += tl.where(above, exp_at(x, m), 0.0)
     slot = row * n_tiles + tile
-    tl.store(hists + slot * 256 + tl.arange(0, 256), tl.histogram(index, 256))
-    tl.store(part_above + slot, tl.sum(tl.where(above, exp_at(x, m), 0.0), 0))
+    tl.store(hists + slot * 256 + tl.arange(0, 256), hist)
+    tl.store(part_above + slot, tl.sum(mass, 0))
 
 
 @triton.jit
@@ -133,7 +137,7 @@ def wide_narrow_kernel(
 @triton.jit
 def wide_compact_kernel(
     logits, stride, V, slow, top_groups, tg_stride, states, buffers, wide_n, part_above,
-    n_tiles, R: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr,
+    n_tiles, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
     """The logits inside the final interval, packed with their ids, at slots from a per-row
     counter (in any order: wide_resolve_kernel sorts them); and the tile's mass above it."""
@@ -142,14 +146,17 @@ def wide_compact_kernel(
     if tl.load(slow + row) != READY:
         return
     m = tl.load(top_groups + row * tg_stride)
-    offs = tile * BLOCK + tl.arange(0, BLOCK)
-    x = load_row(logits + row * stride, offs, V)
-    inside, above = classify(x, states + row * 4 * R, R, R)
-    take = inside & (offs < V)
-    counter = wide_n + row + tl.zeros((BLOCK,), tl.int64)
-    pos = tl.atomic_add(counter, 1, mask=take)
-    tl.store(buffers + row * CAP + pos, pack(x, offs), mask=take & (pos < CAP))
-    tl.store(part_above + row * n_tiles + tile, tl.sum(tl.where(above, exp_at(x, m), 0.0), 0))
+    mass = tl.zeros((SUB,), tl.float32)
+    counter = wide_n + row + tl.zeros((SUB,), tl.int64)
+    for start in range(0, BLOCK, SUB):
+        offs = tile * BLOCK + start + tl.arange(0, SUB)
+        x = load_row(logits + row * stride, offs, V)
+        inside, above = classify(x, states + row * 4 * R, R, R)
+        take = inside & (offs < V)
+        pos = tl.atomic_add(counter, 1, mask=take)
+        tl.store(buffers + row * CAP + pos, pack(x, offs), mask=take & (pos < CAP))
+        mass += tl.where(above, exp_at(x, m), 0.0)
+    tl.store(part_above + row * n_tiles + tile, tl.sum(mass, 0))
 
 
 @triton.jit
@@ -198,7 +205,7 @@ def wide_resolve_kernel(
 @triton.jit
 def wide_draw_kernel(
     logits, stride, V, slow, top_groups, tg_stride, thr_ptr, ties_ptr, u_ptr, tile_mass,
-    tile_eq, n_tiles, out, TILES: tl.constexpr, BLOCK: tl.constexpr,
+    tile_eq, n_tiles, out, TILES: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
 ):  # fmt: skip
     """Inverse CDF in token order: the tile by the tiles' kept masses, then the token in it."""
     row = tl.program_id(0).to(tl.int64)
@@ -217,13 +224,22 @@ def wide_draw_kernel(
     before = tl.sum(tl.where(tiles == tile, cum - w, 0.0), 0)
     # the logits equal to the boundary in earlier tiles use up the kept ties first
     ties_left = tl.load(ties_ptr + row) - tl.sum(tl.where(tiles < tile, eq, 0), 0)
-    offs = tile * BLOCK + tl.arange(0, BLOCK)
-    x = load_row(logits + row * stride, offs, V)
-    at = (x == threshold) & (offs < V)
-    rank = tl.cumsum(at.to(tl.int32), 0) - 1
-    wx = tl.where((x > threshold) | (at & (rank < ties_left)), exp_at(x, m), 0.0)
-    run = before + tl.cumsum(wx, 0)
-    first = tl.min(tl.where(run > goal, offs, V), 0)
-    last = tl.max(tl.where(wx > 0, offs, 0), 0)  # rounding left the goal past the tile
-    tl.store(out + row, tl.where(first < V, first, last).to(tl.int64))
+    answer = -1
+    last = 0
+    start = tile * BLOCK
+    while (start < tile * BLOCK + BLOCK) & (answer < 0):
+        offs = start + tl.arange(0, SUB)
+        x = load_row(logits + row * stride, offs, V)
+        at = (x == threshold) & (offs < V)
+        rank = tl.cumsum(at.to(tl.int32), 0) - 1
+        wx = tl.where((x > threshold) | (at & (rank < ties_left)), exp_at(x, m), 0.0)
+        ties_left -= tl.sum(at.to(tl.int32), 0)
+        run = before + tl.cumsum(wx, 0)
+        answer = tl.min(tl.where(run > goal, offs, V), 0)
+        answer = tl.where(answer < V, answer, -1)
+        last = tl.maximum(last, tl.max(tl.where(wx > 0, offs, 0), 0))
+        before += tl.sum(wx, 0)
+        start += SUB
+    # rounding left the goal past the tile: its last kept token
+    tl.store(out + row, tl.where(answer >= 0, answer, last).to(tl.int64))
     tl.store(slow + row, 0)
