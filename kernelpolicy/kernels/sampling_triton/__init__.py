@@ -25,10 +25,10 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    row is ever truncated to a fixed candidate count; it is the slow path (one SM reads the row
    several times).
 
-Launched eagerly, that is five to thirteen Triton launches and a few torch ops per call, several
-hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per call shape on
-first use and replayed after (``graphs``: which calls may, what a graph bakes in, the bounded
-cache). Calls with per-row generators run eagerly.
+Launched eagerly, that is five to thirteen Triton launches and a few torch ops per call,
+several hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per
+call shape on first use and replayed after (``graphs``: which calls may, what a graph bakes in,
+the bounded cache). Calls with per-row generators run eagerly.
 
 NaN logits are never drawn; ``+inf`` logits share all the mass; a row with nothing finite
 gives token 0. Ties at the top-k boundary keep the lowest token ids. Seeded rows draw their
