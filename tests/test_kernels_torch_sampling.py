@@ -15,6 +15,7 @@ import torch
 from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import torch_sampling
 from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
+from kernelpolicy.kernels.torch_sampling import binned, blocks
 
 DTYPES = [
     pytest.param(d, id=str(d).removeprefix("torch."))
@@ -80,21 +81,21 @@ def test_top_p_kept_count_follows_vllms_rule(
     logits: list[list[float]], p: float, kept: int
 ) -> None:
     """A token is dropped when the ascending cumulative probability up to it is <= 1 - p; p >= 1
-    drops nothing. The radix search and the sorted-candidates mask agree with the reference."""
+    drops nothing. The sorted-blocks search and the sorted-candidates mask agree with the
+    reference."""
     x = torch.tensor(logits)
-    w, m = torch_sampling.weights(x)
-    radix = int((torch_sampling.top_p_weights(x, w, m, torch.tensor([p])) > 0).sum())
+    w, _ = torch_sampling.weights(x)
+    searched = int(blocks.kept_mask(x, torch.tensor([p]), block=4).sum())
     on_sorted = ~torch_sampling.top_p_mask_sorted(w.sort(descending=True).values, torch.tensor(p))
     reference = int((filtered_probs(x, None, p) > 0).sum()) if p < 1 else x.shape[-1]
-    assert (radix, int(on_sorted.sum()), reference) == (kept, kept, kept)
+    assert (searched, int(on_sorted.sum()), reference) == (kept, kept, kept)
 
 
 def test_top_p_one_keeps_a_wide_vocabulary_whole() -> None:
     """randn * 8 over 128,256 tokens: the float32 running sum reaches 1.0 long before the end,
     which must not cut anything at p = 1."""
     x = torch.randn(2, 128256, generator=torch.Generator().manual_seed(0)) * 8
-    w, m = torch_sampling.weights(x)
-    assert bool((torch_sampling.top_p_weights(x, w, m, torch.ones(2)) > 0).all())
+    assert bool(blocks.kept_mask(x, torch.ones(2)).all())
 
 
 @pytest.mark.parametrize(
@@ -138,7 +139,7 @@ NUCLEUS_CASES = [
 def test_the_draw_is_the_exact_filtered_softmax(
     even_uniforms: None, make: object, k: int | None, p: float
 ) -> None:
-    """Every top-p path (CPU shortlist, CPU histogram, and the radix search the GPU takes)
+    """Every top-p path (CPU shortlist, CPU histogram, and the sorted blocks the GPU takes)
     draws each kept token in proportion to its probability and nothing else."""
     torch.manual_seed(3)
     row = make()  # type: ignore[operator]
@@ -148,10 +149,8 @@ def test_the_draw_is_the_exact_filtered_softmax(
     assert_quadrature(top_k_top_p(x, full(k, rows), full(p, rows)), expected)
     if k is None:
         u = torch_sampling.uniforms(rows, x.device, None)
-        w, m = torch_sampling.weights(x)
-        radix = torch_sampling.draw(torch_sampling.top_p_weights(x, w, m, full(p, rows)), u)
-        assert_quadrature(radix, expected)
-        assert_quadrature(torch_sampling.top_p_binned(x, full(p, rows), u), expected)
+        assert_quadrature(blocks.top_p(x, full(p, rows), u, block=512), expected)  # type: ignore[arg-type]
+        assert_quadrature(binned.top_p_binned(x, full(p, rows), u), expected)  # type: ignore[arg-type]
 
 
 def test_mixed_rows_of_k_p_and_none_in_one_batch(even_uniforms: None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kernelpolicy.kernels import torch_sampling as sampling
-from kernelpolicy.kernels.torch_sampling import Generators
+from kernelpolicy.kernels.torch_sampling import Generators, binned, blocks
 
 __all__ = [
     "Generators",
@@ -56,10 +56,14 @@ def top_k_top_p(
         ``int64 [batch]`` token ids, every one in ``[0, vocab)``.
     """
     vocab = logits.shape[-1]
+    u = sampling.uniforms(logits.shape[0], logits.device, generators)
+    if k is None and p is None:
+        return sampling.draw(sampling.weights(sampling.prepare(logits))[0], u)
+    if k is None:  # top-p alone: no sort at vocabulary size
+        if logits.device.type != "cpu":
+            return blocks.top_p(logits, p, u)  # type: ignore[arg-type]
+        return _top_p_cpu(sampling.prepare(logits), p, u)  # type: ignore[arg-type]
     x = sampling.prepare(logits)
-    u = sampling.uniforms(x.shape[0], x.device, generators)
-    if k is None:
-        return _top_p_only(x, p, u)
     # Top-k first: one top-k over the vocabulary; the rest works on [batch, k] candidates.
     k = k.to(torch.int64)
     k = torch.where((k <= 0) | (k >= vocab), vocab, k)
@@ -75,26 +79,20 @@ def top_k_top_p(
     return indices.gather(-1, sampling.draw(w, u).unsqueeze(-1)).squeeze(-1)
 
 
-def _top_p_only(x: torch.Tensor, p: torch.Tensor | None, u: torch.Tensor) -> torch.Tensor:
-    """Top-p (or no filter) over the whole vocabulary, with no sort at vocabulary size."""
-    if p is None:
-        return sampling.draw(sampling.weights(x)[0], u)
-    if x.device.type != "cpu":
-        w, m = sampling.weights(x)
-        return sampling.draw(sampling.top_p_weights(x, w, m, p), u)
-    ids, decided = sampling.top_p_shortlist(x, p, u)  # most rows' nucleus is a few tokens
+def _top_p_cpu(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Top-p over the whole vocabulary on the CPU, with no sort at vocabulary size; the host
+    reads which rows take which path (free on the CPU)."""
+    ids, decided = binned.top_p_shortlist(x, p, u)  # most rows' nucleus is a few tokens
     p = p.to(x.device, torch.float32).reshape(-1)
     finite = torch.isfinite(x.amax(dim=-1))
-    binned = (~decided & finite & (p < 1.0)).nonzero().squeeze(-1)
-    if binned.numel() == x.shape[0]:  # every row's nucleus is wide
-        return sampling.top_p_binned(x, p, u)
-    if binned.numel():
-        ids[binned] = sampling.top_p_binned(x[binned], p[binned], u[binned])
+    wide = (~decided & finite & (p < 1.0)).nonzero().squeeze(-1)
+    if wide.numel() == x.shape[0]:  # every row's nucleus is wide
+        return binned.top_p_binned(x, p, u)
+    if wide.numel():
+        ids[wide] = binned.top_p_binned(x[wide], p[wide], u[wide])
     rest = (~decided & ~(finite & (p < 1.0))).nonzero().squeeze(-1)
     if rest.numel():  # +inf logits, or no top-p
-        sub = x[rest]
-        w, m = sampling.weights(sub)
-        ids[rest] = sampling.draw(sampling.top_p_weights(sub, w, m, p[rest]), u[rest])
+        ids[rest] = blocks.top_p(x[rest], p[rest], u[rest])
     return ids
 
 

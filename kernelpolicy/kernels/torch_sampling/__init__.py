@@ -1,0 +1,42 @@
+"""The torch sampler: top-k and top-p filtering and the draw, with one tie rule and no sort at
+vocabulary size.
+
+Semantics (vLLM's, made deterministic): top-k keeps exactly ``k`` tokens, the largest logits,
+and among logits tied at the k-th value the lowest token ids; top-p then keeps the smallest
+prefix of the survivors, in descending order with ties broken by lower token id first, whose
+probability reaches ``p`` (a token goes when the ascending cumulative probability up to and
+including it is ``<= 1 - p``); ``p >= 1`` keeps everything. The kept tokens are drawn in
+proportion to their probabilities.
+
+Top-p alone never sorts a whole row and never truncates the nucleus to a fixed candidate count:
+on a GPU it searches sorted blocks of the row (:mod:`.blocks`, a fixed sequence of operations
+with no host synchronisation); on the CPU it takes the largest logits where they hold the
+nucleus, else a histogram of the mass (:mod:`.binned`).
+"""
+
+from __future__ import annotations
+
+from kernelpolicy.kernels.torch_sampling.common import (
+    Generators,
+    draw,
+    finite_or_zero,
+    pick,
+    prepare,
+    stable_descending,
+    uniforms,
+    weights,
+)
+from kernelpolicy.kernels.torch_sampling.top_k import top_k_candidates, top_p_mask_sorted
+
+__all__ = [
+    "Generators",
+    "draw",
+    "finite_or_zero",
+    "pick",
+    "prepare",
+    "stable_descending",
+    "top_k_candidates",
+    "top_p_mask_sorted",
+    "uniforms",
+    "weights",
+]
