@@ -62,7 +62,7 @@ def top_k_top_p(
     if k is None:  # top-p alone: no sort at vocabulary size
         if logits.device.type != "cpu":
             return blocks.top_p(logits, p, u)  # type: ignore[arg-type]
-        return _top_p_cpu(sampling.prepare(logits), p, u)  # type: ignore[arg-type]
+        return binned.top_p(sampling.prepare(logits), p, u)  # type: ignore[arg-type]
     x = sampling.prepare(logits)
     # Top-k first: one top-k over the vocabulary; the rest works on [batch, k] candidates.
     k = k.to(torch.int64)
@@ -77,23 +77,6 @@ def top_k_top_p(
     if p is not None:
         w = w.masked_fill(sampling.top_p_mask_sorted(w, p), 0.0)
     return indices.gather(-1, sampling.draw(w, u).unsqueeze(-1)).squeeze(-1)
-
-
-def _top_p_cpu(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Top-p over the whole vocabulary on the CPU, with no sort at vocabulary size; the host
-    reads which rows take which path (free on the CPU)."""
-    ids, decided = binned.top_p_shortlist(x, p, u)  # most rows' nucleus is a few tokens
-    p = p.to(x.device, torch.float32).reshape(-1)
-    finite = torch.isfinite(x.amax(dim=-1))
-    wide = (~decided & finite & (p < 1.0)).nonzero().squeeze(-1)
-    if wide.numel() == x.shape[0]:  # every row's nucleus is wide
-        return binned.top_p_binned(x, p, u)
-    if wide.numel():
-        ids[wide] = binned.top_p_binned(x[wide], p[wide], u[wide])
-    rest = (~decided & ~(finite & (p < 1.0))).nonzero().squeeze(-1)
-    if rest.numel():  # +inf logits, or no top-p
-        ids[rest] = blocks.top_p(x[rest], p[rest], u[rest])
-    return ids
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

@@ -1,83 +1,184 @@
-"""Top-p on the CPU: the largest logits where they hold the nucleus, else a histogram of the
-mass that sorts only the bin holding the boundary (the host reads which rows take which path:
-free on the CPU)."""
+"""Top-p on the CPU: a histogram of the mass over bins of the distance to the row maximum
+finds the bin holding the nucleus boundary, and only that bin is sorted. The host reads which
+rows take which path (free on the CPU).
+
+Every row's weights are ``exp(x - max)`` computed as ``2^((x - max) log2 e)``: on the CPUs we
+measured, ``torch.exp2`` runs at memory speed where ``torch.exp`` takes four times as long, and
+the weights are the costliest pass over the vocabulary that top-p cannot skip.
+"""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from kernelpolicy.kernels.torch_sampling.common import draw, finite_or_zero, stable_descending
+from kernelpolicy.kernels.torch_sampling import blocks
+from kernelpolicy.kernels.torch_sampling.common import draw, pick, weights
 
-SHORTLIST = 256  # candidates tried before the histogram
+LOG2E = 1.4426950408889634
+# Bins of the float32 distance t to the row maximum, clamped to [2^-10, 2^7] (closer tokens
+# share the first bin; farther ones weigh nothing in float32): t's bits without the last SHIFT
+# ones (the sign is 0, then 8 exponent bits and 8 mantissa bits), 256 bins per octave of the
+# distance, monotone in it, in one shift
+SHIFT = 15
+_NEAR, _FAR = 2.0**-10, 2.0**7
+_FIRST = (127 - 10) << (23 - SHIFT)  # the bin of _NEAR
+_REDRAWS = 64
+BINS = ((127 + 7) << (23 - SHIFT)) + 1 - _FIRST
 
 
-def top_p_shortlist(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Top-p from the ``SHORTLIST`` largest logits, where they decide the nucleus (CPU only: it
-    reads on the host which rows they decide).
+class Rows(NamedTuple):
+    """Logits with their distance to the row maximum and their weights."""
 
-    The nucleus lies inside the candidates strictly above the last one's value when their mass
-    reaches ``p``; other rows (and rows with ``+inf`` or ``p >= 1``) are left to the caller.
+    x: torch.Tensor  # [batch, vocab] float32, NaN as -inf
+    t: torch.Tensor  # [batch, vocab] max - x, >= 0 (+inf for -inf) where the max is finite
+    w: torch.Tensor  # [batch, vocab] exp(-t)
+    m: torch.Tensor  # [batch, 1] the row maximum
+
+
+def rows(x: torch.Tensor) -> Rows:
+    m = x.amax(dim=-1, keepdim=True)
+    t = torch.sub(m, x)
+    return Rows(x, t, torch.mul(t, -LOG2E).exp2_(), m)
+
+
+def top_p(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Top-p over the whole vocabulary on the CPU, with no sort at vocabulary size.
+
+    Args:
+        x: ``[batch, vocab]`` float32 logits, NaN as -inf.
+        p: ``[batch]`` top-p per row (``>= 1``: none).
+        u: ``float64 [batch, 1]`` uniforms.
 
     Returns:
-        ``(ids, decided)``: ``int64 [batch]`` tokens and the ``bool [batch]`` rows they hold.
+        ``int64 [batch]`` token ids.
     """
-    values, ids = stable_descending(*torch.topk(x, min(SHORTLIST, x.shape[-1]), dim=-1))
-    m = values[:, :1]
-    lse = torch.logsumexp(x, dim=-1, keepdim=True)
-    total = torch.exp((lse - finite_or_zero(m)).to(torch.float64))
-    e = torch.exp((values - finite_or_zero(m)).to(torch.float64))
-    p = p.to(device=x.device, dtype=torch.float64).reshape(-1, 1)
-    above = (e * (values > values[:, -1:])).sum(dim=-1, keepdim=True)
-    before = torch.cumsum(e, dim=-1) - e
-    drop = total - before <= (1.0 - p) * total
-    drop[:, 0] = False
-    token = ids.gather(1, draw(e.masked_fill(drop, 0.0), u).unsqueeze(-1)).squeeze(-1)
-    empty = torch.isneginf(m).squeeze(-1)
-    decided = ((above >= p * total) & (p < 1.0) & torch.isfinite(m)).squeeze(-1) | empty
-    return token.masked_fill(empty, 0), decided
+    r = rows(x)
+    p = p.to(x.device, torch.float32).reshape(-1)
+    finite = torch.isfinite(r.m.squeeze(-1))
+    cut = (finite & (p < 1.0)).nonzero().squeeze(-1)
+    if cut.numel() == x.shape[0]:  # the common case: every row filtered
+        return binned(r, p, u)
+    ids = torch.zeros(x.shape[0], dtype=torch.int64)
+    if cut.numel():
+        ids[cut] = binned(Rows(x[cut], r.t[cut], r.w[cut], r.m[cut]), p[cut], u[cut])
+    whole = (finite & (p >= 1.0)).nonzero().squeeze(-1)
+    if whole.numel():  # no top-p
+        ids[whole] = draw(weights(x[whole])[0], u[whole])
+    rest = (~finite).nonzero().squeeze(-1)
+    if rest.numel():  # +inf logits, or nothing finite
+        ids[rest] = blocks.top_p(x[rest], p[rest], u[rest])
+    return ids
 
 
-BINS, BIN_SPAN = 4096, 48.0  # the CPU's histogram: logits within BIN_SPAN of the maximum
+class _Edge(NamedTuple):
+    """The boundary bin's tokens in descending order, ties by lower id (padding last)."""
+
+    ids: torch.Tensor  # [batch, width] int64, -1 for padding
+    cum: torch.Tensor  # [batch, width] float64 running weight
+    kept: torch.Tensor  # [batch, 1] int64: the kept prefix (at least 1)
+    size: torch.Tensor  # [batch, 1] int64: the bin's tokens
 
 
-def _packed(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The entries where ``mask`` holds, packed to the left of each row (CPU), with the column
-    ids; the padding has id -1 and zeros elsewhere."""
-    rows, cols = mask.nonzero(as_tuple=True)
-    counts = torch.bincount(rows, minlength=mask.shape[0])
+def _packed(
+    sel: torch.Tensor, group: torch.Tensor, shape: torch.Size, *tensors: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The entries at flat positions ``sel`` (ascending) of ``[batch, vocab]`` tensors, packed to
+    the left of each row and ``group`` (0 or 1) in id order, with their ids; the padding has
+    id -1 and zeros elsewhere. Flat 1-D indexing takes torch's fast paths.
+
+    Returns:
+        ``[batch, 2, width]`` ids, then each tensor's entries.
+    """
+    batch, vocab = shape
+    rows = sel.div(vocab, rounding_mode="floor")
+    slot = rows * 2 + group
+    counts = torch.bincount(slot, minlength=2 * batch)
     width = max(int(counts.max()), 1)
-    pos = torch.arange(rows.numel()) - (torch.cumsum(counts, 0) - counts)[rows]
-    out = [torch.full((mask.shape[0], width), -1, dtype=torch.int64)]
-    out[0][rows, pos] = cols
+    # the rank of each entry among its row's entries of its group
+    seen = torch.stack([torch.cumsum(1 - group, 0), torch.cumsum(group, 0)]).gather(
+        0, group.unsqueeze(0)
+    )[0]
+    before = torch.cumsum(counts.view(batch, 2), 0) - counts.view(batch, 2)  # in earlier rows
+    dest = slot * width + seen - 1 - before.view(-1)[slot]
+    ids = torch.full((2 * batch * width,), -1, dtype=torch.int64)
+    out = [ids.index_copy_(0, dest, sel - rows * vocab).view(batch, 2, width)]
     for t in tensors:
-        packed = torch.zeros(mask.shape[0], width, dtype=t.dtype)
-        packed[rows, pos] = t[rows, cols]
-        out.append(packed)
+        packed = torch.zeros(2 * batch * width, dtype=t.dtype)
+        out.append(packed.index_copy_(0, dest, t.view(-1)[sel]).view(batch, 2, width))
     return tuple(out)
 
 
-def top_p_binned(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Top-p on the CPU for rows of finite maximum: a histogram of the weights over BINS bins
-    of the logits' distance to the maximum finds the bin holding the nucleus boundary; only
-    that bin's tokens are sorted, and the draw picks a bin, then a token inside it.
+def _histogram(r: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's bin, offset by its row (``int32 [batch, vocab]``, in the memory of ``r.t``,
+    which it overwrites), and each row's weight
+    per bin (``float64 [batch, BINS]``). int32 and a flat ``index_add_``: converting to the
+    int64 index that ``scatter_add_`` needs costs more than the histogram itself on a CPU."""
+    batch = r.t.shape[0]
+    flat = r.t.clamp_(_NEAR, _FAR).view(torch.int32).bitwise_right_shift_(SHIFT)  # in place
+    flat += torch.arange(-_FIRST, batch * BINS - _FIRST, BINS, dtype=torch.int32).unsqueeze(-1)
+    hist = torch.zeros(batch * BINS).index_add_(0, flat.view(-1), r.w.view(-1))
+    return flat, hist.view(batch, BINS).double()
+
+
+def _edge(
+    packed: tuple[torch.Tensor, ...], before: torch.Tensor, total: torch.Tensor, p: torch.Tensor
+) -> _Edge:
+    """Sort the boundary bin (packed in id order: one stable sort by value keeps ties so) and
+    find its kept prefix by vLLM's rule, ``before`` being the weight of the bins above it."""
+    ids, values, w = packed
+    perm = values.masked_fill(ids < 0, float("-inf")).sort(dim=-1, descending=True, stable=True)[1]
+    ids, w = ids.gather(1, perm), w.gather(1, perm).double()
+    cum = torch.cumsum(w, dim=-1)
+    keep = (total - (before + cum - w) > (1.0 - p) * total) & (ids >= 0)
+    keep[:, 0] = True
+    count = (ids >= 0).sum(dim=-1, keepdim=True)
+    return _Edge(ids, cum, keep.sum(dim=-1, keepdim=True), count)
+
+
+def _tokens(
+    e: _Edge, at_edge: torch.Tensor, rest: torch.Tensor, mass: torch.Tensor, *inner: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The token at ``rest`` into the proposed bin (of weight ``mass``; ``inner``: its packed
+    ids and weights where it is not the boundary bin). A proposal on a dropped token of the
+    boundary bin is rejected, with the rest of its uniform for the next proposal.
+
+    Returns:
+        ``(tokens, rejected, next_u)``.
+    """
+    pos = torch.searchsorted(e.cum, rest, right=True)
+    kept, whole = e.cum.gather(1, e.kept - 1), e.cum.gather(1, (e.size - 1).clamp(min=0))
+    # the dropped tokens weigh nothing: only rounding put rest past the kept ones
+    accepted = (pos < e.kept) | (e.kept >= e.size) | (whole <= kept)
+    token = e.ids.gather(1, pos.minimum(e.kept - 1))
+    ids, w = inner
+    fraction = (rest / mass.clamp(min=1e-300)).clamp(0.0, 1.0)
+    token = torch.where(at_edge, token, ids.gather(1, draw(w, fraction).unsqueeze(-1)))
+    next_u = ((rest - kept) / (whole - kept).clamp(min=1e-300)).clamp(0.0, 1.0 - 2.0**-53)
+    return token.squeeze(-1).clamp(min=0), (at_edge & ~accepted).squeeze(-1), next_u
+
+
+def binned(r: Rows, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Top-p for rows of finite maximum: a histogram of the weights over bins of the distance
+    to the maximum finds the bin holding the nucleus boundary, and only that bin is sorted.
+
+    The draw proposes a bin by the histogram, the boundary bin whole, so that one pass over
+    the row extracts both the boundary bin and the proposed one; a proposal that lands on a
+    dropped token of the boundary bin is redrawn from the rest of its uniform (exact: the
+    accepted draws are uniform over the kept weight), which the few such rows repeat alone.
 
     Args:
-        x: ``[batch, vocab]`` NaN-free float32 logits, each row with a finite maximum.
+        r: Rows of finite maximum.
         p: ``[batch]`` in ``(0, 1)``.
         u: ``float64 [batch, 1]`` uniforms.
 
     Returns:
         ``int64 [batch]`` tokens.
     """
-    batch = x.shape[0]
-    y = x - x.amax(dim=-1, keepdim=True)
-    w = torch.exp(y)
-    # 0: the bin of the maximum; -inf: the last. int32 and a flat index_add_: converting to
-    # the int64 index that scatter_add_ needs costs more than the histogram itself on a CPU
-    bins = y.mul_(-BINS / BIN_SPAN).clamp_(max=BINS - 1).to(torch.int32)
-    flat = bins + torch.arange(0, batch * BINS, BINS, dtype=torch.int32).unsqueeze(-1)
-    hist = torch.zeros(batch * BINS).index_add_(0, flat.view(-1), w.view(-1))
-    hist = hist.view(batch, BINS).double()
+    batch, vocab = r.x.shape
+    flat, hist = _histogram(r)
+    offset = torch.arange(0, batch * BINS, BINS).unsqueeze(-1)
     total = hist.sum(dim=-1, keepdim=True)
     p = p.to(torch.float64).reshape(-1, 1)
     above = torch.cumsum(hist, dim=-1) - hist  # weight in the bins before each one
@@ -85,24 +186,30 @@ def top_p_binned(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Ten
     # bin is the last one whose top token stays
     edge = ((total - above > (1.0 - p) * total) & (hist > 0)).long().cumsum(-1).argmax(-1)
     edge = edge.unsqueeze(-1)
-    ids, values, weights = _packed(bins == edge, x, w)
-    vocab = x.shape[-1]
-    values = values.masked_fill(ids < 0, float("-inf"))
-    _, ids, perm = stable_descending(values, ids.masked_fill(ids < 0, vocab), with_order=True)
-    weights = weights.gather(1, perm).double()
-    before = above.gather(1, edge) + torch.cumsum(weights, dim=-1) - weights
-    keep = (total - before > (1.0 - p) * total) & (ids < vocab)
-    keep[:, 0] = True
-    bin_mass = hist.masked_fill(torch.arange(BINS) >= edge, 0.0)  # the bins above the edge
-    mass = torch.cat([bin_mass, torch.where(keep, weights, 0.0)], dim=-1)
-    pick = draw(mass, u)  # a bin above the boundary bin, or a kept token of the boundary bin
-    in_edge = (pick >= BINS).unsqueeze(-1)
-    token = ids.gather(1, (pick.unsqueeze(-1) - BINS).clamp(min=0))
-    # a bin above the boundary: the token inside it, by the rest of the uniform
-    chosen = pick.unsqueeze(-1).clamp(max=BINS - 1)
-    cum = torch.cumsum(mass, dim=-1)
-    start = cum.gather(1, chosen) - mass.gather(1, chosen)
-    rest = ((u * cum[:, -1:] - start) / mass.gather(1, chosen).clamp(min=1e-300)).clamp(0, 1)
-    inner_ids, inner_w = _packed(bins == chosen.masked_fill(in_edge, -1), w)
-    inner = inner_ids.gather(1, draw(inner_w, rest).unsqueeze(-1))
-    return torch.where(in_edge, token, inner).squeeze(-1)
+    outer = hist.masked_fill(torch.arange(BINS) > edge, 0.0)  # bins above it, and it whole
+    c, rest = pick(outer, u * outer.sum(dim=-1, keepdim=True))
+    edge_at, c_at = (edge + offset).int(), (c + offset).int()  # int32 compares: no copies
+    sel = ((flat == edge_at) | (flat == c_at)).view(-1).nonzero().squeeze(-1)
+    group = (flat.view(-1)[sel] != edge_at.view(-1)[sel.div(vocab, rounding_mode="floor")]).long()
+    ids, x, w = _packed(sel, group, r.x.shape, r.x, r.w)  # the boundary bin, the proposed one
+    e = _edge((ids[:, 0], x[:, 0], w[:, 0]), above.gather(1, edge), total, p)
+    inner = ids[:, 1], w[:, 1]
+    tokens, rejected, u = _tokens(e, c == edge, rest, outer.gather(1, c), *inner)
+    again = rejected.nonzero().squeeze(-1)
+    for _ in range(_REDRAWS):  # rare: a row's next proposal, from the rest of its uniform
+        if not again.numel():
+            break
+        c, rest = pick(outer[again], u[again] * outer[again].sum(dim=-1, keepdim=True))
+        at_edge = c == edge[again]
+        mask = flat[again] == (c + offset[again]).masked_fill(at_edge, -1).int()
+        sel = mask.view(-1).nonzero().squeeze(-1)
+        ids, w = _packed(sel, torch.ones_like(sel), mask.shape, r.w[again])
+        inner = ids[:, 1], w[:, 1]
+        sub = _Edge(*(t[again] for t in e))
+        tokens[again], rejected, u[again] = _tokens(
+            sub, at_edge, rest, outer[again].gather(1, c), *inner
+        )
+        again = again[rejected]
+    # still rejected after _REDRAWS proposals (odds of at most (1 - p)^_REDRAWS): the row keeps
+    # the last kept token of the boundary bin, which the last proposal came to
+    return tokens

@@ -19,8 +19,11 @@ import torch
 
 from kernelpolicy.kernels.torch_sampling.common import pick
 
-BLOCK = 1024  # tokens per sorted block (at most 4,096: one sort kernel on CUDA)
-PROBES = 255  # thresholds per search round (plus one: a power of two)
+BLOCK = 4096  # tokens per sorted block (at most 4,096: one sort kernel on CUDA)
+# Thresholds per search round (plus one: a power of two): at batch 256 the call is bound by
+# the host's launches, so fewer rounds (4 of 255) win; at 1024 by the GPU, so smaller ones (8
+# of 15) win. Measured on an H100, 2026-11-23 (benchmarks/README.md, "The torch top-p").
+PROBES_SMALL_BATCH, PROBES, SMALL_BATCH = 255, 15, 512
 _NEG_INF_KEY = -2139095041  # the ordered keys of float32 -inf and +inf
 _POS_INF_KEY = 2139095040
 _LOW_BITS = 0x7FFFFFFF
@@ -174,7 +177,7 @@ def top_p(
     u: torch.Tensor,
     *,
     block: int = BLOCK,
-    probes: int = PROBES,
+    probes: int | None = None,
 ) -> torch.Tensor:
     """Sample after top-p over the whole vocabulary, from sorted blocks.
 
@@ -183,11 +186,13 @@ def top_p(
         p: ``[batch]`` top-p per row (``>= 1``: none).
         u: ``float64 [batch, 1]`` uniforms.
         block: Tokens per sorted block.
-        probes: Thresholds per search round.
+        probes: Thresholds per search round (by default chosen by the batch size).
 
     Returns:
         ``int64 [batch]`` token ids, every one in ``[0, vocab)``.
     """
+    if probes is None:
+        probes = PROBES_SMALL_BATCH if logits.shape[0] < SMALL_BATCH else PROBES
     b = sorted_blocks(logits, block)
     return draw(b, nucleus(b, p, probes), u).clamp_(max=logits.shape[-1] - 1)
 
