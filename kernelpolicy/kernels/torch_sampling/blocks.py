@@ -63,6 +63,7 @@ def sorted_blocks(logits: torch.Tensor, block: int = BLOCK) -> Blocks:
     """The logits (NaN as -inf; +inf as the dtype's largest value, so that such tokens share
     all the mass) cut into ascending blocks, with their running weights."""
     rows, vocab = logits.shape
+    block = min(block, vocab)  # a short row is one block, unpadded
     groups = -(-vocab // block)
     big = torch.finfo(logits.dtype).max
     x = torch.nan_to_num(logits, nan=float("-inf"), posinf=big, neginf=float("-inf"))
