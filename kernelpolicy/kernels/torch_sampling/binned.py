@@ -162,6 +162,37 @@ def _tokens(
     return token.squeeze(-1).clamp(min=0), (at_edge & ~accepted).squeeze(-1), next_u
 
 
+def _redraw(
+    tokens: torch.Tensor,
+    again: torch.Tensor,
+    u: torch.Tensor,
+    *,
+    e: _Edge,
+    flat: torch.Tensor,
+    outer: torch.Tensor,
+    edge: torch.Tensor,
+    w: torch.Tensor,
+) -> None:
+    """Fill ``tokens`` of the rejected rows ``again`` by new proposals from the rest of their
+    uniforms ``u``, each row alone (rare: the odds are the dropped weight of the boundary bin).
+    Still rejected after ``_REDRAWS`` proposals (odds of at most (1 - p)^_REDRAWS), a row keeps
+    the last kept token of the boundary bin, which its last proposal came to."""
+    offset = torch.arange(0, flat.shape[0] * BINS, BINS).unsqueeze(-1)
+    for _ in range(_REDRAWS):
+        if not again.numel():
+            return
+        c, rest = pick(outer[again], u[again] * outer[again].sum(dim=-1, keepdim=True))
+        at_edge = c == edge[again]
+        mask = flat[again] == (c + offset[again]).masked_fill(at_edge, -1).int()
+        sel = mask.view(-1).nonzero().squeeze(-1)
+        ids, weights = _packed(sel, torch.ones_like(sel), mask.shape, w[again])
+        sub = _Edge(*(t[again] for t in e))
+        tokens[again], rejected, u[again] = _tokens(
+            sub, at_edge, rest, outer[again].gather(1, c), ids[:, 1], weights[:, 1]
+        )
+        again = again[rejected]
+
+
 def binned(r: Rows, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Top-p for rows of finite maximum: a histogram of the weights over bins of the distance
     to the maximum finds the bin holding the nucleus boundary, and only that bin is sorted.
@@ -199,20 +230,5 @@ def binned(r: Rows, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     inner = ids[:, 1], w[:, 1]
     tokens, rejected, u = _tokens(e, c == edge, rest, outer.gather(1, c), *inner)
     again = rejected.nonzero().squeeze(-1)
-    for _ in range(_REDRAWS):  # rare: a row's next proposal, from the rest of its uniform
-        if not again.numel():
-            break
-        c, rest = pick(outer[again], u[again] * outer[again].sum(dim=-1, keepdim=True))
-        at_edge = c == edge[again]
-        mask = flat[again] == (c + offset[again]).masked_fill(at_edge, -1).int()
-        sel = mask.view(-1).nonzero().squeeze(-1)
-        ids, w = _packed(sel, torch.ones_like(sel), mask.shape, r.w[again])
-        inner = ids[:, 1], w[:, 1]
-        sub = _Edge(*(t[again] for t in e))
-        tokens[again], rejected, u[again] = _tokens(
-            sub, at_edge, rest, outer[again].gather(1, c), *inner
-        )
-        again = again[rejected]
-    # still rejected after _REDRAWS proposals (odds of at most (1 - p)^_REDRAWS): the row keeps
-    # the last kept token of the boundary bin, which the last proposal came to
+    _redraw(tokens, again, u, e=e, flat=flat, outer=outer, edge=edge, w=r.w)
     return tokens
