@@ -20,7 +20,7 @@ site=/tmp/site
 gpu=${GPU_DIR:-.gpu}
 stage=${STAGE:-all}
 impls=${IMPLS:-flashinfer,triton,torch}
-[ -n "${NO_JIT:-}" ] && impls=${impls//flashinfer/} && impls=${impls//,,/,} && impls=${impls#,}
+[ -n "${NO_JIT:-}" ] && impls=${impls//flashinfer/} && impls=${impls//,,/,} && impls=${impls#,} && impls=${impls%,}
 if [ ! -f "$site/.installed" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$site" "$gpu"/wheels/*.whl || exit 1
