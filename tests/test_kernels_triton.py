@@ -324,3 +324,31 @@ def test_wide_kernels_that_fail_to_build_leave_their_rows_to_the_row_kernel(
         assert_quadrature(ids, filtered_probs(row, None, 0.9)[0])
     assert slow_rows == [[1] * 24, [1] * 24]
     assert "planted" in sampling_triton.WIDE_FAILED[torch.float32]
+
+
+def test_wide_rows_beside_top_k_rows(
+    even_uniforms: None, slow_rows: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """k on the host with a 0 for some rows: those rows are top-p alone and may be wide, so the
+    wide kernels run for them while the other rows take top-k. When every row has a k, the
+    wide kernels are not launched at all."""
+    launched: list[int] = []
+    kernel = sampling_triton.wide_tile_kernel
+
+    class Count:
+        def __getitem__(self, grid: tuple[int, ...]) -> object:
+            launched.append(grid[0])
+            return kernel[grid]
+
+    monkeypatch.setattr(sampling_triton, "wide_tile_kernel", Count())
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
+    rows = 16
+    logits = row.expand(rows, -1).contiguous().to(DEVICE)
+    k = torch.tensor([0, 5] * (rows // 2))
+    ids = sample(logits, k, full(0.9, rows)).cpu()
+    assert_quadrature(ids[0::2], filtered_probs(row, None, 0.9)[0])
+    assert_quadrature(ids[1::2], filtered_probs(row, 5, 0.9)[0])
+    assert slow_rows == [[0] * rows]  # the wide rows were finished by the wide kernels
+    assert launched == [rows] * sampling_triton.W_ROUNDS
+    sample(logits, torch.full((rows,), 5), full(0.9, rows))
+    assert launched == [rows] * sampling_triton.W_ROUNDS  # every row has a k: none launched
