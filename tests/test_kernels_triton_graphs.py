@@ -26,6 +26,7 @@ BASE = {
     "interpreted": False,
     "capturing": False,
     "seeded": False,
+    "rows": 8,
     "nbytes": 1 << 20,
     "dense": True,
     "sightings": 1,
@@ -41,6 +42,8 @@ BASE = {
         pytest.param({"interpreted": True}, Mode.EAGER, id="interpreter"),
         pytest.param({"capturing": True}, Mode.EAGER, id="caller-is-capturing"),
         pytest.param({"seeded": True}, Mode.EAGER, id="per-row-generators"),
+        pytest.param({"rows": graphs.GRAPH_MAX_ROWS}, Mode.COPY, id="rows-at-limit"),
+        pytest.param({"rows": graphs.GRAPH_MAX_ROWS + 1}, Mode.EAGER, id="rows-past-limit"),
         pytest.param({"nbytes": graphs.COPY_BYTES}, Mode.COPY, id="copy-at-limit"),
         pytest.param({"nbytes": graphs.COPY_BYTES + 1}, Mode.EAGER, id="large-first-sight"),
         pytest.param(

@@ -229,6 +229,7 @@ def _pipeline(
             interpreted=os.environ.get("TRITON_INTERPRET") == "1",
             capturing=cuda and torch.cuda.is_current_stream_capturing(),
             seeded=bool(generators),
+            rows=batch,
             nbytes=nbytes,
             dense=dense,
             sightings=sightings,

@@ -13,8 +13,9 @@ it was captured with, so a call replays one only when everything baked in matche
   few addresses, so the graph is captured only once an address has been seen
   :data:`POINTER_SIGHTINGS` times; until then the call runs eagerly.
 * ``EAGER``: not CUDA, Triton's interpreter, a stream that is itself being captured (the
-  launches then become part of the caller's graph), or per-row generators (their draws are not
-  reproducible through a graph: those calls run eagerly, as documented).
+  launches then become part of the caller's graph), per-row generators (their draws are not
+  reproducible through a graph: those calls run eagerly, as documented), or more than
+  :data:`GRAPH_MAX_ROWS` rows (each graph owns its work buffers).
 
 The cache holds :data:`GRAPH_ENTRIES` graphs (least recently used first out). A shape whose
 capture failed runs eagerly from then on; the capture runs on a side stream, so a failure never
@@ -36,6 +37,10 @@ FAILED_ENTRIES = 64  # shapes remembered as "capture failed, run eagerly"
 SEEN_ENTRIES = 64  # logits addresses counted towards POINTER_SIGHTINGS
 POINTER_SIGHTINGS = 2  # calls at one address before a graph reads it in place
 COPY_BYTES = 32 << 20  # logits up to this size are copied into the graph's input buffer
+# rows above which calls run eagerly: each graph owns its work buffers (32 KiB a row for the
+# per-row kernel alone), so a few graphs of huge batches (the conformance suite's 50,000 rows)
+# would hold gigabytes; serving batches are far smaller
+GRAPH_MAX_ROWS = 4096
 
 T = TypeVar("T")
 
@@ -52,6 +57,7 @@ def plan(
     interpreted: bool,
     capturing: bool,
     seeded: bool,
+    rows: int,
     nbytes: int,
     dense: bool,
     sightings: int,
@@ -63,6 +69,7 @@ def plan(
         interpreted: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``).
         capturing: the current stream is being captured by the caller.
         seeded: some rows draw from their own generator.
+        rows: the batch size.
         nbytes: the size of the logits as the kernels read them.
         dense: the kernels can read the caller's tensor as it is (unit stride, no conversion).
         sightings: calls seen at this address with this shape, this one included.
@@ -70,7 +77,7 @@ def plan(
     Returns:
         The mode.
     """
-    if device_type != "cuda" or interpreted or capturing or seeded:
+    if device_type != "cuda" or interpreted or capturing or seeded or rows > GRAPH_MAX_ROWS:
         return Mode.EAGER
     if nbytes <= COPY_BYTES:
         return Mode.COPY
