@@ -13,7 +13,6 @@ with the reason in :attr:`Evidence.problem`, never an exception.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from kernelpolicy.conformance.evidence_schema import (
     validate_document,
     validate_wire,
 )
+from kernelpolicy.digest import sha256
 from kernelpolicy.errors import EvidenceError, KernelPolicyError
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.platform.model import Platform
@@ -75,7 +75,7 @@ def platform_key(platform: Platform) -> str:
         },
     }
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    return sha256(blob).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class Evidence:
         items = sorted(
             (f, i, e.passed, e.created, *_dtype_part(e)) for (f, i), e in self.entries.items()
         )
-        return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+        return sha256(json.dumps(items).encode()).hexdigest()[:16]
 
 
 def _dtype_part(entry: EvidenceEntry) -> tuple[object, ...]:

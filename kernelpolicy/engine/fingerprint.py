@@ -8,10 +8,10 @@ policy files' contents.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 
+from kernelpolicy.digest import sha256
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 
@@ -40,4 +40,4 @@ def fingerprint(
         "evidence": evidence,
     }
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    return sha256(blob).hexdigest()[:16]

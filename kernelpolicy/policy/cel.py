@@ -14,7 +14,6 @@ from functools import cache
 from typing import Any
 
 from kernelpolicy.limits import shown
-from kernelpolicy.policy.celscan import cel_limit_problem
 
 # Platform facts bound once per resolution, usable in every expression.
 STATIC_VARIABLES: dict[str, str] = {
@@ -112,6 +111,8 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
             zero), or a result that is not a boolean; the message says which and what was
             expected.
     """
+    from kernelpolicy.policy.celscan import cel_limit_problem  # loading only, not resolving
+
     problem = cel_limit_problem(source)
     if problem is not None:
         raise ValueError(problem)

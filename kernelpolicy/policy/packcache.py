@@ -24,13 +24,13 @@ entries are kept. ``KERNELPOLICY_PACK_CACHE=0`` turns the cache off.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.digest import sha256
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_PACK_CACHE_BYTES
 from kernelpolicy.policy.cel import LazyProgram
@@ -69,7 +69,7 @@ def cache_key(sources: Sequence[tuple[str, str]]) -> str:
     """What a cached set depends on, hashed: every (path, text), the version, and the code."""
     from kernelpolicy import __version__
 
-    digest = hashlib.sha256(f"kernelpolicy {__version__} pack format {FORMAT}\0".encode())
+    digest = sha256(f"kernelpolicy {__version__} pack format {FORMAT}\0".encode())
     here = Path(__file__).parent
     for name in _CODE:
         with contextlib.suppress(OSError):

@@ -1,0 +1,43 @@
+"""SHA-256 for the cold-start path, without OpenSSL's start-up.
+
+``import hashlib`` loads OpenSSL's ``_hashlib`` (about 2.5 ms of a worker's cold start on the CI
+machine); CPython's own built-in SHA-256 gives the same digests and loads in microseconds.
+Used where a worker's first ``resolve()`` hashes (the compiled-pack cache key, the fingerprint,
+the evidence key); anything else may use :mod:`hashlib`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["sha256"]
+
+
+class Hash(Protocol):
+    """What kernelpolicy uses of a hash object."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _constructor() -> Callable[..., Any]:
+    for module in ("_sha2", "_sha256"):  # CPython 3.12+, then 3.11
+        try:
+            return importlib.import_module(module).sha256  # type: ignore[no-any-return]
+        except (ImportError, AttributeError):
+            continue
+    import hashlib  # another interpreter: the standard library's
+
+    return hashlib.sha256
+
+
+_SHA256 = _constructor()
+
+
+def sha256(data: bytes = b"") -> Hash:
+    """A SHA-256 object (``update``, ``hexdigest``), as :func:`hashlib.sha256` returns."""
+    digest: Hash = _SHA256(data)
+    return digest
