@@ -11,7 +11,7 @@
 # XDG_CACHE_HOME=/tmp/kpcache) stay on the machine between calls.
 # Knobs: IMPLS=flashinfer,triton,torch, NO_JIT=1 (skip FlashInfer), VERIFY_IMPLS (default IMPLS),
 # WARM_DTYPES (the dtypes whose Triton checks run while compiling; default all three), BATCHES,
-# VOCABS, DTYPES (benchmark), SCALES, PATHS, REPEAT.
+# VOCABS, DTYPES (benchmark), SCALES, PATHS, REPEAT, BACK_TO_BACK (calls per timed sample).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 KERNELPOLICY_LOG_FORMAT=off XDG_CACHE_HOME=/tmp/kpcache
@@ -78,6 +78,7 @@ if want bench; then
       --impls "$impls" --batches "${BATCHES:-1,32,256,1024}" --vocabs "${VOCABS:-128256,151936}" \
       --dtypes "${DTYPES:-float32,bfloat16}" --scales "${SCALES:-5,1}" \
       --paths "${PATHS:-top_k,top_p,top_k_top_p}" --repeat "${REPEAT:-15}" \
+      --back-to-back "${BACK_TO_BACK:-1}" \
       --json > "$out/samplers.json" 2> "$out/samplers.err"
   echo "bench exit $?"; tail -3 "$out/samplers.err"
   python3 - "$out/samplers.json" <<'PY'
