@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kernelpolicy.errors import VersionError
 from kernelpolicy.limits import MAX_BATCH_ROUTES, MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
+from kernelpolicy.policy.record import candidate_unconditional
 from kernelpolicy.policy.schema_routes import (
     BatchRoute,
     ContextType,
@@ -299,14 +300,7 @@ class Candidate(_Strict):
     @property
     def unconditional(self) -> bool:
         """True when nothing about the platform, environment or call can reject it."""
-        return not any(
-            (
-                self.vendor, self.arch, self.exclude_arch, self.capability,
-                self.min_compute_units, self.driver, self.cuda, self.rocm, self.torch,
-                self.libraries, self.switches, self.when, self.workarounds, self.verified,
-                [k for k in self.known_issues if k.action == "disable"],
-            )
-        )  # fmt: skip
+        return candidate_unconditional(self)
 
 
 class Requirement(_Strict):
