@@ -200,6 +200,16 @@ def test_an_edit_is_a_miss(tmp_path: Path) -> None:
     assert len(list(pack_dir(cache).glob("*.json"))) == 2
 
 
+def test_a_code_change_is_a_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key covers the code that validates policies (its size and mtime stamp), so the
+    same files under changed validation code are loaded again."""
+    before = cache_key(_sources())
+    stamp = packcache._code_stamp()
+    assert "policy/schema.py:" in stamp
+    monkeypatch.setattr(packcache, "_code_stamp", lambda: stamp + "\0policy/schema.py:edited")
+    assert cache_key(_sources()) != before
+
+
 def test_old_entries_are_pruned(tmp_path: Path) -> None:
     """At most PACK_CACHE_ENTRIES entries stay: the newest."""
     policy = tmp_path / "p.toml"

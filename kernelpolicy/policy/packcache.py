@@ -9,8 +9,9 @@ it without importing pydantic, TOML or the CEL library.
 The cache is never trusted over the files:
 
 * the key hashes the text and path of every policy file (as read, after the trust checks),
-  the kernelpolicy version and the source of the modules that define the compiled form, so
-  any edit, reorder, upgrade or schema change is a miss;
+  the kernelpolicy version and the size and modification time of the code that validates and
+  compiles policies (as Python stamps its bytecode), so any edit, reorder, upgrade or schema
+  change is a miss;
 * a cache file is used only when it and its directory belong to this user (or root) and no one
   else can write them (:func:`kernelpolicy.trust.trust_problem`), it is a regular file within
   ``MAX_PACK_CACHE_BYTES``, and it names the same key; its directory is created ``0700``;
@@ -50,8 +51,11 @@ FORMAT = 1
 PACK_CACHE_ENTRIES = 16
 """Cache files kept (the newest): each edit of a pack writes a new one."""
 
-# The modules whose code decides what a cached entry means: their source is part of the key.
-_CODE = ("record.py", "compiled.py", "schema.py", "packcache.py", "cel.py")
+# The code that decides what a cached entry means: the policy package (schema, validators,
+# compiled form, records) and the modules its validation reads. Stamped by size and mtime, as
+# Python stamps its own bytecode cache: an edit or a reinstall is a miss.
+_CODE_DIRS = ("policy",)
+_CODE_FILES = ("__init__.py", "limits.py", "versions.py", "conformance/model.py")
 
 
 class _Miss(KernelPolicyError):
@@ -70,14 +74,27 @@ def cache_key(sources: Sequence[tuple[str, str]]) -> str:
     from kernelpolicy import __version__
 
     digest = sha256(f"kernelpolicy {__version__} pack format {FORMAT}\0".encode())
-    here = Path(__file__).parent
-    for name in _CODE:
-        with contextlib.suppress(OSError):
-            digest.update((here / name).read_bytes())
-        digest.update(b"\0")
+    digest.update(_code_stamp().encode())
     for name, text in sources:
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     return digest.hexdigest()[:32]
+
+
+def _code_stamp() -> str:
+    package = Path(__file__).resolve().parent.parent
+    files = [package / name for name in _CODE_FILES]
+    for folder in _CODE_DIRS:
+        with contextlib.suppress(OSError):
+            files += sorted((package / folder).glob("*.py"))
+    stamps = []
+    for file in files:
+        try:
+            info = file.stat()
+        except OSError:
+            stamps.append(f"{file.name}:-")
+            continue
+        stamps.append(f"{file.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    return "\0".join(stamps)
 
 
 def load_cached(sources: Sequence[tuple[str, str]], cache_dir: Path | None) -> PolicySet:
