@@ -97,13 +97,22 @@ def test_resolve_with_context_and_gates(stub: pb_grpc.KernelPolicyStub) -> None:
 
 @pytest.mark.parametrize(
     ("batch", "expected"),
-    [pytest.param(8, "flashinfer", id="small"), pytest.param(1024, "triton", id="large")],
+    [
+        pytest.param(None, "flashinfer", id="no-batch"),
+        pytest.param(8, "triton", id="small"),
+        pytest.param(1024, "triton", id="large"),
+    ],
 )
-def test_resolve_routes_by_batch(stub: pb_grpc.KernelPolicyStub, batch: int, expected: str) -> None:
-    """The call's batch and dtype travel in the context: the per-call choice by batch size."""
+def test_resolve_routes_by_batch(
+    stub: pb_grpc.KernelPolicyStub, batch: int | None, expected: str
+) -> None:
+    """The call's batch and dtype travel in the context: the per-call choice by batch size (the
+    bundled rows prefer triton at every batch; a call without a batch keeps the feature's own
+    order, flashinfer first)."""
+    routing = {} if batch is None else {"batch": batch, "dtype": "bfloat16"}
     context = struct(
         has_generators=False, has_top_k=True, has_top_p=True, logprobs_mode="raw_logprobs",
-        batch=batch, dtype="bfloat16",
+        **routing,
     )  # fmt: skip
     response = stub.Resolve(
         pb.ResolveRequest(
