@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,72 @@ def test_broken_dist_info_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     report = read_libraries(["flashinfer-python"])
     assert report.versions == {}
     assert "flashinfer-python: broken package metadata" in report.errors[0]
+
+
+def test_the_direct_reader_agrees_with_importlib_metadata() -> None:
+    """Every distribution installed here: the probe's own dist-info reader gives exactly the
+    version importlib.metadata gives, under every spelling of the name."""
+    names = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    assert len(names) > 50
+    for name in sorted(names):
+        expected = importlib.metadata.version(name)
+        for spelling in (name, name.upper(), name.replace("-", "_"), name.replace("_", ".")):
+            assert installed_version(spelling) == expected, spelling
+    assert installed_version("no-such-distribution-anywhere") is None
+
+
+def _dist(root: Path, folder: str, metadata: str, file: str = "METADATA") -> None:
+    (root / folder).mkdir(parents=True)
+    (root / folder / file).write_text(metadata)
+
+
+@pytest.mark.parametrize(
+    ("layout", "name", "expected"),
+    [
+        pytest.param(
+            lambda r: _dist(r, "Flashinfer_Python-0.7.2.post1.dist-info",
+                            "Name: flashinfer-python\nVersion: 0.7.2.post1\n"),
+            "flashinfer-python", "0.7.2.post1", id="dist-info",
+        ),
+        pytest.param(
+            lambda r: _dist(r, "amd_aiter-0.1.7.egg-info",
+                            "Name: amd-aiter\nversion:  0.1.7.post2.dev18\n", "PKG-INFO"),
+            "amd-aiter", "0.1.7.post2.dev18", id="egg-info-pkg-info",
+        ),
+        pytest.param(
+            lambda r: _dist(r, "vllm-0.12.0.dist-info",
+                            "Name: vllm\n\nVersion: 9.9 (in the body, not a header)\n"),
+            "vllm", None, id="version-after-the-headers",
+        ),
+    ],
+)  # fmt: skip
+def test_the_direct_reader_on_fake_site_dirs(
+    layout: Callable[[Path], None],
+    name: str,
+    expected: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A site directory first on sys.path: both readers see the same version (or the same
+    missing Version, which is reported as broken metadata)."""
+    layout(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = read_libraries([name])
+    assert report.versions.get(name) == expected
+    assert (importlib.metadata.version(name) or None) == expected
+    assert bool(report.errors) == (expected is None)
+
+
+def test_a_zip_on_the_path_goes_to_importlib_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zip archive on sys.path can hold distributions the directory reader cannot see:
+    importlib.metadata answers then."""
+    archive = tmp_path / "site.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped_dist-1.2.3.dist-info/METADATA", "Name: zipped-dist\nVersion: 1.2.3\n")
+    monkeypatch.syspath_prepend(str(archive))
+    assert installed_version("zipped-dist") == "1.2.3"
 
 
 @pytest.mark.parametrize(
