@@ -36,6 +36,13 @@ COLD = (
 # run before the timer so that it is not counted as kernelpolicy's (it is torch's, paid once).
 COLD_AFTER_TORCH = "import torch, gc; gc.collect(); " + COLD
 EXPLAIN = [sys.executable, "-m", "kernelpolicy", "explain"]
+# How fast this machine is right now, independent of kernelpolicy: the same interpreter
+# importing a fixed set of standard modules (on shared virtual machines it moves by 1.5x over a
+# day; compare runs through it).
+STDLIB = (
+    "import time; t = time.perf_counter(); "
+    "import dataclasses, json, pathlib, logging, pickle, hashlib; print(time.perf_counter() - t)"
+)
 
 
 def warm(calls: int) -> float:
@@ -68,6 +75,7 @@ def measure(runs: int, calls: int) -> dict[str, float]:
         env = {**clean_env(), "XDG_CACHE_HOME": cache}
         off = {**env, "KERNELPOLICY_PACK_CACHE": "0"}
         result: dict[str, float] = {}
+        result["stdlib_reference_ms"] = fresh(STDLIB, runs) * 1e3
         result["resolve_warm_ms"] = warm(calls) * 1e3
         result["resolve_cold_ms"] = fresh(COLD, runs) * 1e3
         os.environ["KERNELPOLICY_PACK_CACHE"] = "0"
@@ -91,6 +99,10 @@ def main() -> None:
         print(json.dumps({"machine": machine(), **result}, indent=2))
         return
     print(f"machine: {machine()}")
+    print(
+        f"machine speed reference (fresh interpreter importing six standard modules): "
+        f"{result['stdlib_reference_ms']:.1f} ms"
+    )
     rows = [
         (f"resolve() in-process, median of {args.calls}", "resolve_warm_ms", 50.0),
         ("import + first resolve(), fresh interpreter", "resolve_cold_ms", 50.0),
