@@ -9,14 +9,25 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, NamedTuple
 
 from kernelpolicy.errors import PlatformFileError
 from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_PLATFORM_FILE_BYTES, MAX_VERSION_CHARS, shown
 from kernelpolicy.platform.envvars import carried
+from kernelpolicy.platform.values import (
+    Check,
+    Extra,
+    PlatformValueError,
+    got,
+    init_fields,
+    part,
+    string_map,
+    to_dict,
+    too_long,
+)
 from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded, value_depth
 
 SCHEMA = "kernelpolicy.platform/v1"
@@ -58,94 +69,6 @@ class Capability(NamedTuple):
         return f"{self.major}.{self.minor}"
 
 
-class PlatformValueError(ValueError):
-    """A value the snapshot contract refuses; ``problems`` are ``(where, what)`` pairs such as
-    ``("devices.0.memory_mib", "expected an integer >= 0, got -1")``."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{where or 'value'}: {what}" for where, what in problems))
-
-
-class _Check:
-    """Collects every problem of one snapshot (or one part of it) before raising."""
-
-    def __init__(self, where: str = "") -> None:
-        self.where = where
-        self.problems: list[tuple[str, str]] = []
-
-    def at(self, key: str | int) -> str:
-        return f"{self.where}.{key}" if self.where else str(key)
-
-    def fail(self, key: str | int, what: str) -> None:
-        self.problems.append((self.at(key), what))
-
-    def raise_any(self) -> None:
-        if self.problems:
-            raise PlatformValueError(self.problems)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _got(value: object) -> str:
-    return f"got {shown(repr(value), 80)}"
-
-
-def _check_fields(
-    check: _Check, data: Mapping[str, Any], spec: Mapping[str, tuple[str, bool]]
-) -> None:
-    """Each ``name: (kind, required)`` of ``spec`` in ``data``: kind is ``str``, ``str?``
-    (or None), ``count`` (int >= 0) or ``count?``; a version-like string is also bounded."""
-    for name, (kind, required) in spec.items():
-        if name not in data:
-            if required:
-                check.fail(name, "required")
-            continue
-        value = data[name]
-        if kind.endswith("?") and value is None:
-            continue
-        if kind.startswith("str") and not isinstance(value, str):
-            check.fail(name, f"expected a string, {_got(value)}")
-        elif kind.startswith("count") and not (_is_int(value) and value >= 0):
-            check.fail(name, f"expected an integer >= 0, {_got(value)}")
-        elif kind.startswith("version"):
-            if not isinstance(value, str):
-                check.fail(name, f"expected a version string, {_got(value)}")
-            elif len(value) > MAX_VERSION_CHARS:
-                check.fail(name, _too_long(value))
-
-
-def _too_long(value: str) -> str:
-    return f"a version of {len(value)} characters is over MAX_VERSION_CHARS ({MAX_VERSION_CHARS})"
-
-
-class _Extra:
-    """Unknown keys of a snapshot part: kept, readable as attributes, written back by
-    ``to_dict`` (the contract allows extra keys)."""
-
-    extra: Mapping[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        if name != "extra" and not name.startswith("__"):
-            extra = self.__dict__.get("extra") or {}
-            if name in extra:
-                return extra[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def replace(self, **changes: Any) -> Any:
-        """A copy with ``changes`` applied, validated like a new value.
-
-        Raises:
-            PlatformValueError: A change the contract refuses.
-        """
-        return type(self)(**{**self.to_dict(), **changes})
-
-
 _DEVICE = {
     "index": ("count", True),
     "name": ("str", True),
@@ -159,7 +82,7 @@ _VERSION = ("version?", False)
 
 
 @dataclass(frozen=True)
-class Device(_Extra):
+class Device(Extra):
     """One GPU as the worker sees it; ``index`` is the logical (visible) index."""
 
     index: int
@@ -177,17 +100,17 @@ class Device(_Extra):
         Raises:
             PlatformValueError: Naming each bad key and what was expected.
         """
-        _init(self, Device, values, _DEVICE, _check_device)
+        init_fields(self, Device, values, _DEVICE, _check_device)
 
     @property
     def capability_tuple(self) -> Capability:
         return Capability.parse(self.capability)
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
+        return to_dict(self)
 
 
-def _check_device(check: _Check, values: Mapping[str, Any]) -> None:
+def _check_device(check: Check, values: Mapping[str, Any]) -> None:
     capability = values.get("capability")
     if isinstance(capability, str):
         try:
@@ -199,12 +122,12 @@ def _check_device(check: _Check, values: Mapping[str, Any]) -> None:
 def bounded_version(value: str | None) -> str | None:
     """``value``, or ``ValueError`` when it is longer than ``MAX_VERSION_CHARS``."""
     if value is not None and len(value) > MAX_VERSION_CHARS:
-        raise ValueError(_too_long(value))
+        raise ValueError(too_long(value))
     return value
 
 
 @dataclass(frozen=True)
-class DriverInfo(_Extra):
+class DriverInfo(Extra):
     """The kernel driver and the CUDA or ROCm version it provides."""
 
     version: str | None = None
@@ -214,14 +137,14 @@ class DriverInfo(_Extra):
 
     def __init__(self, **values: Any) -> None:
         """Validate ``values``. Raises: PlatformValueError."""
-        _init(self, DriverInfo, values, dict.fromkeys(("version", "cuda", "rocm"), _VERSION))
+        init_fields(self, DriverInfo, values, dict.fromkeys(("version", "cuda", "rocm"), _VERSION))
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
+        return to_dict(self)
 
 
 @dataclass(frozen=True)
-class TorchBuild(_Extra):
+class TorchBuild(Extra):
     """The installed torch and the accelerator runtime it was built for."""
 
     version: str | None = None
@@ -231,72 +154,14 @@ class TorchBuild(_Extra):
 
     def __init__(self, **values: Any) -> None:
         """Validate ``values``. Raises: PlatformValueError."""
-        _init(self, TorchBuild, values, dict.fromkeys(("version", "cuda", "hip"), _VERSION))
+        init_fields(self, TorchBuild, values, dict.fromkeys(("version", "cuda", "hip"), _VERSION))
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
-
-
-def _init(
-    obj: object,
-    cls: type,
-    values: Mapping[str, Any],
-    spec: Mapping[str, tuple[str, bool]],
-    more: Callable[[_Check, Mapping[str, Any]], None] | None = None,
-) -> None:
-    check = _Check()
-    _check_fields(check, values, spec)
-    if more is not None:
-        more(check, values)
-    check.raise_any()
-    known = {f.name for f in fields(cls)} - {"extra"}
-    for item in fields(cls):
-        if item.name == "extra":
-            value: Any = {k: v for k, v in values.items() if k not in known}
-        elif item.name in values:
-            value = values[item.name]
-        else:
-            value = item.default
-        object.__setattr__(obj, item.name, value)
-
-
-def _to_dict(obj: Any) -> dict[str, Any]:
-    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
-    out.update(obj.extra)
-    return out
-
-
-def _part(check: _Check, key: str, value: Any, cls: type[Any]) -> Any:
-    """A nested part (driver, torch, a device) from a mapping, its problems under ``key``."""
-    if isinstance(value, cls):
-        return value
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        check.fail(key, f"expected an object, {_got(value)}")
-        return None
-    try:
-        return cls(**value)
-    except PlatformValueError as exc:
-        check.problems.extend((check.at(f"{key}.{w}" if w else key), m) for w, m in exc.problems)
-        return None
-
-
-def _string_map(check: _Check, key: str, value: Any, bounded: bool) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        check.fail(key, f"expected an object of strings, {_got(value)}")
-        return {}
-    out: dict[str, str] = {}
-    for name, text in value.items():
-        if not isinstance(name, str) or not isinstance(text, str):
-            check.fail(f"{key}.{shown(str(name))}", f"expected a string, {_got(text)}")
-        elif bounded and len(text) > MAX_VERSION_CHARS:
-            check.fail(f"{key}.{shown(name)}", _too_long(text))
-        else:
-            out[name] = text
-    return out
+        return to_dict(self)
 
 
 @dataclass(frozen=True)
-class Platform(_Extra):
+class Platform(Extra):
     """Everything the policies may look at about one machine.
 
     A plain frozen value: building one validates it (:class:`PlatformValueError` names each
@@ -319,27 +184,27 @@ class Platform(_Extra):
         Raises:
             PlatformValueError: Naming each bad key and what was expected.
         """
-        check = _Check()
+        check = Check()
         data = dict(values)
         schema = data.pop("schema", data.pop("schema_id", SCHEMA))
         if schema != SCHEMA:
-            check.fail("schema", f"expected {SCHEMA!r}, {_got(schema)}")
+            check.fail("schema", f"expected {SCHEMA!r}, {got(schema)}")
         vendor = data.pop("vendor", None)
         if vendor not in _VENDORS:
             what = "required" if vendor is None else f"expected one of {_VENDOR_NAMES}"
-            check.fail("vendor", what if vendor is None else f"{what}, {_got(vendor)}")
+            check.fail("vendor", what if vendor is None else f"{what}, {got(vendor)}")
         devices = data.pop("devices", ())
         if not isinstance(devices, (list, tuple)):
-            check.fail("devices", f"expected a list of devices, {_got(devices)}")
+            check.fail("devices", f"expected a list of devices, {got(devices)}")
             devices = ()
-        parts = tuple(_part(check, f"devices.{i}", d, Device) for i, d in enumerate(devices))
-        driver = _part(check, "driver", data.pop("driver", {}), DriverInfo)
-        torch = _part(check, "torch", data.pop("torch", {}), TorchBuild)
-        libraries = _string_map(check, "libraries", data.pop("libraries", {}), bounded=True)
-        env = _string_map(check, "env", data.pop("env", {}), bounded=False)
+        parts = tuple(part(check, f"devices.{i}", d, Device) for i, d in enumerate(devices))
+        driver = part(check, "driver", data.pop("driver", {}), DriverInfo)
+        torch = part(check, "torch", data.pop("torch", {}), TorchBuild)
+        libraries = string_map(check, "libraries", data.pop("libraries", {}), bounded=True)
+        env = string_map(check, "env", data.pop("env", {}), bounded=False)
         errors = data.pop("probe_errors", ())
         if not isinstance(errors, (list, tuple)) or not all(isinstance(e, str) for e in errors):
-            check.fail("probe_errors", f"expected a list of strings, {_got(errors)}")
+            check.fail("probe_errors", f"expected a list of strings, {got(errors)}")
             errors = ()
         check.raise_any()
         set_ = object.__setattr__
@@ -392,7 +257,7 @@ class Platform(_Extra):
             )
         try:
             if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
-                raise PlatformValueError([("", f"expected a JSON object, {_got(data)}")])
+                raise PlatformValueError([("", f"expected a JSON object, {got(data)}")])
             return cls(**data)
         except PlatformValueError as exc:
             raise PlatformFileError(_describe(exc, source)) from None
