@@ -69,8 +69,11 @@ def flashinfer_top_k_top_p(
     vocab = logits.shape[-1]
     if k is not None:
         k = torch.where((k <= 0) | (k >= vocab), vocab, k)
-    k = None if k is None else k.to(device=logits.device, dtype=torch.int32)
-    p = None if p is None else p.to(device=logits.device, dtype=torch.float32)
+    # Non-blocking: a blocking host-to-device copy (k lives on the host in vLLM) waits for every
+    # kernel already queued on the stream, which serialised the host with the GPU on each call.
+    # From pageable memory the copy is staged before it returns, so the caller may reuse k.
+    k = None if k is None else k.to(device=logits.device, dtype=torch.int32, non_blocking=True)
+    p = None if p is None else p.to(device=logits.device, dtype=torch.float32, non_blocking=True)
     if k is None:
         probs = logits.softmax(dim=-1, dtype=torch.float32)
         ids = sampling.top_p_sampling_from_probs(probs, p, deterministic=True)
