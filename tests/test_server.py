@@ -99,15 +99,15 @@ def test_resolve_with_context_and_gates(stub: pb_grpc.KernelPolicyStub) -> None:
     ("batch", "expected"),
     [
         pytest.param(None, "flashinfer", id="no-batch"),
-        pytest.param(8, "triton", id="small"),
+        pytest.param(8, "flashinfer", id="small"),
         pytest.param(1024, "triton", id="large"),
     ],
 )
 def test_resolve_routes_by_batch(
     stub: pb_grpc.KernelPolicyStub, batch: int | None, expected: str
 ) -> None:
-    """The call's batch and dtype travel in the context: the per-call choice by batch size (the
-    bundled rows prefer triton at every batch; a call without a batch keeps the feature's own
+    """The call's batch and dtype travel in the context: the per-call choice by batch size
+    (flashinfer below 256, triton from 256; a call without a batch keeps the feature's own
     order, flashinfer first)."""
     routing = {} if batch is None else {"batch": batch, "dtype": "bfloat16"}
     context = struct(
