@@ -22,7 +22,7 @@ from kernelpolicy.policy.files import (
     check_policy_trust,
     expand_policy_paths,
     policy_files,
-    read_policy_sources,
+    read_listed_sources,
 )
 from kernelpolicy.policy.packcache import load_cached
 from kernelpolicy.settings import Settings, settings_from
@@ -58,8 +58,7 @@ def load_policies_cached(
     key = tuple((str(f), *_stamp(f)) for f in files)
     cached = _POLICY_CACHE.pop(key, None)  # re-inserted below: the dict keeps use order
     if cached is None and pack_cache:
-        sources = read_policy_sources(given, allow_untrusted=allow_untrusted)
-        cached = load_cached(sources, cache_dir)
+        cached = load_cached(read_listed_sources(files), cache_dir)  # listed and checked above
     elif cached is None:
         from kernelpolicy.policy.loader import load_policies
 

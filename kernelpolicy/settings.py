@@ -74,7 +74,17 @@ def _read_overrides(name: str, value: str) -> dict[str, str]:
     return data
 
 
+_LOG_FORMATS = ("console", "json", "off")
+
+
+def _read_log_format(name: str, value: str) -> str:
+    if value not in _LOG_FORMATS:
+        raise SettingsError(f"{name}={shown(value)!r}: expected one of {', '.join(_LOG_FORMATS)}")
+    return value
+
+
 _READERS: dict[str, Callable[[str, str], Any]] = {
+    "log_format": _read_log_format,
     "policy_paths": _read_paths,
     "overrides": _read_overrides,
     "allow_untrusted_files": parse_bool,
@@ -98,18 +108,6 @@ def default_cache_dir() -> Path:
 def bundled_policy_dir() -> Path:
     """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
     return Path(__file__).resolve().parent / "bundled_policies"
-
-
-_LOG_FORMATS = ("console", "json", "off")
-
-
-def _read_log_format(name: str, value: str) -> str:
-    if value not in _LOG_FORMATS:
-        raise SettingsError(f"{name}={shown(value)!r}: expected one of {', '.join(_LOG_FORMATS)}")
-    return value
-
-
-_READERS["log_format"] = _read_log_format
 
 
 @dataclass(frozen=True)

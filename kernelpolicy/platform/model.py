@@ -25,7 +25,6 @@ from kernelpolicy.platform.values import (
     init_fields,
     part,
     string_map,
-    to_dict,
     too_long,
 )
 from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded, value_depth
@@ -106,9 +105,6 @@ class Device(Extra):
     def capability_tuple(self) -> Capability:
         return Capability.parse(self.capability)
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
 
 def _check_device(check: Check, values: Mapping[str, Any]) -> None:
     capability = values.get("capability")
@@ -139,9 +135,6 @@ class DriverInfo(Extra):
         """Validate ``values``. Raises: PlatformValueError."""
         init_fields(self, DriverInfo, values, dict.fromkeys(("version", "cuda", "rocm"), _VERSION))
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
 
 @dataclass(frozen=True)
 class TorchBuild(Extra):
@@ -155,9 +148,6 @@ class TorchBuild(Extra):
     def __init__(self, **values: Any) -> None:
         """Validate ``values``. Raises: PlatformValueError."""
         init_fields(self, TorchBuild, values, dict.fromkeys(("version", "cuda", "hip"), _VERSION))
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ __all__ = [
     "is_int",
     "part",
     "string_map",
-    "to_dict",
     "too_long",
 ]
 
@@ -102,7 +101,10 @@ class Extra:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The fields and the extra keys, JSON-ready (a part of a snapshot)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}  # type: ignore[arg-type]
+        out.update(self.extra)
+        return out
 
     def replace(self, **changes: Any) -> Any:
         """A copy with ``changes`` applied, validated like a new value.
@@ -134,12 +136,6 @@ def init_fields(
         else:
             value = item.default
         object.__setattr__(obj, item.name, value)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
-    out.update(obj.extra)
-    return out
 
 
 def part(check: Check, key: str, value: Any, cls: type[Any]) -> Any:

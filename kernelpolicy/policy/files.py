@@ -11,7 +11,7 @@ UTF-8; a set has at most ``MAX_POLICY_FILES`` files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue
@@ -106,10 +106,22 @@ def read_policy_sources(
         PolicyError: A file is missing, unreadable, not a regular file, too large or not UTF-8,
             there are too many files, or there is no file at all.
     """
-    with boundary() as cursor:
+    with boundary():
         given = expand_policy_paths(paths)
         files = policy_files(given)  # refuses an empty path before Path("") means "."
         check_policy_trust(given, files, allow_untrusted=allow_untrusted)
+    return read_listed_sources(files)
+
+
+def read_listed_sources(files: Sequence[Path]) -> list[tuple[str, str]]:
+    """(file name, text) of ``files``, already listed by :func:`policy_files` and checked by
+    :func:`check_policy_trust` (as :func:`read_policy_sources` does before it calls this).
+
+    Raises:
+        PolicyError: A file is missing, unreadable, not a regular file, too large or not UTF-8,
+            or there is no file at all.
+    """
+    with boundary() as cursor:
         if not files:
             raise PolicyError([PolicyIssue("<policies>", "no policy files found")])
         issues: list[PolicyIssue] = []
