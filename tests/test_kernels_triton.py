@@ -352,3 +352,23 @@ def test_wide_rows_beside_top_k_rows(
     assert launched == [rows] * sampling_triton.W_ROUNDS
     sample(logits, torch.full((rows,), 5), full(0.9, rows))
     assert launched == [rows] * sampling_triton.W_ROUNDS  # every row has a k: none launched
+
+
+@pytest.mark.parametrize(
+    ("k", "vocab", "expected"),
+    [
+        pytest.param([5, 50, 7], 1000, (50, True), id="every-row"),
+        pytest.param([5, 1000, 7], 1000, (7, False), id="vocab-means-none"),
+        pytest.param([0, 3, -1], 1000, (3, False), id="zero-and-negative-mean-none"),
+        pytest.param([1000, 2000], 1000, (0, False), id="no-row"),
+        pytest.param([999], 1000, (999, True), id="largest-valid"),
+        pytest.param([], 1000, (0, False), id="empty"),
+    ],
+)
+def test_k_bound_reads_k_on_the_host_in_one_reduction(
+    k: list[int], vocab: int, expected: tuple[int, bool]
+) -> None:
+    """The host reads only the bound and whether every row has k; the kernels read a k outside
+    (0, vocab) as no top-k themselves (see test_rows_with_and_without_k_in_one_batch)."""
+    for dtype in (torch.int64, torch.int32):
+        assert sampling_triton._k_bound(torch.tensor(k, dtype=dtype), vocab, None) == expected

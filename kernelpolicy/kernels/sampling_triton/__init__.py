@@ -100,13 +100,32 @@ def _group_size(vocab: int, k_bound: int) -> int:
     return size
 
 
-def _k_bound(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[torch.Tensor, int]:
-    """Per-row k with 0 for "no top-k", and an upper bound of it (read on the host)."""
-    k = k.to(torch.int64)
-    k = torch.where((k <= 0) | (k >= vocab), 0, k)
-    if k.device.type == "cpu" or k_max is None:
-        return k, int(k.max()) if k.numel() else 0  # a synchronisation when k is on the GPU
-    return k, min(int(k_max), vocab - 1)
+def _k_bound(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[int, bool]:
+    """An upper bound of the rows' top-k (0: no row has one), and whether every row has one.
+
+    A row's ``k`` outside ``(0, vocab)`` means "no top-k"; the kernels read it so themselves,
+    so ``k`` goes to them as the caller passed it. On the host this costs one reduction; on the
+    GPU without ``k_max`` it reads ``k`` with a device synchronisation.
+    """
+    if k.device.type != "cpu" and k_max is not None:
+        return max(min(int(k_max), vocab - 1), 0), False
+    if not k.numel():
+        return 0, False
+    low, high = (int(v) for v in torch.aminmax(k))
+    every_row = low > 0 and high < vocab
+    if high >= vocab:  # vLLM passes k = vocab for the rows without top-k
+        high = int(torch.where(k < vocab, k, 0).max())
+    return max(high, 0), every_row
+
+
+def _stream_id(device: torch.device) -> int:
+    """The current stream's handle (0 off CUDA), without building a Stream object per call."""
+    if device.type != "cuda":
+        return 0
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device.index))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 class _Scratch:
@@ -146,8 +165,7 @@ class _Scratch:
 
     @classmethod
     def get(cls, batch: int, vocab: int, size: int, device: torch.device) -> _Scratch:
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        key = (device, stream, batch, vocab, size)
+        key = (device, _stream_id(device), batch, vocab, size)
         scratch = cls._cache.get(key)
         if scratch is None:
             if len(cls._cache) >= 16:  # a serving process sees few shapes; bound it anyway
@@ -173,19 +191,22 @@ def top_k_top_p(
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
     vocab = logits.shape[1]
-    k_rows, k_bound = (None, 0) if k is None else _k_bound(k, vocab, k_max)
+    k_bound, every_row_k = (0, False) if k is None else _k_bound(k, vocab, k_max)
     if k_bound > MAX_K:
         from kernelpolicy.kernels import torch_impl
 
         return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
+    k_rows = k if k_bound > 0 else None
+    # a row with p and no k may need the wide kernels
+    rows = (k_rows is not None, p is not None, p is not None and not every_row_k)
     x = logits.float() if logits.dtype in UPCAST else logits
     try:
-        return _pipeline(x, k_rows, k_bound, p, generators)
+        return _pipeline(x, k_rows, k_bound, p, generators, rows)
     except Exception as exc:  # the kernels do not build for this dtype here: read it as float32
         if x.dtype == torch.float32:
             raise
         UPCAST[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        return _pipeline(x.float(), k_rows, k_bound, p, generators)
+        return _pipeline(x.float(), k_rows, k_bound, p, generators, rows)
 
 
 Capture = Callable[
@@ -202,22 +223,18 @@ def _pipeline(
     k_bound: int,
     p: torch.Tensor | None,
     generators: Generators,
+    rows: tuple[bool, bool, bool],
 ) -> torch.Tensor:
-    """One call: replayed from a CUDA graph where ``graphs.plan`` allows it, else eager."""
+    """One call: replayed from a CUDA graph where ``graphs.plan`` allows it, else eager.
+    ``rows``: some row has k, some row has p, some row may have p without k."""
     batch, vocab = x.shape
     size = _group_size(vocab, k_bound)
     tiles = triton.cdiv(vocab, GROUP_BLOCK)
     n_top = min(2 * tiles * (GROUP_BLOCK // size), max(k_bound, TOP_GROUPS))
-    has_k = k_bound > 0
-    # a row with p and no k may need the wide kernels; k on the host tells whether one exists
-    every_row_k = (
-        k_rows is not None and has_k and k_rows.device.type == "cpu" and bool(k_rows.all())
-    )
-    p_rows = p is not None and not every_row_k
-    shape = (batch, vocab, x.dtype, size, n_top, has_k, p is not None, p_rows)
+    k_dtype = None if k_rows is None else k_rows.dtype
+    shape = (batch, vocab, x.dtype, size, n_top, k_dtype, *rows)
     cuda = x.device.type == "cuda"
-    stream = torch.cuda.current_stream(x.device) if cuda else None
-    key: tuple[object, ...] = (x.device, stream.cuda_stream if stream else 0, *shape)
+    key: tuple[object, ...] = (x.device, _stream_id(x.device), *shape)
     nbytes = x.numel() * x.element_size()
     dense = x.stride(-1) == 1
     with GRAPHS.lock:
@@ -240,9 +257,9 @@ def _pipeline(
             graph = GRAPHS.get(key)
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            graph = _Graph(x, size, n_top, (has_k, p is not None, p_rows), mode)
+            graph = _Graph(x, k_rows, size, n_top, rows, mode)
             return _first_run(key, graph, x, k_rows, p)
-    return _eager(x, k_rows if has_k else None, size, n_top, p, generators, p_rows)
+    return _eager(x, k_rows, size, n_top, p, generators, rows[2])
 
 
 def _first_run(
@@ -275,6 +292,7 @@ class _Graph:
     def __init__(
         self,
         x: torch.Tensor,
+        k: torch.Tensor | None,
         size: int,
         n_top: int,
         flags: tuple[bool, bool, bool],
@@ -287,7 +305,9 @@ class _Graph:
         self.w = _Scratch(batch, vocab, size, device)
         copy = mode is graphs.Mode.COPY
         self.x = torch.empty(batch, vocab, dtype=x.dtype, device=device) if copy else None
-        self.k = torch.zeros(batch, dtype=torch.int32, device=device)
+        # k in the caller's dtype: the copy is then a plain transfer, no conversion kernel
+        k_dtype = torch.int32 if k is None else k.dtype
+        self.k = torch.zeros(batch, dtype=k_dtype, device=device)
         self.p = torch.ones(batch, dtype=torch.float32, device=device)
         self.u = torch.empty(batch, dtype=torch.float32, device=device)
         self.out = torch.empty(batch, dtype=torch.int64, device=device)
@@ -346,7 +366,7 @@ def _eager(
     w = _Scratch.get(batch, vocab, size, device)
     u = _uniform(batch, device, generators)
     # non-blocking: a blocking host-to-device copy waits for the whole stream
-    k_dev = u if k_rows is None else k_rows.to(device, torch.int32, non_blocking=True)
+    k_dev = u if k_rows is None else k_rows.to(device, non_blocking=True).contiguous()
     p_dev = u if p is None else p.to(device, torch.float32, non_blocking=True).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
     _launch(x, w, size, n_top, k_dev, p_dev, u, out, (k_rows is not None, p is not None, p_rows))
@@ -378,7 +398,8 @@ def _launch(
     tops = torch.topk(w.gmax, n_top, dim=-1).values
     flags = {"HAS_K": has_k, "HAS_P": has_p}
     bounds_kernel[(batch,)](
-        tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, k_dev, p_dev, w.mode, w.bound, w.z,
+        tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, vocab, k_dev, p_dev, w.mode,
+        w.bound, w.z,
         TG=TOP_GROUPS, BLOCK=1024, num_warps=4, **flags,
     )  # fmt: skip
     select_kernel[(batch, tiles)](

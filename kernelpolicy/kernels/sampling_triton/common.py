@@ -21,11 +21,12 @@ def load_row(base, offs, V):
 
 
 @triton.jit
-def row_k_p(k_ptr, p_ptr, row, HAS_K: tl.constexpr, HAS_P: tl.constexpr):
-    """The row's k (0: no top-k) and p (1.0: no top-p)."""
+def row_k_p(k_ptr, p_ptr, row, V, HAS_K: tl.constexpr, HAS_P: tl.constexpr):
+    """The row's k (0: no top-k, which any k outside (0, V) means) and p (1.0: no top-p)."""
     k = 0
     if HAS_K:
-        k = tl.load(k_ptr + row).to(tl.int32)
+        k = tl.load(k_ptr + row).to(tl.int64)
+        k = tl.where((k > 0) & (k < V), k, 0).to(tl.int32)
     p = tl.full((), 1.0, tl.float32)
     if HAS_P:
         p = tl.load(p_ptr + row).to(tl.float32)

@@ -24,14 +24,15 @@ from kernelpolicy.kernels.sampling_triton.common import (
 
 @triton.jit
 def bounds_kernel(
-    top_groups, tg_stride, n_top, gmax, gsum, g_stride, G, k_ptr, p_ptr, mode_ptr, bound_ptr,
-    z_ptr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr, BLOCK: tl.constexpr,
+    top_groups, tg_stride, n_top, gmax, gsum, g_stride, G, V, k_ptr, p_ptr, mode_ptr,
+    bound_ptr, z_ptr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Per row: how it is sampled, the candidate bound, and the softmax normaliser."""
     row = tl.program_id(0).to(tl.int64)
     tops = top_groups + row * tg_stride
     m = tl.load(tops)
-    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
+    k, p = row_k_p(k_ptr, p_ptr, row, V, HAS_K, HAS_P)
     mode = EMPTY_ROW
     bound = m
     z = 1.0
@@ -153,7 +154,7 @@ def finish_kernel(
     m = tl.load(top_groups + row * tg_stride)
     z = tl.load(z_ptr + row)
     u = tl.load(u_ptr + row)
-    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
+    k, p = row_k_p(k_ptr, p_ptr, row, V, HAS_K, HAS_P)
     token = 0
     needs_row = mode == WIDE_ROW
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):

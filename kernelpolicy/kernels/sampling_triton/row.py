@@ -215,7 +215,7 @@ def row_kernel(
     mode = tl.load(mode_ptr + row)
     bound = tl.load(bound_ptr + row)
     u = tl.load(u_ptr + row)
-    k, p = row_k_p(k_ptr, p_ptr, row, HAS_K, HAS_P)
+    k, p = row_k_p(k_ptr, p_ptr, row, V, HAS_K, HAS_P)
     if mode == TOP_K_ROW:
         token = _top_k_row(base, V, buf, bound, k, p, m, u, BLOCK, CAP, SMALL)
     elif mode == INF_ROW:
