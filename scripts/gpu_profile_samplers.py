@@ -1,13 +1,25 @@
 #!/usr/bin/env python3
-"""Per-kernel CUDA time of the sampler implementations (torch.profiler), and the host time of
-one call at batch 1, to see where the time goes on a GPU:
-python scripts/gpu_profile_samplers.py [--impls triton,torch] [--batch 1024] [--vocab N]
-[--scale 5] (logits N(0, scale^2); 1 gives the wide nucleus)
+"""Where a sampler call's time goes on a GPU: per batch, path and logits scale, the host time of
+one call (calls issued without a synchronisation), its latency on an idle GPU, its time when
+issued back to back, and the CUDA kernels it runs (torch.profiler, graph replays included);
+then a Python profile of the host work of one batch-1 call.
+
+    python scripts/gpu_profile_samplers.py [--impls triton] [--batches 1,32,256,1024]
+        [--vocab 128256] [--scales 5,1] [--kernels] [--python]
+
+Logits are N(0, scale^2); scale 1 gives the wide nucleus. k 50 on the host, p 0.9 on the GPU,
+as vLLM keeps them.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -18,49 +30,101 @@ from kernelpolicy.policy.names import BUILTIN_ENTRIES
 PATHS = {"top_k": (50, None), "top_p": (None, 0.9), "top_k_top_p": (50, 0.9)}
 
 
+def _events(fn: Callable[[], Any], calls: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) * 1e3 / calls  # microseconds per call
+
+
+def _host(fn: Callable[[], Any], calls: int) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - t
+    torch.cuda.synchronize()
+    return seconds * 1e6 / calls
+
+
+def _timings(fn: Callable[[], Any]) -> tuple[float, float, float]:
+    """(host us, idle-GPU latency us, back-to-back us per call), medians of 7."""
+    host = statistics.median(_host(fn, 20) for _ in range(7))
+    idle = statistics.median(_events(fn, 1) for _ in range(7))
+    b2b = statistics.median(_events(fn, 10) for _ in range(7))
+    return host, idle, b2b
+
+
+def _kernels(fn: Callable[[], Any]) -> str:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+    return str(
+        prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=48)
+    )
+
+
+def _rotating(
+    fn: Callable[..., Any], logits: list[torch.Tensor], k: Any, p: Any
+) -> Callable[[], Any]:
+    """A call of ``fn`` on the next of ``logits`` each time (a serving loop's few addresses)."""
+    state = {"i": 0}
+
+    def call() -> Any:
+        state["i"] += 1
+        return fn(logits[state["i"] % len(logits)], k, p)
+
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--impls", default="triton")
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--batches", default="1,32,256,1024")
     parser.add_argument("--vocab", type=int, default=128256)
-    parser.add_argument("--scale", type=float, default=5.0)
+    parser.add_argument("--scales", default="5,1")
+    parser.add_argument("--kernels", action="store_true", help="print each case's kernel table")
+    parser.add_argument("--python", action="store_true", help="profile the host work at batch 1")
     args = parser.parse_args()
-    logits = [torch.randn(args.batch, args.vocab, device="cuda") * args.scale for _ in range(3)]
-    k = torch.full((args.batch,), 50, dtype=torch.int64)
-    p = torch.full((args.batch,), 0.9, device="cuda")
-    for impl in args.impls.split(","):
-        fn = _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
-        for path, (use_k, use_p) in PATHS.items():
-            kk, pp = (k if use_k else None), (p if use_p else None)
-            for i in range(3):
-                fn(logits[i], kk, pp)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for i in range(10):
-                    fn(logits[i % 3], kk, pp)
-                torch.cuda.synchronize()
-            print(f"== {impl} {path} {args.batch}x{args.vocab} scale {args.scale} (10 calls)")
-            table = prof.key_averages().table(
-                sort_by="cuda_time_total", row_limit=6, max_name_column_width=40
-            )
-            print(table)
-    import time
-
-    small = torch.randn(1, args.vocab, device="cuda") * 5
-    one_k, one_p = k[:1], p[:1]
-    for impl in args.impls.split(","):
-        fn = _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
-        for path, (use_k, use_p) in PATHS.items():
-            kk, pp = (one_k if use_k else None), (one_p if use_p else None)
+    fns = {
+        impl: _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
+        for impl in args.impls.split(",")
+    }
+    print("impl path batch scale: host us | idle-GPU latency us | back-to-back us per call")
+    for scale in (float(s) for s in args.scales.split(",")):
+        for batch in (int(b) for b in args.batches.split(",")):
+            logits = [torch.randn(batch, args.vocab, device="cuda") * scale for _ in range(3)]
+            k = torch.full((batch,), 50, dtype=torch.int64)
+            p = torch.full((batch,), 0.9, device="cuda")
+            for path, (use_k, use_p) in PATHS.items():
+                kk, pp = (k if use_k else None), (p if use_p else None)
+                for impl, fn in fns.items():
+                    call = _rotating(fn, logits, kk, pp)
+                    for _ in range(4):
+                        call()
+                    host, idle, b2b = _timings(call)
+                    print(f"{impl} {path} {batch} {scale:g}: {host:.1f} | {idle:.1f} | {b2b:.1f}")
+                    if args.kernels:
+                        print(_kernels(call), flush=True)
+    if args.python:
+        small = torch.randn(1, args.vocab, device="cuda") * 5
+        k1, p1 = torch.full((1,), 50, dtype=torch.int64), torch.full((1,), 0.9, device="cuda")
+        for impl, fn in fns.items():
             for _ in range(5):
-                fn(small, kk, pp)
+                fn(small, k1, p1)
             torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(100):
-                fn(small, kk, pp)
-            host = (time.perf_counter() - start) / 100
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(300):
+                fn(small, k1, p1)
+            prof.disable()
             torch.cuda.synchronize()
-            print(f"host time per call, batch 1: {impl} {path} {host * 1e6:.0f} us")
+            print(f"== host profile, {impl}, top_k_top_p, batch 1, 300 calls")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

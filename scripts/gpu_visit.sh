@@ -12,6 +12,7 @@
 # Knobs: IMPLS=flashinfer,triton,torch, NO_JIT=1 (skip FlashInfer), VERIFY_IMPLS (default IMPLS),
 # WARM_DTYPES (the dtypes whose Triton checks run while compiling; default all three), BATCHES,
 # VOCABS, DTYPES (benchmark), SCALES, PATHS, REPEAT, BACK_TO_BACK (calls per timed sample).
+# STAGE=profile (never part of all): scripts/gpu_profile_samplers.py with PROFILE_ARGS.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 KERNELPOLICY_LOG_FORMAT=off XDG_CACHE_HOME=/tmp/kpcache
@@ -88,5 +89,12 @@ print(d["device"], "copy GB/s", round(d["copy_gb_per_s"] or 0))
 for r in d["rows"]:
     print(f"{r['impl']:<10} {r['path']:<12} {r['dtype']:<8} {r['scale']:>3g} {r['batch']:>5} {r['vocab']:>7} {r['ms']:8.3f} ms {r['x_floor'] or 0:7.1f}x")
 PY
+fi
+if [ "$stage" = profile ]; then  # not part of "all": where the time of a call goes
+  say profile
+  timeout "${PROFILE_TIMEOUT:-400}" python3 scripts/gpu_profile_samplers.py --impls "$impls" \
+      --batches "${BATCHES:-1,32,256,1024}" --scales "${SCALES:-5,1}" ${PROFILE_ARGS:-} \
+      > "$out/profile.txt" 2>&1
+  echo "profile exit $?"; grep -v "^ " "$out/profile.txt" | grep ":" | head -80
 fi
 say done
