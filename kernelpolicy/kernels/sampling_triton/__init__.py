@@ -3,12 +3,13 @@
 Same signature and semantics as :func:`kernelpolicy.kernels.torch_impl.top_k_top_p`, built so
 that the logits are read about twice and nothing is sorted at vocabulary size. Per call:
 
-1. ``group_kernel`` (2-D grid): the maximum and the softmax sum of every group of ``GS``
-   logits. ``torch.topk`` takes the largest group maxima of each row.
-2. ``bounds_kernel`` (per row): a lower bound of the candidates. Top-k: the k-th largest group
-   maximum ``L``; fewer than k groups hold logits above it, so at most ``(k - 1) * GS`` exist,
-   and the exact top-k is among the logits ``>= L``. Top-p: the first group maxima whose own
-   mass reaches ``p`` (each is a logit, so the nucleus lies above the last of them).
+1. ``group_kernel`` (2-D grid): the maximum, the second maximum and the softmax sum of every
+   group of ``GS`` logits.
+2. ``bounds_kernel`` (per row, ``bounds.py``): a lower bound of the candidates, searched over
+   the group values with no sort. Top-k: at or below the k-th largest group value, so that the
+   exact top-k is among the logits ``>=`` it and fewer than ``(k - 1 + SLACK) * GS`` logits lie
+   above it. Top-p: at or below the first group values whose own mass reaches ``p`` (each is a
+   logit, so the nucleus lies above the last of them).
 3. ``select_kernel`` (2-D grid): every logit ``>=`` the bound, packed with its token id into a
    64-bit key, goes to its tile's slots.
 4. ``finish_kernel`` (per row): sorts the few candidates by key (logit, then lower token id),
@@ -25,7 +26,7 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    row is ever truncated to a fixed candidate count; it is the slow path (one SM reads the row
    several times).
 
-Launched eagerly, that is five to thirteen Triton launches and a few torch ops per call,
+Launched eagerly, that is five to twelve Triton launches and a few torch ops per call,
 several hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per
 call shape on first use and replayed after (``graphs``: which calls may, what a graph bakes in,
 the bounded cache). Calls with per-row generators run eagerly.
@@ -47,8 +48,9 @@ import torch
 import triton
 
 from kernelpolicy.kernels.sampling_triton import graphs
+from kernelpolicy.kernels.sampling_triton.bounds import bounds_kernel
 from kernelpolicy.kernels.sampling_triton.common import group_kernel
-from kernelpolicy.kernels.sampling_triton.fast import bounds_kernel, finish_kernel, select_kernel
+from kernelpolicy.kernels.sampling_triton.fast import finish_kernel, select_kernel
 from kernelpolicy.kernels.sampling_triton.row import row_kernel
 from kernelpolicy.kernels.sampling_triton.wide import (
     wide_compact_kernel,
@@ -62,7 +64,10 @@ from kernelpolicy.kernels.torch_impl import Generators
 MAX_K = 256  # a larger k goes through the torch implementation
 GROUP = 32  # logits per group, at most
 GROUP_BLOCK, GROUP_WARPS = 4096, 8  # tile and warps of the 2-D kernels
-TOP_GROUPS = 512  # group maxima the top-p bound looks at
+TOP_GROUPS = 512  # group values above a top-p bound beyond which the nucleus counts as wide
+# the bound search (bounds.py): thresholds per pass, values per step, passes (8 of 16 are
+# exact for any float32), and the group values it may leave above the exact bound
+FAN_BOUND, CHUNK, PASSES, SLACK = 16, 256, 8, 16
 REGION = 128  # candidates one tile may hand to finish_kernel
 SMALL, LARGE = 256, 1024  # finish_kernel sorts SMALL keys, or LARGE; more go to row_kernel
 CAP = 4096  # candidates row_kernel may hold (and sort)
@@ -93,9 +98,11 @@ def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.
 
 def _group_size(vocab: int, k_bound: int) -> int:
     """The largest power of two <= GROUP that leaves at least k_bound groups and room for the
-    (k_bound - 1) * size + k_bound candidates of a top-k row."""
+    (k_bound - 1 + SLACK) * size + k_bound candidates of a top-k row (bounds.py)."""
     size = GROUP
-    while size > 1 and (-(-vocab // size) < k_bound or (k_bound - 1) * size + k_bound > CAP):
+    while size > 1 and (
+        -(-vocab // size) < k_bound or (k_bound - 1 + SLACK) * size + k_bound > CAP
+    ):
         size //= 2
     return size
 
@@ -142,6 +149,7 @@ class _Scratch:
         self.gmax = torch.empty(batch, 2 * self.groups, dtype=f32, device=device)
         self.gsum = torch.empty(batch, 2 * self.groups, dtype=f32, device=device)
         self.bound = torch.empty(batch, dtype=f32, device=device)
+        self.m = torch.empty(batch, dtype=f32, device=device)  # the row maxima
         self.z = torch.empty(batch, dtype=f32, device=device)
         self.mode = torch.empty(batch, dtype=i32, device=device)
         self.slow = torch.empty(batch, dtype=i32, device=device)
@@ -229,10 +237,8 @@ def _pipeline(
     ``rows``: some row has k, some row has p, some row may have p without k."""
     batch, vocab = x.shape
     size = _group_size(vocab, k_bound)
-    tiles = triton.cdiv(vocab, GROUP_BLOCK)
-    n_top = min(2 * tiles * (GROUP_BLOCK // size), max(k_bound, TOP_GROUPS))
     k_dtype = None if k_rows is None else k_rows.dtype
-    shape = (batch, vocab, x.dtype, size, n_top, k_dtype, *rows)
+    shape = (batch, vocab, x.dtype, size, k_dtype, *rows)
     cuda = x.device.type == "cuda"
     key: tuple[object, ...] = (x.device, _stream_id(x.device), *shape)
     nbytes = x.numel() * x.element_size()
@@ -257,9 +263,9 @@ def _pipeline(
             graph = GRAPHS.get(key)
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            graph = _Graph(x, k_rows, size, n_top, rows, mode)
+            graph = _Graph(x, k_rows, size, rows, mode)
             return _first_run(key, graph, x, k_rows, p)
-    return _eager(x, k_rows, size, n_top, p, generators, rows[2])
+    return _eager(x, k_rows, size, p, generators, rows[2])
 
 
 def _first_run(
@@ -294,13 +300,12 @@ class _Graph:
         x: torch.Tensor,
         k: torch.Tensor | None,
         size: int,
-        n_top: int,
         flags: tuple[bool, bool, bool],
         mode: graphs.Mode,
     ) -> None:
         batch, vocab = x.shape
         device = x.device
-        self.size, self.n_top = size, n_top
+        self.size = size
         self.has_k, self.has_p, self.p_rows = flags  # see _launch
         self.w = _Scratch(batch, vocab, size, device)
         copy = mode is graphs.Mode.COPY
@@ -335,7 +340,6 @@ class _Graph:
             x,
             self.w,
             self.size,
-            self.n_top,
             k_dev,
             p_dev,
             self.u,
@@ -355,7 +359,6 @@ def _eager(
     x: torch.Tensor,
     k_rows: torch.Tensor | None,
     size: int,
-    n_top: int,
     p: torch.Tensor | None,
     generators: Generators,
     p_rows: bool,
@@ -369,7 +372,7 @@ def _eager(
     k_dev = u if k_rows is None else k_rows.to(device, non_blocking=True).contiguous()
     p_dev = u if p is None else p.to(device, torch.float32, non_blocking=True).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
-    _launch(x, w, size, n_top, k_dev, p_dev, u, out, (k_rows is not None, p is not None, p_rows))
+    _launch(x, w, size, k_dev, p_dev, u, out, (k_rows is not None, p is not None, p_rows))
     return out
 
 
@@ -377,7 +380,6 @@ def _launch(
     x: torch.Tensor,
     w: _Scratch,
     size: int,
-    n_top: int,
     k_dev: torch.Tensor,
     p_dev: torch.Tensor,
     u: torch.Tensor,
@@ -395,12 +397,11 @@ def _launch(
         GS=size,
         num_warps=GROUP_WARPS,
     )  # fmt: skip
-    tops = torch.topk(w.gmax, n_top, dim=-1).values
     flags = {"HAS_K": has_k, "HAS_P": has_p}
     bounds_kernel[(batch,)](
-        tops, n_top, n_top, w.gmax, w.gsum, 2 * groups, groups, vocab, k_dev, p_dev, w.mode,
-        w.bound, w.z,
-        TG=TOP_GROUPS, BLOCK=1024, num_warps=4, **flags,
+        w.gmax, w.gsum, 2 * groups, groups, vocab, k_dev, p_dev, w.mode, w.bound, w.z, w.m,
+        TG=TOP_GROUPS, BLOCK=1024, FAN=FAN_BOUND, CH=CHUNK, PASSES=PASSES, SLACK=SLACK,
+        num_warps=4, **flags,
     )  # fmt: skip
     select_kernel[(batch, tiles)](
         x, stride, vocab, w.mode, w.bound, w.regions, w.counts, tiles, BLOCK=GROUP_BLOCK,
@@ -409,7 +410,7 @@ def _launch(
 
     def finish(wide: bool) -> None:
         finish_kernel[(batch,)](
-            x, stride, vocab, w.mode, w.z, tops, n_top, w.gmax, w.gsum, 2 * groups, groups,
+            x, stride, vocab, w.mode, w.z, w.m, w.gmax, w.gsum, 2 * groups, groups,
             w.regions, w.counts, tiles, w.dense, k_dev, p_dev, u, out, w.slow, w.bound, w.states,
             GS=size, TILES=triton.next_power_of_2(tiles), R=REGION, SMALL=SMALL, LARGE=LARGE,
             BLOCK=1024, WR=W_ROUNDS, NR=254, WIDE=wide, num_warps=4, **flags,
@@ -419,12 +420,12 @@ def _launch(
     finish(wide)
     if wide:
         try:
-            _launch_wide(x, w, tops, n_top, p_dev, u, out)
+            _launch_wide(x, w, p_dev, u, out)
         except Exception as exc:  # a build failure: row_kernel takes the rows (finish again)
             WIDE_FAILED[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
             finish(False)
     row_kernel[(batch,)](
-        x, stride, vocab, w.mode, w.bound, w.z, tops, n_top, k_dev, p_dev, u, out, w.buffers,
+        x, stride, vocab, w.mode, w.bound, w.z, w.m, k_dev, p_dev, u, out, w.buffers,
         math.log(vocab), slow=w.slow, BLOCK=ROW_BLOCK, CAP=CAP, SMALL=SMALL, FAN=FAN,
         ROUNDS=ROUNDS, num_warps=ROW_WARPS, **flags,
     )  # fmt: skip
@@ -433,8 +434,6 @@ def _launch(
 def _launch_wide(
     x: torch.Tensor,
     w: _Scratch,
-    tops: torch.Tensor,
-    n_top: int,
     p_dev: torch.Tensor,
     u: torch.Tensor,
     out: torch.Tensor,
@@ -448,25 +447,25 @@ def _launch_wide(
     sizes = {"BLOCK": W_BLOCK, "SUB": W_SUB}
     for depth in range(W_ROUNDS):
         wide_tile_kernel[tile_grid](
-            x, stride, vocab, w.slow, tops, n_top, w.states, w.hists, w.part_above, tiles,
+            x, stride, vocab, w.slow, w.m, w.states, w.hists, w.part_above, tiles,
             DEPTH=depth, R=W_ROUNDS, num_warps=GROUP_WARPS, **sizes,
         )  # fmt: skip
         wide_narrow_kernel[rows](
-            w.slow, tops, n_top, w.z, p_dev, w.states, w.hists, w.part_above, tiles, w.n_in,
+            w.slow, w.m, w.z, p_dev, w.states, w.hists, w.part_above, tiles, w.n_in,
             w.wide_n, HAS_P=True, DEPTH=depth, R=W_ROUNDS, TILES=pow_tiles, CAP=CAP,
             num_warps=4,
         )  # fmt: skip
     wide_compact_kernel[tile_grid](
-        x, stride, vocab, w.slow, tops, n_top, w.states, w.buffers, w.wide_n, w.part_above,
+        x, stride, vocab, w.slow, w.m, w.states, w.buffers, w.wide_n, w.part_above,
         tiles, R=W_ROUNDS, CAP=CAP, num_warps=GROUP_WARPS, **sizes,
     )  # fmt: skip
     for n, smaller in ((LARGE, 0), (CAP, LARGE)):  # sort LARGE slots where they suffice
         wide_resolve_kernel[rows](
-            w.slow, tops, n_top, w.z, p_dev, w.n_in, w.buffers, w.part_above, tiles,
+            w.slow, w.m, w.z, p_dev, w.n_in, w.buffers, w.part_above, tiles,
             w.tile_mass, w.tile_eq, w.thr, w.ties, HAS_P=True, BLOCK=W_BLOCK, N=n,
             SMALLER=smaller, CAP=CAP, num_warps=ROW_WARPS,
         )  # fmt: skip
     wide_draw_kernel[rows](
-        x, stride, vocab, w.slow, tops, n_top, w.thr, w.ties, u, w.tile_mass, w.tile_eq, tiles,
+        x, stride, vocab, w.slow, w.m, w.thr, w.ties, u, w.tile_mass, w.tile_eq, tiles,
         out, TILES=pow_tiles, num_warps=GROUP_WARPS, **sizes,
     )  # fmt: skip

@@ -39,11 +39,16 @@ def exp_at(x, m):
 
 
 @triton.jit
+def ordered(x):
+    """int32 keys in the order of the float32 values x (NaN aside; -0.0 just below +0.0)."""
+    bits = x.to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
 def pack(x, offs):
     """int64 keys that sort by logit, then by lower token id: (ordered float bits, ~id)."""
-    bits = x.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+    return (ordered(x).to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
 
 
 @triton.jit

@@ -1,12 +1,11 @@
-"""The fast path: a per-row bound on the candidates from the group maxima, a 2-D pass that
-collects the candidates tile by tile, and a per-row sort-and-draw over the few collected."""
+"""The fast path: a 2-D pass that collects the candidates above each row's bound (bounds.py)
+tile by tile, and a per-row sort-and-draw over the few collected."""
 
 import triton
 import triton.language as tl
 
 from kernelpolicy.kernels.sampling_triton.common import (
     EMPTY,
-    EMPTY_ROW,
     INF_ROW,
     PLAIN_ROW,
     TOP_K_ROW,
@@ -18,47 +17,7 @@ from kernelpolicy.kernels.sampling_triton.common import (
     pack,
     pick,
     row_k_p,
-    row_mass,
 )
-
-
-@triton.jit
-def bounds_kernel(
-    top_groups, tg_stride, n_top, gmax, gsum, g_stride, G, V, k_ptr, p_ptr, mode_ptr,
-    bound_ptr, z_ptr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, TG: tl.constexpr,
-    BLOCK: tl.constexpr,
-):  # fmt: skip
-    """Per row: how it is sampled, the candidate bound, and the softmax normaliser."""
-    row = tl.program_id(0).to(tl.int64)
-    tops = top_groups + row * tg_stride
-    m = tl.load(tops)
-    k, p = row_k_p(k_ptr, p_ptr, row, V, HAS_K, HAS_P)
-    mode = EMPTY_ROW
-    bound = m
-    z = 1.0
-    if m == float("-inf"):
-        mode = EMPTY_ROW
-    elif k > 0:
-        # the k-th largest group maximum bounds the k-th largest logit from below
-        mode = TOP_K_ROW
-        bound = tl.load(tops + k - 1)
-    elif m == float("inf"):
-        mode = INF_ROW
-    else:
-        z = row_mass(gmax + row * g_stride, gsum + row * g_stride, G, m, BLOCK)
-        if p < 1.0:
-            # the first group maxima whose own mass reaches p bound the nucleus from below
-            slots = tl.arange(0, TG)
-            g = tl.load(tops + slots, mask=slots < n_top, other=float("-inf"))
-            cum = tl.cumsum(tl.where(g == float("-inf"), 0.0, exp_at(g, m)), 0)
-            j = tl.min(tl.where(cum >= p * z, slots, TG), 0)
-            mode = tl.where(j < TG, TOP_P_ROW, WIDE_ROW)
-            bound = tl.sum(tl.where(slots == j, g, 0.0), 0)
-        else:
-            mode = PLAIN_ROW
-    tl.store(mode_ptr + row, mode)
-    tl.store(bound_ptr + row, bound)
-    tl.store(z_ptr + row, z)
 
 
 @triton.jit
@@ -141,7 +100,7 @@ def _sort_and_draw(buf, total, mode, k, p, m, z, u, N: tl.constexpr):
 
 @triton.jit
 def finish_kernel(
-    logits, stride, V, mode_ptr, z_ptr, top_groups, tg_stride, gmax, gsum, g_stride, G,
+    logits, stride, V, mode_ptr, z_ptr, m_ptr, gmax, gsum, g_stride, G,
     regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, states,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
     R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
@@ -151,7 +110,7 @@ def finish_kernel(
     group masses; or flag the row for row_kernel."""
     row = tl.program_id(0).to(tl.int64)
     mode = tl.load(mode_ptr + row)
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     z = tl.load(z_ptr + row)
     u = tl.load(u_ptr + row)
     k, p = row_k_p(k_ptr, p_ptr, row, V, HAS_K, HAS_P)

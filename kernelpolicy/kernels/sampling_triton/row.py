@@ -199,7 +199,7 @@ def _top_p_row(base, V, buf, mode, bound, z, p, m, u, log_v, BLOCK: tl.constexpr
 
 @triton.jit
 def row_kernel(
-    logits, stride, V, mode_ptr, bound_ptr, z_ptr, top_groups, tg_stride,
+    logits, stride, V, mode_ptr, bound_ptr, z_ptr, m_ptr,
     k_ptr, p_ptr, u_ptr, out, buffers, log_v, slow,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr,
     SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr,
@@ -211,7 +211,7 @@ def row_kernel(
         return
     base = logits + row * stride
     buf = buffers + row * CAP
-    m = tl.load(top_groups + row * tg_stride)  # the row maximum (-inf rows are never slow)
+    m = tl.load(m_ptr + row)  # the row maximum (-inf rows are never slow)
     mode = tl.load(mode_ptr + row)
     bound = tl.load(bound_ptr + row)
     u = tl.load(u_ptr + row)

@@ -64,7 +64,7 @@ def classify(x, state, DEPTH: tl.constexpr, R: tl.constexpr):
 
 @triton.jit
 def wide_tile_kernel(
-    logits, stride, V, slow, top_groups, tg_stride, states, hists, part_above, n_tiles,
+    logits, stride, V, slow, m_ptr, states, hists, part_above, n_tiles,
     DEPTH: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
@@ -72,7 +72,7 @@ def wide_tile_kernel(
     if tl.load(slow + row) != WIDE:
         return
     state = states + row * 4 * R
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     lo = tl.load(state + DEPTH)
     scale = tl.load(state + R + DEPTH)
     hist = tl.zeros((256,), tl.int32)
@@ -91,7 +91,7 @@ def wide_tile_kernel(
 
 @triton.jit
 def wide_narrow_kernel(
-    slow, top_groups, tg_stride, z_ptr, p_ptr, states, hists, part_above, n_tiles, n_ptr,
+    slow, m_ptr, z_ptr, p_ptr, states, hists, part_above, n_tiles, n_ptr,
     wide_n, HAS_P: tl.constexpr, DEPTH: tl.constexpr, R: tl.constexpr, TILES: tl.constexpr,
     CAP: tl.constexpr,
 ):  # fmt: skip
@@ -102,7 +102,7 @@ def wide_narrow_kernel(
     if HAS_P:
         p = tl.load(p_ptr + row).to(tl.float32)
     target = p * tl.load(z_ptr + row)
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     state = states + row * 4 * R
     lo = tl.load(state + DEPTH)
     scale = tl.load(state + R + DEPTH)
@@ -136,7 +136,7 @@ def wide_narrow_kernel(
 
 @triton.jit
 def wide_compact_kernel(
-    logits, stride, V, slow, top_groups, tg_stride, states, buffers, wide_n, part_above,
+    logits, stride, V, slow, m_ptr, states, buffers, wide_n, part_above,
     n_tiles, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
     """The logits inside the final interval, packed with their ids, at slots from a per-row
@@ -145,7 +145,7 @@ def wide_compact_kernel(
     tile = tl.program_id(1)
     if tl.load(slow + row) != READY:
         return
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     mass = tl.zeros((SUB,), tl.float32)
     counter = wide_n + row + tl.zeros((SUB,), tl.int64)
     for start in range(0, BLOCK, SUB):
@@ -161,7 +161,7 @@ def wide_compact_kernel(
 
 @triton.jit
 def wide_resolve_kernel(
-    slow, top_groups, tg_stride, z_ptr, p_ptr, n_ptr, buffers, part_above, n_tiles, tile_mass,
+    slow, m_ptr, z_ptr, p_ptr, n_ptr, buffers, part_above, n_tiles, tile_mass,
     tile_eq, thr_ptr, ties_ptr, HAS_P: tl.constexpr, BLOCK: tl.constexpr, N: tl.constexpr,
     SMALLER: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
@@ -178,7 +178,7 @@ def wide_resolve_kernel(
     if HAS_P:
         p = tl.load(p_ptr + row).to(tl.float32)
     target = p * tl.load(z_ptr + row)
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     above = 0.0
     for t in range(0, n_tiles):
         above += tl.load(part_above + row * n_tiles + t)
@@ -204,14 +204,14 @@ def wide_resolve_kernel(
 
 @triton.jit
 def wide_draw_kernel(
-    logits, stride, V, slow, top_groups, tg_stride, thr_ptr, ties_ptr, u_ptr, tile_mass,
+    logits, stride, V, slow, m_ptr, thr_ptr, ties_ptr, u_ptr, tile_mass,
     tile_eq, n_tiles, out, TILES: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
 ):  # fmt: skip
     """Inverse CDF in token order: the tile by the tiles' kept masses, then the token in it."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != READY:
         return
-    m = tl.load(top_groups + row * tg_stride)
+    m = tl.load(m_ptr + row)
     threshold = tl.load(thr_ptr + row)
     tiles = tl.arange(0, TILES)
     valid = tiles < n_tiles
