@@ -114,7 +114,9 @@ def search(vals, n, m, low, high, c_low, c_high, target, by_mass, FAN: tl.conste
     found = at_low >= target
     for _ in range(PASSES - 1):
         if found & (hi.to(tl.int64) - lo.to(tl.int64) > 1) & (c_lo - c_hi > SLACK):
-            lo, hi, c_lo, c_hi, _ = _narrow(vals, n, m, lo, hi, c_hi, target, by_mass, FAN, CH)
+            lo, hi, c_lo, c_hi, at_low = _narrow(
+                vals, n, m, lo, hi, c_hi, target, by_mass, FAN, CH
+            )  # fmt: skip
     return found, from_ordered(lo), tl.where(found, c_lo, c_low)
 
 
@@ -141,7 +143,7 @@ def bounds_kernel(
         elif n_fin + n_inf < k:  # fewer group values than k: every logit is a candidate
             bound = float("-inf")
         else:
-            _, bound, _ = search(
+            found, bound, count = search(
                 vals, 2 * G, m, low, high, n_fin + n_inf, n_inf, k.to(tl.float32), False, FAN,
                 CH, PASSES, SLACK,
             )  # fmt: skip
