@@ -62,7 +62,7 @@ def top_k_top_p(
     if k is None:  # top-p alone: no sort at vocabulary size
         if logits.device.type != "cpu":
             return blocks.top_p(logits, p, u)  # type: ignore[arg-type]
-        return binned.top_p(sampling.prepare(logits), p, u)  # type: ignore[arg-type]
+        return binned.top_p(logits, p, u)  # type: ignore[arg-type]
     x = sampling.prepare(logits)
     # Top-k first: one top-k over the vocabulary; the rest works on [batch, k] candidates.
     k = k.to(torch.int64)

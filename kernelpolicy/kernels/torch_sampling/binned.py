@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from kernelpolicy.kernels.torch_sampling import blocks
-from kernelpolicy.kernels.torch_sampling.common import draw, pick, weights
+from kernelpolicy.kernels.torch_sampling.common import draw, pick, prepare, weights
 
 LOG2E = 1.4426950408889634
 # Bins of the float32 distance t to the row maximum, clamped to [2^-10, 2^7] (closer tokens
@@ -27,6 +27,7 @@ _FIRST = (127 - 10) << (23 - SHIFT)  # the bin of _NEAR
 _REDRAWS = 64
 SHORT = 4096  # rows up to this long are sorted whole (the histogram has BINS cells per row)
 BINS = ((127 + 7) << (23 - SHIFT)) + 1 - _FIRST
+CHUNK = 8  # rows per pass over the vocabulary (see top_p)
 
 
 class Rows(NamedTuple):
@@ -38,27 +39,59 @@ class Rows(NamedTuple):
     m: torch.Tensor  # [batch, 1] the row maximum
 
 
-def rows(x: torch.Tensor) -> Rows:
-    m = x.amax(dim=-1, keepdim=True)
-    t = torch.sub(m, x)
-    return Rows(x, t, torch.mul(t, -LOG2E).exp2_(), m)
+def rows(
+    x: torch.Tensor,
+    t: torch.Tensor | None = None,
+    w: torch.Tensor | None = None,
+    m: torch.Tensor | None = None,
+) -> Rows:
+    """The distances and weights of NaN-free float32 rows ``x``, written into ``t`` and ``w``
+    (``x``'s shape) where given; ``m``: the rows' maxima, where known."""
+    m = x.amax(dim=-1, keepdim=True) if m is None else m
+    t = torch.sub(m, x, out=t) if t is not None else torch.sub(m, x)
+    w = torch.mul(t, -LOG2E, out=w) if w is not None else torch.mul(t, -LOG2E)
+    return Rows(x, t, w.exp2_(), m)
 
 
-def top_p(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def top_p(logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Top-p over the whole vocabulary on the CPU, with no sort at vocabulary size.
 
+    Rows go through in chunks of ``CHUNK``: every pass over a chunk writes into the same two
+    ``[CHUNK, vocab]`` buffers, which stay in cache, where whole-batch temporaries would be
+    fresh memory (page faults) for every pass.
+
     Args:
-        x: ``[batch, vocab]`` float32 logits, NaN as -inf.
+        logits: ``[batch, vocab]`` logits of any float dtype; NaN is never drawn.
         p: ``[batch]`` top-p per row (``>= 1``: none).
         u: ``float64 [batch, 1]`` uniforms.
 
     Returns:
         ``int64 [batch]`` token ids.
     """
-    if x.shape[-1] <= SHORT:  # a short row: sorting it whole costs less than the histogram
-        return blocks.top_p(x, p, u, block=SHORT, probes=blocks.PROBES)
-    r = rows(x)
-    p = p.to(x.device, torch.float32).reshape(-1)
+    batch, vocab = logits.shape
+    if vocab <= SHORT:  # a short row: sorting it whole costs less than the histogram
+        return blocks.top_p(prepare(logits), p, u, block=SHORT, probes=blocks.PROBES)
+    p = p.to(logits.device, torch.float32).reshape(-1)
+    ids = torch.empty(batch, dtype=torch.int64)
+    t = torch.empty(min(CHUNK, batch), vocab)
+    w = torch.empty_like(t)
+    for first in range(0, batch, CHUNK):
+        last = min(first + CHUNK, batch)
+        n = last - first
+        ids[first:last] = _chunk(logits[first:last], p[first:last], u[first:last], t[:n], w[:n])
+    return ids
+
+
+def _chunk(
+    logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor, t: torch.Tensor, w: torch.Tensor
+) -> torch.Tensor:
+    """Top-p of a few rows, their distances and weights written into ``t`` and ``w``."""
+    x = logits.float().contiguous()  # no copy for contiguous float32
+    m = x.amax(dim=-1, keepdim=True)
+    if bool(m.isnan().any()):  # a NaN makes its row's maximum NaN: repair this chunk only
+        x = prepare(x)
+        m = x.amax(dim=-1, keepdim=True)
+    r = rows(x, t, w, m)
     finite = torch.isfinite(r.m.squeeze(-1))
     cut = (finite & (p < 1.0)).nonzero().squeeze(-1)
     if cut.numel() == x.shape[0]:  # the common case: every row filtered
@@ -109,8 +142,31 @@ def _packed(
     out = [ids.index_copy_(0, dest, sel - rows * vocab).view(batch, 2, width)]
     for t in tensors:
         packed = torch.zeros(2 * batch * width, dtype=t.dtype)
-        out.append(packed.index_copy_(0, dest, t.view(-1)[sel]).view(batch, 2, width))
+        out.append(packed.index_copy_(0, dest, t.view(-1).index_select(0, sel)).view(batch, 2, width))
     return tuple(out)
+
+
+def _two_bins(
+    flat: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat positions (ascending) where ``flat`` equals its row's ``a`` or ``b``
+    (``[batch, 1]``), and for each whether it is ``b``'s alone (int64 0 or 1).
+
+    The comparisons write bytes (into bool, torch's comparisons run elementwise, several times
+    slower) and ``nonzero`` reads them as 64-bit words: it costs little per word it skips and
+    much per entry it scans, so it scans an eighth of the entries, and only the few words that
+    hold a hit are opened byte by byte.
+    """
+    n = flat.numel()
+    mask = torch.zeros(-(-n // 8) * 8, dtype=torch.uint8)  # padded with zeros to whole words
+    hit, other = mask[:n].view(flat.shape), torch.empty(flat.shape, dtype=torch.uint8)
+    torch.eq(flat, a, out=hit)
+    hit.add_(torch.eq(flat, b, out=other), alpha=2)  # 1: a's, 2: b's alone, 3: both (a = b)
+    words = mask.view(torch.int64).nonzero().squeeze(-1)
+    found = mask.view(-1, 8).index_select(0, words)
+    at = found.nonzero()
+    sel = words.index_select(0, at[:, 0]) * 8 + at[:, 1]
+    return sel, (found[at[:, 0], at[:, 1]] == 2).long()
 
 
 def _histogram(r: Rows) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,8 +279,7 @@ def binned(r: Rows, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     outer = hist.masked_fill(torch.arange(BINS) > edge, 0.0)  # bins above it, and it whole
     c, rest = pick(outer, u * outer.sum(dim=-1, keepdim=True))
     edge_at, c_at = (edge + offset).int(), (c + offset).int()  # int32 compares: no copies
-    sel = ((flat == edge_at) | (flat == c_at)).view(-1).nonzero().squeeze(-1)
-    group = (flat.view(-1)[sel] != edge_at.view(-1)[sel.div(vocab, rounding_mode="floor")]).long()
+    sel, group = _two_bins(flat, edge_at, c_at)
     ids, x, w = _packed(sel, group, r.x.shape, r.x, r.w)  # the boundary bin, the proposed one
     e = _edge((ids[:, 0], x[:, 0], w[:, 0]), above.gather(1, edge), total, p)
     inner = ids[:, 1], w[:, 1]
