@@ -137,6 +137,7 @@ NUCLEUS_CASES = [
     pytest.param(tie_rows, None, 0.5, id="tied-group-across-the-cut"),
     pytest.param(tie_rows, 6000, 0.5, id="tied-group-across-k-and-p"),
     pytest.param(lambda: torch.randn(1, 4096) * 2, 300, 0.95, id="k-of-300"),
+    pytest.param(lambda: torch.randn(1, 6000), None, 0.9, id="wide-in-chunks"),
 ]
 
 
@@ -219,3 +220,82 @@ def test_sorted_blocks_infinities_and_empty_rows(dtype: torch.dtype) -> None:
     assert ids[0].item() in (5, 9)
     assert ids[1:3].tolist() == [0, 0]
     assert ids[3].item() % 2 == 0
+
+
+WIDE = binned.SHORT + 904  # past the rows sorted whole: the histogram's path
+
+
+def _wide(batch: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (torch.randn(batch, WIDE, generator=torch.Generator().manual_seed(11)) * 2).to(dtype)
+
+
+def _with(batch: int, row: int, columns: slice, value: float) -> torch.Tensor:
+    x = _wide(batch)
+    x[row, columns] = value
+    return x
+
+
+def _inf_and_empty_rows() -> torch.Tensor:
+    x = _with(binned.CHUNK, 2, slice(7, 9), float("inf"))
+    x[3] = float("-inf")
+    return x
+
+
+CHUNK = binned.CHUNK
+CHUNK_CASES = [
+    pytest.param(_wide(2 * CHUNK + 3), id="batch-not-a-multiple-of-the-chunk"),
+    pytest.param(_wide(1), id="one-row"),
+    pytest.param(_wide(CHUNK - 1), id="one-short-chunk"),
+    pytest.param(_with(CHUNK + 2, 1, slice(0, None, 3), float("nan")), id="nan-row-in-a-chunk"),
+    pytest.param(_with(CHUNK + 2, CHUNK, slice(5, 6), float("nan")), id="one-nan-in-chunk-two"),
+    pytest.param(_inf_and_empty_rows(), id="inf-and-empty-rows-in-a-chunk"),
+    pytest.param(_with(CHUNK + 1, 0, slice(None), float("nan")), id="all-nan-row"),
+    pytest.param(_wide(CHUNK + 1, torch.bfloat16), id="bfloat16"),
+    pytest.param(torch.cat([_wide(5), _wide(5)], dim=-1)[:, ::2], id="strided-logits"),
+]
+
+
+@pytest.mark.parametrize("logits", CHUNK_CASES)
+def test_chunks_draw_every_row_as_it_would_alone(logits: torch.Tensor) -> None:
+    """The CPU top-p runs rows a chunk at a time (NaN repaired per chunk, other rows set
+    aside): each row draws the token it draws alone with the same uniform, p < 1 and p = 1
+    rows mixed, and never a token outside its nucleus."""
+    batch = logits.shape[0]
+    p = torch.tensor([0.9, 1.0, 0.5, 0.99])[torch.arange(batch) % 4]
+    u = torch.rand(batch, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    ids = binned.top_p(logits, p, u)
+    alone = [binned.top_p(logits[i : i + 1], p[i : i + 1], u[i : i + 1]) for i in range(batch)]
+    assert torch.equal(ids, torch.cat(alone))
+    x = torch_sampling.prepare(logits)
+    for row in range(batch):
+        if bool(torch.isfinite(x[row]).any()):
+            support = filtered_probs(x[row : row + 1], None, float(p[row]))[0] > 0
+            assert bool(support[ids[row]]), f"row {row} drew {int(ids[row])} outside its nucleus"
+        else:
+            assert int(ids[row]) == 0
+
+
+def _bins_of(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+@pytest.mark.parametrize(
+    ("flat", "a", "b"),
+    [
+        pytest.param(_bins_of([[1, 2, 3, 2, 1]] * 3), [1, 2, 3], [2, 2, 1], id="partial-last-word"),
+        pytest.param(_bins_of([[4] * 16, [5] * 16]), [4, 5], [4, 5], id="every-entry-one-bin"),
+        pytest.param(_bins_of([[0, 1] * 8]), [7], [9], id="no-hit"),
+        pytest.param(_bins_of([[3, 1, 3, 1, 3, 1, 3, 1, 3]]), [3], [1], id="every-entry-a-hit"),
+    ],
+)
+def test_two_bins_finds_exactly_the_positions_of_either_bin(
+    flat: torch.Tensor, a: list[int], b: list[int]
+) -> None:
+    """The extraction behind the CPU top-p reads bytes as 64-bit words: any row length, no
+    hit, every entry a hit, and a = b (then nothing is the proposed bin's alone)."""
+    ta = torch.tensor(a, dtype=torch.int32).unsqueeze(-1)
+    tb = torch.tensor(b, dtype=torch.int32).unsqueeze(-1)
+    sel, group = binned._two_bins(flat, ta, tb)
+    in_a, in_b = flat == ta, flat == tb
+    assert sel.tolist() == (in_a | in_b).view(-1).nonzero().squeeze(-1).tolist()
+    assert group.tolist() == (in_b & ~in_a).view(-1)[sel].long().tolist()

@@ -32,7 +32,7 @@ _FIRST = (127 - 10) << (23 - SHIFT)  # the bin of _NEAR
 _REDRAWS = 64
 SHORT = 4096  # rows up to this long are sorted whole (the histogram has BINS cells per row)
 BINS = ((127 + 7) << (23 - SHIFT)) + 1 - _FIRST
-CHUNK = 8  # rows per pass over the vocabulary
+CHUNK = 4  # rows per pass over the vocabulary
 
 
 class Rows(NamedTuple):
@@ -243,26 +243,33 @@ def _redraw(
     at: torch.Tensor,
 ) -> None:
     """Fill ``tokens`` of the rejected rows ``again`` by new proposals from the rest of their
-    uniforms ``u``, each row alone (rare: the odds are the dropped weight of the boundary bin),
-    their bins and weights computed again from ``logits`` (the same operations on the same
-    values). Still rejected after ``_REDRAWS`` proposals (odds of at most (1 - p)^_REDRAWS),
-    a row keeps the last kept token of the boundary bin, which its last proposal came to."""
+    uniforms ``u``, each row alone (rare: the odds are the dropped weight of the boundary bin).
+    A proposal of the boundary bin needs nothing more than its sorted tokens; for another bin,
+    the row's bins and weights are computed again from ``logits`` (the same operations on the
+    same values). Still rejected after ``_REDRAWS`` proposals (odds of at most
+    (1 - p)^_REDRAWS), a row keeps the last kept token of the boundary bin, which its last
+    proposal came to."""
+    vocab = logits.shape[-1]
     for _ in range(_REDRAWS):
         if not again.numel():
             return
-        r = rows(prepare(logits.index_select(0, at[again])))
-        flat = _bins(r)
         outer = f.outer[again]
         c, rest = pick(outer, u[again] * outer.sum(dim=-1, keepdim=True))
         at_edge = c == f.edge[again]
-        offset = torch.arange(0, again.numel() * BINS, BINS).unsqueeze(-1)
-        mask = flat == (c + offset).masked_fill(at_edge, -1).int()
-        sel = mask.view(-1).nonzero().squeeze(-1)
-        shape = (again.numel(), logits.shape[-1])
-        ids, weights = boundary.packed(sel, torch.ones_like(sel), shape, r.w.view(-1)[sel])
+        off = (~at_edge).squeeze(-1).nonzero().squeeze(-1)  # these need their row again
+        ids = torch.full((again.numel(), 1), -1, dtype=torch.int64)
+        weights = torch.zeros(again.numel(), 1)
+        if off.numel():
+            r = rows(prepare(logits.index_select(0, at[again[off]])))
+            offset = torch.arange(0, off.numel() * BINS, BINS).unsqueeze(-1)
+            sel = (_bins(r) == (c[off] + offset).int()).view(-1).nonzero().squeeze(-1)
+            shape = (off.numel(), vocab)
+            found, w = boundary.packed(sel, torch.ones_like(sel), shape, r.w.view(-1)[sel])
+            ids = ids.expand(-1, found.shape[-1]).index_copy(0, off, found[:, 1])
+            weights = weights.expand(-1, w.shape[-1]).index_copy(0, off, w[:, 1])
         sub = boundary.Edge(*(t[again] for t in e))
         tokens[again], rejected, u[again] = boundary.tokens(
-            sub, at_edge, rest, outer.gather(1, c), ids[:, 1], weights[:, 1]
+            sub, at_edge, rest, outer.gather(1, c), ids, weights
         )
         again = again[rejected]
 
