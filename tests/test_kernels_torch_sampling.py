@@ -15,7 +15,7 @@ import torch
 from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import torch_sampling
 from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
-from kernelpolicy.kernels.torch_sampling import binned, blocks
+from kernelpolicy.kernels.torch_sampling import binned, blocks, boundary
 
 DTYPES = [
     pytest.param(d, id=str(d).removeprefix("torch."))
@@ -299,3 +299,23 @@ def test_two_bins_finds_exactly_the_positions_of_either_bin(
     in_a, in_b = flat == ta, flat == tb
     assert sel.tolist() == (in_a | in_b).view(-1).nonzero().squeeze(-1).tolist()
     assert group.tolist() == (in_b & ~in_a).view(-1)[sel].long().tolist()
+
+
+@pytest.mark.parametrize(
+    ("values", "ids", "order"),
+    [
+        pytest.param([-1.0, 2.0, -3.0, 0.5], [4, 9, 11, 30], [9, 30, 4, 11], id="signs"),
+        pytest.param([1.5, 1.5, 2.0, 1.5], [3, 5, 8, 2], [8, 2, 3, 5], id="ties-by-lower-id"),
+        pytest.param([-0.0, 0.0, -0.0], [7, 6, 9], [6, 7, 9], id="minus-zero-ties-zero"),
+        pytest.param([float("-inf"), -1e30, 3.0, 0.0], [1, 2, 3, -1], [3, 2, 1, -1], id="padding"),
+    ],
+)
+def test_boundary_bin_sorts_by_value_then_lower_id(
+    values: list[float], ids: list[int], order: list[int]
+) -> None:
+    """The CPU top-p sorts its boundary bin by int64 keys (the value's order, then the id):
+    descending values, ties (-0.0 = 0.0 included) by lower id, the padding (id -1) last."""
+    v, i = torch.tensor([values]), torch.tensor([ids])
+    total = torch.ones(1, 1, dtype=torch.float64)
+    e = boundary.edge((i, v, torch.zeros(1, len(ids))), total * 0, total, total * 0.5)
+    assert e.ids[0].tolist() == order

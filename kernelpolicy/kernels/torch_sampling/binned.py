@@ -168,10 +168,10 @@ def _two_bins(
     torch.eq(flat, a, out=hit)
     hit.add_(torch.eq(flat, b, out=other), alpha=2)  # 1: a's, 2: b's alone, 3: both (a = b)
     words = mask.view(torch.int64).nonzero().squeeze(-1)
-    found = mask.view(-1, 8).index_select(0, words)
-    at = found.nonzero()
-    sel = words.index_select(0, at[:, 0]) * 8 + at[:, 1]
-    return sel, (found[at[:, 0], at[:, 1]] == 2).long()
+    found = mask.view(-1, 8).index_select(0, words).view(-1)
+    at = found.nonzero().squeeze(-1)
+    sel = words.index_select(0, at >> 3) * 8 + (at & 7)
+    return sel, (found.index_select(0, at) == 2).long()
 
 
 def scan(r: Rows, p: torch.Tensor, u: torch.Tensor) -> Found:
