@@ -138,6 +138,8 @@ NUCLEUS_CASES = [
     pytest.param(tie_rows, 6000, 0.5, id="tied-group-across-k-and-p"),
     pytest.param(lambda: torch.randn(1, 4096) * 2, 300, 0.95, id="k-of-300"),
     pytest.param(lambda: torch.randn(1, 6000), None, 0.9, id="wide-in-chunks"),
+    pytest.param(lambda: torch.randn(1, 6000) * 3, None, 1e-6, id="p-near-zero-in-chunks"),
+    pytest.param(lambda: torch.randn(1, 6000) * 3, None, 0.999, id="p-near-one-in-chunks"),
 ]
 
 

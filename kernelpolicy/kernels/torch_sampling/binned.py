@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from kernelpolicy.kernels.torch_sampling import blocks, boundary
-from kernelpolicy.kernels.torch_sampling.common import draw, pick, prepare, weights
+from kernelpolicy.kernels.torch_sampling.common import draw, prepare, weights
 
 LOG2E = 1.4426950408889634
 # Bins of the float32 distance t to the row maximum, clamped to [2^-10, 2^7] (closer tokens
@@ -59,13 +59,14 @@ def rows(
 
 
 class Found(NamedTuple):
-    """What a pass over rows keeps: each row's histogram up to its boundary bin, that bin and
-    the bin its draw proposes, and the tokens of those two bins."""
+    """What a pass over rows keeps: each row's histogram and running weight over its bins,
+    the bin holding its nucleus boundary, the bin its draw proposes, and the tokens of those
+    two bins."""
 
-    outer: torch.Tensor  # [batch, BINS] float64: the bins above the boundary, it whole, zeros
+    hist: torch.Tensor  # [batch, BINS] float64: the weight in each bin
+    cum: torch.Tensor  # [batch, BINS] float64: the running weight, the row's weight last
     edge: torch.Tensor  # [batch, 1] int64: the boundary bin
     before: torch.Tensor  # [batch, 1] float64: the weight of the bins above it
-    total: torch.Tensor  # [batch, 1] float64: the row's weight
     c: torch.Tensor  # [batch, 1] int64: the proposed bin
     rest: torch.Tensor  # [batch, 1] float64: how far the uniform lies into it
     sel: torch.Tensor  # [n] int64: flat positions of the two bins' tokens, ascending
@@ -89,57 +90,61 @@ def top_p(logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tenso
     if vocab <= SHORT:  # a short row: sorting it whole costs less than the histogram
         return blocks.top_p(prepare(logits), p, u, block=SHORT, probes=blocks.PROBES)
     p = p.to(logits.device, torch.float32).reshape(-1)
+    p64 = p.double().unsqueeze(-1)
+    every = bool((p < 1.0).all())
     ids = torch.zeros(batch, dtype=torch.int64)
     t = torch.empty(min(CHUNK, batch), vocab)
     w = torch.empty_like(t)
-    found, cut = [], []
+    hist = torch.empty(batch, BINS, dtype=torch.float64)  # every chunk's rows in turn
+    cum = torch.empty_like(hist)
+    found, cut, done = [], [], 0
     for first in range(0, batch, CHUNK):
         last = min(first + CHUNK, batch)
         x = logits[first:last].float().contiguous()  # no copy for contiguous float32
         m = x.amax(dim=-1, keepdim=True)
-        if bool(m.isnan().any()):  # a NaN makes its row's maximum NaN: repair these rows only
-            x = prepare(x)
-            m = x.amax(dim=-1, keepdim=True)
-        here = _others(x, m, p[first:last], u[first:last], ids[first:last])
-        if here is None:  # the common case: every row filtered
-            here = torch.arange(last - first)
-        elif here.numel():
-            x, m = x[here], m[here]
-        if here.numel():
-            n, rows_p = here.numel(), p[first:last][here].double().unsqueeze(-1)
-            found.append(scan(rows(x, t[:n], w[:n], m), rows_p, u[first:last][here]))
-            cut.append(here + first)
+        here = torch.arange(last - first)
+        if not (every and bool(torch.isfinite(m).all())):  # NaN, infinities, p = 1: rare
+            x, m, here = _set_aside(x, m, p[first:last], u[first:last], ids[first:last])
+        n = here.numel()
+        if n:
+            r = rows(x, t[:n], w[:n], m)
+            at = here + first
+            found.append(scan(r, p64[at], u[at], hist[done : done + n], cum[done : done + n]))
+            cut.append(at)
+            done += n
     if found:
         at = torch.cat(cut)
-        ids[at] = finish(_joined(found, vocab), p[at].double().unsqueeze(-1), logits, at)
+        ids[at] = finish(_joined(found, vocab, hist[:done], cum[:done]), p64[at], logits, at)
     return ids
 
 
-def _others(
+def _set_aside(
     x: torch.Tensor, m: torch.Tensor, p: torch.Tensor, u: torch.Tensor, ids: torch.Tensor
-) -> torch.Tensor | None:
-    """Draw into ``ids`` the rows without top-p or with a non-finite maximum; the rows left
-    for the histogram (``None``: all of them)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Repair NaN in a chunk and draw into ``ids`` its rows without top-p or with a
+    non-finite maximum. Returns the rows left for the histogram: their logits, maxima and
+    indices in the chunk."""
+    if bool(m.isnan().any()):  # a NaN makes its row's maximum NaN
+        x = prepare(x)
+        m = x.amax(dim=-1, keepdim=True)
     finite = torch.isfinite(m.squeeze(-1))
-    take = finite & (p < 1.0)
-    if bool(take.all()):
-        return None
     whole = (finite & (p >= 1.0)).nonzero().squeeze(-1)
     if whole.numel():  # no top-p
         ids[whole] = draw(weights(x[whole])[0], u[whole])
     rest = (~finite).nonzero().squeeze(-1)
     if rest.numel():  # +inf logits, or nothing finite
         ids[rest] = blocks.top_p(x[rest], p[rest], u[rest])
-    return take.nonzero().squeeze(-1)
+    here = (finite & (p < 1.0)).nonzero().squeeze(-1)
+    return x[here], m[here], here
 
 
-def _joined(found: list[Found], vocab: int) -> Found:
-    """The chunks' findings as one, their flat positions moved past the rows before."""
-    if len(found) == 1:
-        return found[0]
+def _joined(found: list[Found], vocab: int, hist: torch.Tensor, cum: torch.Tensor) -> Found:
+    """The chunks' findings as one (their ``hist`` and ``cum`` already written, in order, to
+    the rows of ``hist`` and ``cum``), their flat positions moved past the rows before."""
     starts = torch.tensor([0] + [f.edge.shape[0] for f in found[:-1]]).cumsum(0) * vocab
     shifted = [f._replace(sel=f.sel + int(s)) for f, s in zip(found, starts, strict=True)]
-    return Found(*(torch.cat(parts) for parts in zip(*shifted, strict=True)))
+    parts = [torch.cat(part) for part in list(zip(*shifted, strict=True))[2:]]
+    return Found(hist, cum, *parts)
 
 
 def _bins(r: Rows) -> torch.Tensor:
@@ -174,7 +179,13 @@ def _two_bins(
     return sel, (found.index_select(0, at) == 2).long()
 
 
-def scan(r: Rows, p: torch.Tensor, u: torch.Tensor) -> Found:
+def scan(
+    r: Rows,
+    p: torch.Tensor,
+    u: torch.Tensor,
+    hist: torch.Tensor | None = None,
+    cum: torch.Tensor | None = None,
+) -> Found:
     """One pass over rows of finite maximum: the histogram of their weights over bins of the
     distance to the maximum, the bin holding each row's nucleus boundary, the bin its draw
     proposes (the boundary bin counted whole), and the tokens of both.
@@ -187,26 +198,46 @@ def scan(r: Rows, p: torch.Tensor, u: torch.Tensor) -> Found:
         r: The rows (``r.t`` is overwritten).
         p: ``float64 [batch, 1]`` in ``(0, 1)``.
         u: ``float64 [batch, 1]`` uniforms.
+        hist: ``float64 [batch, BINS]`` to write the histogram into, or ``None``.
+        cum: ``float64 [batch, BINS]`` to write the running weight into, or ``None``.
 
     Returns:
         The findings, positions flat in ``[batch, vocab]``.
     """
     batch = r.x.shape[0]
     flat = _bins(r)
-    hist = torch.bincount(flat.view(-1), r.w.view(-1), minlength=batch * BINS)
-    hist = hist.view(batch, BINS).double()
-    total = hist.sum(dim=-1, keepdim=True)
-    above = torch.cumsum(hist, dim=-1) - hist  # weight in the bins before each one
-    # vLLM drops a token when the weight at or below it is <= (1 - p) * total; the boundary
-    # bin is the last one whose top token stays
-    edge = ((total - above > (1.0 - p) * total) & (hist > 0)).long().cumsum(-1).argmax(-1)
-    edge = edge.unsqueeze(-1)
-    outer = hist.masked_fill(torch.arange(BINS) > edge, 0.0)  # bins above it, and it whole
-    c, rest = pick(outer, u * outer.sum(dim=-1, keepdim=True))
+    counted = torch.bincount(flat.view(-1), r.w.view(-1), minlength=batch * BINS)
+    if hist is None:
+        hist = counted.view(batch, BINS).double()
+    else:
+        hist.copy_(counted.view(batch, BINS))
+    cum = torch.cumsum(hist, dim=-1, out=cum) if cum is not None else hist.cumsum(dim=-1)
+    total = cum[:, -1:]
+    # vLLM drops a token when the weight at or below it is <= (1 - p) * total, so the
+    # boundary bin is the last one whose top token stays: one past the bins after which
+    # more than that much is left (the running weight only grows, so they come first)
+    edge = (total - cum[:, :-1] > (1.0 - p) * total).sum(dim=-1, keepdim=True)
+    before = cum.gather(1, (edge - 1).clamp(min=0)).masked_fill_(edge == 0, 0.0)
+    c, rest = _propose(hist, cum, edge, u)
     offset = torch.arange(0, batch * BINS, BINS).unsqueeze(-1)
     sel, group = _two_bins(flat, (edge + offset).int(), (c + offset).int())
     x, w = r.x.view(-1).index_select(0, sel), r.w.view(-1).index_select(0, sel)
-    return Found(outer, edge, above.gather(1, edge), total, c, rest, sel, group, x, w)
+    return Found(hist, cum, edge, before, c, rest, sel, group, x, w)
+
+
+def _propose(
+    hist: torch.Tensor, cum: torch.Tensor, edge: torch.Tensor, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bin drawn in proportion to its weight among the bins up to ``edge`` (the boundary bin
+    whole) by the uniforms ``u``, and how far ``u`` lies into it. Rounding never proposes an
+    empty bin: the running weight steps only at non-empty ones, and ``edge`` is one.
+
+    Returns:
+        ``(bin, rest)``, both ``[batch, 1]`` (int64 and float64).
+    """
+    goal = u * cum.gather(1, edge)
+    c = torch.searchsorted(cum, goal, right=True).minimum(edge)
+    return c, (goal - (cum.gather(1, c) - hist.gather(1, c))).clamp_(min=0.0)
 
 
 def finish(f: Found, p: torch.Tensor, logits: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -224,9 +255,9 @@ def finish(f: Found, p: torch.Tensor, logits: torch.Tensor, at: torch.Tensor) ->
     """
     shape = (f.edge.shape[0], logits.shape[-1])
     ids, x, w = boundary.packed(f.sel, f.group, shape, f.x, f.w)  # the boundary bin, the other
-    e = boundary.edge((ids[:, 0], x[:, 0], w[:, 0]), f.before, f.total, p)
-    inner = ids[:, 1], w[:, 1]
-    tokens, rejected, u = boundary.tokens(e, f.c == f.edge, f.rest, f.outer.gather(1, f.c), *inner)
+    e = boundary.edge((ids[:, 0], x[:, 0], w[:, 0]), f.before, f.cum[:, -1:], p)
+    mass = f.hist.gather(1, f.c)
+    tokens, rejected, u = boundary.tokens(e, f.c == f.edge, f.rest, mass, ids[:, 1], w[:, 1])
     again = rejected.nonzero().squeeze(-1)
     _redraw(tokens, again, u, e=e, f=f, logits=logits, at=at)
     return tokens
@@ -253,9 +284,9 @@ def _redraw(
     for _ in range(_REDRAWS):
         if not again.numel():
             return
-        outer = f.outer[again]
-        c, rest = pick(outer, u[again] * outer.sum(dim=-1, keepdim=True))
-        at_edge = c == f.edge[again]
+        hist, edge = f.hist[again], f.edge[again]
+        c, rest = _propose(hist, f.cum[again], edge, u[again])
+        at_edge = c == edge
         off = (~at_edge).squeeze(-1).nonzero().squeeze(-1)  # these need their row again
         ids = torch.full((again.numel(), 1), -1, dtype=torch.int64)
         weights = torch.zeros(again.numel(), 1)
@@ -269,7 +300,7 @@ def _redraw(
             weights = weights.expand(-1, w.shape[-1]).index_copy(0, off, w[:, 1])
         sub = boundary.Edge(*(t[again] for t in e))
         tokens[again], rejected, u[again] = boundary.tokens(
-            sub, at_edge, rest, outer.gather(1, c), ids, weights
+            sub, at_edge, rest, hist.gather(1, c), ids, weights
         )
         again = again[rejected]
 
