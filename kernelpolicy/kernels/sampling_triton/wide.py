@@ -139,22 +139,25 @@ def wide_compact_kernel(
     logits, stride, V, slow, m_ptr, states, buffers, wide_n, part_above,
     n_tiles, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
-    """The logits inside the final interval, packed with their ids, at slots from a per-row
-    counter (in any order: wide_resolve_kernel sorts them); and the tile's mass above it."""
+    """The logits inside the final interval, packed with their ids, and the tile's mass above
+    it. Each sub-tile reserves its run of slots with one atomic on a per-row counter (runs land
+    in any order: wide_resolve_kernel sorts them); a prefix sum places the logits in the run."""
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     if tl.load(slow + row) != READY:
         return
     m = tl.load(m_ptr + row)
     mass = tl.zeros((SUB,), tl.float32)
-    counter = wide_n + row + tl.zeros((SUB,), tl.int64)
     for start in range(0, BLOCK, SUB):
         offs = tile * BLOCK + start + tl.arange(0, SUB)
         x = load_row(logits + row * stride, offs, V)
         inside, above = classify(x, states + row * 4 * R, R, R)
-        take = inside & (offs < V)
-        pos = tl.atomic_add(counter, 1, mask=take)
-        tl.store(buffers + row * CAP + pos, pack(x, offs), mask=take & (pos < CAP))
+        take = (inside & (offs < V)).to(tl.int32)
+        n = tl.sum(take, 0)
+        if n > 0:
+            first = tl.atomic_add(wide_n + row, n, sem="relaxed")
+            pos = first + tl.cumsum(take, 0) - 1
+            tl.store(buffers + row * CAP + pos, pack(x, offs), mask=(take > 0) & (pos < CAP))
         mass += tl.where(above, exp_at(x, m), 0.0)
     tl.store(part_above + row * n_tiles + tile, tl.sum(mass, 0))
 
