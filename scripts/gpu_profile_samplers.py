@@ -5,7 +5,8 @@ issued back to back, and the CUDA kernels it runs (torch.profiler, graph replays
 then a Python profile of the host work of one batch-1 call.
 
     python scripts/gpu_profile_samplers.py [--impls triton] [--batches 1,32,256,1024]
-        [--vocab 128256] [--scales 5,1] [--kernels] [--python]
+        [--vocab 128256] [--scales 5,1] [--paths top_k,top_p,top_k_top_p] [--kernels]
+        [--python] [--set W_BLOCK=8192 ...]
 
 Logits are N(0, scale^2); scale 1 gives the wide nucleus. k 50 on the host, p 0.9 on the GPU,
 as vLLM keeps them.
@@ -81,6 +82,20 @@ def _rotating(
     return call
 
 
+def _override(parser: argparse.ArgumentParser, items: list[str]) -> None:
+    """Apply --set NAME=INT to the Triton sampler's module constants."""
+    if not items:
+        return
+    from kernelpolicy.kernels import sampling_triton
+
+    for item in items:
+        name, _, value = item.partition("=")
+        if not hasattr(sampling_triton, name):
+            parser.error(f"--set: the Triton sampler has no constant {name}")
+        setattr(sampling_triton, name, int(value))
+    print("settings:", " ".join(items))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--impls", default="triton")
@@ -89,7 +104,16 @@ def main() -> None:
     parser.add_argument("--scales", default="5,1")
     parser.add_argument("--kernels", action="store_true", help="print each case's kernel table")
     parser.add_argument("--python", action="store_true", help="profile the host work at batch 1")
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="override a tuning constant of the Triton sampler (e.g. W_BLOCK=8192); repeatable",
+    )
     args = parser.parse_args()
+    _override(parser, args.set)
     fns = {
         impl: _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
         for impl in args.impls.split(",")
@@ -100,7 +124,8 @@ def main() -> None:
             logits = [torch.randn(batch, args.vocab, device="cuda") * scale for _ in range(3)]
             k = torch.full((batch,), 50, dtype=torch.int64)
             p = torch.full((batch,), 0.9, device="cuda")
-            for path, (use_k, use_p) in PATHS.items():
+            for path in args.paths.split(","):
+                use_k, use_p = PATHS[path]
                 kk, pp = (k if use_k else None), (p if use_p else None)
                 for impl, fn in fns.items():
                     call = _rotating(fn, logits, kk, pp)

@@ -77,7 +77,8 @@ ROUNDS = 12  # search passes before the interval is kept whole (only ties get th
 W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 # tile and sub-tile of the wide kernels: large tiles, since their grids launch for every row
 # and all but the wide rows return at once
-W_BLOCK, W_SUB = 16384, 4096
+W_BLOCK, W_SUB, W_WARPS = 16384, 4096, 8
+BOUNDS_WARPS = 4
 
 
 WIDE_FAILED: dict[torch.dtype, str] = {}
@@ -401,7 +402,7 @@ def _launch(
     bounds_kernel[(batch,)](
         w.gmax, w.gsum, 2 * groups, groups, vocab, k_dev, p_dev, w.mode, w.bound, w.z, w.m,
         TG=TOP_GROUPS, BLOCK=1024, FAN=FAN_BOUND, CH=CHUNK, PASSES=PASSES, SLACK=SLACK,
-        num_warps=4, **flags,
+        num_warps=BOUNDS_WARPS, **flags,
     )  # fmt: skip
     select_kernel[(batch, tiles)](
         x, stride, vocab, w.mode, w.bound, w.regions, w.counts, tiles, BLOCK=GROUP_BLOCK,
@@ -448,7 +449,7 @@ def _launch_wide(
     for depth in range(W_ROUNDS):
         wide_tile_kernel[tile_grid](
             x, stride, vocab, w.slow, w.m, w.states, w.hists, w.part_above, tiles,
-            DEPTH=depth, R=W_ROUNDS, num_warps=GROUP_WARPS, **sizes,
+            DEPTH=depth, R=W_ROUNDS, num_warps=W_WARPS, **sizes,
         )  # fmt: skip
         wide_narrow_kernel[rows](
             w.slow, w.m, w.z, p_dev, w.states, w.hists, w.part_above, tiles, w.n_in,
@@ -457,7 +458,7 @@ def _launch_wide(
         )  # fmt: skip
     wide_compact_kernel[tile_grid](
         x, stride, vocab, w.slow, w.m, w.states, w.buffers, w.wide_n, w.part_above,
-        tiles, R=W_ROUNDS, CAP=CAP, num_warps=GROUP_WARPS, **sizes,
+        tiles, R=W_ROUNDS, CAP=CAP, num_warps=W_WARPS, **sizes,
     )  # fmt: skip
     for n, smaller in ((LARGE, 0), (CAP, LARGE)):  # sort LARGE slots where they suffice
         wide_resolve_kernel[rows](
@@ -467,5 +468,5 @@ def _launch_wide(
         )  # fmt: skip
     wide_draw_kernel[rows](
         x, stride, vocab, w.slow, w.m, w.thr, w.ties, u, w.tile_mass, w.tile_eq, tiles,
-        out, TILES=pow_tiles, num_warps=GROUP_WARPS, **sizes,
+        out, TILES=pow_tiles, num_warps=W_WARPS, **sizes,
     )  # fmt: skip
