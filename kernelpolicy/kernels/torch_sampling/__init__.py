@@ -10,8 +10,9 @@ proportion to their probabilities.
 
 Top-p alone never sorts a whole row and never truncates the nucleus to a fixed candidate count:
 on a GPU it searches sorted blocks of the row (:mod:`.blocks`, a fixed sequence of operations
-with no host synchronisation); on the CPU it takes the largest logits where they hold the
-nucleus, else a histogram of the mass (:mod:`.binned`).
+with no host synchronisation); on the CPU a histogram of the mass over bins of the distance
+to the row maximum, a few rows at a time, finds the bin holding the boundary, and only that
+bin is sorted (:mod:`.binned`, :mod:`.boundary`).
 """
 
 from __future__ import annotations
