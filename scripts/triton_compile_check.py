@@ -32,7 +32,7 @@ from kernelpolicy.kernels import sampling_triton
 KERNELS = [
     "group_kernel", "bounds_kernel", "select_kernel", "finish_kernel", "row_kernel",
     "wide_tile_kernel", "wide_narrow_kernel", "wide_compact_kernel", "wide_resolve_kernel",
-    "wide_draw_kernel",
+    "wide_draw_kernel", "propose_kernel", "reject_tile_kernel", "reject_pick_kernel",
 ]  # fmt: skip
 TYPES = {
     torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -71,7 +71,7 @@ def _launches(dtype: torch.dtype, path: str) -> list[Launch]:
         k = torch.full((4,), 50)
         p = torch.full((4,), 0.9)
         out = torch.empty(4, dtype=torch.int64)
-        sampling_triton._launch(x, w, size, k, p, p, out, (has_k, has_p, not has_k))
+        sampling_triton._launch(x, w, size, k, p, (p, p), out, (has_k, has_p, not has_k))
     finally:
         for name, kernel in saved.items():
             setattr(sampling_triton, name, kernel)

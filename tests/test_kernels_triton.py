@@ -65,12 +65,15 @@ def slow_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
 
 @pytest.fixture
 def even_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Row i draws with u = (i + 0.5) / rows instead of a random uniform."""
+    """Row i draws with u = (i + 0.5) / rows instead of a random uniform, by the exact paths:
+    no proposals for the wide rows (their rejection sampling, which draws several uniforms a
+    row, has its own tests in test_kernels_triton_reject.py)."""
 
     def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
         return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
 
     monkeypatch.setattr(sampling_triton, "_uniform", grid)
+    monkeypatch.setattr(sampling_triton, "PROPOSALS", 0)
 
 
 def assert_quadrature(ids: torch.Tensor, expected: torch.Tensor) -> None:

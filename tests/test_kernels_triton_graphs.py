@@ -141,6 +141,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
         return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
 
     monkeypatch.setattr(sampling_triton, "_uniform", grid)
+    monkeypatch.setattr(sampling_triton, "PROPOSALS", 0)  # the wide rows by the exact path
     capture = FakeGraphs()
     monkeypatch.setattr(sampling_triton, "CAPTURE", capture)
     return capture

@@ -1,0 +1,93 @@
+"""The wide nucleus by rejection: a top-p row whose nucleus is too wide for the fast path's
+candidates (finish_kernel marks it ``slow == WIDE``) is first sampled by proposing tokens from
+its whole softmax and keeping the first proposal that lies in the nucleus.
+
+A token lies in the nucleus when the mass of the tokens before it (larger logits, and equal
+logits of lower ids) is below ``p * z``. Proposals drawn from the whole softmax and kept only
+inside the nucleus are distributed exactly as the nucleus renormalised (rejection sampling);
+the first kept of ``P`` independent proposals is too. A nucleus of mass ``p`` keeps each
+proposal with probability ``p``, so a row keeps none with probability ``(1 - p)^P`` (1e-8 for
+p = 0.9 and P = 8); such a row stays ``WIDE`` and the exact wide kernels (``wide.py``) draw it.
+
+Three launches, one read of the row:
+
+1. ``propose_kernel`` (per row): ``P`` tokens from the group masses, each by its own uniform.
+2. ``reject_tile_kernel`` ((row, tile) grid): per tile, the mass before each proposal.
+3. ``reject_pick_kernel`` (per row): sums the tiles in tile order and keeps the first proposal
+   inside the nucleus.
+"""
+
+import triton
+import triton.language as tl
+
+from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack
+from kernelpolicy.kernels.sampling_triton.fast import draw_plain
+
+WIDE = tl.constexpr(2)  # finish_kernel's flag for the rows the wide kernels take
+
+
+@triton.jit
+def propose_kernel(
+    logits, stride, V, slow, m_ptr, z_ptr, gmax, gsum, g_stride, G, q_ptr, proposals,
+    GS: tl.constexpr, P: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """P tokens from the row's whole softmax, each by its own uniform (q_ptr: [rows, P])."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(slow + row) != WIDE:
+        return
+    m = tl.load(m_ptr + row)
+    z = tl.load(z_ptr + row)
+    base = logits + row * stride
+    for r in tl.static_range(P):
+        u = tl.load(q_ptr + row * P + r)
+        token = draw_plain(
+            base, V, gmax + row * g_stride, gsum + row * g_stride, G, m, z, u, GS, BLOCK
+        )  # fmt: skip
+        tl.store(proposals + row * P + r, token.to(tl.int32))
+
+
+@triton.jit
+def reject_tile_kernel(
+    logits, stride, V, slow, m_ptr, proposals, before, n_tiles, P: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Per tile: the mass of its tokens that come before each proposal in the descending order
+    (ties by lower id first), at before[row, tile, r]."""
+    row = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    if tl.load(slow + row) != WIDE:
+        return
+    m = tl.load(m_ptr + row)
+    base = logits + row * stride
+    offs = tile * BLOCK + tl.arange(0, BLOCK)
+    x = load_row(base, offs, V)
+    keys = pack(x, offs)
+    w = exp_at(x, m)  # 0 for -inf (and the padding)
+    out = before + (row * n_tiles + tile) * P
+    for r in tl.static_range(P):
+        token = tl.load(proposals + row * P + r)
+        key = pack(load_row(base, token, V), token)
+        tl.store(out + r, tl.sum(tl.where(keys > key, w, 0.0), 0))
+
+
+@triton.jit
+def reject_pick_kernel(
+    slow, z_ptr, p_ptr, proposals, before, n_tiles, out, HAS_P: tl.constexpr, P: tl.constexpr,
+):  # fmt: skip
+    """Keep the first proposal inside the nucleus; a row with none stays WIDE."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(slow + row) != WIDE:
+        return
+    p = 1.0
+    if HAS_P:
+        p = tl.load(p_ptr + row).to(tl.float32)
+    target = p * tl.load(z_ptr + row)
+    r = tl.arange(0, P)
+    mass = tl.zeros((P,), tl.float32)
+    for t in range(0, n_tiles):  # in tile order: the same sums every time
+        mass += tl.load(before + (row * n_tiles + t) * P + r)
+    first = tl.min(tl.where(mass < target, r, P), 0)
+    if first < P:
+        token = tl.sum(tl.where(r == first, tl.load(proposals + row * P + r), 0), 0)
+        tl.store(out + row, token.to(tl.int64))
+        tl.store(slow + row, 0)

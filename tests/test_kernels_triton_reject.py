@@ -1,0 +1,131 @@
+"""The wide nucleus by rejection (kernelpolicy.kernels.sampling_triton.reject), run by Triton's
+interpreter: each wide row proposes tokens from its whole softmax and keeps the first inside
+its nucleus. Checked against a float64 reference of the same rule, per row, with proposals on
+an even grid: the kept token is the reference's, the kept tokens are an exact quadrature of the
+nucleus distribution, and a row whose proposals all fall outside is drawn by the exact wide
+kernels instead."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
+pytest.importorskip("triton")
+
+from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.kernels import sampling_triton
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SMALL = {
+    "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+    "W_BLOCK": 256, "W_SUB": 128, "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    if DEVICE == "cpu":
+        for name, value in SMALL.items():
+            monkeypatch.setattr(sampling_triton, name, value)
+    sampling_triton._Scratch._cache.clear()
+
+
+def _grid_proposals(monkeypatch: pytest.MonkeyPatch, proposals: int) -> torch.Tensor:
+    """Proposal r of row i at u = (i + (r + 1) / (proposals + 1)) / rows, for every row."""
+    monkeypatch.setattr(sampling_triton, "PROPOSALS", proposals)
+    seen: list[torch.Tensor] = []
+
+    def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+        r = (torch.arange(proposals, dtype=torch.float64) + 1) / (proposals + 1)
+        q = ((torch.arange(batch, dtype=torch.float64)[:, None] + r[None, :]) / batch).float()
+        seen.append(q)
+        return q.to(device)
+
+    monkeypatch.setattr(sampling_triton, "_proposal_uniforms", grid)
+    return seen
+
+
+def _reference(row: torch.Tensor, p: float, q: torch.Tensor) -> int | None:
+    """The first proposal inside the nucleus, or None, in float64: a proposal
+    is the inverse CDF of the softmax in token order; a token is inside when the mass before it
+    (larger logits, equal ones of lower id) is below p times the total."""
+    w = torch.exp(row.double() - row.max())
+    z = float(w.sum())
+    cum = torch.cumsum(w, 0)
+    picks = [int(torch.searchsorted(cum, float(u) * z, right=True).clamp(max=len(row) - 1))
+             for u in q]  # fmt: skip
+    for token in picks:
+        x = row[token]
+        before = float(w[(row > x) | ((row == x) & (torch.arange(len(row)) < token))].sum())
+        if before < p * z:
+            return token
+    return None
+
+
+CASES = [
+    pytest.param(0.3, 0.9, 8, id="wide-p0.9-8-proposals"),
+    pytest.param(0.3, 0.5, 1, id="wide-p0.5-one-proposal"),
+    pytest.param(0.05, 0.9, 2, id="flat-p0.9-two-proposals"),
+]
+
+
+@pytest.mark.parametrize(("scale", "p", "proposals"), CASES)
+def test_the_first_proposal_inside_the_nucleus_is_kept(
+    monkeypatch: pytest.MonkeyPatch, scale: float, p: float, proposals: int
+) -> None:
+    seen = _grid_proposals(monkeypatch, proposals)
+    row = torch.randn(1000, generator=torch.Generator().manual_seed(11)) * scale
+    rows = 32
+    ids = sampling_triton.top_k_top_p(
+        row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)
+    ).cpu()
+    nucleus = filtered_probs(row[None], None, p)[0] > 0
+    assert int(nucleus.sum()) > sampling_triton.SMALL  # wide here: the rows take this path
+    assert bool(nucleus[ids].all())  # kept or drawn by the exact kernels: inside either way
+    rejected = 0
+    for i in range(rows):
+        kept = _reference(row, p, seen[0][i])
+        if kept is None:
+            rejected += 1  # the exact wide kernels drew it (inside, checked above)
+        else:
+            assert int(ids[i]) == kept, f"row {i}"
+    assert rejected < rows
+
+
+@pytest.mark.parametrize(
+    ("tied", "p"),
+    [
+        pytest.param(300, 0.5, id="300-tied-cut-at-half"),
+        pytest.param(250, 0.6, id="250-tied-cut-at-0.6"),
+    ],
+)
+def test_ties_at_the_boundary_keep_the_lowest_ids(
+    monkeypatch: pytest.MonkeyPatch, tied: int, p: float
+) -> None:
+    """A tied group across the cut: only its lowest ids are inside, so a proposal on one of its
+    higher ids is rejected; the kept tokens are an even quadrature of the nucleus."""
+    seen = _grid_proposals(monkeypatch, 1)
+    row = torch.full((512,), -30.0)
+    row[:tied] = 1.0
+    row[tied : tied + 200] = 0.0
+    rows = 160
+    ids = sampling_triton.top_k_top_p(
+        row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)
+    ).cpu()
+    expected = filtered_probs(row[None], None, p)[0]
+    assert 0 < int((expected[:tied] > 0).sum()) < tied  # the cut falls inside the ties
+    counts = torch.zeros(512, dtype=torch.float64)
+    for i in range(rows):
+        kept = _reference(row, p, seen[0][i])
+        if kept is not None:
+            assert int(ids[i]) == kept
+            counts[kept] += 1
+    # the kept proposals alone: rows * (mass of the token in the whole softmax)
+    whole = torch.softmax(row.double(), 0)
+    inside = expected > 0
+    assert float((counts[inside] - rows * whole[inside]).abs().max()) <= 1.0 + 1e-6
+    assert float(counts[~inside].sum()) == 0.0
