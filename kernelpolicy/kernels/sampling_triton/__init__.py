@@ -85,7 +85,6 @@ W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 W_BLOCK, W_SUB, W_WARPS = 16384, 1024, 8  # sub-tiles of 1024: 2.24 ms against 2.66 ms (H100)
 BOUNDS_WARPS = 4
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
-REJECT_SUB = 256  # logits per step of the proposals' check (55 registers: 4 programs an SM)
 
 
 WIDE_FAILED: dict[torch.dtype, str] = {}
@@ -478,7 +477,7 @@ def _launch_reject(
     )  # fmt: skip
     reject_tile_kernel[(batch, tiles)](
         x, stride, vocab, w.slow, w.m, w.proposals, w.before, tiles, P=PROPOSALS,
-        BLOCK=GROUP_BLOCK, SUB=min(GROUP_BLOCK, REJECT_SUB), num_warps=GROUP_WARPS,
+        BLOCK=GROUP_BLOCK, num_warps=GROUP_WARPS,
     )  # fmt: skip
     reject_pick_kernel[(batch,)](
         w.slow, w.z, p_dev, w.proposals, w.before, tiles, out, HAS_P=True, P=PROPOSALS,

@@ -20,7 +20,7 @@ Three launches, one read of the row:
 import triton
 import triton.language as tl
 
-from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row
+from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack
 from kernelpolicy.kernels.sampling_triton.fast import draw_plain
 
 WIDE = tl.constexpr(2)  # finish_kernel's flag for the rows the wide kernels take
@@ -49,30 +49,25 @@ def propose_kernel(
 @triton.jit
 def reject_tile_kernel(
     logits, stride, V, slow, m_ptr, proposals, before, n_tiles, P: tl.constexpr,
-    BLOCK: tl.constexpr, SUB: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Per tile: the mass of its tokens that come before each proposal in the descending order
-    (larger logits, and equal ones of lower id), at before[row, tile, r]. The P sums share one
-    accumulator and one reduction."""
+    (ties by lower id first), at before[row, tile, r]."""
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     if tl.load(slow + row) != WIDE:
         return
     m = tl.load(m_ptr + row)
     base = logits + row * stride
-    r = tl.arange(0, P)
-    ids = tl.load(proposals + row * P + r)
-    xs = load_row(base, ids, V)
-    acc = tl.zeros((SUB, P), tl.float32)
-    for start in range(0, BLOCK, SUB):
-        offs = tile * BLOCK + start + tl.arange(0, SUB)
-        x = load_row(base, offs, V)
-        w = exp_at(x, m)  # 0 for -inf (and the padding)
-        first = (x[:, None] > xs[None, :]) | (
-            (x[:, None] == xs[None, :]) & (offs[:, None] < ids[None, :])
-        )
-        acc += tl.where(first, w[:, None], 0.0)
-    tl.store(before + (row * n_tiles + tile) * P + r, tl.sum(acc, 0))
+    offs = tile * BLOCK + tl.arange(0, BLOCK)
+    x = load_row(base, offs, V)
+    keys = pack(x, offs)
+    w = exp_at(x, m)  # 0 for -inf (and the padding)
+    out = before + (row * n_tiles + tile) * P
+    for r in tl.static_range(P):
+        token = tl.load(proposals + row * P + r)
+        key = pack(load_row(base, token, V), token)
+        tl.store(out + r, tl.sum(tl.where(keys > key, w, 0.0), 0))
 
 
 @triton.jit
