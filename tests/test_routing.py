@@ -260,8 +260,8 @@ def test_verified_candidates_per_dtype(evidence: EvidenceEntry | None, accepted:
 
 
 def test_the_bundled_sampler_routes_by_the_measured_winners() -> None:
-    """With FlashInfer and Triton usable on an H100, FlashInfer serves batch 1-255 and Triton
-    256 and up (the measured winners); a call without a batch keeps FlashInfer first; a
+    """With FlashInfer and Triton usable on an H100, Triton serves every batch (the measured
+    winner); a call without a batch keeps FlashInfer first (what the engines can run); a
     platform without them has nothing to route (impl() is the plain function)."""
     import kernelpolicy
     from kernelpolicy.kernels.torch_impl import top_k_top_p
@@ -278,7 +278,7 @@ def test_the_bundled_sampler_routes_by_the_measured_winners() -> None:
         resolution.select("sampler.top_k_top_p", batch=b, dtype="bfloat16", **context)
         for b in (1, 255, 256, 1024)
     ]
-    assert answers == ["flashinfer", "flashinfer", "triton", "triton"]
+    assert answers == ["triton", "triton", "triton", "triton"]
     assert resolution.select("sampler.top_k_top_p", **context) == "flashinfer"  # as before
     cpu = kernelpolicy.resolve(platform=fixture("cpu"), env={})
     assert cpu.impl("sampler.top_k_top_p") is top_k_top_p
@@ -288,7 +288,7 @@ def test_explain_routes_by_stored_evidence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After verify stored a float16 failure for triton, `explain` on that machine serves
-    float16 at batch 256 and up with flashinfer, and says why."""
+    float16 with flashinfer at every batch, and says why."""
     from kernelpolicy.cli import main
     from kernelpolicy.conformance.evidence import store_evidence
 
@@ -304,7 +304,7 @@ def test_explain_routes_by_stored_evidence(
     assert main(["explain", "--platform", platform_file, "sampler.top_k_top_p"]) == 0
     out = capsys.readouterr().out
     assert "dtype: triton serves float32, bfloat16 (kernelpolicy verify on 2026-11-23" in out
-    assert "serves batch 256+: triton for float32, bfloat16; flashinfer for float16" in out
+    assert "serves batch 1+: triton for float32, bfloat16; flashinfer for float16" in out
 
 
 @pytest.mark.parametrize(
