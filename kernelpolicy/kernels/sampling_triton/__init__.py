@@ -16,9 +16,11 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    applies top-k, then top-p (over the row's whole softmax, or the top-k's own), and draws by
    inverse CDF with one uniform per row. A row with neither k nor p draws a group by its mass,
    then a token inside it.
-5. The wide kernels (``wide.py``; only when some row may have p without k): the top-p rows
-   step 4 could not finish (a nucleus wider than its candidate buffer) narrow their boundary
-   with histograms over (row, tile) grids and resolve it exactly, in three reads of the row.
+5. The wide rows (only when some row may have p without k): the top-p rows step 4 could not
+   finish (a nucleus wider than its candidate buffer) first propose ``PROPOSALS`` tokens from
+   their whole softmax and keep the first inside the nucleus (``reject.py``, one read of the
+   row, exact by rejection); the few with none inside narrow their boundary with histograms
+   over (row, tile) grids and resolve it exactly (``wide.py``, three reads of the row).
 6. ``row_kernel`` (per row, rows flagged by steps 4-5 only): top-k rows with many tied logits
    or candidates crowded into one tile, and top-p rows the wide kernels could not narrow (a
    tied group wider than their buffer). It searches the nucleus threshold exactly (``FAN``
