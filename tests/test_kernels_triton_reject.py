@@ -129,3 +129,38 @@ def test_ties_at_the_boundary_keep_the_lowest_ids(
     inside = expected > 0
     assert float((counts[inside] - rows * whole[inside]).abs().max()) <= 1.0 + 1e-6
     assert float(counts[~inside].sum()) == 0.0
+
+
+def test_proposal_kernels_that_fail_to_build_leave_the_rows_to_the_exact_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A build failure of the proposal kernels costs speed, not the call: the wide rows go to
+    the exact wide kernels (checked here as an even quadrature of the nucleus), and the failure
+    is remembered per dtype so the next call does not try again."""
+    monkeypatch.setattr(sampling_triton, "REJECT_FAILED", {})
+    monkeypatch.setattr(
+        sampling_triton,
+        "_uniform",
+        lambda batch, device, generators: (torch.arange(batch, device=device) + 0.5) / batch,
+    )
+    tries: list[int] = []
+
+    class Broken:
+        def __getitem__(self, grid: object) -> object:
+            def launch(*args: object, **kwargs: object) -> None:
+                tries.append(1)
+                raise RuntimeError("PassManager::run failed (planted)")
+
+            return launch
+
+    monkeypatch.setattr(sampling_triton, "propose_kernel", Broken())
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
+    expected = filtered_probs(row, None, 0.9)[0]
+    for _ in range(2):
+        ids = sampling_triton.top_k_top_p(
+            row.expand(24, -1).contiguous().to(DEVICE), None, torch.full((24,), 0.9)
+        ).cpu()
+        counts = torch.bincount(ids, minlength=1000).double()
+        assert float((counts - 24 * expected.double()).abs().max()) <= 1.0 + 1e-6
+    assert tries == [1]
+    assert "planted" in sampling_triton.REJECT_FAILED[torch.float32]

@@ -93,6 +93,10 @@ WIDE_FAILED: dict[torch.dtype, str] = {}
 """dtypes whose wide kernels failed to build in this process (-> why): their wide rows go to
 row_kernel, exact but slower, instead of failing the call."""
 
+REJECT_FAILED: dict[torch.dtype, str] = {}
+"""dtypes whose proposal kernels (reject.py) failed to build in this process (-> why): their
+wide rows go straight to the exact wide kernels."""
+
 UPCAST: dict[torch.dtype, str] = {}
 """dtypes whose kernels failed to compile in this process (-> why): their logits are converted
 to float32 before the kernels (one more pass over the logits), instead of failing the call."""
@@ -446,8 +450,11 @@ def _launch(
 
     wide = p_rows and x.dtype not in WIDE_FAILED
     finish(wide)
-    if wide and PROPOSALS:
-        _launch_reject(x, w, size, p_dev, q, out)
+    if wide and PROPOSALS and x.dtype not in REJECT_FAILED:
+        try:
+            _launch_reject(x, w, size, p_dev, q, out)
+        except Exception as exc:  # a build failure: the exact wide kernels take every wide row
+            REJECT_FAILED[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
     if wide:
         try:
             _launch_wide(x, w, p_dev, u, out)
