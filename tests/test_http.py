@@ -65,7 +65,7 @@ def url() -> Iterator[str]:
         pytest.param("sampler.top_k_top_p",
                      {"context": {**SAMPLER_CONTEXT, "has_generators": False, "batch": 8,
                                   "dtype": "bfloat16"}}, 200,
-                     {"value": "flashinfer"}, id="per-call-small-batch"),
+                     {"value": "triton"}, id="per-call-small-batch"),
         pytest.param("sampler.top_k_top_p",
                      {"context": {**SAMPLER_CONTEXT, "has_generators": False, "batch": 1024,
                                   "dtype": "bfloat16"}}, 200,

@@ -99,7 +99,7 @@ def test_resolve_with_context_and_gates(stub: pb_grpc.KernelPolicyStub) -> None:
     ("batch", "expected"),
     [
         pytest.param(None, "flashinfer", id="no-batch"),
-        pytest.param(8, "flashinfer", id="small"),
+        pytest.param(8, "triton", id="small"),
         pytest.param(1024, "triton", id="large"),
     ],
 )
@@ -107,8 +107,8 @@ def test_resolve_routes_by_batch(
     stub: pb_grpc.KernelPolicyStub, batch: int | None, expected: str
 ) -> None:
     """The call's batch and dtype travel in the context: the per-call choice by batch size
-    (flashinfer below 256, triton from 256; a call without a batch keeps the feature's own
-    order, flashinfer first)."""
+    (triton at every batch; a call without a batch keeps the feature's own order, flashinfer
+    first)."""
     routing = {} if batch is None else {"batch": batch, "dtype": "bfloat16"}
     context = struct(
         has_generators=False, has_top_k=True, has_top_p=True, logprobs_mode="raw_logprobs",
