@@ -70,6 +70,8 @@ CASES = [
     pytest.param(0.3, 0.9, 8, id="wide-p0.9-8-proposals"),
     pytest.param(0.3, 0.5, 1, id="wide-p0.5-one-proposal"),
     pytest.param(0.05, 0.9, 2, id="flat-p0.9-two-proposals"),
+    # a quarter of the rows keep none of the first step's 4 proposals: the second step's count
+    pytest.param(0.3, 0.3, 8, id="p0.3-two-steps-of-4"),
 ]
 
 
@@ -94,6 +96,9 @@ def test_the_first_proposal_inside_the_nucleus_is_kept(
         else:
             assert int(ids[i]) == kept, f"row {i}"
     assert rejected < rows
+    if proposals > sampling_triton.REJECT_STEP:  # some rows were kept by the second step
+        steps = [_reference(row, p, seen[0][i, : sampling_triton.REJECT_STEP]) for i in range(rows)]
+        assert any(kept is None for kept in steps)
 
 
 @pytest.mark.parametrize(

@@ -197,31 +197,16 @@ def _reject(
         BLOCK=1024,
         num_warps=4,
     )
-    pkg.reject_tile_kernel[(batch, tiles)](
-        x,
-        stride,
-        vocab,
-        w.slow,
-        w.m,
-        w.proposals,
-        w.before,
-        tiles,
-        P=pkg.PROPOSALS,
-        BLOCK=pkg.GROUP_BLOCK,
-        num_warps=pkg.GROUP_WARPS,
-    )
-    pkg.reject_pick_kernel[(batch,)](
-        w.slow,
-        w.z,
-        p_dev,
-        w.proposals,
-        w.before,
-        tiles,
-        out,
-        HAS_P=True,
-        P=pkg.PROPOSALS,
-        num_warps=1,
-    )
+    for first in range(0, pkg.PROPOSALS, pkg.REJECT_STEP):
+        pkg.reject_tile_kernel[(batch, tiles)](
+            x, stride, vocab, w.slow, w.m, w.proposals, w.before, tiles, first,
+            P=pkg.PROPOSALS, STEP=pkg.REJECT_STEP, BLOCK=pkg.GROUP_BLOCK,
+            num_warps=pkg.GROUP_WARPS,
+        )  # fmt: skip
+        pkg.reject_pick_kernel[(batch,)](
+            w.slow, w.z, p_dev, w.proposals, w.before, tiles, out, first, HAS_P=True,
+            P=pkg.PROPOSALS, STEP=pkg.REJECT_STEP, num_warps=1,
+        )  # fmt: skip
 
 
 def _wide(

@@ -9,12 +9,14 @@ the first kept of ``P`` independent proposals is too. A nucleus of mass ``p`` ke
 proposal with probability ``p``, so a row keeps none with probability ``(1 - p)^P`` (1e-8 for
 p = 0.9 and P = 8); such a row stays ``WIDE`` and the exact wide kernels (``wide.py``) draw it.
 
-Three launches, one read of the row:
+The launches, one read of the row per step:
 
 1. ``propose_kernel`` (per row): ``P`` tokens from the group masses, each by its own uniform.
-2. ``reject_tile_kernel`` ((row, tile) grid): per tile, the mass before each proposal.
+2. ``reject_tile_kernel`` ((row, tile) grid): per tile, the mass before each of ``STEP``
+   proposals (checking a logit against a proposal is most of the work, so a step checks a few).
 3. ``reject_pick_kernel`` (per row): sums the tiles in tile order and keeps the first proposal
-   inside the nucleus.
+   of the step inside the nucleus. Steps 2-3 repeat for the next ``STEP`` proposals; a row
+   kept already returns at once (with p = 0.9, 1 row in 10,000 needs a second step of 4).
 """
 
 import triton
@@ -48,11 +50,11 @@ def propose_kernel(
 
 @triton.jit
 def reject_tile_kernel(
-    logits, stride, V, slow, m_ptr, proposals, before, n_tiles, P: tl.constexpr,
-    BLOCK: tl.constexpr,
+    logits, stride, V, slow, m_ptr, proposals, before, n_tiles, first, P: tl.constexpr,
+    STEP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Per tile: the mass of its tokens that come before each proposal in the descending order
-    (ties by lower id first), at before[row, tile, r]."""
+    """Per tile: the mass of its tokens that come before proposals first .. first + STEP - 1
+    in the descending order (ties by lower id first), at before[row, tile, r]."""
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     if tl.load(slow + row) != WIDE:
@@ -64,17 +66,21 @@ def reject_tile_kernel(
     keys = pack(x, offs)
     w = exp_at(x, m)  # 0 for -inf (and the padding)
     out = before + (row * n_tiles + tile) * P
-    for r in tl.static_range(P):
-        token = tl.load(proposals + row * P + r)
-        key = pack(load_row(base, token, V), token)
-        tl.store(out + r, tl.sum(tl.where(keys > key, w, 0.0), 0))
+    for i in tl.static_range(STEP):
+        r = first + i
+        if r < P:
+            token = tl.load(proposals + row * P + r)
+            key = pack(load_row(base, token, V), token)
+            tl.store(out + r, tl.sum(tl.where(keys > key, w, 0.0), 0))
 
 
 @triton.jit
 def reject_pick_kernel(
-    slow, z_ptr, p_ptr, proposals, before, n_tiles, out, HAS_P: tl.constexpr, P: tl.constexpr,
+    slow, z_ptr, p_ptr, proposals, before, n_tiles, out, first, HAS_P: tl.constexpr,
+    P: tl.constexpr, STEP: tl.constexpr,
 ):  # fmt: skip
-    """Keep the first proposal inside the nucleus; a row with none stays WIDE."""
+    """Keep the first of proposals first .. first + STEP - 1 inside the nucleus; a row with
+    none stays WIDE (for the next step, or the exact wide kernels)."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != WIDE:
         return
@@ -82,12 +88,13 @@ def reject_pick_kernel(
     if HAS_P:
         p = tl.load(p_ptr + row).to(tl.float32)
     target = p * tl.load(z_ptr + row)
-    r = tl.arange(0, P)
-    mass = tl.zeros((P,), tl.float32)
+    r = first + tl.arange(0, STEP)
+    valid = r < P
+    mass = tl.zeros((STEP,), tl.float32)
     for t in range(0, n_tiles):  # in tile order: the same sums every time
-        mass += tl.load(before + (row * n_tiles + t) * P + r)
-    first = tl.min(tl.where(mass < target, r, P), 0)
-    if first < P:
-        token = tl.sum(tl.where(r == first, tl.load(proposals + row * P + r), 0), 0)
+        mass += tl.load(before + (row * n_tiles + t) * P + r, mask=valid, other=0.0)
+    kept = tl.min(tl.where(valid & (mass < target), r, P), 0)
+    if kept < P:
+        token = tl.sum(tl.where(r == kept, tl.load(proposals + row * P + r, mask=valid), 0), 0)
         tl.store(out + row, token.to(tl.int64))
         tl.store(slow + row, 0)
