@@ -30,16 +30,11 @@ from kernelpolicy.kernels.sampling_triton.common import (
     TOP_P_ROW,
     WIDE_ROW,
     exp_at,
+    from_ordered,
     ordered,
     row_k_p,
     row_mass,
 )
-
-
-@triton.jit
-def from_ordered(key):
-    """The float32 whose ordered key is ``key`` (the map is its own inverse)."""
-    return (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -46,6 +46,12 @@ def ordered(x):
 
 
 @triton.jit
+def from_ordered(key):
+    """The float32 whose ordered key is ``key`` (the map is its own inverse)."""
+    return (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def pack(x, offs):
     """int64 keys that sort by logit, then by lower token id: (ordered float bits, ~id)."""
     return (ordered(x).to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
@@ -53,9 +59,8 @@ def pack(x, offs):
 
 @triton.jit
 def unpack(key):
-    ordered = (key >> 32).to(tl.int32)
-    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
-    return bits.to(tl.float32, bitcast=True), (0x7FFFFFFF - (key & 0x7FFFFFFF)).to(tl.int32)
+    value = from_ordered((key >> 32).to(tl.int32))
+    return value, (0x7FFFFFFF - (key & 0x7FFFFFFF)).to(tl.int32)
 
 
 @triton.jit

@@ -24,8 +24,7 @@ import triton.language as tl
 
 from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack
 from kernelpolicy.kernels.sampling_triton.fast import draw_plain
-
-WIDE = tl.constexpr(2)  # finish_kernel's flag for the rows the wide kernels take
+from kernelpolicy.kernels.sampling_triton.wide import WIDE  # finish_kernel's flag for them
 
 
 @triton.jit
