@@ -18,8 +18,10 @@ import argparse
 import cProfile
 import pstats
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,17 +30,10 @@ from torch.profiler import ProfilerActivity, profile
 from kernelpolicy.engine.resolution import _resolve_entry
 from kernelpolicy.policy.names import BUILTIN_ENTRIES
 
-PATHS = {"top_k": (50, None), "top_p": (None, 0.9), "top_k_top_p": (50, 0.9)}
-
-
-def _events(fn: Callable[[], Any], calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / calls  # microseconds per call
+# the paths and the CUDA-event timing of benchmarks/bench_samplers.py, so that "idle-GPU
+# latency" and "back to back" mean here what they mean in its tables
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_samplers import PATHS, _once
 
 
 def _host(fn: Callable[[], Any], calls: int) -> float:
@@ -54,8 +49,8 @@ def _host(fn: Callable[[], Any], calls: int) -> float:
 def _timings(fn: Callable[[], Any]) -> tuple[float, float, float]:
     """(host us, idle-GPU latency us, back-to-back us per call), medians of 7."""
     host = statistics.median(_host(fn, 20) for _ in range(7))
-    idle = statistics.median(_events(fn, 1) for _ in range(7))
-    b2b = statistics.median(_events(fn, 10) for _ in range(7))
+    idle = statistics.median(_once(fn, "cuda") for _ in range(7)) * 1e6
+    b2b = statistics.median(_once(fn, "cuda", 10) for _ in range(7)) * 1e6
     return host, idle, b2b
 
 
