@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from kernelpolicy import Platform, load_platform
 from kernelpolicy.engine import Resolution, resolve_policies
@@ -46,3 +49,18 @@ def resolve_on(platform: Platform | str, **env: str) -> Resolution:
     if isinstance(platform, str):
         platform = fixture(platform)
     return resolve_policies(platform, env, bundled())
+
+
+SMALL_TRITON_KERNELS = {
+    "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
+    "W_BLOCK": 256, "W_SUB": 128, "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
+}  # fmt: skip
+"""The Triton sampler's tiles and buffers, shrunk (they are constexprs the host chooses) so that
+the interpreter's sorts stay cheap; the kernel tests' vocabularies are small to match."""
+
+
+def use_small_triton_kernels(monkeypatch: pytest.MonkeyPatch, sampling_triton: ModuleType) -> None:
+    """Set :data:`SMALL_TRITON_KERNELS` on the sampler for one test, with fresh work buffers."""
+    for name, value in SMALL_TRITON_KERNELS.items():
+        monkeypatch.setattr(sampling_triton, name, value)
+    sampling_triton._Scratch._cache.clear()

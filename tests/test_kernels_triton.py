@@ -22,6 +22,7 @@ from kernelpolicy.conformance.distribution import CASES as DIST_CASES
 from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
 from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import sampling_triton
+from tests.helpers import use_small_triton_kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 sample = sampling_triton.top_k_top_p
@@ -32,13 +33,7 @@ def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same kernels with small tiles and buffers (they are constexprs chosen by the host),
     so that the interpreter's sorts stay cheap; vocabularies here are small to match."""
     if DEVICE == "cpu":
-        for name, value in {
-            "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
-            "W_BLOCK": 256, "W_SUB": 128,
-            "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256, "ROUNDS": 12,
-        }.items():  # fmt: skip
-            monkeypatch.setattr(sampling_triton, name, value)
-        sampling_triton._Scratch._cache.clear()
+        use_small_triton_kernels(monkeypatch, sampling_triton)
 
 
 def full(value: float | None, batch: int) -> torch.Tensor | None:

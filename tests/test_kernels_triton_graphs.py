@@ -20,6 +20,7 @@ from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import sampling_triton
 from kernelpolicy.kernels.sampling_triton import graphs
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
+from tests.helpers import use_small_triton_kernels
 
 BASE = {
     "device_type": "cuda",
@@ -122,13 +123,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
     capture; even uniforms, so each draw checks the exact filtered distribution."""
     if torch.cuda.is_available():
         pytest.skip("the fake capture stands in for CUDA graphs on CPU only")
-    for name, value in {
-        "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
-            "W_BLOCK": 256, "W_SUB": 128,
-        "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
-    }.items():  # fmt: skip
-        monkeypatch.setattr(sampling_triton, name, value)
-    sampling_triton._Scratch._cache.clear()
+    use_small_triton_kernels(monkeypatch, sampling_triton)
     monkeypatch.setattr(sampling_triton, "GRAPHS", GraphCache())
     real_plan = graphs.plan
 

@@ -18,19 +18,15 @@ pytest.importorskip("triton")
 
 from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import sampling_triton
+from tests.helpers import use_small_triton_kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-SMALL = {
-    "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
-    "W_BLOCK": 256, "W_SUB": 128, "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
-}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
 def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     if DEVICE == "cpu":
-        for name, value in SMALL.items():
-            monkeypatch.setattr(sampling_triton, name, value)
+        use_small_triton_kernels(monkeypatch, sampling_triton)
     sampling_triton._Scratch._cache.clear()
 
 
