@@ -27,10 +27,16 @@ def row_k_p(k_ptr, p_ptr, row, V, HAS_K: tl.constexpr, HAS_P: tl.constexpr):
     if HAS_K:
         k = tl.load(k_ptr + row).to(tl.int64)
         k = tl.where((k > 0) & (k < V), k, 0).to(tl.int32)
+    return k, row_p(p_ptr, row, HAS_P)
+
+
+@triton.jit
+def row_p(p_ptr, row, HAS_P: tl.constexpr):
+    """The row's p (1.0: no top-p)."""
     p = tl.full((), 1.0, tl.float32)
     if HAS_P:
         p = tl.load(p_ptr + row).to(tl.float32)
-    return k, p
+    return p
 
 
 @triton.jit

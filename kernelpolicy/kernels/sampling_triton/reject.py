@@ -22,7 +22,7 @@ The launches, one read of the row per step:
 import triton
 import triton.language as tl
 
-from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack
+from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack, row_p
 from kernelpolicy.kernels.sampling_triton.fast import draw_plain
 from kernelpolicy.kernels.sampling_triton.wide import WIDE  # finish_kernel's flag for them
 
@@ -83,10 +83,7 @@ def reject_pick_kernel(
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != WIDE:
         return
-    p = 1.0
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
-    target = p * tl.load(z_ptr + row)
+    target = row_p(p_ptr, row, HAS_P) * tl.load(z_ptr + row)
     r = first + tl.arange(0, STEP)
     valid = r < P
     mass = tl.zeros((STEP,), tl.float32)

@@ -30,7 +30,14 @@ which is exact for any row.
 import triton
 import triton.language as tl
 
-from kernelpolicy.kernels.sampling_triton.common import EMPTY, exp_at, load_row, pack, unpack
+from kernelpolicy.kernels.sampling_triton.common import (
+    EMPTY,
+    exp_at,
+    load_row,
+    pack,
+    row_p,
+    unpack,
+)
 
 ROW = tl.constexpr(1)  # row_kernel takes the row
 WIDE = tl.constexpr(2)  # the interval is being narrowed
@@ -98,10 +105,7 @@ def wide_narrow_kernel(
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != WIDE:
         return
-    p = 1.0
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
-    target = p * tl.load(z_ptr + row)
+    target = row_p(p_ptr, row, HAS_P) * tl.load(z_ptr + row)
     m = tl.load(m_ptr + row)
     state = states + row * 4 * R
     lo = tl.load(state + DEPTH)
@@ -177,10 +181,7 @@ def wide_resolve_kernel(
     n_in = tl.load(n_ptr + row)
     if (n_in > N) | (n_in <= SMALLER):
         return  # the other launch takes it
-    p = 1.0
-    if HAS_P:
-        p = tl.load(p_ptr + row).to(tl.float32)
-    target = p * tl.load(z_ptr + row)
+    target = row_p(p_ptr, row, HAS_P) * tl.load(z_ptr + row)
     m = tl.load(m_ptr + row)
     above = 0.0
     for t in range(0, n_tiles):
