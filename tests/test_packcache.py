@@ -96,7 +96,8 @@ def test_a_hit_imports_no_validation_stack(tmp_path: Path) -> None:
     code = (
         "import sys, kernelpolicy; kernelpolicy.resolve(); "
         "print(sorted(m for m in ('pydantic', 'tomllib', 'structlog', 'cel', "
-        "'kernelpolicy.policy.schema', 'kernelpolicy.policy.loader') if m in sys.modules))"
+        "'kernelpolicy.policy.schema', 'kernelpolicy.policy.schema_conditions', "
+        "'kernelpolicy.policy.schema_engines', 'kernelpolicy.policy.loader') if m in sys.modules))"
     )
     run = [sys.executable, "-c", code]
     first = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
