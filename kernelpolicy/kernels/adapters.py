@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kernelpolicy.kernels import torch_impl
+from kernelpolicy.kernels import torch_impl, transfer
 from kernelpolicy.kernels.torch_impl import Generators
 
 
@@ -70,10 +70,10 @@ def flashinfer_top_k_top_p(
     if k is not None:
         k = torch.where((k <= 0) | (k >= vocab), vocab, k)
     # Non-blocking: a blocking host-to-device copy (k lives on the host in vLLM) waits for every
-    # kernel already queued on the stream, which serialised the host with the GPU on each call.
-    # From pageable memory the copy is staged before it returns, so the caller may reuse k.
-    k = None if k is None else k.to(device=logits.device, dtype=torch.int32, non_blocking=True)
-    p = None if p is None else p.to(device=logits.device, dtype=torch.float32, non_blocking=True)
+    # kernel already queued on the stream, which serialised the host with the GPU on each call;
+    # a host tensor goes through pinned memory, so the copy does not wait for staging either.
+    k = None if k is None else transfer.to_device(k, logits.device, torch.int32)
+    p = None if p is None else transfer.to_device(p, logits.device, torch.float32)
     if k is None:
         probs = logits.softmax(dim=-1, dtype=torch.float32)
         ids = sampling.top_p_sampling_from_probs(probs, p, deterministic=True)

@@ -48,6 +48,7 @@ from typing import ClassVar
 import torch
 import triton
 
+from kernelpolicy.kernels import transfer
 from kernelpolicy.kernels.sampling_triton import graphs, launch
 
 # The kernels live in this namespace: launch.py reads them from here at call time, where the
@@ -354,10 +355,10 @@ class _Graph:
         if self.x is not None:
             self.x.copy_(x)
             x = self.x
-        if self.has_k and k_rows is not None:
-            self.k.copy_(k_rows, non_blocking=True)  # a blocking copy would sync the host
+        if self.has_k and k_rows is not None:  # a blocking copy would sync the host
+            transfer.copy_into(self.k, k_rows)
         if self.has_p and p is not None:
-            self.p.copy_(p, non_blocking=True)
+            transfer.copy_into(self.p, p)
         return x
 
     def launch(self, x: torch.Tensor) -> None:
@@ -401,8 +402,8 @@ def _eager(
     u = _uniform(batch, device, generators)
     q = _proposal_uniforms(batch, device, generators) if p_rows and PROPOSALS else u
     # non-blocking: a blocking host-to-device copy waits for the whole stream
-    k_dev = u if k_rows is None else k_rows.to(device, non_blocking=True).contiguous()
-    p_dev = u if p is None else p.to(device, torch.float32, non_blocking=True).contiguous()
+    k_dev = u if k_rows is None else transfer.to_device(k_rows, device).contiguous()
+    p_dev = u if p is None else transfer.to_device(p, device, torch.float32).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
     flags = (k_rows is not None, p is not None, p_rows)
     _launch(x, w, size, k_dev, p_dev, (u, q), out, flags)
