@@ -12,6 +12,12 @@ on the same arguments stops serving that dtype for the rest of the process, reco
 call-time fallback is (``runtime_fallbacks``, the decision's warnings, ``explain``); the other
 dtypes keep it. A feature that does not route by dtype switches as a whole, as
 :class:`~kernelpolicy.engine.runtime.CallTimeFallback` does.
+
+An implementation that cannot be loaded (an import or JIT build failure on its first call)
+costs only the calls routed to it: it leaves the decision's order and every batch row, so
+those calls go to the next candidate of their row (the fallback last), recorded the same way.
+The decision's own choice failing to load switches the feature as a whole, as ``impl()`` of
+an unrouted feature does.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.engine.model import DtypeRule
+from kernelpolicy.engine.model import Decision, DtypeRule
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 
@@ -72,18 +78,24 @@ class Routed:
         return self._choose((batch, dtype))[0]
 
     def _choose(self, key: tuple[int, object]) -> tuple[str, Callable[..., Any]]:
-        decision = self._resolution.decisions[self._feature]
-        order = decision.order_for(key[0], dtype_name(key[1]))
-        if not order:
-            raise ResolutionError(f"{self._feature}: no implementation serves {key}")
-        chosen = (order[0], self._function(order[0]))
+        while True:  # each implementation that fails to load leaves the order: this ends
+            decision = self._resolution.decisions[self._feature]
+            order = decision.order_for(key[0], dtype_name(key[1]))
+            if not order:
+                raise ResolutionError(f"{self._feature}: no implementation serves {key}")
+            function = self._function(order[0])
+            if function is not None:
+                break
+        chosen = (order[0], function)
         if self._size >= TABLE_LIMIT:
             self.reset()
         self._table.setdefault(key[1], {})[key[0]] = chosen
         self._size += 1
         return chosen
 
-    def _function(self, impl: str) -> Callable[..., Any]:
+    def _function(self, impl: str) -> Callable[..., Any] | None:
+        """``impl``'s callable, loaded once; None when it cannot be loaded here, after taking
+        it out of the decision (choose again)."""
         function = self._loaded.get(impl)
         if function is not None:
             return function
@@ -94,9 +106,18 @@ class Routed:
             decision = resolution.decisions[self._feature]
             if self._fallback is None or impl == self._fallback:
                 raise
-            resolution._fall_back(self._feature, decision, self._fallback, str(exc))
-            return self._function(self._fallback)
+            if impl == decision.impl:
+                resolution._fall_back(self._feature, decision, self._fallback, str(exc))
+            else:
+                refuse_impl(resolution, self._feature, impl, str(exc))
+            return None
         self._loaded[impl] = function
+        return function
+
+    def _fallback_function(self) -> Callable[..., Any]:
+        assert self._fallback is not None
+        function = self._function(self._fallback)
+        assert function is not None  # loading the fallback raises rather than refuse it
         return function
 
     def _failed(
@@ -110,7 +131,7 @@ class Routed:
         if self._fallback is None or impl == self._fallback:
             raise error
         try:
-            result = self._function(self._fallback)(*args, **kwargs)
+            result = self._fallback_function()(*args, **kwargs)
         except Exception:
             raise error from None  # the fallback fails too: the call is at fault, not the kernel
         why = shown(f"{type(error).__name__} when called: {error}", _REASON_CHARS)
@@ -132,18 +153,50 @@ def refuse_dtype(resolution: Resolution, feature: str, impl: str, dtype: str, wh
     in ``impl()`` and ``select()`` alike."""
     decision = resolution.decisions[feature]
     note = f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
-    previous = resolution.runtime_fallbacks.get(feature)
-    resolution.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
-    from kernelpolicy.logs import log_runtime_fallback
-
-    log_runtime_fallback(feature, note, resolution.log_format)
     rules = {rule.impl: rule for rule in decision.dtype_rules}
     old = rules.get(impl, DtypeRule(impl, None))
     rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
-    resolution.decisions[feature] = dataclasses.replace(
+    changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
+    _record(resolution, feature, changed, f"dtype: {note}", note)
+
+
+def refuse_impl(resolution: Resolution, feature: str, impl: str, why: str) -> None:
+    """``impl``, one of the decision's routed implementations other than its choice, cannot
+    be loaded: it leaves the order and every batch row, so the calls routed to it go to the
+    next candidate of their row (the fallback last), in ``impl()`` and ``select()`` alike."""
+    decision = resolution.decisions[feature]
+    note = f"{impl} failed at run time ({why}); the calls routed to it go to the next candidate"
+
+    def without(order: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(name for name in order if name != impl)
+
+    changed = dataclasses.replace(
         decision,
-        dtype_rules=tuple(rules.values()),
-        reasons=(*decision.reasons, f"dtype: {note}"),
-        warnings=(*decision.warnings, note),
+        order=without(decision.order),
+        routes=tuple(dataclasses.replace(r, order=without(r.order)) for r in decision.routes),
+        dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
+    )
+    _record(resolution, feature, changed, note, note)
+
+
+def _record(
+    resolution: Resolution, feature: str, changed: Decision, reason: str, note: str
+) -> None:
+    """Store ``changed`` with ``reason`` and a fresh account of who serves what, add ``note``
+    to ``runtime_fallbacks`` and the warnings, log it, and rebuild ``select()``."""
+    from kernelpolicy.engine.routing import serving_lines
+    from kernelpolicy.logs import log_runtime_fallback
+
+    previous = resolution.runtime_fallbacks.get(feature)
+    resolution.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
+    log_runtime_fallback(feature, note, resolution.log_format)
+    kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
+    resolution.decisions[feature] = dataclasses.replace(
+        changed,
+        reasons=(*kept, reason, *serving_lines(changed)),
+        warnings=(*changed.warnings, note),
     )
     resolution.select = resolution._build_select()
+
+
+_SERVING = "serves batch "  # the lines of routing.serving_lines, redone after each change
