@@ -1,7 +1,9 @@
 """Render :class:`EngineSettings` for a shell, a dotenv file, JSON or a Kubernetes container.
 
 Every format carries the variables; the flags go where the format can hold them (JSON, the
-container's ``args``) and otherwise into a comment that says where they belong.
+container's ``args``) and otherwise into a comment that says where they belong. A choice made per
+call by batch, which no variable can carry, is a comment too (``per_batch`` in JSON; on stderr
+for ``k8s-json``, a container fragment with no room for it).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def render(settings: EngineSettings, fmt: str) -> str:
         lines = [f"{k}={_dotenv_value(v)}" for k, v in settings.env.items()]
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return "\n".join([header, *lines, *_flags_comment(settings)]) + "\n"
+    notes = [f"# {note}" for note in settings.per_batch_notes()]
+    return "\n".join([header, *lines, *_flags_comment(settings), *notes]) + "\n"
 
 
 def _engine(settings: EngineSettings) -> str:
@@ -67,4 +70,5 @@ def _k8s_yaml(settings: EngineSettings) -> str:
     if settings.flags:
         lines.append("# append to the container's args:")
         lines += [f"# - {json.dumps(word)}" for word in settings.flags]
+    lines += [f"# {note}" for note in settings.per_batch_notes()]
     return "\n".join(lines) + "\n"

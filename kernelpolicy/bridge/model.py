@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kernelpolicy.engine.routing import label
+
 
 class Status(StrEnum):
     """How one decision reaches an engine (closed set)."""
@@ -21,6 +23,19 @@ class Status(StrEnum):
 
 
 @dataclass(frozen=True)
+class BatchChoice:
+    """What ``select()`` tries first for a call whose ``batch`` is in ``[low, high]`` (``high``
+    None: no upper bound), before the candidates' per-call conditions."""
+
+    low: int
+    high: int | None
+    impl: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": [self.low, self.high], "impl": self.impl}
+
+
+@dataclass(frozen=True)
 class Told:
     """What one engine is told for one decision.
 
@@ -29,6 +44,9 @@ class Told:
         flags: Words for the engine's command line.
         inexpressible: The trade-off, when the engine cannot run exactly the chosen one.
         gives_up: Decisions that turning ``shared_switch`` off would also lose.
+        by_batch: Per batch range, what ``select()`` chooses in-process (the feature's
+            ``by_batch`` rows); the engine is told one choice for every batch.
+        batch_conditions: Implementations whose ``when`` reads the call's ``batch``.
     """
 
     feature: str
@@ -41,6 +59,33 @@ class Told:
     gives_up: tuple[str, ...] = ()
     reference: str | None = None
     note: str | None = None
+    by_batch: tuple[BatchChoice, ...] = ()
+    batch_conditions: tuple[str, ...] = ()
+
+    @property
+    def per_batch(self) -> bool:
+        """In-process, the choice depends on the call's batch: an engine cannot be told that."""
+        return bool(self.by_batch or self.batch_conditions)
+
+    def per_batch_dict(self) -> dict[str, Any] | None:
+        """``{"by_batch": [...], "conditions": [...]}``, or None where the choice is one."""
+        if not self.per_batch:
+            return None
+        return {
+            "by_batch": [choice.to_dict() for choice in self.by_batch],
+            "conditions": list(self.batch_conditions),
+        }
+
+    def per_batch_note(self, engine: str) -> str:
+        """One line saying what ``select()`` does per batch and that ``engine`` cannot."""
+        parts = [f"batch {label(c.low, c.high)}: {c.impl}" for c in self.by_batch] + [
+            f"{impl}'s condition reads batch" for impl in self.batch_conditions
+        ]
+        return (
+            f"{self.feature}: chosen per call by batch in-process only (resolve().select(), "
+            f"the worker bridge): {', '.join(parts)}; {engine} is told one choice, "
+            f"{self.impl}, for every batch"
+        )
 
     def summary(self) -> str:
         """One line: the settings, or why there are none."""
@@ -70,6 +115,7 @@ class Told:
             "gives_up": list(self.gives_up),
             "reference": self.reference,
             "note": self.note,
+            "per_batch": self.per_batch_dict(),
         }
 
 
@@ -104,6 +150,15 @@ class EngineSettings:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def per_batch(self) -> tuple[str, ...]:
+        """The features whose in-process choice depends on the call's batch."""
+        return tuple(name for name, told in self.decisions.items() if told.per_batch)
+
+    def per_batch_notes(self) -> list[str]:
+        """One line per feature of :attr:`per_batch` (see :meth:`Told.per_batch_note`)."""
+        return [self.decisions[name].per_batch_note(self.engine) for name in self.per_batch]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
@@ -115,5 +170,6 @@ class EngineSettings:
             "errors": list(self.errors),
             "warnings": list(self.warnings),
             "kept": dict(self.kept),
+            "per_batch": list(self.per_batch),
             "decisions": {name: told.to_dict() for name, told in self.decisions.items()},
         }

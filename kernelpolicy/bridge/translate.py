@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from kernelpolicy.bridge.model import EngineSettings, Status, Told
+from kernelpolicy.bridge.model import BatchChoice, EngineSettings, Status, Told
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
@@ -159,7 +160,9 @@ class _Teller:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
         if impl is None:
             return Told(name, None, Status.NOT_APPLICABLE)
-        return self._by_rule(feature, impl)
+        by_batch, conditions = _per_batch(feature, decision)
+        told = self._by_rule(feature, impl)
+        return replace(told, by_batch=by_batch, batch_conditions=conditions)
 
     def _by_rule(self, feature: CompiledFeature, impl: str) -> Told:
         name, engine = feature.name, self.engine
@@ -186,6 +189,26 @@ class _Teller:
             inexpressible=spec.inexpressible, shared_switch=spec.shared_switch,
             reference=spec.reference,
         )  # fmt: skip
+
+
+def _per_batch(
+    feature: CompiledFeature, decision: Decision
+) -> tuple[tuple[BatchChoice, ...], tuple[str, ...]]:
+    """What ``select()`` chooses per batch range (where ``by_batch`` changed the order), and
+    the implementations it may return whose ``when`` reads ``batch``."""
+    choices: tuple[BatchChoice, ...] = ()
+    if decision.routes:
+        ranges = [(r.low, r.high) for r in decision.routes] + uncovered(decision.routes)
+        choices = tuple(
+            BatchChoice(low, high, decision.order_for(low)[0]) for low, high in sorted(ranges)
+        )
+    conditions = tuple(
+        c.impl
+        for c in feature.candidates
+        # order lists every implementation select() may return, by_batch rows included
+        if c.impl in decision.order and c.when is not None and "batch" in c.when.variables()
+    )
+    return choices, conditions
 
 
 def _with_gives_up(told: Told, resolution: Resolution) -> Told:

@@ -20,7 +20,10 @@ def register(commands: Any) -> None:
             "Resolve the policies (as explain does) and print the environment variables, and "
             "the command-line flags, that make an unmodified engine choose the same kernels. "
             "Decisions the engine cannot express are warnings on stderr; a decision that is an "
-            "error, or two that need different values, exit 1 with the reasons."
+            "error, or two that need different values, exit 1 with the reasons. A choice that "
+            "resolve().select() makes per call by batch (a feature's by_batch rows, a "
+            "condition on batch) happens only in-process: the output says so, since variables "
+            "carry one choice."
         ),
         epilog=(
             "examples:\n"
@@ -56,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if not settings.ok:
         report_errors(resolution, settings.errors)
         return 1
+    if args.format == "k8s-json":  # a container fragment: no room for a note in it
+        for note in settings.per_batch_notes():
+            print(f"kernelpolicy: note: {note}", file=sys.stderr)
     sys.stdout.write(render(settings, args.format))
     return 0
 
