@@ -89,6 +89,7 @@ W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 # and all but the wide rows return at once
 W_BLOCK, W_SUB, W_WARPS = 16384, 1024, 8  # sub-tiles of 1024: 2.24 ms against 2.66 ms (H100)
 BOUNDS_WARPS = 4
+FINISH_WARPS = 4
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
 REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first pass's
 

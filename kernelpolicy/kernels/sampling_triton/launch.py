@@ -124,7 +124,7 @@ def launch(
             WR=pkg.W_ROUNDS,
             NR=254,
             WIDE=wide,
-            num_warps=4,
+            num_warps=pkg.FINISH_WARPS,
             **flags,
         )
 
