@@ -17,10 +17,13 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels.degraded import Degradations
 from kernelpolicy.kernels.sampling_triton import graphs
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
-from tests.helpers import use_small_triton_kernels
+from kernelpolicy.policy import load_policy_text
+from tests.helpers import fixture, use_small_triton_kernels
 
 BASE = {
     "device_type": "cuda",
@@ -209,6 +212,57 @@ def test_a_failed_capture_leaves_the_shape_eager(
         )
     (why,) = sampling_triton.GRAPHS._failed.items.values()
     assert "planted" in why
+    assert len(sampling_triton.GRAPHS) == 0
+
+
+TRITON_FIRST = """
+schema = "kernelpolicy.policy/v1"
+[features."sampler.top_k_top_p"]
+description = "the Triton sampler, run here by Triton's interpreter"
+fallback = "torch"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "triton"
+entry = "kernelpolicy.kernels.sampling_triton:top_k_top_p"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "torch"
+"""
+
+
+def test_a_failed_capture_is_reported_as_a_degradation(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a Resolution: every call is still exact, triton stays the choice, and
+    runtime_fallbacks, the warnings and explain say once per dtype that shapes whose capture
+    failed launch eagerly; each failed shape is remembered (it is not captured again)."""
+    channel = Degradations()
+    record = sampling_triton.CAPTURE_FAILED
+    monkeypatch.setattr(sampling_triton, "DEGRADATIONS", channel)
+    monkeypatch.setattr(
+        sampling_triton, "CAPTURE_FAILED", channel.record(record.what, record.effect)
+    )
+    failing = FakeGraphs(fail=True)
+    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(TRITON_FIRST))
+    sample = resolution.impl("sampler.top_k_top_p")
+    for seed, batch in [(0, 20), (1, 20), (2, 10)]:
+        logits = rows(seed, batch)
+        assert_exact(sample(logits, torch.full((batch,), 9), None), logits, 9, None)
+    note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
+    assert note == (
+        "triton degraded at run time: CUDA-graph capture failed for a float32 call shape "
+        "(batch 20, vocab 200: RuntimeError: operation not permitted when stream is capturing "
+        "(planted)); a float32 call shape whose capture fails launches eagerly, with the host "
+        "time of each launch; still triton, correct but slower"
+    )
+    decision = resolution.decision("sampler.top_k_top_p")
+    assert (decision.impl, decision.reason, decision.warnings) == (
+        "triton",
+        Reason.PREFERRED,
+        (note,),
+    )
+    assert resolution.to_dict()["decisions"]["sampler.top_k_top_p"]["warnings"] == [note]
+    assert len(sampling_triton.GRAPHS._failed.items) == 2  # batch 20 and batch 10
+    assert fake.captures == []
     assert len(sampling_triton.GRAPHS) == 0
 
 

@@ -185,11 +185,8 @@ def _record(
     """Store ``changed`` with ``reason`` and a fresh account of who serves what, add ``note``
     to ``runtime_fallbacks`` and the warnings, log it, and rebuild ``select()``."""
     from kernelpolicy.engine.routing import serving_lines
-    from kernelpolicy.logs import log_runtime_fallback
 
-    previous = resolution.runtime_fallbacks.get(feature)
-    resolution.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
-    log_runtime_fallback(feature, note, resolution.log_format)
+    resolution.note_runtime(feature, note)
     kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
     resolution.decisions[feature] = dataclasses.replace(
         changed,

@@ -69,6 +69,7 @@ class Resolution:
         self.revision: int | None = None
         self.policy_error: str | None = None
         self._impls: dict[str, Callable[..., Any]] = {}
+        self._listening: set[tuple[str, str]] = set()  # (feature, impl) told of degradations
         self.fingerprint = fingerprint
         self.env = dict(env or {})
         self.overrides = dict(overrides or {})
@@ -162,6 +163,7 @@ class Resolution:
             function = _resolve_entry(entry)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
             raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+        self._listen(feature, impl, entry)
         if wrap and impl != self.policies.features[feature].spec.fallback:
             from kernelpolicy.engine.runtime import CallTimeFallback
 
@@ -174,12 +176,43 @@ class Resolution:
             function = GUARDS[guard](function)
         return function
 
-    def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
-        note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
-        self.runtime_fallbacks[feature] = note
+    def _listen(self, feature: str, impl: str, entry: str) -> None:
+        """Record the degradations of ``entry``'s module (``DEGRADATIONS``, see
+        :mod:`kernelpolicy.kernels.degraded`): those so far, and each new one."""
+        import sys
+
+        from kernelpolicy.kernels.degraded import Degradations
+
+        module = sys.modules.get(entry.partition(":")[0])
+        channel = getattr(module, "DEGRADATIONS", None)
+        if isinstance(channel, Degradations) and (feature, impl) not in self._listening:
+            self._listening.add((feature, impl))
+            channel.listen(self._degraded, feature, impl)
+
+    def _degraded(self, feature: str, impl: str, what: str) -> None:
+        """``impl`` of ``feature`` still serves, slower: a warning, no switch."""
+        decision = self.decisions[feature]
+        note = f"{impl} degraded at run time: {what}; still {impl}, correct but slower"
+        if impl not in decision.order or note in decision.warnings:
+            return  # it serves no call of this Resolution, or this is said already
+        self.note_runtime(feature, note)
+        self.decisions[feature] = dataclasses.replace(
+            decision,
+            reasons=(*decision.reasons, f"degraded: {note}"),
+            warnings=(*decision.warnings, note),
+        )
+
+    def note_runtime(self, feature: str, note: str) -> None:
+        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it."""
         from kernelpolicy.logs import log_runtime_fallback
 
+        previous = self.runtime_fallbacks.get(feature)
+        self.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
         log_runtime_fallback(feature, note, self.log_format)
+
+    def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
+        note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
+        self.note_runtime(feature, note)
         self.decisions[feature] = dataclasses.replace(
             decision,
             impl=fallback,

@@ -51,10 +51,18 @@ import triton
 from kernelpolicy.kernels import transfer
 from kernelpolicy.kernels.sampling_triton import graphs, launch
 
-# The kernels live in this namespace: launch.py reads them from here at call time, where the
+# The kernels, and the records of what failed at run time while the sampler kept serving
+# (failures.py), live in this namespace: launch.py reads them from here at call time, where the
 # tests and the compile check replace them.
 from kernelpolicy.kernels.sampling_triton.bounds import bounds_kernel  # noqa: F401
 from kernelpolicy.kernels.sampling_triton.common import group_kernel  # noqa: F401
+from kernelpolicy.kernels.sampling_triton.failures import (  # noqa: F401
+    CAPTURE_FAILED,
+    DEGRADATIONS,
+    REJECT_FAILED,
+    UPCAST,
+    WIDE_FAILED,
+)
 from kernelpolicy.kernels.sampling_triton.fast import finish_kernel, select_kernel  # noqa: F401
 from kernelpolicy.kernels.sampling_triton.reject import (  # noqa: F401
     propose_kernel,
@@ -92,19 +100,6 @@ BOUNDS_WARPS = 4
 FINISH_WARPS = 4
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
 REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first pass's
-
-
-WIDE_FAILED: dict[torch.dtype, str] = {}
-"""dtypes whose wide kernels failed to build in this process (-> why): their wide rows go to
-row_kernel, exact but slower, instead of failing the call."""
-
-REJECT_FAILED: dict[torch.dtype, str] = {}
-"""dtypes whose proposal kernels (reject.py) failed to build in this process (-> why): their
-wide rows go straight to the exact wide kernels."""
-
-UPCAST: dict[torch.dtype, str] = {}
-"""dtypes whose kernels failed to compile in this process (-> why): their logits are converted
-to float32 before the kernels (one more pass over the logits), instead of failing the call."""
 
 
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
@@ -313,7 +308,10 @@ def _first_run(
     try:
         graph.replay = CAPTURE(graph.launch, source, x.device)
     except Exception as exc:  # a capture failure costs this shape its graph, nothing else
-        GRAPHS.fail(key, f"{type(exc).__name__}: {str(exc)[:300]}")
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        GRAPHS.fail(key, why)
+        if x.dtype not in CAPTURE_FAILED:  # said once per dtype: failed shapes are unbounded
+            CAPTURE_FAILED[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
         return result
     if GRAPHS.put(key, graph) and x.device.type == "cuda":
         torch.cuda.synchronize(x.device)  # an evicted graph may still be running
