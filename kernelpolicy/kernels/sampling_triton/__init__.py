@@ -97,7 +97,10 @@ W_ROUNDS = 2  # narrowing rounds of the wide kernels (254 bins each)
 # and all but the wide rows return at once
 W_BLOCK, W_SUB, W_WARPS = 16384, 1024, 8  # sub-tiles of 1024: 2.24 ms against 2.66 ms (H100)
 BOUNDS_WARPS = 4
-FINISH_WARPS = 4
+# finish_kernel's warps, and when some row may be top-p without top-k (its candidates may need
+# the LARGE sort): on the H100, 8 took 13-26 us at batch 256-1024 against 27-32 us with 4 for
+# those; the other calls keep 4 (7 and 20 us, against 7.5 and 21.5 with 8)
+FINISH_WARPS, FINISH_WARPS_P = 4, 8
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
 REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first pass's
 

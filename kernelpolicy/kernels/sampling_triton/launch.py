@@ -124,7 +124,7 @@ def launch(
             WR=pkg.W_ROUNDS,
             NR=254,
             WIDE=wide,
-            num_warps=pkg.FINISH_WARPS,
+            num_warps=pkg.FINISH_WARPS_P if p_rows else pkg.FINISH_WARPS,
             **flags,
         )
 

@@ -22,7 +22,7 @@ The launches, one read of the row per step:
 import triton
 import triton.language as tl
 
-from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, ordered, row_p
+from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack, row_p
 from kernelpolicy.kernels.sampling_triton.fast import draw_plain
 from kernelpolicy.kernels.sampling_triton.wide import WIDE  # finish_kernel's flag for them
 
@@ -62,18 +62,15 @@ def reject_tile_kernel(
     base = logits + row * stride
     offs = tile * BLOCK + tl.arange(0, BLOCK)
     x = load_row(base, offs, V)
-    # the order of pack()'s 64-bit keys, in 32-bit compares: a larger logit, or the same logit
-    # (same ordered key) at a lower id
-    keys = ordered(x)
+    keys = pack(x, offs)
     w = exp_at(x, m)  # 0 for -inf (and the padding)
     out = before + (row * n_tiles + tile) * P
     for i in tl.static_range(STEP):
         r = first + i
         if r < P:
             token = tl.load(proposals + row * P + r)
-            key = ordered(load_row(base, token, V))
-            ahead = (keys > key) | ((keys == key) & (offs < token))
-            tl.store(out + r, tl.sum(tl.where(ahead, w, 0.0), 0))
+            key = pack(load_row(base, token, V), token)
+            tl.store(out + r, tl.sum(tl.where(keys > key, w, 0.0), 0))
 
 
 @triton.jit
