@@ -100,10 +100,12 @@ def test_bundled_per_batch_features(
     assert settings.to_dict()["per_batch"] == list(expected)
 
 
-def kernelpolicy(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "KERNELPOLICY_LOG_FORMAT": "off"}
+def kernelpolicy(
+    *args: str, command: str = "env", log: str = "off"
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "KERNELPOLICY_LOG_FORMAT": log}
     return subprocess.run(
-        [sys.executable, "-m", "kernelpolicy", "env", "--engine", "vllm", "--platform", H100,
+        [sys.executable, "-m", "kernelpolicy", command, "--engine", "vllm", "--platform", H100,
          *args],
         env=env, capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
@@ -133,3 +135,12 @@ def test_env_k8s_json_keeps_the_fragment_and_notes_on_stderr() -> None:
     run = kernelpolicy("--format", "k8s-json")
     assert set(json.loads(run.stdout)) == {"env", "args"}
     assert run.stderr == f"kernelpolicy: note: {NOTE}\n"
+
+
+def test_exec_notes_it_and_logs_the_features() -> None:
+    """exec starts the engine with the one choice, says so on stderr and in its log event."""
+    run = kernelpolicy("--", sys.executable, "-c", "pass", command="exec", log="json")
+    lines = run.stderr.splitlines()
+    assert f"kernelpolicy: note: {NOTE}" in lines
+    (event,) = [json.loads(line) for line in lines if line.startswith("{")]
+    assert event["per_batch"] == ["sampler.top_k_top_p"]

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     warnings = [*settings.warnings, *flag_warnings]
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
+    for note in settings.per_batch_notes():  # the engine's one choice, not select()'s per batch
+        print(f"kernelpolicy: note: {note}", file=sys.stderr)
     _log(settings_from(environ).log_format, settings, argv, warnings)
     if not settings.ok:
         report_errors(resolution, settings.errors)
@@ -106,4 +108,5 @@ def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:
         command=argv[0],
         errors=list(settings.errors) or None,
         warnings=warnings or None,
+        per_batch=list(settings.per_batch) or None,
     )
