@@ -14,6 +14,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
+from kernelpolicy.kernels import sampling_triton
 from kernelpolicy.kernels.sampling_triton import common
 from kernelpolicy.kernels.sampling_triton.bounds import bounds_kernel
 
@@ -52,7 +53,8 @@ def _run(values: torch.Tensor, k: int, p: float, slack: int) -> tuple[int, float
     p_t = torch.tensor([p], device=DEVICE)
     bounds_kernel[(1,)](
         gmax, gsum, 2 * G, G, 10**6, k_t, p_t, *out,
-        HAS_K=k > 0, HAS_P=p < 1.0, TG=TG, BLOCK=128, FAN=16, CH=64, PASSES=8, SLACK=slack,
+        HAS_K=k > 0, HAS_P=p < 1.0, TG=TG, BLOCK=128,
+        FAN=sampling_triton.FAN_BOUND, CH=64, PASSES=sampling_triton.PASSES, SLACK=slack,
     )  # fmt: skip
     mode, bound, z, m = (t.item() for t in out)
     return int(mode), float(bound), float(z), float(m)

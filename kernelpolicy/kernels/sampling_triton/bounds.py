@@ -7,8 +7,8 @@ interval ``[lo, hi)`` that holds the answer, each pass reading the row's group v
 were just written, so from L2). A pass keeps the highest threshold whose values still weigh
 enough. It stops once at most ``SLACK`` group values lie between ``lo`` and ``hi`` (the bound is
 then at most ``SLACK`` values below the exact one: a few more candidates, never a wrong draw) or
-when the interval is one key wide (the exact value); eight passes of 16 reach that for any
-float32 input, and typical rows stop after two.
+when the interval is one key wide (the exact value); 32 / log2(FAN) passes reach that for
+any float32 input (16 of 4 thresholds), and typical rows stop after a few.
 
 * Top-k: the weight is the count. ``lo`` ends at or below the k-th largest group value, which is
   at or below the k-th largest logit (group values are distinct tokens' logits), and fewer than

@@ -22,21 +22,32 @@ from kernelpolicy.kernels.sampling_triton.common import (
 
 @triton.jit
 def select_kernel(
-    logits, stride, V, mode_ptr, bound_ptr, regions, counts, n_tiles,
-    BLOCK: tl.constexpr, R: tl.constexpr,
+    logits, stride, V, mode_ptr, bound_ptr, gmax, g_stride, regions, counts, n_tiles,
+    BLOCK: tl.constexpr, GS: tl.constexpr, R: tl.constexpr,
 ):  # fmt: skip
     """Per (row, tile): pack the logits >= the row's bound into the tile's region (R slots) and
     count them (the count may exceed R). Slots come from an atomic counter, so their order
-    varies; finish_kernel sorts the packed keys, which makes the result independent of it."""
+    varies; finish_kernel sorts the packed keys, which makes the result independent of it.
+
+    Only the groups whose maximum (group_kernel's) reaches the bound are read: no other logit
+    can, and a top-k bound leaves fewer than k + SLACK such groups in a row (a top-p one at
+    most TOP_GROUPS), so the pass reads a few percent of the row instead of all of it.
+    """
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     mode = tl.load(mode_ptr + row)
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
         bound = tl.load(bound_ptr + row)
-        offs = tile * BLOCK + tl.arange(0, BLOCK)
-        x = load_row(logits + row * stride, offs, V)
-        take = (x >= bound) & (offs < V)
-        counter = counts + row * n_tiles + tile + tl.zeros((BLOCK,), tl.int64)
+        groups = tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
+        # padding groups past the row hold -inf: read as not reaching any bound but -inf,
+        # whose tokens past V the mask below drops anyway
+        live = tl.load(gmax + row * g_stride + groups) >= bound
+        offs = groups[:, None] * GS + tl.arange(0, GS)[None, :]
+        x = tl.load(logits + row * stride + offs, mask=live[:, None] & (offs < V),
+                    other=float("-inf")).to(tl.float32)  # fmt: skip
+        x = tl.where(x != x, float("-inf"), x)  # NaN is never drawn
+        take = (x >= bound) & (offs < V) & live[:, None]
+        counter = counts + row * n_tiles + tile + tl.zeros((BLOCK // GS, GS), tl.int64)
         # relaxed: only the order of the slots is at stake, and finish_kernel sorts them
         pos = tl.atomic_add(counter, 1, mask=take, sem="relaxed")
         region = regions + (row * n_tiles + tile) * R

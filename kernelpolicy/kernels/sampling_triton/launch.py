@@ -84,10 +84,13 @@ def launch(
         vocab,
         w.mode,
         w.bound,
+        w.gmax,
+        2 * groups,
         w.regions,
         w.counts,
         tiles,
         BLOCK=pkg.GROUP_BLOCK,
+        GS=size,
         R=pkg.REGION,
         num_warps=pkg.GROUP_WARPS,
     )
