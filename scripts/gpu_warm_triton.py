@@ -9,8 +9,8 @@ benchmark's shapes (every path, each vocabulary) of one dtype, each called twice
 second call replays the first one's CUDA graph with new logits, k and p (a forced token per row
 checks that it read them). Prints one line per job: checks passed and failed (with the failed
 names), seconds, and notes: a dtype read as float32 after a build failure
-(``sampling_triton.UPCAST``), wide kernels that failed to build (``WIDE_FAILED``), graphs
-captured and captures that failed. Exits 1 when a check failed.
+(``sampling_triton.UPCAST``), wide or proposal kernels that failed to build (``WIDE_FAILED``,
+``REJECT_FAILED``), graphs captured and captures that failed. Exits 1 when a check failed.
 
 python scripts/gpu_warm_triton.py [--dtypes float32,bfloat16,float16] [--bench-dtypes
 float32,bfloat16] [--bench-vocabs 128256,151936] [--jobs 16]
@@ -64,6 +64,7 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
         for what, table in (
             ("read as float32 after a build failure", sampling_triton.UPCAST),
             ("wide kernels failed to build", sampling_triton.WIDE_FAILED),
+            ("proposal kernels failed to build", sampling_triton.REJECT_FAILED),
         )
         if dtype in table
     ]

@@ -98,6 +98,24 @@ def test_a_dropped_listener_is_not_kept_alive() -> None:
         channel.listen(print, "src")  # not a bound method: it could not be held weakly
 
 
+def test_a_listener_that_raises_does_not_fail_the_kernel() -> None:
+    """The record is written inside the kernel's call: a failing listener is skipped, the key
+    is stored, and the other listeners still hear."""
+
+    class Broken:
+        def hear(self, source: str, note: str) -> None:
+            raise RuntimeError("a logging handler failed (planted)")
+
+    channel = Degradations()
+    record: Degraded[str] = channel.record("{key}", "{key}")
+    broken, listener = Broken(), Listener()
+    channel.listen(broken.hear, "a")
+    channel.listen(listener.hear, "b")
+    record["x"] = "why"
+    assert record == {"x": "why"}
+    assert listener.heard == [("b", "x (why); x")]
+
+
 @pytest.mark.parametrize(
     ("name", "dtype", "words"),
     [

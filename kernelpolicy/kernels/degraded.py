@@ -103,11 +103,16 @@ class Degradations:
             callback(*args, note)
 
     def tell(self, note: str) -> None:
-        """Pass one new degradation to every live listener (and forget the dead ones)."""
+        """Pass one new degradation to every live listener (and forget the dead ones); a
+        listener that raises is skipped, since this runs inside the kernel's call."""
         with self._lock:
             self._listeners = [(ref, args) for ref, args in self._listeners if ref() is not None]
             live = list(self._listeners)
         for ref, args in live:
             callback = ref()
-            if callback is not None:
+            if callback is None:
+                continue
+            try:
                 callback(*args, note)
+            except Exception:  # a listener's failure (its logging) must not fail the kernel's
+                continue  # call: the kernel goes on serving, which is what the note says
