@@ -68,8 +68,8 @@ class ResolutionCollector(Collector):
         errors.add_metric([], len(resolution.errors))
         fallbacks = InfoMetricFamily(
             "kernelpolicy_runtime_fallback",
-            "A chosen kernel that failed at run time (import, build, launch) in this process, "
-            "and the fallback used instead.",
+            "What happened to the kernels at run time in this process: a kernel that failed "
+            "(import, build, launch) and what serves instead, or one that degraded.",
             labels=["feature"],
         )
         for feature, note in resolution.runtime_fallbacks.items():
