@@ -35,13 +35,16 @@ def select_kernel(
     """
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
+    # the three reads go out together: most programs read nothing else, so their time is
+    # these round trips to memory, not bandwidth
     mode = tl.load(mode_ptr + row)
+    bound = tl.load(bound_ptr + row)
+    groups = tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
+    top = tl.load(gmax + row * g_stride + groups)
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
-        bound = tl.load(bound_ptr + row)
-        groups = tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
         # padding groups past the row hold -inf: read as not reaching any bound but -inf,
         # whose tokens past V the mask below drops anyway
-        live = tl.load(gmax + row * g_stride + groups) >= bound
+        live = top >= bound
         offs = groups[:, None] * GS + tl.arange(0, GS)[None, :]
         x = tl.load(logits + row * stride + offs, mask=live[:, None] & (offs < V),
                     other=float("-inf")).to(tl.float32)  # fmt: skip

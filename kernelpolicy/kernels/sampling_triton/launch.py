@@ -92,7 +92,7 @@ def launch(
         BLOCK=pkg.GROUP_BLOCK,
         GS=size,
         R=pkg.REGION,
-        num_warps=pkg.GROUP_WARPS,
+        num_warps=pkg.SELECT_WARPS,
     )
 
     def finish(wide: bool) -> None:
