@@ -23,38 +23,48 @@ from kernelpolicy.kernels.sampling_triton.common import (
 @triton.jit
 def select_kernel(
     logits, stride, V, mode_ptr, bound_ptr, gmax, g_stride, regions, counts, n_tiles,
-    BLOCK: tl.constexpr, GS: tl.constexpr, R: tl.constexpr,
+    BLOCK: tl.constexpr, GS: tl.constexpr, CHUNK: tl.constexpr, R: tl.constexpr,
 ):  # fmt: skip
     """Per (row, tile): pack the logits >= the row's bound into the tile's region (R slots) and
     count them (the count may exceed R). Slots come from an atomic counter, so their order
     varies; finish_kernel sorts the packed keys, which makes the result independent of it.
 
-    Only the groups whose maximum (group_kernel's) reaches the bound are read: no other logit
-    can, and a top-k bound leaves fewer than k + SLACK such groups in a row (a top-p one at
-    most TOP_GROUPS), so the pass reads a few percent of the row instead of all of it.
+    Only the groups whose maximum (group_kernel's) reaches the bound can hold such a logit: a
+    top-k bound leaves fewer than k + SLACK of them in a row, a top-p one at most TOP_GROUPS.
+    The tile goes by chunks of CHUNK logits, and a chunk without one of those groups is
+    skipped whole, neither read nor computed (a masked lane still costs its instructions).
     """
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
-    # the three reads go out together: most programs read nothing else, so their time is
-    # these round trips to memory, not bandwidth
+    NG: tl.constexpr = BLOCK // GS  # groups in the tile
+    CG: tl.constexpr = CHUNK // GS  # groups in a chunk
+    # the three reads go out together, before the branch
     mode = tl.load(mode_ptr + row)
     bound = tl.load(bound_ptr + row)
-    groups = tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
-    top = tl.load(gmax + row * g_stride + groups)
+    first = tile * NG
+    top = tl.load(gmax + row * g_stride + first + tl.arange(0, NG))
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
-        # padding groups past the row hold -inf: read as not reaching any bound but -inf,
-        # whose tokens past V the mask below drops anyway
-        live = top >= bound
-        offs = groups[:, None] * GS + tl.arange(0, GS)[None, :]
-        x = tl.load(logits + row * stride + offs, mask=live[:, None] & (offs < V),
-                    other=float("-inf")).to(tl.float32)  # fmt: skip
-        x = tl.where(x != x, float("-inf"), x)  # NaN is never drawn
-        take = (x >= bound) & (offs < V) & live[:, None]
-        counter = counts + row * n_tiles + tile + tl.zeros((BLOCK // GS, GS), tl.int64)
-        # relaxed: only the order of the slots is at stake, and finish_kernel sorts them
-        pos = tl.atomic_add(counter, 1, mask=take, sem="relaxed")
+        # padding groups past the row hold -inf: they reach only a bound of -inf, and the
+        # mask below drops their tokens past V
+        live = tl.reshape((top >= bound).to(tl.int32), (NG // CG, CG))
+        chunk_live = tl.max(live, 1)
+        chunks = tl.arange(0, NG // CG)
+        base = logits + row * stride
+        counter = counts + row * n_tiles + tile
         region = regions + (row * n_tiles + tile) * R
-        tl.store(region + pos, pack(x, offs), mask=take & (pos < R))
+        for c in range(0, NG // CG):
+            if tl.sum(tl.where(chunks == c, chunk_live, 0), 0) > 0:
+                groups = first + c * CG + tl.arange(0, CG)
+                keep = tl.load(gmax + row * g_stride + groups) >= bound
+                offs = groups[:, None] * GS + tl.arange(0, GS)[None, :]
+                x = tl.load(base + offs, mask=keep[:, None] & (offs < V),
+                            other=float("-inf")).to(tl.float32)  # fmt: skip
+                x = tl.where(x != x, float("-inf"), x)  # NaN is never drawn
+                take = (x >= bound) & (offs < V) & keep[:, None]
+                # relaxed: only the order of the slots is at stake (finish_kernel sorts)
+                pos = tl.atomic_add(counter + tl.zeros((CG, GS), tl.int64), 1, mask=take,
+                                    sem="relaxed")  # fmt: skip
+                tl.store(region + pos, pack(x, offs), mask=take & (pos < R))
 
 
 @triton.jit

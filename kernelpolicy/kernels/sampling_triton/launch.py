@@ -91,6 +91,7 @@ def launch(
         tiles,
         BLOCK=pkg.GROUP_BLOCK,
         GS=size,
+        CHUNK=max(min(pkg.SELECT_CHUNK, pkg.GROUP_BLOCK), size),
         R=pkg.REGION,
         num_warps=pkg.SELECT_WARPS,
     )
