@@ -46,14 +46,16 @@ def select_kernel(
     if (mode == TOP_K_ROW) | (mode == TOP_P_ROW) | (mode == INF_ROW):
         # padding groups past the row hold -inf: they reach only a bound of -inf, and the
         # mask below drops their tokens past V
+        tl.static_assert(NG // CG <= 63, "at most 63 chunks a tile (one bit each)")
         live = tl.reshape((top >= bound).to(tl.int32), (NG // CG, CG))
-        chunk_live = tl.max(live, 1)
-        chunks = tl.arange(0, NG // CG)
+        # one bit per chunk holding a live group, in one reduction: the loop then tests a
+        # scalar, where a reduction per chunk would cost a barrier each
+        bits = tl.sum(tl.max(live, 1).to(tl.int64) << tl.arange(0, NG // CG).to(tl.int64), 0)
         base = logits + row * stride
         counter = counts + row * n_tiles + tile
         region = regions + (row * n_tiles + tile) * R
         for c in range(0, NG // CG):
-            if tl.sum(tl.where(chunks == c, chunk_live, 0), 0) > 0:
+            if (bits >> c) & 1:
                 groups = first + c * CG + tl.arange(0, CG)
                 keep = tl.load(gmax + row * g_stride + groups) >= bound
                 offs = groups[:, None] * GS + tl.arange(0, GS)[None, :]
