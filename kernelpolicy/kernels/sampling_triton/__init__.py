@@ -109,6 +109,9 @@ BOUNDS_WARPS = 4
 FINISH_WARPS, FINISH_WARPS_P = 4, 8
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
 REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first pass's
+# warps of the proposals' check: on the H100 4 took 287 us a call at batch 1024 (wide
+# nucleus), 8 (the 2-D kernels' GROUP_WARPS) 366 us
+REJECT_WARPS = 4
 
 
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:

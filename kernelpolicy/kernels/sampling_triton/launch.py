@@ -205,7 +205,7 @@ def _reject(
         pkg.reject_tile_kernel[(batch, tiles)](
             x, stride, vocab, w.slow, w.m, w.proposals, w.before, tiles, first,
             P=pkg.PROPOSALS, STEP=pkg.REJECT_STEP, BLOCK=pkg.GROUP_BLOCK,
-            num_warps=pkg.GROUP_WARPS,
+            num_warps=pkg.REJECT_WARPS,
         )  # fmt: skip
         pkg.reject_pick_kernel[(batch,)](
             w.slow, w.z, p_dev, w.proposals, w.before, tiles, out, first, HAS_P=True,
