@@ -1,7 +1,8 @@
 """Per-call routing when a routed implementation cannot be loaded: only the calls routed to it
 move (to the next candidate of their row, the fallback last), and runtime_fallbacks, the
-decision's warnings and explain say so; the decision's own choice failing still switches the
-whole feature to its fallback."""
+decision's warnings and explain say so; the decision's own choice failing hands the choice to
+the next of its order, and only with nothing but the fallback left does the whole feature
+switch."""
 
 from __future__ import annotations
 
@@ -100,12 +101,34 @@ def test_an_unloadable_routed_kernel_costs_only_its_calls(
     assert sum(line.startswith("serves batch 1-32") for line in decision.reasons) == 1
 
 
-def test_the_chosen_kernel_unloadable_switches_the_feature() -> None:
-    """The decision's own choice cannot be loaded: the feature falls back as a whole (the
-    decision is not true here), as impl() of an unrouted feature does."""
+def test_the_chosen_kernel_unloadable_hands_the_choice_to_the_next() -> None:
+    """The decision's own choice cannot be loaded: it leaves the order like any routed kernel,
+    the next of the order becomes the choice, and each row's calls go to the first of its
+    order that loads (not the whole feature to the fallback)."""
     resolution = resolve(("first",))
     sampler = resolution.impl(FEATURE)
-    assert not isinstance(sampler, Routed)
+    assert isinstance(sampler, Routed)
+    call(sampler, 4)
+    call(sampler, 64)
+    assert [sampler.choice(4, torch.float32), sampler.choice(64, torch.float32)] == [
+        "small",
+        "large",
+    ]
+    decision = resolution.decision(FEATURE)
+    assert decision.impl == "small"
+    assert "first" not in decision.order
+    note = resolution.runtime_fallbacks[FEATURE]
+    assert note.startswith("first failed at run time (")
+    assert note.endswith("the calls routed to it go to the next candidate")
+    for batch, expected in ((4, "small"), (64, "large")):
+        assert resolution.select(FEATURE, batch=batch, dtype="float32", **CONTEXT) == expected
+
+
+def test_the_chosen_kernel_unloadable_with_only_the_fallback_left() -> None:
+    """Every routed kernel but the fallback is unloadable: the feature falls back as a
+    whole, as impl() of an unrouted feature does."""
+    resolution = resolve(("first", "small", "large"))
+    resolution.impl(FEATURE)
     decision = resolution.decision(FEATURE)
     assert (decision.impl, decision.reason) == ("torch", Reason.FALLBACK)
     assert "using torch in this process" in resolution.runtime_fallbacks[FEATURE]

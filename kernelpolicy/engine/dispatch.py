@@ -16,8 +16,9 @@ dtypes keep it. A feature that does not route by dtype switches as a whole, as
 An implementation that cannot be loaded (an import or JIT build failure on its first call)
 costs only the calls routed to it: it leaves the decision's order and every batch row, so
 those calls go to the next candidate of their row (the fallback last), recorded the same way.
-The decision's own choice failing to load switches the feature as a whole, as ``impl()`` of
-an unrouted feature does.
+That holds for the decision's own choice too: the choice becomes the next candidate of the
+order (a broken FlashInfer install leaves the Triton sampler serving its batches, where the
+whole feature used to go to torch).
 """
 
 from __future__ import annotations
@@ -54,9 +55,15 @@ class Routed:
         self._table: dict[object, dict[int, tuple[str, Callable[..., Any]]]] = {}
         self._size = 0
         self._loaded: dict[str, Callable[..., Any]] = {}
-        decision = resolution.decisions[feature]
-        assert decision.impl is not None
-        self._function(decision.impl)  # an import failure shows now, as impl() always did
+        # an import failure shows now, as impl() always did; a choice that cannot be loaded
+        # leaves the order, and the next one is tried
+        while self._function(self._chosen()) is None:
+            pass
+
+    def _chosen(self) -> str:
+        impl = self._resolution.decisions[self._feature].impl
+        assert impl is not None
+        return impl
 
     def __call__(self, logits: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -103,10 +110,12 @@ class Routed:
         try:
             function = resolution._load(self._feature, impl, wrap=False)
         except ResolutionError as exc:
-            decision = resolution.decisions[self._feature]
             if self._fallback is None or impl == self._fallback:
                 raise
-            if impl == decision.impl:
+            decision = resolution.decisions[self._feature]
+            rest = [name for name in decision.order if name != impl]
+            if impl == decision.impl and rest == [self._fallback]:
+                # nothing but the fallback is left: the feature falls back as a whole
                 resolution._fall_back(self._feature, decision, self._fallback, str(exc))
             else:
                 refuse_impl(resolution, self._feature, impl, str(exc))
@@ -161,18 +170,21 @@ def refuse_dtype(resolution: Resolution, feature: str, impl: str, dtype: str, wh
 
 
 def refuse_impl(resolution: Resolution, feature: str, impl: str, why: str) -> None:
-    """``impl``, one of the decision's routed implementations other than its choice, cannot
-    be loaded: it leaves the order and every batch row, so the calls routed to it go to the
-    next candidate of their row (the fallback last), in ``impl()`` and ``select()`` alike."""
+    """``impl``, one of the decision's routed implementations, cannot be loaded: it leaves the
+    order and every batch row, so the calls routed to it go to the next candidate of their
+    row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the decision's
+    choice, the next of the order becomes the choice."""
     decision = resolution.decisions[feature]
     note = f"{impl} failed at run time ({why}); the calls routed to it go to the next candidate"
 
     def without(order: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name for name in order if name != impl)
 
+    order = without(decision.order)
     changed = dataclasses.replace(
         decision,
-        order=without(decision.order),
+        impl=order[0] if impl == decision.impl and order else decision.impl,
+        order=order,
         routes=tuple(dataclasses.replace(r, order=without(r.order)) for r in decision.routes),
         dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
     )
