@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from kernelpolicy.testing.machines import fixture_dir
+from tests.helpers import patch_lang_once_per_launch
 
 # The fuzz suite (tests/test_fuzz_*.py): a fast, deterministic profile for CI, a long one for
 # release checks (HYPOTHESIS_PROFILE=release pytest tests/test_fuzz_*.py). Fuzz tests take their
@@ -40,3 +42,21 @@ def empty_root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     root.mkdir()
     return root
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interpreter_patches_once_per_launch() -> Iterator[None]:
+    """Where the kernel tests run in Triton's interpreter (their modules set TRITON_INTERPRET
+    when collected), it patches the language once per launch (see
+    :func:`tests.helpers.patch_lang_once_per_launch`)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # no Triton: its tests skip
+        yield
+        return
+    undo = patch_lang_once_per_launch(interpreter)
+    yield
+    undo()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -65,3 +67,54 @@ def use_small_triton_kernels(monkeypatch: pytest.MonkeyPatch, sampling_triton: M
     for name, value in SMALL_TRITON_KERNELS.items():
         monkeypatch.setattr(sampling_triton, name, value)
     sampling_triton._Scratch._cache.clear()
+
+
+def patch_lang_once_per_launch(interpreter: ModuleType) -> Callable[[], None]:
+    """Make Triton's interpreter patch ``triton.language`` once per kernel launch, not again at
+    every call of a ``@triton.jit`` helper inside it, and return the function that undoes this.
+
+    The interpreter (Triton 3.x) patches the language's builtins when a launch starts
+    (``GridExecutor.__call__``) and restores them when it ends; each helper call inside
+    (``InterpretedFunction.__call__``) scans the same modules again (``inspect.getmembers``)
+    to patch what is patched already. Those scans took most of the kernel tests' time. A helper
+    whose language modules are patched in its launch skips the scan; every other call patches
+    as before (a helper's patch is never undone, as in Triton).
+
+    Args:
+        interpreter: the ``triton.runtime.interpreter`` module.
+
+    Returns:
+        A function that puts the interpreter's own functions back.
+    """
+    real_patch, real_launch = interpreter._patch_lang, interpreter.GridExecutor.__call__
+    languages = (interpreter.tl, interpreter.tl.core)
+    patched: list[frozenset[int] | None] = []  # per running launch: what is patched (None: none)
+
+    @cache
+    def modules(fn: Callable[..., Any]) -> frozenset[int]:
+        values = fn.__globals__.values()  # type: ignore[attr-defined]
+        return frozenset(id(v) for v in values if inspect.ismodule(v) and v in languages)
+
+    def patch_lang(fn: Callable[..., Any]) -> Any:
+        if patched and patched[-1] is not None and modules(fn) <= patched[-1]:
+            return interpreter._LangPatchScope()  # a helper: its launch has patched these
+        scope = real_patch(fn)
+        if patched:  # the launch's own patch, or a helper's (never undone, as without this)
+            patched[-1] = modules(fn) | (patched[-1] or frozenset())
+        return scope
+
+    def launch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        patched.append(None)
+        try:
+            return real_launch(self, *args, **kwargs)
+        finally:
+            patched.pop()
+
+    interpreter._patch_lang = patch_lang
+    interpreter.GridExecutor.__call__ = launch
+
+    def undo() -> None:
+        interpreter._patch_lang = real_patch
+        interpreter.GridExecutor.__call__ = real_launch
+
+    return undo
