@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kernelpolicy import Platform, load_platform
@@ -116,5 +117,38 @@ def patch_lang_once_per_launch(interpreter: ModuleType) -> Callable[[], None]:
     def undo() -> None:
         interpreter._patch_lang = real_patch
         interpreter.GridExecutor.__call__ = real_launch
+
+    return undo
+
+
+def reduce_xor_with_numpy(interpreter: ModuleType) -> Callable[[], None]:
+    """Make Triton's interpreter reduce with ``^`` (``tl.xor_sum``) in one NumPy call, as it
+    does sums, maxima and minima, and return the function that undoes this.
+
+    Without it such a reduction falls back to ``generic_reduce``, a Python loop over every
+    element, and ``tl.sort`` runs one per compare-and-swap stage: the sorts of the sampler's
+    per-row and finishing kernels spent most of their time there. Xor is associative and
+    commutative on integers, so the result is the same, bit for bit.
+
+    Args:
+        interpreter: the ``triton.runtime.interpreter`` module.
+
+    Returns:
+        A function that puts the interpreter's own ``ReduceOps.apply_impl`` back.
+    """
+    real = interpreter.ReduceOps.apply_impl
+    xor = interpreter.tl.standard._xor_combine
+
+    def apply_impl(self: Any, input: tuple[Any, ...]) -> Any:
+        if self.combine_fn is not xor or len(input) != 1:
+            return real(self, input)
+        data = input[0].handle.data
+        reduced = np.bitwise_xor.reduce(data, axis=self.axis, keepdims=self.keep_dims)
+        return self.to_tensor(reduced, input[0].dtype)
+
+    interpreter.ReduceOps.apply_impl = apply_impl
+
+    def undo() -> None:
+        interpreter.ReduceOps.apply_impl = real
 
     return undo

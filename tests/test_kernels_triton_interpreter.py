@@ -1,10 +1,13 @@
-"""The interpreter speed-up that tests/conftest.py installs for the kernel tests
-(tests.helpers.patch_lang_once_per_launch): a launch scans ``triton.language`` to patch it
-once, not again at every ``@triton.jit`` helper call inside it; the kernel computes what it
-computed before, and the language is left as it was."""
+"""The interpreter speed-ups that tests/conftest.py installs for the kernel tests: a launch
+scans ``triton.language`` to patch it once, not again at every ``@triton.jit`` helper call
+inside it (tests.helpers.patch_lang_once_per_launch), and xor reductions, which ``tl.sort``
+runs at every stage, are one NumPy call instead of a Python loop per element
+(tests.helpers.reduce_xor_with_numpy); kernels compute what they computed before."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 
 import pytest
@@ -69,3 +72,59 @@ def test_the_language_is_restored_after_a_launch(monkeypatch: pytest.MonkeyPatch
     Triton's builtin again, not the interpreter's stand-in."""
     _scans(monkeypatch, 3)
     assert tl.core.is_builtin(tl.where)
+
+
+@triton.jit
+def _xor_kernel(src, dst, ROWS: tl.constexpr, COLS: tl.constexpr, PER_ROW: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    x = tl.load(src + rows[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    if PER_ROW:
+        tl.store(dst + rows, tl.xor_sum(x, 1))
+        tl.store(dst + ROWS + rows, tl.reshape(tl.xor_sum(x, 1, keep_dims=True), [ROWS]))
+    else:
+        tl.store(dst + rows, tl.zeros([ROWS], tl.int32) + tl.xor_sum(x))
+
+
+@pytest.mark.parametrize(
+    "per_row", [pytest.param(True, id="per-row"), pytest.param(False, id="all")]
+)
+def test_xor_reductions_skip_the_python_loop_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, per_row: bool
+) -> None:
+    """tl.xor_sum per row (with and without keep_dims) and over the whole block: the xor of
+    the elements, without the interpreter's element-by-element generic_reduce."""
+    loops: list[object] = []
+    real = interpreter.ReduceOps.generic_reduce
+
+    def counted(self: object, input: object) -> object:
+        loops.append(input)
+        return real(self, input)
+
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", counted)
+    gen = torch.Generator().manual_seed(5)
+    src = torch.randint(-(2**31), 2**31 - 1, (8, 16), dtype=torch.int32, generator=gen)
+    dst = torch.zeros(16, dtype=torch.int32)
+    _xor_kernel[(1,)](src, dst, ROWS=8, COLS=16, PER_ROW=per_row)
+    if per_row:
+        expected = [functools.reduce(operator.xor, row) for row in src.tolist()] * 2
+    else:
+        expected = [functools.reduce(operator.xor, src.flatten().tolist())] * 8 + [0] * 8
+    assert dst.tolist() == expected
+    assert loops == []
+
+
+@triton.jit
+def _sort_kernel(src, dst, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(dst + offsets, tl.sort(tl.load(src + offsets), 0, descending=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32], ids=str)
+def test_sorts_match_torch(dtype: torch.dtype) -> None:
+    """tl.sort (whose stages reduce with xor) orders values with ties and negatives as torch
+    does."""
+    gen = torch.Generator().manual_seed(6)
+    src = torch.randint(-20, 20, (256,), generator=gen).to(dtype)
+    dst = torch.zeros_like(src)
+    _sort_kernel[(1,)](src, dst, N=256)
+    assert torch.equal(dst, torch.sort(src, descending=True).values)
