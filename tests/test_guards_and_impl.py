@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernelpolicy.engine import Reason, resolve_policies
+from kernelpolicy.engine.dispatch import Routed
 from kernelpolicy.kernels.guards import ClampTokenIds
 from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
 from kernelpolicy.policy import load_policy_text
@@ -35,19 +36,52 @@ def test_impl_returns_the_torch_fallbacks() -> None:
     assert resolution.impl("sampler.greedy") is greedy
 
 
-def test_missing_library_falls_back_for_the_process() -> None:
-    """flashinfer chosen but not importable here: torch from then on, and the decision says so."""
+def test_missing_library_hands_the_choice_to_the_next_candidate() -> None:
+    """flashinfer chosen but not importable here: the next candidate of the order (triton,
+    installed with the test extras) serves the sampler from then on, and the decision says
+    so; the feature does not drop to torch while triton can serve."""
     resolution = resolve_on("h100-sxm")
     assert resolution.decision("sampler.top_k_top_p").impl == "flashinfer"
-    assert resolution.impl("sampler.top_k_top_p") is top_k_top_p
+    routed = resolution.impl("sampler.top_k_top_p")
+    assert isinstance(routed, Routed)
+    assert routed.choice(4, torch.float32) == "triton"
     decision = resolution.decision("sampler.top_k_top_p")
-    assert (decision.impl, decision.reason) == ("torch", Reason.FALLBACK)
+    assert decision.impl == "triton"
+    assert "flashinfer" not in decision.order
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
     assert "cannot import flashinfer.sampling" in note
+    assert note.endswith("the calls routed to it go to the next candidate")
     assert note in decision.warnings
     ctx = {"has_generators": False, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw"}
-    assert resolution.select("sampler.top_k_top_p", **ctx) == "torch"
-    assert resolution.to_dict()["decisions"]["sampler.top_k_top_p"]["impl"] == "torch"
+    assert resolution.select("sampler.top_k_top_p", **ctx) == "triton"
+    assert resolution.to_dict()["decisions"]["sampler.top_k_top_p"]["impl"] == "triton"
+
+
+def test_missing_library_falls_back_for_the_process() -> None:
+    """An unrouted feature whose choice cannot be imported: its fallback from then on."""
+    policies = load_policy_text(UNLOADABLE)
+    resolution = resolve_policies(fixture("h100-sxm"), {}, policies)
+    assert resolution.impl("demo.unloadable") is greedy
+    decision = resolution.decision("demo.unloadable")
+    assert (decision.impl, decision.reason) == ("torch", Reason.FALLBACK)
+    note = resolution.runtime_fallbacks["demo.unloadable"]
+    assert "cannot load kernelpolicy_no_such_library.kernels:greedy" in note
+    assert note.endswith("using torch in this process")
+    assert note in decision.warnings
+
+
+UNLOADABLE = """
+schema = "kernelpolicy.policy/v1"
+[features."demo.unloadable"]
+description = "a chosen kernel whose library is missing"
+fallback = "torch"
+[[features."demo.unloadable".candidates]]
+impl = "missing"
+entry = "kernelpolicy_no_such_library.kernels:greedy"
+[[features."demo.unloadable".candidates]]
+impl = "torch"
+entry = "kernelpolicy.kernels.torch_impl:greedy"
+"""
 
 
 GUARDED = """

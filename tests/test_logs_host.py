@@ -76,18 +76,20 @@ def test_host_level_decides(host: Collect) -> None:
 
 
 def test_runtime_fallback_is_a_warning(host: Collect) -> None:
-    """A chosen kernel that cannot load here logs a warning naming the feature."""
+    """A chosen kernel that cannot load here logs a warning naming the feature (loading the
+    next candidate, triton, may add notes of degradations earlier tests of this process left:
+    they are process-wide)."""
     resolution = resolve(fixture("h100-sxm"), {"KERNELPOLICY_LOG_FORMAT": "json"})
     host.records.clear()
     resolution.impl("sampler.top_k_top_p")  # flashinfer is not installed here
-    (record,) = host.records
-    assert record.levelname == "WARNING"
-    event = json.loads(record.getMessage())
+    events = [(r.levelname, json.loads(r.getMessage())) for r in host.records]
+    (level, event), *_ = [e for e in events if "flashinfer failed" in e[1].get("note", "")]
+    assert level == "WARNING"
     assert (event["event"], event["feature"]) == (
         "kernelpolicy.runtime_fallback",
         "sampler.top_k_top_p",
     )
-    assert "using torch" in event["note"]
+    assert event["note"].endswith("the calls routed to it go to the next candidate")
 
 
 def test_a_host_stream_handler_gets_the_event(host: Collect) -> None:

@@ -142,11 +142,11 @@ def test_resolution_collector_in_a_host_registry() -> None:
     labels = {"feature": "sampler.top_k_top_p", "impl": "flashinfer", "reason": "preferred",
               "error_code": ""}  # fmt: skip
     assert value(before, "kernelpolicy_decision_info", **labels) == 1.0
-    resolution.impl("sampler.top_k_top_p")  # flashinfer is not installed: torch for the process
+    resolution.impl("sampler.top_k_top_p")  # flashinfer is not installed: triton, the next
     after = generate_latest(registry).decode()
     fallback = [k for k in samples(after) if k[0] == "kernelpolicy_runtime_fallback_info"]
     assert len(fallback) == 1
-    assert ("impl", "torch") in fallback[0][1]
+    assert ("impl", "triton") in fallback[0][1]
 
 
 def test_promtool_check_metrics(daemon: Any) -> None:
