@@ -11,7 +11,8 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
    above it. Top-p: at or below the first group values whose own mass reaches ``p`` (each is a
    logit, so the nucleus lies above the last of them).
 3. ``select_kernel`` (2-D grid): every logit ``>=`` the bound, packed with its token id into a
-   64-bit key, goes to its tile's slots.
+   64-bit key, goes to its tile's slots. Only the groups whose maximum reaches the bound are
+   read (chunks of ``SELECT_CHUNK`` logits without one are skipped), a few percent of the row.
 4. ``finish_kernel`` (per row): sorts the few candidates by key (logit, then lower token id),
    applies top-k, then top-p (over the row's whole softmax, or the top-k's own), and draws by
    inverse CDF with one uniform per row. A row with neither k nor p draws a group by its mass,
