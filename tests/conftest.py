@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,12 @@ def faster_triton_interpreter() -> Iterator[None]:
     except ImportError:  # no Triton: its tests skip
         yield
         return
-    undo = [patch_lang_once_per_launch(interpreter), reduce_xor_with_numpy(interpreter)]
+    undo = []
+    for speed_up in (patch_lang_once_per_launch, reduce_xor_with_numpy):
+        # another Triton's internals: slower, and the tests of
+        # tests/test_kernels_triton_interpreter.py fail, instead of every test erroring
+        with contextlib.suppress(AttributeError):
+            undo.append(speed_up(interpreter))
     yield
     for step in reversed(undo):
         step()
