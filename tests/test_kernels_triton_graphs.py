@@ -25,6 +25,8 @@ from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, use_small_triton_kernels
 
+GRAPH_UNIFORMS = sampling_triton._graph_uniforms  # the real draw, before any fixture replaces it
+
 BASE = {
     "device_type": "cuda",
     "interpreted": False,
@@ -139,6 +141,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
         return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
 
     monkeypatch.setattr(sampling_triton, "_uniform", grid)
+    monkeypatch.setattr(  # a graph draws its uniforms into one buffer (no proposals here)
+        sampling_triton, "_graph_uniforms", lambda uq: uq.copy_(grid(uq.numel(), uq.device, None))
+    )
     monkeypatch.setattr(sampling_triton, "PROPOSALS", 0)  # the wide rows by the exact path
     capture = FakeGraphs()
     monkeypatch.setattr(sampling_triton, "CAPTURE", capture)
@@ -273,3 +278,17 @@ def test_seeded_calls_run_eagerly(fake: FakeGraphs) -> None:
         sampling_triton.top_k_top_p(logits, torch.full((3,), 20), None, generators)
     assert fake.captures == []
     assert len(sampling_triton.GRAPHS) == 0
+
+
+def test_each_replay_draws_fresh_uniforms(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uniforms are drawn before each replay, outside the graph: replays of the same
+    logits draw new tokens (frozen uniforms would repeat the first call's draws row by row)."""
+    monkeypatch.setattr(sampling_triton, "_graph_uniforms", GRAPH_UNIFORMS)
+    torch.manual_seed(0)
+    logits = torch.zeros(20, 200)  # every token equally likely
+    draws = [sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.999)) for _ in range(3)]
+    assert fake.replays == 2
+    assert not torch.equal(draws[1], draws[2])
+    assert not torch.equal(draws[0], draws[1])

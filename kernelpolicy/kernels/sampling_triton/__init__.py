@@ -131,6 +131,13 @@ def _proposal_uniforms(batch: int, device: torch.device, generators: Generators)
     return q
 
 
+def _graph_uniforms(uq: torch.Tensor) -> None:
+    """Fill a graph's uniforms (each row's draw, then the wide rows' proposals) in one launch,
+    before its replay: a graph that holds torch's random-number kernels makes each replay
+    launch two more kernels to advance the generator's seed and offset."""
+    uq.uniform_()
+
+
 def _group_size(vocab: int, k_bound: int) -> int:
     """The largest power of two <= GROUP that leaves at least k_bound groups and room for the
     (k_bound - 1 + SLACK) * size + k_bound candidates of a top-k row (bounds.py)."""
@@ -316,6 +323,7 @@ def _first_run(
     """Run a new call shape eagerly on the graph's own buffers (Triton compiles what it needs),
     then capture it; a failed capture makes the shape eager from then on."""
     source = graph.load(x, k_rows, p)
+    _graph_uniforms(graph.uq)
     graph.launch(source)
     result = graph.out.clone()
     try:
@@ -355,8 +363,12 @@ class _Graph:
         k_dtype = torch.int32 if k is None else k.dtype
         self.k = torch.zeros(batch, dtype=k_dtype, device=device)
         self.p = torch.ones(batch, dtype=torch.float32, device=device)
-        self.u = torch.empty(batch, dtype=torch.float32, device=device)
-        self.q = torch.empty(batch, PROPOSALS, dtype=torch.float32, device=device)
+        # the draw's uniforms, then the proposals' (wide rows only), in one buffer filled by
+        # _graph_uniforms before each replay, outside the graph
+        proposals = PROPOSALS if self.p_rows else 0
+        self.uq = torch.empty(batch * (1 + proposals), dtype=torch.float32, device=device)
+        self.u = self.uq[:batch]
+        self.q = self.uq[batch:].view(batch, proposals) if proposals else self.u
         self.out = torch.empty(batch, dtype=torch.int64, device=device)
         self.replay: Callable[..., None] | None = None
 
@@ -374,10 +386,7 @@ class _Graph:
         return x
 
     def launch(self, x: torch.Tensor) -> None:
-        batch = x.shape[0]
-        self.u.copy_(_uniform(batch, x.device, None))
-        if self.p_rows and PROPOSALS:
-            self.q.copy_(_proposal_uniforms(batch, x.device, None))
+        """The kernels alone (captured): the uniforms are drawn before, outside the graph."""
         k_dev = self.k if self.has_k else self.u
         p_dev = self.p if self.has_p else self.u
         _launch(
@@ -395,7 +404,9 @@ class _Graph:
         self, x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
     ) -> torch.Tensor:
         assert self.replay is not None
-        self.replay(self.load(x, k_rows, p))
+        source = self.load(x, k_rows, p)
+        _graph_uniforms(self.uq)
+        self.replay(source)
         return self.out.clone()  # the next replay overwrites out
 
 
