@@ -46,12 +46,26 @@ def _host(fn: Callable[[], Any], calls: int) -> float:
     return seconds * 1e6 / calls
 
 
-def _timings(fn: Callable[[], Any]) -> tuple[float, float, float]:
-    """(host us, idle-GPU latency us, back-to-back us per call), medians of 7."""
-    host = statistics.median(_host(fn, 20) for _ in range(7))
-    idle = statistics.median(_once(fn, "cuda") for _ in range(7)) * 1e6
-    b2b = statistics.median(_once(fn, "cuda", 10) for _ in range(7)) * 1e6
-    return host, idle, b2b
+def _timings(
+    fn: Callable[[], Any], settings: list[Callable[[], None]] | None = None
+) -> list[tuple[float, float, float]]:
+    """(host us, idle-GPU latency us, back-to-back us per call), medians of 7, for each of
+    ``settings`` (functions applying one set of constants), sample by sample in turn so that
+    they share the machine's drift; one entry for the constants as they are without them."""
+    settings = settings or [lambda: None]
+    samples: list[list[tuple[float, float, float]]] = [[] for _ in settings]
+    for _ in range(7):
+        for apply, own in zip(settings, samples, strict=True):
+            apply()
+            own.append((_host(fn, 20), _once(fn, "cuda") * 1e6, _once(fn, "cuda", 10) * 1e6))
+    return [
+        (
+            statistics.median(s[0] for s in own),
+            statistics.median(s[1] for s in own),
+            statistics.median(s[2] for s in own),
+        )
+        for own in samples
+    ]
 
 
 def _kernels(fn: Callable[[], Any]) -> str:
@@ -77,18 +91,55 @@ def _rotating(
     return call
 
 
-def _override(parser: argparse.ArgumentParser, items: list[str]) -> None:
-    """Apply --set NAME=INT to the Triton sampler's module constants."""
-    if not items:
-        return
+def _override(parser: argparse.ArgumentParser, items: list[str]) -> Callable[[], None]:
+    """A function applying NAME=INT settings to the Triton sampler's module constants (checked
+    now: an unknown name is an error)."""
     from kernelpolicy.kernels import sampling_triton
 
+    values = []
     for item in items:
         name, _, value = item.partition("=")
         if not hasattr(sampling_triton, name):
-            parser.error(f"--set: the Triton sampler has no constant {name}")
-        setattr(sampling_triton, name, int(value))
-    print("settings:", " ".join(items))
+            parser.error(f"--set/--versus: the Triton sampler has no constant {name}")
+        try:
+            values.append((name, int(value)))
+        except ValueError:
+            parser.error(f"--set/--versus: {item!r} is not NAME=INT")
+
+    def apply() -> None:
+        for name, number in values:
+            setattr(sampling_triton, name, number)
+
+    return apply
+
+
+def _settings(
+    parser: argparse.ArgumentParser, fixed: list[str], versus: list[str]
+) -> list[Callable[[], None]]:
+    """Apply --set; returns the settings each case is timed with: one, or with --versus two
+    (--set alone, then --set and --versus), each restoring what the other changed."""
+    from kernelpolicy.kernels import sampling_triton
+
+    base = _override(parser, fixed)
+    base()
+    if fixed:
+        print("settings:", " ".join(fixed))
+    if not versus:
+        return [base]
+    other = _override(parser, versus)
+    names = [item.partition("=")[0] for item in versus]
+    restore = _override(parser, [f"{n}={int(getattr(sampling_triton, n))}" for n in names])
+    print("versus:", " ".join(versus))
+
+    def first() -> None:
+        restore()
+        base()
+
+    def second() -> None:
+        base()
+        other()
+
+    return [first, second]
 
 
 def main() -> None:
@@ -107,8 +158,16 @@ def main() -> None:
         metavar="NAME=INT",
         help="override a tuning constant of the Triton sampler (e.g. W_BLOCK=8192); repeatable",
     )
+    parser.add_argument(
+        "--versus",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="also time every case with these constants (on top of --set), sample by sample "
+        "in turn with the --set ones; printed as a second line marked 'versus'; repeatable",
+    )
     args = parser.parse_args()
-    _override(parser, args.set)
+    settings = _settings(parser, args.set, args.versus)
     fns = {
         impl: _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
         for impl in args.impls.split(",")
@@ -126,8 +185,12 @@ def main() -> None:
                     call = _rotating(fn, logits, kk, pp)
                     for _ in range(4):
                         call()
-                    host, idle, b2b = _timings(call)
-                    print(f"{impl} {path} {batch} {scale:g}: {host:.1f} | {idle:.1f} | {b2b:.1f}")
+                    timings = _timings(call, settings if impl == "triton" else None)
+                    for mark, (host, idle, b2b) in zip(("", " versus"), timings, strict=False):
+                        print(
+                            f"{impl}{mark} {path} {batch} {scale:g}: "
+                            f"{host:.1f} | {idle:.1f} | {b2b:.1f}"
+                        )
                     if args.kernels:
                         print(_kernels(call), flush=True)
     if args.python:

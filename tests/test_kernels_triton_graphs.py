@@ -20,7 +20,7 @@ from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.kernels import sampling_triton
 from kernelpolicy.kernels.degraded import Degradations
-from kernelpolicy.kernels.sampling_triton import graphs
+from kernelpolicy.kernels.sampling_triton import graphs, replay
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, use_small_triton_kernels
@@ -101,22 +101,28 @@ def test_failures_and_sightings_are_bounded() -> None:
 class FakeGraphs:
     """Stands in for CUDA graph capture: records each capture and replays the launch."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, fail_at: int | None = None) -> None:
         self.fail = fail
+        self.fail_at = fail_at  # fail only the capture with this index
         self.captures: list[int] = []
+        self.parts: list[str] = []  # what each capture held (the Graph method's name)
+        self.events: list[str] = []  # replays, and what tests log beside them
         self.replays = 0
 
     def __call__(
         self, launch: Callable[[torch.Tensor], None], x: torch.Tensor, device: torch.device
     ) -> Callable[..., None]:
-        if self.fail:
+        if self.fail or self.fail_at == len(self.captures):
             raise RuntimeError("operation not permitted when stream is capturing (planted)")
         address = x.data_ptr()
         self.captures.append(address)
+        part = getattr(launch, "__name__", "?")
+        self.parts.append(part)
 
         def replay(source: torch.Tensor) -> None:
             assert source.data_ptr() == address, "a graph read another address"
             self.replays += 1
+            self.events.append(f"replay {part}")
             launch(source)
 
         return replay
@@ -292,3 +298,78 @@ def test_each_replay_draws_fresh_uniforms(
     assert fake.replays == 2
     assert not torch.equal(draws[1], draws[2])
     assert not torch.equal(draws[0], draws[1])
+
+
+@pytest.fixture
+def groups_first(fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
+    """Every shape replays its group pass as a graph of its own (as large logits do on CUDA);
+    the copies of k and p and the draw of the uniforms are logged beside the replays."""
+    monkeypatch.setattr(sampling_triton, "GROUPS_FIRST_BYTES", 0)
+    real_copy = replay.transfer.copy_into
+
+    def logged_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+        fake.events.append("copy")
+        real_copy(dst, src)
+
+    monkeypatch.setattr(replay.transfer, "copy_into", logged_copy)
+    draw = sampling_triton._graph_uniforms
+
+    def logged_draw(uq: torch.Tensor) -> None:
+        fake.events.append("uniforms")
+        draw(uq)
+
+    monkeypatch.setattr(sampling_triton, "_graph_uniforms", logged_draw)
+    return fake
+
+
+@pytest.mark.parametrize(("k", "p"), [(20, None), (None, 0.8), (20, 0.8)], ids=["k", "p", "kp"])
+def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
+    groups_first: FakeGraphs, k: int | None, p: float | None
+) -> None:
+    """Large logits: two graphs a shape. Each replay starts the group pass before the host
+    copies k and p and draws the uniforms (they overlap the full read), and every draw is
+    still exact for new logits, k and p."""
+    for call, (seed, scale) in enumerate([(0, 1.0), (1, 1.0), (2, 0.5)]):
+        logits = rows(seed)
+        kk = None if k is None else torch.full((20,), k - 5 * call)
+        pp = None if p is None else torch.full((20,), p * scale)
+        groups_first.events.clear()
+        ids = sampling_triton.top_k_top_p(logits, kk, pp)
+        assert_exact(
+            ids, logits, None if k is None else k - 5 * call, None if p is None else p * scale
+        )
+    assert groups_first.parts == ["groups_pass", "after_groups"]
+    copies = ["copy"] * ((k is not None) + (p is not None))
+    assert groups_first.events == [
+        "replay groups_pass",
+        *copies,
+        "uniforms",
+        "replay after_groups",
+    ]
+    assert groups_first.replays == 4
+
+
+def test_small_logits_keep_one_graph(fake: FakeGraphs) -> None:
+    for seed in range(2):
+        logits = rows(seed)
+        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None)
+        assert_exact(ids, logits, 9, None)
+    assert fake.parts == ["launch"]
+
+
+def test_a_failed_second_capture_leaves_the_shape_eager(
+    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group pass captured, the rest not: the shape runs eagerly from then on, never
+    replaying half a call."""
+    failing = FakeGraphs(fail_at=1)
+    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    for seed in range(3):
+        logits = rows(seed)
+        ids = sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.8))
+        assert_exact(ids, logits, None, 0.8)
+    assert failing.parts == ["groups_pass"]
+    assert failing.replays == 0
+    (why,) = sampling_triton.GRAPHS._failed.items.values()
+    assert "planted" in why
+    assert len(sampling_triton.GRAPHS) == 0

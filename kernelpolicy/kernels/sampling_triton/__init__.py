@@ -32,7 +32,8 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
 Launched eagerly, that is five to twelve Triton launches and a few torch ops per call,
 several hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per
 call shape on first use and replayed after (``graphs``: which calls may, what a graph bakes in,
-the bounded cache). Calls with per-row generators run eagerly.
+the bounded cache; ``replay``: a captured shape, whose group pass starts before the host's
+copies for large logits). Calls with per-row generators run eagerly.
 
 NaN logits are never drawn; ``+inf`` logits share all the mass; a row with nothing finite
 gives token 0. Ties at the top-k boundary keep the lowest token ids. Seeded rows draw their
@@ -50,7 +51,7 @@ import torch
 import triton
 
 from kernelpolicy.kernels import transfer
-from kernelpolicy.kernels.sampling_triton import graphs, launch
+from kernelpolicy.kernels.sampling_triton import graphs, launch, replay
 
 # The kernels, and the records of what failed at run time while the sampler kept serving
 # (failures.py), live in this namespace: launch.py reads them from here at call time, where the
@@ -113,6 +114,10 @@ REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first p
 # warps of the proposals' check: on the H100 4 took 287 us a call at batch 1024 (wide
 # nucleus), 8 (the 2-D kernels' GROUP_WARPS) 366 us
 REJECT_WARPS = 4
+# logits from this size on replay the group pass as a graph of its own, before the host copies
+# k and p and draws the uniforms (replay.py); smaller ones keep one graph, whose single launch
+# costs the host less than the group pass would hide
+GROUPS_FIRST_BYTES = 32 << 20
 
 
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
@@ -267,7 +272,7 @@ Capture = Callable[
 ]
 CAPTURE: Capture = graphs.capture_cuda
 """Captures a launch into a graph and returns its replay (a fake stands in on CPU tests)."""
-GRAPHS: graphs.GraphCache[_Graph] = graphs.GraphCache()
+GRAPHS: graphs.GraphCache[replay.Graph] = graphs.GraphCache()
 
 
 def _pipeline(
@@ -283,7 +288,8 @@ def _pipeline(
     batch, vocab = x.shape
     size = _group_size(vocab, k_bound)
     k_dtype = None if k_rows is None else k_rows.dtype
-    shape = (batch, vocab, x.dtype, size, k_dtype, *rows)
+    groups_first = x.numel() * x.element_size() >= GROUPS_FIRST_BYTES
+    shape = (batch, vocab, x.dtype, size, k_dtype, *rows, groups_first)
     cuda = x.device.type == "cuda"
     key: tuple[object, ...] = (x.device, _stream_id(x.device), *shape)
     nbytes = x.numel() * x.element_size()
@@ -308,106 +314,9 @@ def _pipeline(
             graph = GRAPHS.get(key)
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            graph = _Graph(x, k_rows, size, rows, mode)
-            return _first_run(key, graph, x, k_rows, p)
+            graph = replay.Graph(x, k_rows, size, rows, mode, groups_first)
+            return graph.first_run(key, x, k_rows, p)
     return _eager(x, k_rows, size, p, generators, rows[2])
-
-
-def _first_run(
-    key: tuple[object, ...],
-    graph: _Graph,
-    x: torch.Tensor,
-    k_rows: torch.Tensor | None,
-    p: torch.Tensor | None,
-) -> torch.Tensor:
-    """Run a new call shape eagerly on the graph's own buffers (Triton compiles what it needs),
-    then capture it; a failed capture makes the shape eager from then on."""
-    source = graph.load(x, k_rows, p)
-    _graph_uniforms(graph.uq)
-    graph.launch(source)
-    result = graph.out.clone()
-    try:
-        graph.replay = CAPTURE(graph.launch, source, x.device)
-    except Exception as exc:  # a capture failure costs this shape its graph, nothing else
-        why = f"{type(exc).__name__}: {str(exc)[:300]}"
-        GRAPHS.fail(key, why)
-        if x.dtype not in CAPTURE_FAILED:  # said once per dtype: failed shapes are unbounded
-            CAPTURE_FAILED[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
-        return result
-    if GRAPHS.put(key, graph) and x.device.type == "cuda":
-        torch.cuda.synchronize(x.device)  # an evicted graph may still be running
-    return result
-
-
-class _Graph:
-    """The buffers one captured call shape reads and writes, and its replay. ``COPY`` graphs
-    own their input buffer; ``IN_PLACE`` graphs read the caller's logits at the captured
-    address (never kept here, so the caller's memory is not held)."""
-
-    def __init__(
-        self,
-        x: torch.Tensor,
-        k: torch.Tensor | None,
-        size: int,
-        flags: tuple[bool, bool, bool],
-        mode: graphs.Mode,
-    ) -> None:
-        batch, vocab = x.shape
-        device = x.device
-        self.size = size
-        self.has_k, self.has_p, self.p_rows = flags  # see _launch
-        self.w = _Scratch(batch, vocab, size, device)
-        copy = mode is graphs.Mode.COPY
-        self.x = torch.empty(batch, vocab, dtype=x.dtype, device=device) if copy else None
-        # k in the caller's dtype: the copy is then a plain transfer, no conversion kernel
-        k_dtype = torch.int32 if k is None else k.dtype
-        self.k = torch.zeros(batch, dtype=k_dtype, device=device)
-        self.p = torch.ones(batch, dtype=torch.float32, device=device)
-        # the draw's uniforms, then the proposals' (wide rows only), in one buffer filled by
-        # _graph_uniforms before each replay, outside the graph
-        proposals = PROPOSALS if self.p_rows else 0
-        self.uq = torch.empty(batch * (1 + proposals), dtype=torch.float32, device=device)
-        self.u = self.uq[:batch]
-        self.q = self.uq[batch:].view(batch, proposals) if proposals else self.u
-        self.out = torch.empty(batch, dtype=torch.int64, device=device)
-        self.replay: Callable[..., None] | None = None
-
-    def load(
-        self, x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Copy the call's inputs into the buffers the graph reads; returns the logits it reads."""
-        if self.x is not None:
-            self.x.copy_(x)
-            x = self.x
-        if self.has_k and k_rows is not None:  # a blocking copy would sync the host
-            transfer.copy_into(self.k, k_rows)
-        if self.has_p and p is not None:
-            transfer.copy_into(self.p, p)
-        return x
-
-    def launch(self, x: torch.Tensor) -> None:
-        """The kernels alone (captured): the uniforms are drawn before, outside the graph."""
-        k_dev = self.k if self.has_k else self.u
-        p_dev = self.p if self.has_p else self.u
-        _launch(
-            x,
-            self.w,
-            self.size,
-            k_dev,
-            p_dev,
-            (self.u, self.q),
-            self.out,
-            (self.has_k, self.has_p, self.p_rows),
-        )
-
-    def run(
-        self, x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
-    ) -> torch.Tensor:
-        assert self.replay is not None
-        source = self.load(x, k_rows, p)
-        _graph_uniforms(self.uq)
-        self.replay(source)
-        return self.out.clone()  # the next replay overwrites out
 
 
 def _eager(
@@ -422,6 +331,7 @@ def _eager(
     batch, vocab = x.shape
     device = x.device
     w = _Scratch.get(batch, vocab, size, device)
+    launch.groups_pass(x, w, size)  # first: it needs neither k, p nor the uniforms
     u = _uniform(batch, device, generators)
     q = _proposal_uniforms(batch, device, generators) if p_rows and PROPOSALS else u
     # non-blocking: a blocking host-to-device copy waits for the whole stream
@@ -429,7 +339,7 @@ def _eager(
     p_dev = u if p is None else transfer.to_device(p, device, torch.float32).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=device)
     flags = (k_rows is not None, p is not None, p_rows)
-    _launch(x, w, size, k_dev, p_dev, (u, q), out, flags)
+    launch.after_groups(x, w, size, k_dev, p_dev, (u, q), out, flags)
     return out
 
 

@@ -37,14 +37,19 @@ def launch(
     that outlives them (so that a CUDA graph can hold them). ``uniforms``: one per row for the
     draw, and the wide rows' proposals. ``rows``: some row has k, some row has p, some row may
     have p without k (only those can need the wide kernels)."""
+    groups_pass(x, w, size)
+    after_groups(x, w, size, k_dev, p_dev, uniforms, out, rows)
+
+
+def groups_pass(x: torch.Tensor, w: Scratch, size: int) -> None:
+    """Step 1, the full read of the logits: it reads neither k, p nor the uniforms, so a graph
+    of it alone can start before the host has copied them (see ``replay.py``)."""
     pkg = _package()
-    has_k, has_p, p_rows = rows
-    u, q = uniforms
     batch, vocab = x.shape
-    stride, groups, tiles = x.stride(0), w.groups, w.tiles
+    groups, tiles = w.groups, w.tiles
     pkg.group_kernel[(batch, tiles)](
         x,
-        stride,
+        x.stride(0),
         vocab,
         w.gmax,
         w.gsum,
@@ -56,6 +61,24 @@ def launch(
         GS=size,
         num_warps=pkg.GROUP_WARPS,
     )
+
+
+def after_groups(
+    x: torch.Tensor,
+    w: Scratch,
+    size: int,
+    k_dev: torch.Tensor,
+    p_dev: torch.Tensor,
+    uniforms: tuple[torch.Tensor, torch.Tensor],
+    out: torch.Tensor,
+    rows: tuple[bool, bool, bool],
+) -> None:
+    """Steps 2-6, after :func:`groups_pass` (same arguments as :func:`launch`)."""
+    pkg = _package()
+    has_k, has_p, p_rows = rows
+    u, q = uniforms
+    batch, vocab = x.shape
+    stride, groups, tiles = x.stride(0), w.groups, w.tiles
     flags = {"HAS_K": has_k, "HAS_P": has_p}
     pkg.bounds_kernel[(batch,)](
         w.gmax,
