@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import statistics
 import sys
@@ -76,6 +77,34 @@ def _kernels(fn: Callable[[], Any]) -> str:
     return str(
         prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=48)
     )
+
+
+TIMELINE_CATEGORIES = {"cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def _timeline(fn: Callable[[], Any], trace: Path) -> str:
+    """One call on an idle GPU under torch.profiler: the host's CUDA calls and the GPU's
+    kernels and copies in time order, in us from the first (where the GPU waits on the host
+    shows as a gap between kernels while the host is still launching)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace))
+    events = [
+        e
+        for e in json.loads(trace.read_text()).get("traceEvents", [])
+        if e.get("cat") in TIMELINE_CATEGORIES and "ts" in e
+    ]
+    if not events:
+        return "(no events)"
+    t0 = min(float(e["ts"]) for e in events)
+    lines = []
+    for e in sorted(events, key=lambda e: float(e["ts"])):
+        side = "host" if e["cat"].startswith("cuda_") else "GPU "
+        start, dur = float(e["ts"]) - t0, float(e.get("dur", 0))
+        lines.append(f"  {side} {start:8.1f} +{dur:7.1f}  {str(e.get('name', ''))[:60]}")
+    return "\n".join(lines)
 
 
 def _rotating(
@@ -142,6 +171,24 @@ def _settings(
     return [first, second]
 
 
+def _python_profile(fns: dict[str, Callable[..., Any]], vocab: int) -> None:
+    """A Python profile of the host work of 300 batch-1 top-k+top-p calls per impl."""
+    small = torch.randn(1, vocab, device="cuda") * 5
+    k1, p1 = torch.full((1,), 50, dtype=torch.int64), torch.full((1,), 0.9, device="cuda")
+    for impl, fn in fns.items():
+        for _ in range(5):
+            fn(small, k1, p1)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(300):
+            fn(small, k1, p1)
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"== host profile, {impl}, top_k_top_p, batch 1, 300 calls")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--impls", default="triton")
@@ -150,6 +197,13 @@ def main() -> None:
     parser.add_argument("--scales", default="5,1")
     parser.add_argument("--kernels", action="store_true", help="print each case's kernel table")
     parser.add_argument("--python", action="store_true", help="profile the host work at batch 1")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        metavar="DIR",
+        help="print each case's timeline of one call on an idle GPU (host CUDA calls, GPU "
+        "kernels), and write its Chrome trace to DIR",
+    )
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument(
         "--set",
@@ -167,6 +221,8 @@ def main() -> None:
         "in turn with the --set ones; printed as a second line marked 'versus'; repeatable",
     )
     args = parser.parse_args()
+    if args.timeline:
+        args.timeline.mkdir(parents=True, exist_ok=True)
     settings = _settings(parser, args.set, args.versus)
     fns = {
         impl: _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
@@ -191,23 +247,17 @@ def main() -> None:
                             f"{impl}{mark} {path} {batch} {scale:g}: "
                             f"{host:.1f} | {idle:.1f} | {b2b:.1f}"
                         )
-                    if args.kernels:
+                    if args.kernels:  # with the --set constants alone
+                        settings[0]()
                         print(_kernels(call), flush=True)
+                    if args.timeline:
+                        for apply, mark in zip(settings, ("", "versus "), strict=False):
+                            apply()
+                            trace = args.timeline / f"{impl}-{mark}{path}-{batch}-{scale:g}.json"
+                            print(f"timeline {mark}{impl} {path} {batch} {scale:g}:")
+                            print(_timeline(call, trace), flush=True)
     if args.python:
-        small = torch.randn(1, args.vocab, device="cuda") * 5
-        k1, p1 = torch.full((1,), 50, dtype=torch.int64), torch.full((1,), 0.9, device="cuda")
-        for impl, fn in fns.items():
-            for _ in range(5):
-                fn(small, k1, p1)
-            torch.cuda.synchronize()
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(300):
-                fn(small, k1, p1)
-            prof.disable()
-            torch.cuda.synchronize()
-            print(f"== host profile, {impl}, top_k_top_p, batch 1, 300 calls")
-            pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        _python_profile(fns, args.vocab)
 
 
 if __name__ == "__main__":

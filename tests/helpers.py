@@ -57,7 +57,7 @@ def resolve_on(platform: Platform | str, **env: str) -> Resolution:
 SMALL_TRITON_KERNELS = {
     "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
     "W_BLOCK": 256, "W_SUB": 128, "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
-    "SELECT_CHUNK": 64,
+    "SELECT_CHUNK": 64, "PROPOSE_BLOCK": 64,
 }  # fmt: skip
 """The Triton sampler's tiles and buffers, shrunk (they are constexprs the host chooses) so that
 the interpreter's sorts stay cheap; the kernel tests' vocabularies are small to match."""

@@ -66,8 +66,9 @@ CASES = [
     pytest.param(0.3, 0.9, 8, False, id="wide-p0.9-8-proposals"),
     pytest.param(0.3, 0.5, 1, False, id="wide-p0.5-one-proposal"),
     pytest.param(0.05, 0.9, 2, False, id="flat-p0.9-two-proposals"),
-    # a quarter of the rows keep none of the first step's 4 proposals: the second step's count
-    pytest.param(0.3, 0.3, 8, True, id="p0.3-two-steps-of-4"),
+    # half the rows keep none of the first step's 2 proposals: the second step checks the rest
+    pytest.param(0.3, 0.3, 8, True, id="p0.3-second-step"),
+    pytest.param(0.3, 0.9, 3, False, id="p0.9-3-proposals"),
 ]
 
 
@@ -93,8 +94,26 @@ def test_the_first_proposal_inside_the_nucleus_is_kept(
             assert int(ids[i]) == kept, f"row {i}"
     assert rejected < rows
     if second_step:  # some rows kept none of the first step's proposals
-        steps = [_reference(row, p, seen[0][i, : sampling_triton.REJECT_STEP]) for i in range(rows)]
+        steps = [
+            _reference(row, p, seen[0][i, : sampling_triton.REJECT_FIRST]) for i in range(rows)
+        ]
         assert any(kept is None for kept in steps)
+
+
+@pytest.mark.parametrize(
+    ("proposals", "first", "step", "steps"),
+    [
+        pytest.param(8, 2, 8, [(0, 2), (2, 8)], id="two-then-the-rest"),
+        pytest.param(8, 4, 4, [(0, 4), (4, 4)], id="two-steps-of-4"),
+        pytest.param(8, 1, 2, [(0, 1), (1, 2), (3, 2), (5, 2), (7, 2)], id="one-then-pairs"),
+        pytest.param(3, 4, 4, [(0, 4)], id="fewer-than-the-first-step"),
+        pytest.param(0, 2, 8, [], id="no-proposals"),
+    ],
+)
+def test_reject_steps(proposals: int, first: int, step: int, steps: list[tuple[int, int]]) -> None:
+    from kernelpolicy.kernels.sampling_triton.launch import reject_steps
+
+    assert reject_steps(proposals, first, step) == steps
 
 
 @pytest.mark.parametrize(

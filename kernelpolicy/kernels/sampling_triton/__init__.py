@@ -110,7 +110,14 @@ BOUNDS_WARPS = 4
 # those; the other calls keep 4 (7 and 20 us, against 7.5 and 21.5 with 8)
 FINISH_WARPS, FINISH_WARPS_P = 4, 8
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
-REJECT_STEP = 4  # proposals checked per pass; most rows keep one of the first pass's
+# proposals checked by the first pass of the proposals' check (a row keeps the first with
+# probability p), then per later pass (powers of two). On the H100 2 first (then the other 6)
+# took the time of 4 and 4 at batch 256 and 1024: the pass is bound by its read, not its
+# compares; 4 leave fewer rows to the second pass when p is low
+REJECT_FIRST, REJECT_STEP = 4, 4
+# group masses per step, and warps, of the proposals' draw (one pass for all of a row's): on
+# the H100 (wide nucleus) 15 us at batch 256 and 45 at 1024, against 21 and 53 with 512 and 4
+PROPOSE_BLOCK, PROPOSE_WARPS = 1024, 8
 # warps of the proposals' check: on the H100 4 took 287 us a call at batch 1024 (wide
 # nucleus), 8 (the 2-D kernels' GROUP_WARPS) 366 us
 REJECT_WARPS = 4

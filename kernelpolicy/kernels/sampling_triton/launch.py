@@ -221,19 +221,28 @@ def _reject(
         w.proposals,
         GS=size,
         P=pkg.PROPOSALS,
-        BLOCK=1024,
-        num_warps=4,
+        PP=triton.next_power_of_2(pkg.PROPOSALS),
+        BLOCK=pkg.PROPOSE_BLOCK,
+        num_warps=pkg.PROPOSE_WARPS,
     )
-    for first in range(0, pkg.PROPOSALS, pkg.REJECT_STEP):
+    for first, step in reject_steps(pkg.PROPOSALS, pkg.REJECT_FIRST, pkg.REJECT_STEP):
         pkg.reject_tile_kernel[(batch, tiles)](
             x, stride, vocab, w.slow, w.m, w.proposals, w.before, tiles, first,
-            P=pkg.PROPOSALS, STEP=pkg.REJECT_STEP, BLOCK=pkg.GROUP_BLOCK,
-            num_warps=pkg.REJECT_WARPS,
+            P=pkg.PROPOSALS, STEP=step, BLOCK=pkg.GROUP_BLOCK, num_warps=pkg.REJECT_WARPS,
         )  # fmt: skip
         pkg.reject_pick_kernel[(batch,)](
             w.slow, w.z, p_dev, w.proposals, w.before, tiles, out, first, HAS_P=True,
-            P=pkg.PROPOSALS, STEP=pkg.REJECT_STEP, num_warps=1,
+            P=pkg.PROPOSALS, STEP=step, num_warps=1,
         )  # fmt: skip
+
+
+def reject_steps(proposals: int, first: int, step: int) -> list[tuple[int, int]]:
+    """(first proposal, proposals checked) of each step of the proposals' check: ``first``
+    proposals, then ``step`` at a time (powers of two, as the kernels' ranges need; a step past
+    the last proposal checks only those left)."""
+    steps = [(0, first)] if proposals else []
+    steps += [(start, step) for start in range(first, proposals, step)]
+    return steps
 
 
 def _wide(

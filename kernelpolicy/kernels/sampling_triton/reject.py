@@ -11,40 +11,71 @@ p = 0.9 and P = 8); such a row stays ``WIDE`` and the exact wide kernels (``wide
 
 The launches, one read of the row per step:
 
-1. ``propose_kernel`` (per row): ``P`` tokens from the group masses, each by its own uniform.
+1. ``propose_kernel`` (per row): ``P`` tokens from the group masses, each by its own uniform,
+   all in one pass over them.
 2. ``reject_tile_kernel`` ((row, tile) grid): per tile, the mass before each of ``STEP``
    proposals (checking a logit against a proposal is most of the work, so a step checks a few).
 3. ``reject_pick_kernel`` (per row): sums the tiles in tile order and keeps the first proposal
-   of the step inside the nucleus. Steps 2-3 repeat for the next ``STEP`` proposals; a row
-   kept already returns at once (with p = 0.9, 1 row in 10,000 needs a second step of 4).
+   of the step inside the nucleus. The first step checks ``FIRST`` proposals (most rows keep
+   one of them), the next steps ``STEP`` each; a row kept already returns at once (with
+   p = 0.9 and 4 proposals first, 1 row in 10,000 needs the second step).
 """
 
 import triton
 import triton.language as tl
 
 from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack, row_p
-from kernelpolicy.kernels.sampling_triton.fast import draw_plain
 from kernelpolicy.kernels.sampling_triton.wide import WIDE  # finish_kernel's flag for them
 
 
 @triton.jit
 def propose_kernel(
     logits, stride, V, slow, m_ptr, z_ptr, gmax, gsum, g_stride, G, q_ptr, proposals,
-    GS: tl.constexpr, P: tl.constexpr, BLOCK: tl.constexpr,
+    GS: tl.constexpr, P: tl.constexpr, PP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """P tokens from the row's whole softmax, each by its own uniform (q_ptr: [rows, P])."""
+    """P tokens from the row's whole softmax, each by its own uniform (q_ptr: [rows, P]): one
+    pass over the group masses finds every proposal's group by the inverse CDF, then one read
+    of those P groups picks each token inside its group with the rest of its uniform. PP: P
+    rounded up to a power of two."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != WIDE:
         return
     m = tl.load(m_ptr + row)
     z = tl.load(z_ptr + row)
-    base = logits + row * stride
-    for r in tl.static_range(P):
-        u = tl.load(q_ptr + row * P + r)
-        token = draw_plain(
-            base, V, gmax + row * g_stride, gsum + row * g_stride, G, m, z, u, GS, BLOCK
-        )  # fmt: skip
-        tl.store(proposals + row * P + r, token.to(tl.int32))
+    r = tl.arange(0, PP)
+    goal = tl.load(q_ptr + row * P + r, mask=r < P, other=0.0) * z
+    gmax_row = gmax + row * g_stride
+    gsum_row = gsum + row * g_stride
+    run = 0.0
+    last = 0
+    group = tl.full((PP,), -1, tl.int32)
+    rest = tl.zeros((PP,), tl.float32)
+    for start in range(0, G, BLOCK):
+        slots = start + tl.arange(0, BLOCK)
+        top = tl.load(gmax_row + slots, mask=slots < G, other=float("-inf"))
+        s = tl.load(gsum_row + slots, mask=slots < G, other=0.0)
+        w = tl.where(top == float("-inf"), 0.0, s * exp_at(top, m))
+        last = tl.maximum(last, tl.max(tl.where(w > 0, slots, 0), 0))
+        cum = run + tl.cumsum(w, 0)
+        hit = (cum[None, :] > goal[:, None]) & (group[:, None] < 0)
+        first = tl.min(tl.where(hit, slots[None, :], G), 1)  # per proposal, G: not here
+        found = first < G
+        at = slots[None, :] == first[:, None]
+        mass = tl.where(found, tl.sum(tl.where(at, w[None, :], 0.0), 1), 1.0)
+        cum_at = tl.sum(tl.where(at, cum[None, :], 0.0), 1)
+        rest = tl.where(found, (goal - cum_at + mass) / mass, rest)
+        group = tl.where(found, first, group)
+        run += tl.sum(w, 0)
+    group = tl.where(group >= 0, group, last)  # rounding: the last group takes the rest
+    rest = tl.minimum(tl.maximum(rest, 0.0), 1.0)
+    inside = tl.arange(0, GS)
+    x = load_row(logits + row * stride, group[:, None] * GS + inside[None, :], V)
+    w = exp_at(x, m)  # [P, GS]: each proposal's group
+    cum = tl.cumsum(w, 1)
+    pos = tl.min(tl.where(cum > (rest * tl.sum(w, 1))[:, None], inside[None, :], GS), 1)
+    end = tl.max(tl.where(w > 0, inside[None, :], 0), 1)  # rounding, as in pick
+    token = group * GS + tl.where(pos < GS, pos, end)
+    tl.store(proposals + row * P + r, token.to(tl.int32), mask=r < P)
 
 
 @triton.jit
