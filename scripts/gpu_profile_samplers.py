@@ -6,10 +6,13 @@ then a Python profile of the host work of one batch-1 call.
 
     python scripts/gpu_profile_samplers.py [--impls triton] [--batches 1,32,256,1024]
         [--vocab 128256] [--scales 5,1] [--paths top_k,top_p,top_k_top_p] [--kernels]
-        [--python] [--set W_BLOCK=8192 ...]
+        [--python] [--set W_BLOCK=8192 ...] [--versus W_BLOCK=4096 ...] [--timeline DIR]
 
 Logits are N(0, scale^2); scale 1 gives the wide nucleus. k 50 on the host, p 0.9 on the GPU,
-as vLLM keeps them.
+as vLLM keeps them. ``--versus`` times every triton case a second time with other constants,
+sample by sample in turn with the first (an A/B on one machine, sharing its drift); each
+setting keeps its own captured graphs and work buffers. ``--timeline`` prints one idle-GPU
+call's host CUDA calls and GPU kernels in time order.
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ def _settings(
     """Apply --set; returns the settings each case is timed with: one, or with --versus two
     (--set alone, then --set and --versus), each restoring what the other changed."""
     from kernelpolicy.kernels import sampling_triton
+    from kernelpolicy.kernels.sampling_triton import graphs
 
     base = _override(parser, fixed)
     base()
@@ -160,13 +164,25 @@ def _settings(
     restore = _override(parser, [f"{n}={int(getattr(sampling_triton, n))}" for n in names])
     print("versus:", " ".join(versus))
 
+    # each setting keeps its own captured graphs and work buffers: a graph bakes in the
+    # constants it was captured with, so replaying one across settings compares nothing
+    caches: list[tuple[graphs.GraphCache[Any], dict[tuple[object, ...], Any]]] = [
+        (graphs.GraphCache(), {}),
+        (graphs.GraphCache(), {}),
+    ]
+
+    def use(i: int) -> None:
+        sampling_triton.GRAPHS, sampling_triton._Scratch._cache = caches[i]
+
     def first() -> None:
         restore()
         base()
+        use(0)
 
     def second() -> None:
         base()
         other()
+        use(1)
 
     return [first, second]
 

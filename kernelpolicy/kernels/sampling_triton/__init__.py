@@ -111,10 +111,10 @@ BOUNDS_WARPS = 4
 FINISH_WARPS, FINISH_WARPS_P = 4, 8
 PROPOSALS = 8  # proposals per wide row before the exact wide kernels (reject.py); 0: none
 # proposals checked by the first pass of the proposals' check (a row keeps the first with
-# probability p), then per later pass (powers of two). On the H100 2 first (then the other 6)
-# took the time of 4 and 4 at batch 256 and 1024: the pass is bound by its read, not its
-# compares; 4 leave fewer rows to the second pass when p is low
-REJECT_FIRST, REJECT_STEP = 4, 4
+# probability p), then per later pass (powers of two). On the H100 (wide nucleus, p 0.9) 2
+# first, then the other 6, took 199 and 598 us a call back to back at batch 256 and 1024,
+# against 209 and 659 with 4 and 4
+REJECT_FIRST, REJECT_STEP = 2, 8
 # group masses per step, and warps, of the proposals' draw (one pass for all of a row's): on
 # the H100 (wide nucleus) 15 us at batch 256 and 45 at 1024, against 21 and 53 with 512 and 4
 PROPOSE_BLOCK, PROPOSE_WARPS = 1024, 8

@@ -18,7 +18,7 @@ The launches, one read of the row per step:
 3. ``reject_pick_kernel`` (per row): sums the tiles in tile order and keeps the first proposal
    of the step inside the nucleus. The first step checks ``FIRST`` proposals (most rows keep
    one of them), the next steps ``STEP`` each; a row kept already returns at once (with
-   p = 0.9 and 4 proposals first, 1 row in 10,000 needs the second step).
+   p = 0.9 and 2 proposals first, 1 row in 100 needs the second step).
 """
 
 import triton
