@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
 
-from kernelpolicy.conformance import suite
+import pytest
+import torch
+
+from kernelpolicy.conformance import distribution, suite
+from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.kernels import torch_impl
 
 BUGGY = "kernelpolicy.testing.buggy_kernels"
 
@@ -35,14 +40,15 @@ def test_torch_fallbacks_pass(reports: dict, target: tuple[str, str]) -> None:  
 
 def test_sampler_suite_covers_the_specified_cases(reports: dict) -> None:  # type: ignore[type-arg]
     """Per dtype (float32, bfloat16, float16): 9 patterns x 3 paths of robustness, 7 (k, p)
-    cases of chi-square and a batch of mixed rows; 8 tie-heavy cases; 6 shapes (batch 1, large
-    vocabularies, k above a kernel's limit). Every robustness and distribution check names its
-    dtype, and the report says which dtypes passed."""
+    cases of chi-square, a batch of mixed rows and a wide nucleus; 8 tie-heavy cases; 6 shapes
+    (batch 1, large vocabularies, k above a kernel's limit). Every robustness and distribution
+    check names its dtype, and the report says which dtypes passed."""
     report = reports[("sampler.top_k_top_p", "torch")]
     checks = [o.check for o in report.outcomes]
     for dtype in ("float32", "bfloat16", "float16"):
         assert len([c for c in checks if c.startswith(f"robustness/{dtype}/")]) == 27
-        assert len([c for c in checks if c.startswith(f"distribution/{dtype}/")]) == 8
+        assert len([c for c in checks if c.startswith(f"distribution/{dtype}/")]) == 9
+        assert f"distribution/{dtype}/wide-nucleus" in checks
     assert len([c for c in checks if c.startswith("ties/")]) == 8
     assert len([c for c in checks if c.startswith("shapes/")]) == 6
     assert report.to_dict()["dtypes_passed"] == ["bfloat16", "float16", "float32"]
@@ -102,3 +108,42 @@ def test_unknown_feature() -> None:
     """Asking for a feature without checks names the checked ones."""
     with pytest.raises(KernelPolicyError, match="no conformance checks for feature 'mhc'"):
         suite.targets(["mhc"])
+
+
+def _nucleus(x: torch.Tensor) -> torch.Tensor:
+    return filtered_probs(x[:1].float(), None, distribution.WIDE_P)[0] > 0
+
+
+def _uniform_in_nucleus(x: torch.Tensor, k: object, p: object) -> torch.Tensor:
+    return torch.multinomial(_nucleus(x).float().expand(x.shape[0], -1), 1)[:, 0]
+
+
+def _tempered(x: torch.Tensor, k: object, p: object) -> torch.Tensor:
+    """The right nucleus, drawn from the softmax at temperature 1.1."""
+    w = torch.softmax(x[:1].float() / 1.1, -1)[0] * _nucleus(x)
+    return torch.multinomial(w.expand(x.shape[0], -1), 1)[:, 0]
+
+
+def _unfiltered(x: torch.Tensor, k: object, p: object) -> torch.Tensor:
+    return torch.multinomial(torch.softmax(x.float(), -1), 1)[:, 0]
+
+
+@pytest.mark.parametrize(
+    ("sampler", "passed", "detail"),
+    [
+        pytest.param(torch_impl.top_k_top_p, True, "p-value", id="exact"),
+        pytest.param(_uniform_in_nucleus, False, "< alpha", id="uniform-inside-the-nucleus"),
+        pytest.param(_tempered, False, "< alpha", id="temperature-1.1"),
+        pytest.param(_unfiltered, False, "outside the nucleus", id="no-top-p"),
+    ],
+)
+def test_the_wide_nucleus_check_tells_exact_from_biased(
+    sampler: Callable[..., torch.Tensor], passed: bool, detail: str
+) -> None:
+    """Bins of tokens ranked by probability catch a bias towards likelier or less likely
+    tokens, which bins of contiguous ids would average away."""
+    torch.manual_seed(0)
+    row = torch.randn(1, distribution.WIDE_VOCAB, generator=torch.Generator().manual_seed(1))
+    outcome = distribution.wide_nucleus(sampler, row, "cpu")
+    assert (outcome.passed, outcome.check) == (passed, "distribution/float32/wide-nucleus")
+    assert detail in outcome.detail

@@ -1,8 +1,9 @@
 """Distribution checks of samplers: chi-square of 50,000 draws against the exact filtered
 softmax (kernelpolicy.conformance.reference), per dtype, for per-row mixes of k/p/None in one
 batch, and for tie-heavy rows (logits rounded through bfloat16; tied groups straddling the top-k
-and top-p boundaries, where the lowest ids must stay). Plus shapes: batch 1, large vocabularies,
-and k above a kernel's own limit."""
+and top-p boundaries, where the lowest ids must stay), and a nucleus of most of a large
+vocabulary per dtype (the path a sampler takes when the nucleus outgrows its candidate buffers).
+Plus shapes: batch 1, large vocabularies, and k above a kernel's own limit."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ MIXED = ((5, 1.0), (0, 0.8), (0, 1.0), (10, 0.6))  # per row: k 0 = none, p 1.0 
 TIE_CASES = ((6, None), (None, 0.5), (16, 0.8), (3, 0.9))
 SHAPES = ((1, 151936), (3, 262144))  # batch, vocab
 BIG_K = (300, 1024)  # above the Triton kernel's MAX_K, and far above
+# the wide nucleus: N(0, 1) logits over WIDE_VOCAB tokens keep about 12,000 at p WIDE_P, more
+# than any sampler's candidate buffer (Triton's: 1,024); drawn in chunks of WIDE_CHUNK rows,
+# judged token by token where the probability is 0 and by chi-square over WIDE_BINS bins of
+# tokens of neighbouring probability elsewhere
+WIDE_VOCAB, WIDE_P, WIDE_SAMPLES, WIDE_CHUNK, WIDE_BINS = 16384, 0.9, 20_000, 5_000, 128
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -82,12 +88,14 @@ def tie_row() -> torch.Tensor:
 def distribution(sampler: Sampler, device: str = "cpu", seed: int = 0) -> Iterator[Outcome]:
     generator = torch.Generator().manual_seed(seed)
     base = torch.randn(1, VOCAB, generator=generator) * 2.0
+    wide = torch.randn(1, WIDE_VOCAB, generator=torch.Generator().manual_seed(seed + 1))
     for dtype in DTYPES:
         row = base.to(dtype)
         for k, p in CASES:
             name = f"distribution/{_name(dtype)}/k={k or '-'},p={p or '-'}"
             yield _same_row(sampler, name, row, k=k, p=p, device=device)
         yield _mixed(sampler, row, device)
+        yield wide_nucleus(sampler, wide.to(dtype), device)
     rounded = (1.0 + 0.05 * torch.randn(1, VOCAB, generator=generator)).bfloat16()
     for k, p in TIE_CASES:
         tag = f"k={k or '-'},p={p or '-'}"
@@ -119,6 +127,41 @@ def _mixed(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
             return Outcome(name, False, f"rows with k={kk}, p={pp}: {part.detail}")
         details.append(part.detail.split(",")[1].strip())
     return Outcome(name, True, "; ".join(details))
+
+
+def wide_nucleus(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
+    """A nucleus of most of the vocabulary (see WIDE_VOCAB): no draw outside it, and the
+    filtered softmax by chi-square over bins of tokens ranked by probability. In bfloat16 and
+    float16 the row has many exact ties, the boundary's among them."""
+    name = f"distribution/{_name(row.dtype)}/wide-nucleus"
+    parts = []
+    for start in range(0, WIDE_SAMPLES, WIDE_CHUNK):
+        rows = min(WIDE_CHUNK, WIDE_SAMPLES - start)
+        logits = row.expand(rows, -1).contiguous().to(device)
+        ids = _run(name, sampler, logits, None, _full(rows, WIDE_P, torch.float32, device))
+        if isinstance(ids, Outcome):
+            return ids
+        parts.append(ids)
+    ids = torch.cat(parts)
+    expected = filtered_probs(row.float(), None, WIDE_P)[0]
+    counts = torch.bincount(ids.clamp(0, WIDE_VOCAB), minlength=WIDE_VOCAB + 1)
+    outside = int(counts[:WIDE_VOCAB][expected == 0].sum()) + int(counts[WIDE_VOCAB:].sum())
+    if outside:
+        return Outcome(name, False, f"{outside} samples outside the nucleus")
+    # bins of tokens of neighbouring probability, so that a bias towards likelier (or less
+    # likely) tokens shows; bins of ids would average it away
+    order = torch.sort(expected, descending=True, stable=True).indices
+    bin_of = torch.empty(WIDE_VOCAB, dtype=torch.int64)
+    bin_of[order] = torch.arange(WIDE_VOCAB) // (WIDE_VOCAB // WIDE_BINS)
+    binned = chi_square(
+        name,
+        bin_of[ids],
+        torch.zeros(WIDE_BINS, dtype=expected.dtype).index_add_(0, bin_of, expected),
+    )
+    kept = int((expected > 0).sum())
+    return Outcome(
+        name, binned.passed, f"{kept} tokens kept, in bins by probability: {binned.detail}"
+    )
 
 
 def _shapes(sampler: Sampler, device: str) -> Iterator[Outcome]:
