@@ -41,11 +41,16 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
         samplers.DTYPES = (dtype,)  # type: ignore[assignment]
         samplers.PATHS = {arg: samplers.PATHS[arg]}
         outcomes = list(samplers.robustness(sample, "cuda"))
-    elif kind == "distribution":  # one (k, p) case of one dtype, or its mixed rows
+    elif kind == "distribution":  # one (k, p) case of one dtype, its mixed rows or its wide row
         row = (
             torch.randn(1, distribution.VOCAB, generator=torch.Generator().manual_seed(0)) * 2.0
         ).to(dtype)
-        if arg == "mixed":
+        if arg == "wide":  # the suite's wide row (seed + 1 of distribution())
+            wide = torch.randn(
+                1, distribution.WIDE_VOCAB, generator=torch.Generator().manual_seed(1)
+            )
+            outcomes = [distribution.wide_nucleus(sample, wide.to(dtype), "cuda")]
+        elif arg == "mixed":
             outcomes = [distribution._mixed(sample, row, "cuda")]
         else:
             case_k, case_p = distribution.CASES[int(arg)]
@@ -115,7 +120,7 @@ def _specs(
     specs = [("bench", d, bench_vocabs) for d in bench_dtypes]
     specs += [("robustness", d, path) for d in dtypes for path in samplers.PATHS]
     specs += [("ties-shapes", "float32", "")] if dtypes else []
-    cases = [str(i) for i in range(len(distribution.CASES))] + ["mixed"]
+    cases = [str(i) for i in range(len(distribution.CASES))] + ["mixed", "wide"]
     specs += [("distribution", d, case) for d in dtypes for case in cases]
     return specs
 
