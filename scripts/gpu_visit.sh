@@ -62,11 +62,14 @@ if want verify; then
   say verify
   vimpls=${VERIFY_IMPLS:-$impls}
   impl_args=(); for i in ${vimpls//,/ }; do impl_args+=(--impl "$i"); done
-  timeout "${VERIFY_TIMEOUT:-400}" python3 -m kernelpolicy verify --json \
-      --feature sampler.top_k_top_p "${impl_args[@]}" > "$out/verify.json" 2> "$out/verify.err"
+  # --out: rewritten as each implementation finishes, so a timeout keeps what finished
+  timeout "${VERIFY_TIMEOUT:-400}" python3 -m kernelpolicy verify --out "$out/verify.json" \
+      --feature sampler.top_k_top_p "${impl_args[@]}" > "$out/verify.txt" 2> "$out/verify.err"
   echo "verify exit $?"; python3 - "$out/verify.json" <<'PY'
 import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
+doc = json.load(open(sys.argv[1]))
+print("complete:", doc.get("complete"))
+for r in doc["results"]:
     bad = [c["check"] + ": " + c["detail"] for c in r["checks"] if not c["passed"]]
     print(r["impl"], r["status"], r["skipped"] or "", r["seconds"], "passed:",
           r.get("dtypes_passed"), "failed:", r.get("dtypes_failed"), len(bad), bad[:6])

@@ -27,6 +27,45 @@ def test_verify_stores_evidence(cache: Path, capsys: pytest.CaptureFixture[str])
     assert Path(doc["evidence"]).is_relative_to(cache)
 
 
+def test_verify_out_holds_what_json_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "verify.json"
+    argv = ["verify", "--feature", "topk_per_row", "--feature", "rmsnorm", "--json"]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text()) == printed
+    assert printed["complete"] is True
+    assert [r["impl"] for r in printed["results"]] == ["torch", "torch"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_verify_out_keeps_what_finished_when_a_run_is_cut_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run stopped during its second implementation (a timeout, Ctrl-C) leaves the first's
+    results in --out, marked incomplete, with no evidence stored."""
+    from kernelpolicy.conformance import suite
+
+    real = suite.run_one
+    calls: list[str] = []
+
+    def second_is_cut(feature: str, *args: object, **kwargs: object) -> object:
+        calls.append(feature)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(feature, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(suite, "run_one", second_is_cut)
+    out = tmp_path / "verify.json"
+    argv = ["verify", "--feature", "topk_per_row", "--feature", "rmsnorm", "--out", str(out)]
+    assert main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    document = json.loads(out.read_text())
+    assert (document["complete"], document["evidence"]) == (False, None)
+    assert [(r["feature"], r["status"]) for r in document["results"]] == [(calls[0], "passed")]
+
+
 def test_verify_table(capsys: pytest.CaptureFixture[str]) -> None:
     """The table shows status and checks; skipped implementations say why."""
     assert main(["verify", "--feature", "sampler.greedy", "--no-store"]) == 0
@@ -63,6 +102,16 @@ def test_verify_your_own_kernel(
             ["verify", "--guard", "clamp_token_ids"],
             "--guard applies to --entry only",
             id="guard-alone",
+        ),
+        pytest.param(
+            ["verify", "--feature", "rmsnorm", "--out", "."],
+            "--out .: is a directory; expected a file to write",
+            id="out-is-a-directory",
+        ),
+        pytest.param(
+            ["verify", "--feature", "rmsnorm", "--out", "/nonexistent-kp/verify.json"],
+            "--out /nonexistent-kp/verify.json: folder /nonexistent-kp does not exist",
+            id="out-folder-missing",
         ),
     ],
 )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import KernelPolicyError
@@ -41,6 +43,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--no-store", action="store_true", help="do not write evidence")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE",
+        help="also write the JSON results to FILE, rewritten as each implementation finishes "
+        '("complete": false until the run ends), so a run cut short keeps what finished',
+    )  # fmt: skip
     parser.set_defaults(run=run)
 
 
@@ -54,27 +61,14 @@ def run(args: argparse.Namespace) -> int:
         ) from None
 
     device = _device(args.device)
+    out = _output_file(args.out)
     storing = not args.no_store and not args.entry
     if storing:  # refuse an untrusted store now, not after the suite has run
         from kernelpolicy.conformance.evidence import prepare_store
 
         settings = _settings()
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
-    if args.entry:
-        if not args.feature or len(args.feature) != 1:
-            raise KernelPolicyError("--entry needs exactly one --feature to check it against")
-        suite.targets(args.feature)  # validates the feature name
-        _check_guard(args.guard)
-        _check_entry(args.entry)
-        impl = (args.impl or ["custom"])[0]
-        reports = [
-            suite.run_one(args.feature[0], impl, args.entry, device=device, guard=args.guard)
-        ]
-    else:
-        if args.guard:
-            raise KernelPolicyError("--guard applies to --entry only")
-        _check_selection(suite, args.feature, args.impl)
-        reports = suite.run(args.feature, args.impl, device=device, progress=_progress)
+    reports = _reports(args, suite, device, out)
     results = [r.to_dict() for r in reports]
     stored = None
     if storing:
@@ -88,11 +82,59 @@ def run(args: argparse.Namespace) -> int:
                 allow_untrusted=settings.allow_untrusted_files,
             )
         )  # fmt: skip
+    document = {"evidence": stored, "complete": True, "results": results}
+    if out is not None:
+        _write_json(out, document)
     if args.json:
-        print(json.dumps({"evidence": stored, "results": results}, indent=2))
+        print(json.dumps(document, indent=2))
     else:
         _print_table(reports, stored)
     return 1 if any(r.status == "failed" for r in reports) else 0
+
+
+def _reports(
+    args: argparse.Namespace, suite: Any, device: str | None, out: Path | None
+) -> list[Any]:
+    """Run what the arguments select; with ``out``, rewrite it as each implementation ends."""
+    if args.entry:
+        if not args.feature or len(args.feature) != 1:
+            raise KernelPolicyError("--entry needs exactly one --feature to check it against")
+        suite.targets(args.feature)  # validates the feature name
+        _check_guard(args.guard)
+        _check_entry(args.entry)
+        impl = (args.impl or ["custom"])[0]
+        return [suite.run_one(args.feature[0], impl, args.entry, device=device, guard=args.guard)]
+    if args.guard:
+        raise KernelPolicyError("--guard applies to --entry only")
+    _check_selection(suite, args.feature, args.impl)
+    reports = []
+    for report in suite.iter_run(args.feature, args.impl, device=device, progress=_progress):
+        reports.append(report)
+        if out is not None:
+            results = [r.to_dict() for r in reports]
+            _write_json(out, {"evidence": None, "complete": False, "results": results})
+    return reports
+
+
+def _output_file(path: Path | None) -> Path | None:
+    """``--out``, checked before the suite runs: its folder must exist and it must not be one."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise KernelPolicyError(f"--out {path}: is a directory; expected a file to write")
+    if not path.parent.is_dir():
+        raise KernelPolicyError(f"--out {path}: folder {path.parent} does not exist")
+    return path
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``path`` whole: a reader sees the old file or the new one."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        raise KernelPolicyError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 _VERIFY_NEEDS = ("torch", "scipy", "numpy")

@@ -112,9 +112,19 @@ def run(
     progress: Callable[[str], None] | None = None,
 ) -> list[ImplReport]:
     """Every selected built-in implementation that can run here, checked."""
-    reports = []
+    return list(iter_run(features, impls, device=device, progress=progress))
+
+
+def iter_run(
+    features: Iterable[str] | None = None,
+    impls: Iterable[str] | None = None,
+    *,
+    device: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[ImplReport]:
+    """:func:`run`, one report at a time as each implementation finishes (so a caller can
+    keep what finished when a long run is cut short)."""
     for feature, impl, entry in targets(features, impls):
         if progress:
             progress(f"verifying {feature}/{impl} ...")
-        reports.append(run_one(feature, impl, entry, device=device))
-    return reports
+        yield run_one(feature, impl, entry, device=device)
