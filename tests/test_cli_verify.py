@@ -40,6 +40,32 @@ def test_verify_out_holds_what_json_prints(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_verify_out_cannot_be_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder nobody may create files in (/proc refuses even root): one line naming --out,
+    exit 2, no traceback, before the suite runs."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc, a folder where no file can be created")
+    assert main(["verify", "--feature", "topk_per_row", "--out", "/proc/kp-verify.json"]) == 2
+    captured = capsys.readouterr()
+    assert "--out /proc/kp-verify.json: cannot create a file in /proc" in captured.err
+    assert "verifying" not in captured.err + captured.out  # refused before the suite
+
+
+def test_verify_out_replaces_a_planted_link_instead_of_following_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a shared folder another user may plant --out as a link to a file of the user's: the
+    link is replaced, the file it pointed to is left alone."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "verify.json"
+    out.symlink_to(victim)
+    assert main(["verify", "--feature", "topk_per_row", "--out", str(out)]) == 0
+    assert victim.read_text() == "keep me"
+    assert not out.is_symlink()
+    assert json.loads(out.read_text())["complete"] is True
+
+
 def test_verify_out_keeps_what_finished_when_a_run_is_cut_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

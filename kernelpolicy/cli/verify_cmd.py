@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +125,38 @@ def _output_file(path: Path | None) -> Path | None:
         raise KernelPolicyError(f"--out {path}: is a directory; expected a file to write")
     if not path.parent.is_dir():
         raise KernelPolicyError(f"--out {path}: folder {path.parent} does not exist")
+    try:  # a folder that takes no new file is refused now, not after minutes of checks
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise KernelPolicyError(
+            f"--out {path}: cannot create a file in {path.parent} ({exc.strerror or exc})"
+        ) from None
     return path
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` whole: a reader sees the old file or the new one."""
-    partial = path.with_name(f".{path.name}.partial")
+    """Write ``document`` to ``path`` whole: a reader sees the old file or the new one. The
+    bytes go first to a new file of a random name beside it, created exclusively (so a link
+    planted in a shared folder is never followed), then replace ``path``."""
+    partial = None
     try:
-        partial.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            os.fchmod(stream.fileno(), 0o666 & ~_umask())
+            stream.write(json.dumps(document, indent=2) + "\n")
         os.replace(partial, path)
     except OSError as exc:
+        if partial is not None:
+            Path(partial).unlink(missing_ok=True)
         raise KernelPolicyError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 _VERIFY_NEEDS = ("torch", "scipy", "numpy")
