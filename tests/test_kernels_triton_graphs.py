@@ -202,10 +202,11 @@ def test_large_logits_are_read_in_place_once_their_address_repeats(
     third replays reading the caller's tensor where it is (new contents included)."""
     monkeypatch.setattr(graphs, "COPY_BYTES", 0)
     buffers = [rows(5), rows(6)]
+    p = torch.full((20,), 0.9)
     for call in range(3):
         for i, logits in enumerate(buffers):
             logits.copy_(rows(10 * call + i))
-            ids = sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.9))
+            ids = sampling_triton.top_k_top_p(logits, None, p)
             assert_exact(ids, logits, None, 0.9)
     assert fake.captures == [b.data_ptr() for b in buffers]
     assert fake.replays == 2
@@ -373,3 +374,106 @@ def test_a_failed_second_capture_leaves_the_shape_eager(
     (why,) = sampling_triton.GRAPHS._failed.items.values()
     assert "planted" in why
     assert len(sampling_triton.GRAPHS) == 0
+
+
+@pytest.mark.parametrize(
+    ("k", "p", "expected"),
+    [
+        pytest.param(None, None, (False, False), id="absent"),
+        pytest.param(torch.full((4,), 5), torch.full((4,), 0.5), (True, True), id="both"),
+        pytest.param(torch.full((4,), 5, dtype=torch.int32), None, (True, False), id="k-int32"),
+        pytest.param(None, torch.full((4,), 0.5, dtype=torch.float64), (False, False), id="p-f64"),
+        pytest.param(None, torch.full((8,), 0.5)[::2], (False, False), id="p-strided"),
+        pytest.param(None, torch.full((5,), 0.5), (False, False), id="p-other-batch"),
+        pytest.param(None, torch.full((4, 1), 0.5), (False, False), id="p-2d"),
+        pytest.param(
+            torch.full((4,), 5, device="meta"), None, (False, False), id="k-other-device"
+        ),
+    ],
+)
+def test_which_parameters_a_graph_may_read_in_place(
+    k: torch.Tensor | None, p: torch.Tensor | None, expected: tuple[bool, bool]
+) -> None:
+    x = torch.zeros(4, 16)
+    addresses = graphs.params_in_place(x, (k, None), (p, torch.float32))
+    assert tuple(bool(a) for a in addresses) == expected
+    for t, address in zip((k, p), addresses, strict=True):
+        assert address == (t.data_ptr() if address else 0)
+
+
+@pytest.fixture
+def in_place(groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
+    """Large logits (read in place), with the copies of k and p logged."""
+    monkeypatch.setattr(graphs, "COPY_BYTES", 0)
+    return groups_first
+
+
+def _calls(
+    logits: torch.Tensor, params: list[tuple[torch.Tensor, torch.Tensor]], fake: FakeGraphs
+) -> list[int]:
+    """Call once per (k, p), each time with new values written into the tensors given; returns
+    the copies each call made. Every draw is checked against the values of its own call."""
+    copies = []
+    for call, (k, p) in enumerate(params):
+        k.fill_(20 - 3 * call)
+        p.fill_(0.9 - 0.1 * call)
+        logits.copy_(rows(call))
+        fake.events.clear()
+        ids = sampling_triton.top_k_top_p(logits, k, p)
+        assert_exact(ids, logits, 20 - 3 * call, 0.9 - 0.1 * call)
+        copies.append(fake.events.count("copy"))
+    return copies
+
+
+def _params(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """n (k, p) pairs at distinct addresses (all kept alive, so none is reused)."""
+    return [(torch.zeros(20, dtype=torch.int64), torch.zeros(20)) for _ in range(n)]
+
+
+def test_a_graph_reads_k_and_p_where_the_caller_keeps_them(in_place: FakeGraphs) -> None:
+    """vLLM keeps k and p in persistent buffers: once they repeat with the logits, the graph
+    reads them there (no copy per call) and sees each call's new values."""
+    (pair,) = _params(1)
+    logits = rows(0)
+    assert _calls(logits, [pair] * 4, in_place) == [0, 0, 0, 0]  # eager, capture, replays
+    assert len(in_place.captures) == 2  # the group pass and the rest, once
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (pair[0].data_ptr(), pair[1].data_ptr())
+
+
+def test_k_and_p_that_move_are_copied(in_place: FakeGraphs) -> None:
+    logits = rows(0)
+    assert _calls(logits, _params(4), in_place)[1:] == [2, 2, 2]
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (0, 0)
+    assert len(in_place.captures) == 2
+
+
+def test_a_graph_whose_k_and_p_moved_is_replaced_once_by_one_that_copies(
+    in_place: FakeGraphs,
+) -> None:
+    first, *others = _params(4)
+    logits = rows(0)
+    copies = _calls(logits, [first, first, others[0], first, others[1], others[2]], in_place)
+    assert copies == [0, 0, 2, 2, 2, 2]
+    assert len(in_place.captures) == 4  # in place, then copying: two graphs of two parts
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (0, 0)
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skipped", "always-copied"])
+def test_a_host_parameter_is_copied_only_when_its_values_change(
+    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch, skip: bool
+) -> None:
+    """Small logits (copied into the graph): k and p from the host are copied again only when
+    their values differ from those copied last, a new tensor of the same values included."""
+    monkeypatch.setattr(sampling_triton, "SKIP_UNCHANGED", skip)
+    settings = [(20, 0.8), (20, 0.8), (20, 0.5), (20, 0.5), (9, 0.5), (9, 0.5)]
+    copies = []
+    for call, (k, p) in enumerate(settings):
+        logits = rows(call)
+        groups_first.events.clear()
+        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), k), torch.full((20,), p))
+        assert_exact(ids, logits, k, p)
+        copies.append(groups_first.events.count("copy"))
+    assert copies == ([2, 0, 1, 0, 1, 0] if skip else [2] * 6)

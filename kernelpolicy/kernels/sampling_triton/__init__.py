@@ -125,6 +125,10 @@ REJECT_WARPS = 4
 # k and p and draws the uniforms (replay.py); smaller ones keep one graph, whose single launch
 # costs the host less than the group pass would hide
 GROUPS_FIRST_BYTES = 32 << 20
+# a graph that reads large logits in place reads k and p there too when they are on the GPU
+# (graphs.params_in_place); a host k or p equal to the one copied last is not copied again
+# (replay.py). Each saves the host a copy per call before the kernels after the group pass
+PARAMS_IN_PLACE, SKIP_UNCHANGED = True, True
 
 
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
@@ -302,9 +306,9 @@ def _pipeline(
     nbytes = x.numel() * x.element_size()
     dense = x.stride(-1) == 1
     with GRAPHS.lock:
-        sightings = 0
+        sightings, at, params = 0, (0, 0), (0, 0)
         if dense and nbytes > graphs.COPY_BYTES:  # only large logits count their address
-            sightings = GRAPHS.sighting((*key, x.data_ptr(), x.stride(0)))
+            sightings, at, params = _sighting(key, x, k_rows, p)
         mode = graphs.plan(
             device_type=x.device.type,
             interpreted=os.environ.get("TRITON_INTERPRET") == "1",
@@ -316,14 +320,39 @@ def _pipeline(
             sightings=sightings,
         )
         if mode is graphs.Mode.IN_PLACE:
-            key = (*key, x.data_ptr(), x.stride(0))
+            key = (*key, *at)
+        else:
+            params = (0, 0)
         if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
             graph = GRAPHS.get(key)
+            if graph is not None and any(graph.params) and graph.params != params:
+                graph, params = None, (0, 0)  # k or p moved: a graph that copies them takes over
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            graph = replay.Graph(x, k_rows, size, rows, mode, groups_first)
+            graph = replay.Graph(x, k_rows, size, rows, mode, groups_first, params)
             return graph.first_run(key, x, k_rows, p)
     return _eager(x, k_rows, size, p, generators, rows[2])
+
+
+def _sighting(
+    key: tuple[object, ...], x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
+) -> tuple[int, tuple[int, int], tuple[int, int]]:
+    """Count a call at the address of its logits, and at theirs with k's and p's where those
+    qualify to be read in place too (``graphs.params_in_place``). Returns the logits' count,
+    their address and row stride, and the addresses of k and p if they too have been seen
+    with these logits before (else 0: a graph copies them).
+
+    A graph captured with k or p in place is replaced, once, by one that copies them when a
+    call brings them at other addresses (``_pipeline``): parameters that move cost a copy
+    per call, never a capture per call."""
+    at = (x.data_ptr(), x.stride(0))
+    sightings = GRAPHS.sighting((*key, *at))
+    params = (0, 0)
+    if PARAMS_IN_PLACE:
+        params = graphs.params_in_place(x, (k_rows, None), (p, torch.float32))
+        if any(params) and GRAPHS.sighting((*key, *at, *params)) < graphs.POINTER_SIGHTINGS:
+            params = (0, 0)
+    return sightings, at, params
 
 
 def _eager(

@@ -11,7 +11,9 @@ it was captured with, so a call replays one only when everything baked in matche
 * ``IN_PLACE``: larger logits are read where they are, by a graph keyed by their address too;
   copying them would cost more than the launches it saves. Serving loops and benchmarks reuse a
   few addresses, so the graph is captured only once an address has been seen
-  :data:`POINTER_SIGHTINGS` times; until then the call runs eagerly.
+  :data:`POINTER_SIGHTINGS` times; until then the call runs eagerly. Such a graph reads k and p
+  in place too where they are on the logits' device (:func:`params_in_place`; vLLM keeps them
+  in persistent buffers) and their addresses repeat with the logits'; else it copies them.
 * ``EAGER``: not CUDA, Triton's interpreter, a stream that is itself being captured (the
   launches then become part of the caller's graph), per-row generators (their draws are not
   reproducible through a graph: those calls run eagerly, as documented), or more than
@@ -86,6 +88,36 @@ def plan(
     return Mode.EAGER
 
 
+def params_in_place(
+    x: torch.Tensor,
+    k: tuple[torch.Tensor | None, torch.dtype | None],
+    p: tuple[torch.Tensor | None, torch.dtype | None],
+) -> tuple[int, int]:
+    """The address of each per-row parameter (k, p) that an ``IN_PLACE`` graph may read where
+    the caller keeps it, 0 for one it copies (absent, on another device, not one element a row
+    at unit stride, or not in the dtype the kernels read; ``None``: any).
+
+    Args:
+        x: the logits.
+        k: the top-k tensor, with the dtype the kernels read it in.
+        p: the same for top-p.
+
+    Returns:
+        k's address (or 0) and p's; the graph's key holds them.
+    """
+    addresses = []
+    for t, dtype in (k, p):
+        usable = (
+            t is not None
+            and t.device == x.device
+            and t.shape == x.shape[:1]
+            and (t.stride(0) == 1 or t.numel() <= 1)
+            and (dtype is None or t.dtype == dtype)
+        )
+        addresses.append(t.data_ptr() if usable and t is not None else 0)
+    return addresses[0], addresses[1]
+
+
 class _Lru(Generic[T]):
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -98,10 +130,10 @@ class _Lru(Generic[T]):
         return value
 
     def put(self, key: Hashable, value: T) -> bool:
-        """Store; returns whether an older entry was evicted to make room."""
+        """Store; returns whether an older entry was replaced, or evicted to make room."""
+        evicted = key in self.items
         self.items[key] = value
         self.items.move_to_end(key)
-        evicted = False
         while len(self.items) > self.limit:
             self.items.popitem(last=False)
             evicted = True
@@ -137,7 +169,7 @@ class GraphCache(Generic[T]):
         return self._graphs.get(key)
 
     def put(self, key: Hashable, graph: T) -> bool:
-        """Keep a captured graph; returns whether an older one was evicted."""
+        """Keep a captured graph; returns whether an older one was replaced or evicted."""
         return self._graphs.put(key, graph)
 
     def fail(self, key: Hashable, why: str) -> None:

@@ -44,6 +44,7 @@ class Graph:
         flags: tuple[bool, bool, bool],
         mode: graphs.Mode,
         groups_first: bool,
+        params: tuple[int, int] = (0, 0),
     ) -> None:
         pkg = _package()
         batch, vocab = x.shape
@@ -59,6 +60,12 @@ class Graph:
         k_dtype = torch.int32 if k is None else k.dtype
         self.k = torch.zeros(batch, dtype=k_dtype, device=device)
         self.p = torch.ones(batch, dtype=torch.float32, device=device)
+        # k and p read where the caller keeps them (their addresses are in the key: see
+        # graphs.params_in_place), else copied; a host copy is skipped while its values are
+        # those copied last (a serving loop's parameters change only with its batch)
+        self.params = params
+        self.k_in_place, self.p_in_place = (bool(address) for address in params)
+        self.copied: dict[str, torch.Tensor] = {}
         # the draw's uniforms, then the proposals' (wide rows only), in one buffer filled by
         # _graph_uniforms before each replay, outside the graph
         proposals = pkg.PROPOSALS if self.p_rows else 0
@@ -76,12 +83,29 @@ class Graph:
         return x
 
     def load_rest(self, k_rows: torch.Tensor | None, p: torch.Tensor | None) -> None:
-        """Copy k and p into the graph's buffers and draw the uniforms."""
-        if self.has_k and k_rows is not None:  # a blocking copy would sync the host
-            transfer.copy_into(self.k, k_rows)
+        """Copy k and p into the graph's buffers (or take the caller's, read in place) and
+        draw the uniforms."""
+        if self.has_k and k_rows is not None:
+            if self.k_in_place:
+                self.k = k_rows  # at the captured address (the key holds it)
+            else:
+                self._copy("k", self.k, k_rows)
         if self.has_p and p is not None:
-            transfer.copy_into(self.p, p)
+            if self.p_in_place:
+                self.p = p
+            else:
+                self._copy("p", self.p, p)
         _package()._graph_uniforms(self.uq)
+
+    def _copy(self, name: str, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy without waiting for the stream (a blocking copy would sync the host); a host
+        ``src`` equal to the one copied last is not copied again."""
+        if src.device.type == "cpu" and _package().SKIP_UNCHANGED:
+            last = self.copied.get(name)
+            if last is not None and last.dtype == src.dtype and torch.equal(last, src):
+                return
+            self.copied[name] = src.clone()
+        transfer.copy_into(dst, src)
 
     def groups_pass(self, x: torch.Tensor) -> None:
         launch.groups_pass(x, self.w, self.size)
@@ -125,7 +149,7 @@ class Graph:
                 pkg.CAPTURE_FAILED[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
             return result
         if pkg.GRAPHS.put(key, self) and x.device.type == "cuda":
-            torch.cuda.synchronize(x.device)  # an evicted graph may still be running
+            torch.cuda.synchronize(x.device)  # an evicted or replaced graph may still run
         return result
 
     def run(
