@@ -386,9 +386,7 @@ def test_a_failed_second_capture_leaves_the_shape_eager(
         pytest.param(None, torch.full((8,), 0.5)[::2], (False, False), id="p-strided"),
         pytest.param(None, torch.full((5,), 0.5), (False, False), id="p-other-batch"),
         pytest.param(None, torch.full((4, 1), 0.5), (False, False), id="p-2d"),
-        pytest.param(
-            torch.full((4,), 5, device="meta"), None, (False, False), id="k-other-device"
-        ),
+        pytest.param(torch.full((4,), 5, device="meta"), None, (False, False), id="k-other-device"),
     ],
 )
 def test_which_parameters_a_graph_may_read_in_place(
