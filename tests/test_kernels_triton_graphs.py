@@ -71,15 +71,25 @@ def test_plan(change: dict[str, object], mode: Mode) -> None:
 @pytest.mark.parametrize("limit", [1, 3])
 def test_the_cache_keeps_the_most_recently_used_graphs(limit: int) -> None:
     cache: GraphCache[str] = GraphCache(entries=limit)
-    evicted = [cache.put(i, f"graph {i}") for i in range(limit)]
-    assert not any(evicted)
+    displaced = [cache.put(i, f"graph {i}") for i in range(limit)]
+    assert displaced == [[]] * limit
     assert len(cache) == limit
     assert cache.get(0) == "graph 0"  # used: now the newest
-    assert cache.put(limit, "one more")  # limit + 1: the least recently used goes
+    gone = 1 if limit > 1 else 0
+    assert cache.put(limit, "one more") == [f"graph {gone}"]  # the least recently used goes
     assert len(cache) == limit
     assert cache.get(limit) == "one more"
-    gone = 1 if limit > 1 else 0
     assert cache.get(gone) is None
+    assert cache.put(limit, "its successor") == ["one more"]  # replaced at its key
+    assert len(cache) == limit
+
+
+def test_a_failed_capture_takes_the_graph_at_its_key_out_of_the_cache() -> None:
+    cache: GraphCache[str] = GraphCache()
+    cache.put("k", "graph")
+    assert cache.fail("k", "why") == "graph"
+    assert cache.get("k") is None
+    assert cache.fail("other", "why") is None
 
 
 def test_failures_and_sightings_are_bounded() -> None:
@@ -118,9 +128,14 @@ class FakeGraphs:
         self.captures.append(address)
         part = getattr(launch, "__name__", "?")
         self.parts.append(part)
+        graph = getattr(launch, "__self__", None)  # the replay.Graph captured
+        params = (graph.k.data_ptr(), graph.p.data_ptr()) if graph is not None else None
 
         def replay(source: torch.Tensor) -> None:
             assert source.data_ptr() == address, "a graph read another address"
+            if graph is not None:  # a real graph reads k and p where they were at capture
+                now = (graph.k.data_ptr(), graph.p.data_ptr())
+                assert now == params, "a graph read k or p at another address"
             self.replays += 1
             self.events.append(f"replay {part}")
             launch(source)
@@ -447,12 +462,18 @@ def test_k_and_p_that_move_are_copied(in_place: FakeGraphs) -> None:
     assert len(in_place.captures) == 2
 
 
-def test_a_graph_whose_k_and_p_moved_is_replaced_once_by_one_that_copies(
-    in_place: FakeGraphs,
+@pytest.mark.parametrize("moved", ["k", "p", "both"])
+def test_a_graph_whose_k_or_p_moved_is_replaced_once_by_one_that_copies(
+    in_place: FakeGraphs, moved: str
 ) -> None:
     first, *others = _params(4)
+
+    def move(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k, p = others[i]
+        return (k if moved != "p" else first[0]), (p if moved != "k" else first[1])
+
     logits = rows(0)
-    copies = _calls(logits, [first, first, others[0], first, others[1], others[2]], in_place)
+    copies = _calls(logits, [first, first, move(0), first, move(1), move(2)], in_place)
     assert copies == [0, 0, 2, 2, 2, 2]
     assert len(in_place.captures) == 4  # in place, then copying: two graphs of two parts
     (graph,) = sampling_triton.GRAPHS._graphs.items.values()
@@ -475,3 +496,21 @@ def test_a_host_parameter_is_copied_only_when_its_values_change(
         assert_exact(ids, logits, k, p)
         copies.append(groups_first.events.count("copy"))
     assert copies == ([2, 0, 1, 0, 1, 0] if skip else [2] * 6)
+
+
+@pytest.mark.parametrize("moved", ["k", "p", "both"])
+def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgotten(
+    in_place: FakeGraphs, moved: str
+) -> None:
+    """The sightings are a bounded cache of their own: once they forget a logits address, new
+    k or p addresses can count as repeated while the graph captured with the old ones is still
+    cached. It must not replay (it would read them at the old addresses): a graph that copies
+    them takes its place."""
+    first, other = _params(2)
+    now = (other[0] if moved != "p" else first[0], other[1] if moved != "k" else first[1])
+    logits = rows(0)
+    assert _calls(logits, [first, first], in_place) == [0, 0]  # captured in place
+    sampling_triton.GRAPHS._seen.items.clear()
+    assert _calls(logits, [now, now, now], in_place) == [0, 2, 2]
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (0, 0)

@@ -45,9 +45,15 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in pinned host memory, or ``t`` itself where pinning is not possible (no CUDA,
-    or the host refuses page-locked memory): the copy is then staged, slower but correct."""
+    """A copy of ``t`` in pinned memory of torch's host cache, or ``t`` itself where pinning is
+    not possible (no CUDA, or the host refuses page-locked memory): the transfer is then
+    staged by the driver, slower but correct.
+
+    A tensor the caller pinned itself is copied too: the transfer reads its source when the
+    GPU gets to it, and a caller that refills its buffer for the next step before then (a
+    host running ahead) would change what this call draws with.
+    """
     try:
-        return t if t.is_pinned() else t.pin_memory()
+        return torch.empty_like(t, pin_memory=True).copy_(t)
     except RuntimeError:
         return t

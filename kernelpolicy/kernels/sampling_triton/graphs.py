@@ -129,15 +129,18 @@ class _Lru(Generic[T]):
             self.items.move_to_end(key)
         return value
 
-    def put(self, key: Hashable, value: T) -> bool:
-        """Store; returns whether an older entry was replaced, or evicted to make room."""
-        evicted = key in self.items
+    def put(self, key: Hashable, value: T) -> list[T]:
+        """Store; returns the entries this displaced: the one replaced at ``key``, and those
+        evicted to make room (least recently used first)."""
+        displaced = [] if (old := self.items.get(key)) is None else [old]
         self.items[key] = value
         self.items.move_to_end(key)
         while len(self.items) > self.limit:
-            self.items.popitem(last=False)
-            evicted = True
-        return evicted
+            displaced.append(self.items.popitem(last=False)[1])
+        return displaced
+
+    def pop(self, key: Hashable) -> T | None:
+        return self.items.pop(key, None)
 
 
 class GraphCache(Generic[T]):
@@ -168,12 +171,16 @@ class GraphCache(Generic[T]):
     def get(self, key: Hashable) -> T | None:
         return self._graphs.get(key)
 
-    def put(self, key: Hashable, graph: T) -> bool:
-        """Keep a captured graph; returns whether an older one was replaced or evicted."""
+    def put(self, key: Hashable, graph: T) -> list[T]:
+        """Keep a captured graph; returns the graphs it displaced (replaced or evicted), which
+        the caller drops only once the GPU has finished them (a replay may still run)."""
         return self._graphs.put(key, graph)
 
-    def fail(self, key: Hashable, why: str) -> None:
+    def fail(self, key: Hashable, why: str) -> T | None:
+        """Remember that ``key``'s capture failed (it runs eagerly from then on); returns the
+        graph cached at ``key`` (now removed), to be dropped like a displaced one."""
         self._failed.put(key, why)
+        return self._graphs.pop(key)
 
     def failure(self, key: Hashable) -> str | None:
         """Why this key's capture failed, or None."""

@@ -31,6 +31,14 @@ def _package() -> ModuleType:
     return sys.modules["kernelpolicy.kernels.sampling_triton"]
 
 
+def _drop(device: torch.device, graphs: list[Graph | None]) -> None:
+    """Release graphs taken out of the cache once the GPU has finished them: a replay of one
+    may still be running, reading its buffers and, in place, the caller's k and p."""
+    if any(g is not None for g in graphs) and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    graphs.clear()
+
+
 class Graph:
     """The buffers one captured call shape reads and writes, and its replays. ``COPY`` graphs
     own their input buffer; ``IN_PLACE`` graphs read the caller's logits at the captured
@@ -144,12 +152,11 @@ class Graph:
             self.replays = [pkg.CAPTURE(part, source, x.device) for part in self.parts()]
         except Exception as exc:  # a capture failure costs this shape its graph, nothing else
             why = f"{type(exc).__name__}: {str(exc)[:300]}"
-            pkg.GRAPHS.fail(key, why)
+            _drop(x.device, [pkg.GRAPHS.fail(key, why)])
             if x.dtype not in pkg.CAPTURE_FAILED:  # said once per dtype: shapes are unbounded
                 pkg.CAPTURE_FAILED[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
             return result
-        if pkg.GRAPHS.put(key, self) and x.device.type == "cuda":
-            torch.cuda.synchronize(x.device)  # an evicted or replaced graph may still run
+        _drop(x.device, pkg.GRAPHS.put(key, self))
         return result
 
     def run(
