@@ -4,8 +4,8 @@
 # and FlashInfer's JIT module, run `kernelpolicy verify`, and time FlashInfer, triton and torch
 # interleaved call by call. Everything lands under $OUT. The recipe is explained in docs/gpu.md.
 #
-# STAGE=all (default) runs compile, verify and bench in one call; STAGE=compile, STAGE=verify
-# and STAGE=bench run one each, so that a visit can be split into calls each well under the
+# STAGE=all (default) runs compile, verify, tests and bench in one call; STAGE=compile,
+# STAGE=verify, STAGE=tests and STAGE=bench run one each, so that a visit can be split into calls each well under the
 # 10-minute limit on one warm machine: the installed wheels (/tmp/site), Triton's kernel cache
 # (TRITON_CACHE_DIR, default /tmp/kp-triton-cache) and FlashInfer's JIT build (under
 # XDG_CACHE_HOME=/tmp/kpcache) stay on the machine between calls.
@@ -74,6 +74,13 @@ for r in doc["results"]:
     print(r["impl"], r["status"], r["skipped"] or "", r["seconds"], "passed:",
           r.get("dtypes_passed"), "failed:", r.get("dtypes_failed"), len(bad), bad[:6])
 PY
+fi
+
+if want tests; then  # the tests that need a GPU (CUDA graphs replayed against the eager path)
+  say tests
+  timeout "${TESTS_TIMEOUT:-200}" python3 -m pytest -p no:xdist -q -rs \
+      tests/test_kernels_triton_graphs_cuda.py > "$out/cuda-tests.txt" 2>&1
+  echo "tests exit $?"; tail -5 "$out/cuda-tests.txt"
 fi
 
 if want bench; then

@@ -1,0 +1,116 @@
+"""The Triton sampler's CUDA graphs on a real GPU (skipped here; the GPU visit runs this file:
+docs/gpu.md). Every call draws from the same even grid of uniforms, so a replay must return
+exactly the tokens of the eager path on the same inputs: a replay that read k, p or the logits
+at a stale address, or stale values, gives other tokens. The sequences follow what a serving
+loop does: k and p kept in persistent GPU buffers and rewritten every step, buffers that move,
+a host k whose values repeat, and sightings forgotten while a graph is cached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip(
+        "CUDA graphs need a CUDA GPU: the GPU visit runs this file (docs/gpu.md)",
+        allow_module_level=True,
+    )
+pytest.importorskip("triton")
+
+from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels.sampling_triton import graphs
+
+VOCAB = 128256
+LARGE = 256  # 131 MB of float32 logits: read in place, two graphs (group pass first)
+SMALL = 8  # copied into the graph's own buffer, one graph
+
+
+def _grid(n: int, device: torch.device) -> torch.Tensor:
+    return (torch.arange(n, dtype=torch.float32, device=device) + 0.5) / n
+
+
+@pytest.fixture
+def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Even uniforms on every path, and an empty graph cache."""
+    monkeypatch.setattr(sampling_triton, "GRAPHS", graphs.GraphCache())
+    monkeypatch.setattr(
+        sampling_triton, "_uniform", lambda batch, device, generators: _grid(batch, device)
+    )
+    proposals = sampling_triton.PROPOSALS
+
+    def proposal_uniforms(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+        return _grid(batch * proposals, device).view(batch, proposals)
+
+    def graph_uniforms(uq: torch.Tensor) -> None:  # the draws, then the proposals (replay.py)
+        batch = uq.numel() // (1 + proposals) if uq.numel() % (1 + proposals) == 0 else uq.numel()
+        uq[:batch].copy_(_grid(batch, uq.device))
+        uq[batch:].copy_(_grid(uq.numel() - batch, uq.device))
+
+    monkeypatch.setattr(sampling_triton, "_proposal_uniforms", proposal_uniforms)
+    monkeypatch.setattr(sampling_triton, "_graph_uniforms", graph_uniforms)
+    yield
+    torch.cuda.synchronize()
+
+
+def _eager(
+    logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor, k_max: int | None
+) -> torch.Tensor:
+    """The same call with no graph: a cache of its own, no logits small enough to copy into a
+    graph, and no address ever counted as repeated."""
+    saved = sampling_triton.GRAPHS, graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES
+    sampling_triton.GRAPHS = graphs.GraphCache()
+    graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES = 1 << 30, -1
+    try:
+        return sampling_triton.top_k_top_p(logits, k, p, k_max=k_max)
+    finally:
+        sampling_triton.GRAPHS, graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES = saved
+
+
+def _check(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor, step: int) -> None:
+    """Write this step's values into the caller's tensors, call, and compare with eager."""
+    gen = torch.Generator(device="cuda").manual_seed(step)
+    logits.copy_(torch.randn(logits.shape, device="cuda", generator=gen) * 3)
+    k.fill_(40 - step)
+    p.copy_(torch.linspace(0.5, 0.95, p.numel()) - 0.01 * step)
+    got = sampling_triton.top_k_top_p(logits, k, p, k_max=50)
+    assert torch.equal(got, _eager(logits, k, p, 50)), f"step {step}: a replay drew other tokens"
+
+
+def _graph() -> object:
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    return graph
+
+
+def _pair(device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.zeros(LARGE, dtype=torch.int64, device=device), torch.zeros(LARGE, device=device)
+
+
+@pytest.mark.usefixtures("fixed")
+def test_k_and_p_in_persistent_buffers_are_read_in_place_then_copied_once_they_move() -> None:
+    logits = torch.empty(LARGE, VOCAB, device="cuda")
+    first, moved = _pair(), _pair()
+    for step in range(3):  # eager, capture with k and p in place, replay
+        _check(logits, *first, step)
+    assert _graph().params == (first[0].data_ptr(), first[1].data_ptr())  # type: ignore[attr-defined]
+    for step in range(3, 5):  # moved: replaced by a graph that copies them, then replayed
+        _check(logits, *moved, step)
+    assert _graph().params == (0, 0)  # type: ignore[attr-defined]
+    sampling_triton.GRAPHS._seen.items.clear()  # forgotten: the copying graph still serves
+    for step in range(5, 8):
+        _check(logits, *first, step)
+    assert _graph().params == (0, 0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("fixed")
+def test_a_host_k_is_copied_when_its_values_change() -> None:
+    logits = torch.empty(SMALL, VOCAB, device="cuda")
+    p = torch.full((SMALL,), 0.9, device="cuda")
+    for step in range(4):
+        k = torch.full((SMALL,), 30 - 10 * (step // 2))  # on the host; new values every 2 steps
+        gen = torch.Generator(device="cuda").manual_seed(step)
+        logits.copy_(torch.randn(logits.shape, device="cuda", generator=gen) * 3)
+        got = sampling_triton.top_k_top_p(logits, k, p)
+        assert torch.equal(got, _eager(logits, k, p, None)), f"step {step}"
+    assert len(sampling_triton.GRAPHS) == 1
