@@ -7,6 +7,7 @@ as a real graph does, so a value baked in by mistake shows as a wrong draw."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 import pytest
@@ -514,3 +515,42 @@ def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgot
     assert _calls(logits, [now, now, now], in_place) == [0, 2, 2]
     (graph,) = sampling_triton.GRAPHS._graphs.items.values()
     assert graph.params == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("k", "p"),
+    [
+        pytest.param(torch.tensor([7]), None, id="k-one"),
+        pytest.param(None, torch.tensor(0.8), id="p-0d"),
+        pytest.param(torch.tensor([7]), torch.tensor([0.8]), id="both-one"),
+    ],
+)
+@pytest.mark.parametrize("eager", [False, True], ids=["graph", "eager"])
+def test_one_value_for_all_rows_is_broadcast(
+    fake: FakeGraphs,
+    monkeypatch: pytest.MonkeyPatch,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    eager: bool,
+) -> None:
+    """The kernels read k[row] and p[row]: one value is broadcast, never read past its end."""
+    if eager:
+        monkeypatch.setattr(graphs, "plan", lambda **_: Mode.EAGER)
+    for seed in range(3):  # a graph: first run and capture, then replays
+        logits = rows(seed)
+        ids = sampling_triton.top_k_top_p(logits, k, p)
+        assert_exact(ids, logits, None if k is None else 7, None if p is None else 0.8)
+
+
+@pytest.mark.parametrize(
+    ("k", "p", "words"),
+    [
+        pytest.param(torch.full((3,), 7), None, "k must hold one value per row ([20])", id="k"),
+        pytest.param(None, torch.full((20, 1), 0.8), "got shape (20, 1)", id="p-2d"),
+    ],
+)
+def test_parameters_of_another_shape_are_refused(
+    k: torch.Tensor | None, p: torch.Tensor | None, words: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        sampling_triton.top_k_top_p(rows(0), k, p)

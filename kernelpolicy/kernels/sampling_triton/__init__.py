@@ -259,7 +259,8 @@ def top_k_top_p(
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
-    vocab = logits.shape[1]
+    batch, vocab = logits.shape
+    k, p = _per_row(k, "k", batch), _per_row(p, "p", batch)
     k_bound, every_row_k = (0, False) if k is None else _k_bound(k, vocab, k_max)
     if k_bound > MAX_K:
         from kernelpolicy.kernels import torch_impl
@@ -276,6 +277,18 @@ def top_k_top_p(
             raise
         UPCAST[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return _pipeline(x.float(), k_rows, k_bound, p, generators, rows)
+
+
+def _per_row(t: torch.Tensor | None, name: str, batch: int) -> torch.Tensor | None:
+    """``t`` with one value a row: one value for all is broadcast (as the torch implementation
+    does); the kernels read ``t[row]``, so any other shape is refused, not read past its end."""
+    if t is None or tuple(t.shape) == (batch,):
+        return t
+    if t.numel() == 1:
+        return t.reshape(1).expand(batch)
+    raise ValueError(
+        f"{name} must hold one value per row ([{batch}]) or one for all, got shape {tuple(t.shape)}"
+    )
 
 
 Capture = Callable[
