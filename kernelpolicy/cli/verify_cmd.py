@@ -137,19 +137,15 @@ def _output_file(path: Path | None) -> Path | None:
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` whole: a reader sees the old file or the new one. The
-    bytes go first to a new file of a random name beside it, created exclusively (so a link
-    planted in a shared folder is never followed), then replace ``path``."""
-    partial = None
+    """Write ``document`` to ``path`` whole, with the user's umask: :func:`safeio.write_atomic`
+    (a reader sees the old file or the new one; a link planted at ``path`` or at the temporary
+    name beside it is replaced, never followed)."""
+    from kernelpolicy.safeio import write_atomic
+
+    data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
     try:
-        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            os.fchmod(stream.fileno(), 0o666 & ~_umask())
-            stream.write(json.dumps(document, indent=2) + "\n")
-        os.replace(partial, path)
+        write_atomic(path, data, 0o666 & ~_umask())
     except OSError as exc:
-        if partial is not None:
-            Path(partial).unlink(missing_ok=True)
         raise KernelPolicyError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
