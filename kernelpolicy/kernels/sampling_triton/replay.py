@@ -71,8 +71,7 @@ class Graph:
         # k and p read where the caller keeps them (their addresses are in the key: see
         # graphs.params_in_place), else copied; a host copy is skipped while its values are
         # those copied last (a serving loop's parameters change only with its batch)
-        self.params = params
-        self.k_in_place, self.p_in_place = (bool(address) for address in params)
+        self.params = params  # k's and p's addresses where read in place, else 0
         self.copied: dict[str, torch.Tensor] = {}
         # the draw's uniforms, then the proposals' (wide rows only), in one buffer filled by
         # _graph_uniforms before each replay, outside the graph
@@ -94,12 +93,12 @@ class Graph:
         """Copy k and p into the graph's buffers (or take the caller's, read in place) and
         draw the uniforms."""
         if self.has_k and k_rows is not None:
-            if self.k_in_place:
+            if self.params[0]:
                 self.k = k_rows  # at the captured address (the key holds it)
             else:
                 self._copy("k", self.k, k_rows)
         if self.has_p and p is not None:
-            if self.p_in_place:
+            if self.params[1]:
                 self.p = p
             else:
                 self._copy("p", self.p, p)
