@@ -517,6 +517,59 @@ def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgot
     assert graph.params == (0, 0)
 
 
+def test_an_in_place_graph_outlives_the_sightings_of_its_parameters(in_place: FakeGraphs) -> None:
+    """The sightings of k and p share a bounded cache with the logits'. Where it forgets
+    theirs but the logits' survive, k and p are still where the graph reads them: it keeps
+    serving in place (it was replaced for good by one that copies them)."""
+    (pair,) = _params(1)
+    logits = rows(0)
+    assert _calls(logits, [pair] * 2, in_place) == [0, 0]  # eager, then captured in place
+    seen = sampling_triton.GRAPHS._seen.items
+    for key in [key for key in seen if len(key) > min(len(k) for k in seen)]:
+        del seen[key]  # the parameters' sightings alone
+    assert _calls(logits, [pair] * 3, in_place) == [0, 0, 0]
+    assert len(in_place.captures) == 2
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (pair[0].data_ptr(), pair[1].data_ptr())
+
+
+def test_a_graph_copying_p_keeps_serving_once_p_could_be_read_in_place(
+    in_place: FakeGraphs,
+) -> None:
+    """A graph captured while p could not be read in place (here float64, as a p on the host
+    cannot) reads k in place and copies p. When p then comes where it could be read in place,
+    the graph still serves: p is copied as before, k stays read in place, nothing is captured
+    again (it was replaced by one that copies both)."""
+    k = torch.zeros(20, dtype=torch.int64)
+    p64, p32 = torch.zeros(20, dtype=torch.float64), torch.zeros(20)
+    logits = rows(0)
+    assert _calls(logits, [(k, p64)] * 3, in_place) == [0, 1, 1]  # eager, capture, replay
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (k.data_ptr(), 0)
+    assert _calls(logits, [(k, p32)] * 3, in_place) == [1, 1, 1]
+    assert len(in_place.captures) == 2
+    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    assert graph.params == (k.data_ptr(), 0)
+
+
+@pytest.mark.parametrize(
+    ("captured", "now", "serves"),
+    [
+        pytest.param((0, 0), (0, 0), True, id="copies-both"),
+        pytest.param((0, 0), (11, 22), True, id="copies-both-wherever-they-are"),
+        pytest.param((11, 22), (11, 22), True, id="both-in-place-unmoved"),
+        pytest.param((11, 0), (11, 22), True, id="p-readable-now-still-copied"),
+        pytest.param((11, 22), (33, 22), False, id="k-moved"),
+        pytest.param((11, 22), (11, 44), False, id="p-moved"),
+        pytest.param((11, 22), (11, 0), False, id="p-no-longer-readable-in-place"),
+    ],
+)
+def test_which_graph_serves_which_parameters(
+    captured: tuple[int, int], now: tuple[int, int], serves: bool
+) -> None:
+    assert graphs.serves(captured, now) is serves
+
+
 @pytest.mark.parametrize(
     ("k", "p"),
     [

@@ -114,3 +114,24 @@ def test_a_host_k_is_copied_when_its_values_change() -> None:
         got = sampling_triton.top_k_top_p(logits, k, p)
         assert torch.equal(got, _eager(logits, k, p, None)), f"step {step}"
     assert len(sampling_triton.GRAPHS) == 1
+
+
+@pytest.mark.usefixtures("fixed")
+def test_p_moving_onto_the_gpu_keeps_the_graph_that_copies_it() -> None:
+    """k in a persistent GPU buffer, p first on the host (copied), then in a GPU buffer: the
+    graph captured with p on the host keeps serving (k read in place, p copied), no capture
+    per call and every draw the eager path's."""
+    logits = torch.empty(LARGE, VOCAB, device="cuda")
+    k, p_gpu = _pair()
+    p_host = torch.zeros(LARGE)
+    for step in range(3):
+        _check(logits, k, p_host, step)
+    captured = (k.data_ptr(), 0)
+    assert _graph().params == captured  # type: ignore[attr-defined]
+    for step in range(3, 6):
+        _check(logits, k, p_gpu, step)
+    assert _graph().params == captured  # type: ignore[attr-defined]
+    sampling_triton.GRAPHS._seen.items.clear()  # forgotten: the same graph still serves
+    for step in range(6, 8):
+        _check(logits, k, p_gpu, step)
+    assert _graph().params == captured  # type: ignore[attr-defined]

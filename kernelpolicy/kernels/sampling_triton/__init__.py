@@ -319,9 +319,9 @@ def _pipeline(
     nbytes = x.numel() * x.element_size()
     dense = x.stride(-1) == 1
     with GRAPHS.lock:
-        sightings, at, params = 0, (0, 0), (0, 0)
+        sightings, at, where, params = 0, (0, 0), (0, 0), (0, 0)
         if dense and nbytes > graphs.COPY_BYTES:  # only large logits count their address
-            sightings, at, params = _sighting(key, x, k_rows, p)
+            sightings, at, where, params = _sighting(key, x, k_rows, p)
         mode = graphs.plan(
             device_type=x.device.type,
             interpreted=os.environ.get("TRITON_INTERPRET") == "1",
@@ -338,7 +338,7 @@ def _pipeline(
             params = (0, 0)
         if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
             graph = GRAPHS.get(key)
-            if graph is not None and any(graph.params) and graph.params != params:
+            if graph is not None and not graphs.serves(graph.params, where):
                 graph, params = None, (0, 0)  # k or p moved: a graph that copies them takes over
             if graph is not None:
                 return graph.run(x, k_rows, p)
@@ -349,23 +349,25 @@ def _pipeline(
 
 def _sighting(
     key: tuple[object, ...], x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
-) -> tuple[int, tuple[int, int], tuple[int, int]]:
+) -> tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]]:
     """Count a call at the address of its logits, and at theirs with k's and p's where those
     qualify to be read in place too (``graphs.params_in_place``). Returns the logits' count,
-    their address and row stride, and the addresses of k and p if they too have been seen
-    with these logits before (else 0: a graph copies them).
+    their address and row stride, where k and p qualify (their addresses, else 0), and the
+    addresses of those that have also been seen with these logits before (else 0: a new graph
+    copies them).
 
-    A graph captured with k or p in place is replaced, once, by one that copies them when a
-    call brings them at other addresses (``_pipeline``): parameters that move cost a copy
-    per call, never a capture per call."""
+    A cached graph serves the call while it reads in place only parameters that are still
+    where it was captured (``graphs.serves``), whatever the sightings now remember; one that
+    reads k or p elsewhere is replaced, once, by one that copies them (``_pipeline``):
+    parameters that move cost a copy per call, never a capture per call."""
     at = (x.data_ptr(), x.stride(0))
     sightings = GRAPHS.sighting((*key, *at))
-    params = (0, 0)
+    where = params = (0, 0)
     if PARAMS_IN_PLACE:
-        params = graphs.params_in_place(x, (k_rows, None), (p, torch.float32))
-        if any(params) and GRAPHS.sighting((*key, *at, *params)) < graphs.POINTER_SIGHTINGS:
-            params = (0, 0)
-    return sightings, at, params
+        where = graphs.params_in_place(x, (k_rows, None), (p, torch.float32))
+        seen = any(where) and GRAPHS.sighting((*key, *at, *where)) >= graphs.POINTER_SIGHTINGS
+        params = where if seen else (0, 0)
+    return sightings, at, where, params
 
 
 def _eager(

@@ -118,6 +118,15 @@ def params_in_place(
     return addresses[0], addresses[1]
 
 
+def serves(captured: tuple[int, int], now: tuple[int, int]) -> bool:
+    """Whether a graph that reads k and p in place at ``captured`` (0: it copies that one) can
+    serve a call whose k and p qualify to be read in place at ``now`` (``params_in_place``):
+    each parameter it reads in place must be at the captured address; one it copies may be
+    anywhere. Sightings forgotten, or a parameter that became readable in place (p moved onto
+    the GPU), leave a graph serving; only a parameter read in place that moved does not."""
+    return all(c in (0, n) for c, n in zip(captured, now, strict=True))
+
+
 class _Lru(Generic[T]):
     def __init__(self, limit: int) -> None:
         self.limit = limit
