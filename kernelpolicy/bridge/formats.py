@@ -2,8 +2,8 @@
 
 Every format carries the variables; the flags go where the format can hold them (JSON, the
 container's ``args``) and otherwise into a comment that says where they belong. A choice made per
-call by batch, which no variable can carry, is a comment too (``per_batch`` in JSON; on stderr
-for ``k8s-json``, a container fragment with no room for it).
+call by batch or dtype, which no variable can carry, is a comment too (``per_batch`` and
+``per_dtype`` in JSON; on stderr for ``k8s-json``, a container fragment with no room for it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def render(settings: EngineSettings, fmt: str) -> str:
         lines = [f"{k}={_dotenv_value(v)}" for k, v in settings.env.items()]
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    notes = [f"# {note}" for note in settings.per_batch_notes()]
+    notes = [f"# {note}" for note in settings.per_call_notes()]
     return "\n".join([header, *lines, *_flags_comment(settings), *notes]) + "\n"
 
 
@@ -70,5 +70,5 @@ def _k8s_yaml(settings: EngineSettings) -> str:
     if settings.flags:
         lines.append("# append to the container's args:")
         lines += [f"# - {json.dumps(word)}" for word in settings.flags]
-    lines += [f"# {note}" for note in settings.per_batch_notes()]
+    lines += [f"# {note}" for note in settings.per_call_notes()]
     return "\n".join(lines) + "\n"

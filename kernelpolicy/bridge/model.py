@@ -36,6 +36,15 @@ class BatchChoice:
 
 
 @dataclass(frozen=True)
+class DtypeChoice:
+    """What ``select()`` tries first for a call of logits in ``dtype`` (stored evidence per
+    dtype, or a kernel that failed for it at run time)."""
+
+    dtype: str
+    impl: str
+
+
+@dataclass(frozen=True)
 class Told:
     """What one engine is told for one decision.
 
@@ -47,6 +56,8 @@ class Told:
         by_batch: Per batch range, what ``select()`` chooses in-process (the feature's
             ``by_batch`` rows); the engine is told one choice for every batch.
         batch_conditions: Implementations whose ``when`` reads the call's ``batch``.
+        by_dtype: Per dtype the feature routes on, what ``select()`` chooses in-process for
+            a call that gives its dtype; set only where some dtype's choice is not ``impl``.
     """
 
     feature: str
@@ -61,6 +72,7 @@ class Told:
     note: str | None = None
     by_batch: tuple[BatchChoice, ...] = ()
     batch_conditions: tuple[str, ...] = ()
+    by_dtype: tuple[DtypeChoice, ...] = ()
 
     @property
     def per_batch(self) -> bool:
@@ -86,6 +98,30 @@ class Told:
             f"the worker bridge): {', '.join(parts)}; {engine} is told one choice, "
             f"{self.impl}, for every batch"
         )
+
+    @property
+    def per_dtype(self) -> bool:
+        """In-process, some dtype is served by another implementation than the engine is told."""
+        return bool(self.by_dtype)
+
+    def per_dtype_dict(self) -> dict[str, str] | None:
+        """``{dtype: impl}`` for every dtype the feature routes on, or None where one choice
+        serves them all."""
+        return {c.dtype: c.impl for c in self.by_dtype} if self.by_dtype else None
+
+    def per_dtype_note(self, engine: str) -> str:
+        """One line saying what ``select()`` does per dtype and that ``engine`` cannot."""
+        parts = ", ".join(f"{c.dtype}: {c.impl}" for c in self.by_dtype)
+        return (
+            f"{self.feature}: chosen per call by dtype in-process only (resolve().select(), "
+            f"the worker bridge): {parts}; {engine} is told one choice, {self.impl}, for "
+            "every dtype"
+        )
+
+    def per_call_notes(self, engine: str) -> list[str]:
+        """The per-batch and per-dtype notes that apply (none where the choice is one)."""
+        notes = [self.per_batch_note(engine)] if self.per_batch else []
+        return notes + ([self.per_dtype_note(engine)] if self.per_dtype else [])
 
     def summary(self) -> str:
         """One line: the settings, or why there are none."""
@@ -116,6 +152,7 @@ class Told:
             "reference": self.reference,
             "note": self.note,
             "per_batch": self.per_batch_dict(),
+            "per_dtype": self.per_dtype_dict(),
         }
 
 
@@ -155,9 +192,16 @@ class EngineSettings:
         """The features whose in-process choice depends on the call's batch."""
         return tuple(name for name, told in self.decisions.items() if told.per_batch)
 
-    def per_batch_notes(self) -> list[str]:
-        """One line per feature of :attr:`per_batch` (see :meth:`Told.per_batch_note`)."""
-        return [self.decisions[name].per_batch_note(self.engine) for name in self.per_batch]
+    @property
+    def per_dtype(self) -> tuple[str, ...]:
+        """The features some dtype of which is served in-process by another implementation
+        than the engine is told."""
+        return tuple(name for name, told in self.decisions.items() if told.per_dtype)
+
+    def per_call_notes(self) -> list[str]:
+        """One line per feature of :attr:`per_batch` and per feature of :attr:`per_dtype`, in
+        policy order (see :meth:`Told.per_call_notes`)."""
+        return [n for told in self.decisions.values() for n in told.per_call_notes(self.engine)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,5 +215,6 @@ class EngineSettings:
             "warnings": list(self.warnings),
             "kept": dict(self.kept),
             "per_batch": list(self.per_batch),
+            "per_dtype": list(self.per_dtype),
             "decisions": {name: told.to_dict() for name, told in self.decisions.items()},
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from kernelpolicy.bridge.model import BatchChoice, EngineSettings, Status, Told
+from kernelpolicy.bridge.model import BatchChoice, DtypeChoice, EngineSettings, Status, Told
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
@@ -162,7 +162,8 @@ class _Teller:
             return Told(name, None, Status.NOT_APPLICABLE)
         by_batch, conditions = _per_batch(feature, decision)
         told = self._by_rule(feature, impl)
-        return replace(told, by_batch=by_batch, batch_conditions=conditions)
+        by_dtype = _per_dtype(decision, impl)
+        return replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
 
     def _by_rule(self, feature: CompiledFeature, impl: str) -> Told:
         name, engine = feature.name, self.engine
@@ -209,6 +210,19 @@ def _per_batch(
         if c.impl in decision.order and c.when is not None and "batch" in c.when.variables()
     )
     return choices, conditions
+
+
+def _per_dtype(decision: Decision, impl: str) -> tuple[DtypeChoice, ...]:
+    """What ``select()`` chooses per dtype (stored evidence or a run-time failure refused some
+    dtype to an implementation), where some dtype's choice is not ``impl``, else nothing."""
+    if not decision.dtype_rules:
+        return ()
+    choices = tuple(
+        DtypeChoice(dtype, order[0])
+        for dtype in decision.dtypes
+        if (order := decision.order_for(None, dtype))
+    )
+    return choices if any(c.impl != impl for c in choices) else ()
 
 
 def _with_gives_up(told: Told, resolution: Resolution) -> Told:

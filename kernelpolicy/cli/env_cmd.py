@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         report_errors(resolution, settings.errors)
         return 1
     if args.format == "k8s-json":  # a container fragment: no room for a note in it
-        for note in settings.per_batch_notes():
+        for note in settings.per_call_notes():
             print(f"kernelpolicy: note: {note}", file=sys.stderr)
     sys.stdout.write(render(settings, args.format))
     return 0

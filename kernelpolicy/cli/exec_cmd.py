@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     warnings = [*settings.warnings, *flag_warnings]
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
-    for note in settings.per_batch_notes():  # the engine's one choice, not select()'s per batch
+    for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
         print(f"kernelpolicy: note: {note}", file=sys.stderr)
     _log(settings_from(environ).log_format, settings, argv, warnings)
     if not settings.ok:
@@ -109,4 +109,5 @@ def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:
         errors=list(settings.errors) or None,
         warnings=warnings or None,
         per_batch=list(settings.per_batch) or None,
+        per_dtype=list(settings.per_dtype) or None,
     )

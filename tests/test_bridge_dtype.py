@@ -1,0 +1,157 @@
+"""Per-dtype choices and the engine bridge: where stored evidence (or a run-time failure)
+refuses a dtype to the chosen implementation, ``select()`` sends that dtype's calls to the next
+candidate in-process, while an engine's variables carry one choice for every dtype;
+``kernelpolicy env`` and ``exec`` say which is which."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.bridge import engine_settings
+from kernelpolicy.bridge.model import DtypeChoice
+from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry, store_evidence
+from kernelpolicy.engine import resolve_policies
+from kernelpolicy.platform import load_platform
+from kernelpolicy.policy import load_policy_text
+from tests.helpers import fixture
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json"
+SAMPLER = "sampler.top_k_top_p"
+NOTE = (
+    f"{SAMPLER}: chosen per call by dtype in-process only (resolve().select(), the worker "
+    "bridge): float32: flashinfer, bfloat16: flashinfer, float16: triton; vllm is told one "
+    "choice, flashinfer, for every dtype"
+)
+POLICY = """schema = "kernelpolicy.policy/v1"
+[features.f]
+description = "d"
+fallback = "slow"
+in_process = false
+dtypes = ["float32", "bfloat16", "float16"]
+[[features.f.candidates]]
+impl = "fast"
+vendor = "nvidia"
+engines.vllm = [{ env = { KP_F = "fast" } }]
+[[features.f.candidates]]
+impl = "slow"
+engines.vllm = [{ env = { KP_F = "slow" } }]
+"""
+
+
+def entry(passed: tuple[str, ...], failed: tuple[str, ...]) -> EvidenceEntry:
+    return EvidenceEntry(not failed, "2026-11-26", "summary", "e.json", passed, failed, False)
+
+
+@pytest.mark.parametrize(
+    ("evidence", "expected"),
+    [
+        pytest.param(
+            entry(("float32", "bfloat16"), ("float16",)),
+            (
+                DtypeChoice("float32", "fast"),
+                DtypeChoice("bfloat16", "fast"),
+                DtypeChoice("float16", "slow"),
+            ),
+            id="one-dtype-failed",
+        ),
+        pytest.param(entry(("float32",), ()), (
+            DtypeChoice("float32", "fast"),
+            DtypeChoice("bfloat16", "slow"),
+            DtypeChoice("float16", "slow"),
+        ), id="passed-for-one-dtype-only"),
+        pytest.param(entry(("float32", "bfloat16", "float16"), ()), (), id="every-dtype-passed"),
+        pytest.param(None, (), id="no-evidence"),
+    ],
+)  # fmt: skip
+def test_told_says_what_select_chooses_per_dtype(
+    evidence: EvidenceEntry | None, expected: tuple[DtypeChoice, ...]
+) -> None:
+    """Every routed dtype's first choice, only where one of them is not the engine's."""
+    stored = Evidence("key", {} if evidence is None else {("f", "fast"): evidence})
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(POLICY), evidence=stored)
+    settings = engine_settings(res, "vllm", {})
+    told = settings.decisions["f"]
+    assert (told.impl, told.by_dtype, told.per_dtype) == ("fast", expected, bool(expected))
+    assert settings.per_dtype == (("f",) if expected else ())
+    assert settings.env == {"KP_F": "fast"}  # the engine is told the one choice regardless
+    if expected:
+        assert settings.per_call_notes() == [told.per_dtype_note("vllm")]
+        assert told.to_dict()["per_dtype"] == {c.dtype: c.impl for c in expected}
+    else:
+        assert settings.per_call_notes() == []
+        assert told.to_dict()["per_dtype"] is None
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """Evidence on the H100 snapshot: flashinfer passed float32 and bfloat16, failed float16
+    (as on the lent H100: one wide-nucleus draw outside the nucleus)."""
+    checks = [
+        {"check": f"distribution/{dtype}/wide", "passed": dtype != "float16", "detail": ""}
+        for dtype in ("float32", "bfloat16", "float16")
+    ]
+    result = {"feature": SAMPLER, "impl": "flashinfer", "status": "failed", "checks": checks}
+    cache = tmp_path / "cache"
+    store_evidence(load_platform(H100), [result], "2026-11-26", cache)
+    return cache
+
+
+def kernelpolicy(
+    store: Path, *args: str, command: str = "env", log: str = "off"
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(ROOT),
+        "KERNELPOLICY_LOG_FORMAT": log,
+        "KERNELPOLICY_CACHE_DIR": str(store),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", command, "--engine", "vllm", "--platform",
+         str(H100), *args],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["shell", "dotenv", "k8s"])
+def test_env_text_formats_say_it_in_a_comment(store: Path, fmt: str) -> None:
+    run = kernelpolicy(store, "--format", fmt)
+    assert f"\n# {NOTE}\n" in run.stdout
+    assert run.stderr == ""
+
+
+def test_env_json_has_a_per_dtype_field(store: Path) -> None:
+    document = json.loads(kernelpolicy(store, "--format", "json").stdout)
+    assert document["per_dtype"] == [SAMPLER]
+    assert document["decisions"][SAMPLER]["per_dtype"] == {
+        "float32": "flashinfer",
+        "bfloat16": "flashinfer",
+        "float16": "triton",
+    }
+    assert document["decisions"]["sampler.greedy"]["per_dtype"] is None
+    assert document["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+
+
+def test_env_k8s_json_notes_on_stderr(store: Path) -> None:
+    run = kernelpolicy(store, "--format", "k8s-json")
+    assert set(json.loads(run.stdout)) == {"env", "args"}
+    assert f"kernelpolicy: note: {NOTE}" in run.stderr.splitlines()
+
+
+def test_exec_notes_it_and_logs_the_features(store: Path) -> None:
+    run = kernelpolicy(store, "--", sys.executable, "-c", "pass", command="exec", log="json")
+    lines = run.stderr.splitlines()
+    assert f"kernelpolicy: note: {NOTE}" in lines
+    (event,) = [json.loads(line) for line in lines if line.startswith("{")]
+    assert event["per_dtype"] == [SAMPLER]
+
+
+def test_the_manual_shows_the_note_as_printed() -> None:
+    """docs/engines.md quotes the per-dtype line; it must be what env prints for that case."""
+    assert f"\n# {NOTE}\n" in (ROOT / "docs/engines.md").read_text()
