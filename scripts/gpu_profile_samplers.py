@@ -222,6 +222,12 @@ def main() -> None:
     )
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="the logits' dtype (drawn in float32, then converted)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -247,7 +253,10 @@ def main() -> None:
     print("impl path batch scale: host us | idle-GPU latency us | back-to-back us per call")
     for scale in (float(s) for s in args.scales.split(",")):
         for batch in (int(b) for b in args.batches.split(",")):
-            logits = [torch.randn(batch, args.vocab, device="cuda") * scale for _ in range(3)]
+            dtype = getattr(torch, args.dtype)
+            logits = [
+                (torch.randn(batch, args.vocab, device="cuda") * scale).to(dtype) for _ in range(3)
+            ]
             k = torch.full((batch,), 50, dtype=torch.int64)
             p = torch.full((batch,), 0.9, device="cuda")
             for path in args.paths.split(","):
