@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from kernelpolicy.testing.machines import fixture_dir
-from tests.helpers import patch_lang_once_per_launch, reduce_xor_with_numpy
+from tests.helpers import patch_lang_once_per_launch, reduce_by_slices, reduce_xor_with_numpy
 
 # The fuzz suite (tests/test_fuzz_*.py): a fast, deterministic profile for CI, a long one for
 # release checks (HYPOTHESIS_PROFILE=release pytest tests/test_fuzz_*.py). Fuzz tests take their
@@ -59,9 +59,9 @@ def empty_root(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def faster_triton_interpreter() -> Iterator[None]:
     """Where the kernel tests run in Triton's interpreter (their modules set TRITON_INTERPRET
-    when collected), two of its slow paths are made fast, with the same results: see
-    :func:`tests.helpers.patch_lang_once_per_launch` and
-    :func:`tests.helpers.reduce_xor_with_numpy`."""
+    when collected), three of its slow paths are made fast, with the same results: see
+    :func:`tests.helpers.patch_lang_once_per_launch`, :func:`tests.helpers.reduce_xor_with_numpy`
+    and :func:`tests.helpers.reduce_by_slices`."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         yield
         return
@@ -71,7 +71,7 @@ def faster_triton_interpreter() -> Iterator[None]:
         yield
         return
     undo = []
-    for speed_up in (patch_lang_once_per_launch, reduce_xor_with_numpy):
+    for speed_up in (patch_lang_once_per_launch, reduce_xor_with_numpy, reduce_by_slices):
         # another Triton's internals: slower, and the tests of
         # tests/test_kernels_triton_interpreter.py fail, instead of every test erroring
         with contextlib.suppress(AttributeError):

@@ -152,3 +152,57 @@ def reduce_xor_with_numpy(interpreter: ModuleType) -> Callable[[], None]:
         interpreter.ReduceOps.apply_impl = real
 
     return undo
+
+
+def reduce_by_slices(interpreter: ModuleType) -> Callable[[], None]:
+    """Make Triton's interpreter run a reduction with a combine function of its own (a
+    ``tl.reduce`` the interpreter has no NumPy form for) one slice along the axis at a time,
+    instead of one element at a time, and return the function that undoes this.
+
+    ``ReduceOps.generic_reduce`` folds every element into its output position in turn, in index
+    order along the axis, calling the combine function on scalars: a Python loop over the whole
+    input. The combine functions of ``@triton.jit`` code apply elementwise, so folding whole
+    slices in the same order (slice 0, then 1, ...) computes each output position from the same
+    values in the same order, with ``axis``-length calls. Reductions over every axis (``axis``
+    None) keep the interpreter's own path.
+
+    Args:
+        interpreter: the ``triton.runtime.interpreter`` module.
+
+    Returns:
+        A function that puts the interpreter's own ``ReduceOps.generic_reduce`` back.
+    """
+    real = interpreter.ReduceOps.generic_reduce
+    tensor = interpreter.tl.core.tensor
+
+    def generic_reduce(self: Any, input: tuple[Any, ...]) -> Any:
+        if self.axis is None:
+            return real(self, input)
+        axis = self.axis
+        data = [arg.handle.data for arg in input]
+        acc = [np.take(d, 0, axis=axis) for d in data]
+        for i in range(1, data[0].shape[axis]):
+            left = tuple(self.to_tensor(a, arg.dtype) for a, arg in zip(acc, input, strict=True))
+            right = tuple(
+                self.to_tensor(np.take(d, i, axis=axis), arg.dtype)
+                for d, arg in zip(data, input, strict=True)
+            )
+            out = self.combine_fn.fn(*left, *right)
+            out = out if isinstance(out, tuple) else (out,)
+            acc = [
+                np.broadcast_to(
+                    np.asarray(o.handle.data if isinstance(o, tensor) else o, dtype=d.dtype),
+                    a.shape,
+                ).copy()
+                for o, d, a in zip(out, data, acc, strict=True)
+            ]
+        if self.keep_dims:
+            acc = [np.expand_dims(a, axis) for a in acc]
+        return [self.to_tensor(a, arg.dtype) for a, arg in zip(acc, input, strict=True)]
+
+    interpreter.ReduceOps.generic_reduce = generic_reduce
+
+    def undo() -> None:
+        interpreter.ReduceOps.generic_reduce = real
+
+    return undo

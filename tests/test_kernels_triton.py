@@ -370,3 +370,42 @@ def test_k_bound_reads_k_on_the_host_in_one_reduction(
     (0, vocab) as no top-k themselves (see test_rows_with_and_without_k_in_one_batch)."""
     for dtype in (torch.int64, torch.int32):
         assert sampling_triton._k_bound(torch.tensor(k, dtype=dtype), vocab, None) == expected
+
+
+def _group_pass(x: torch.Tensor, one_reduce: bool, gs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The group kernel's maxima and second maxima ([batch, 2, groups]) and sums, in one form."""
+    batch, vocab = x.shape
+    block = sampling_triton.GROUP_BLOCK
+    tiles = -(-vocab // block)
+    groups = tiles * (block // gs)
+    gmax = torch.full((batch, 2 * groups), -1.0, device=x.device)
+    gsum = torch.full((batch, 2 * groups), -1.0, device=x.device)  # rows 2 * groups apart
+    counts = torch.ones(batch, tiles, dtype=torch.int32, device=x.device)
+    sampling_triton.group_kernel[(batch, tiles)](
+        x, x.stride(0), vocab, gmax, gsum, 2 * groups, groups, counts, tiles,
+        BLOCK=block, GS=gs, ONE_REDUCE=one_reduce,
+    )  # fmt: skip
+    assert int(counts.sum()) == 0
+    return gmax.view(batch, 2, groups), gsum[:, :groups]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_the_group_pass_reduces_once_with_the_same_results(dtype: torch.dtype) -> None:
+    """One reduction of (largest, second, largest finite) triples gives exactly the four
+    reductions' maxima, second maxima and sums, on groups with a tied maximum, +inf (one or
+    two), -inf, NaN, nothing finite, and a tail past the vocabulary; and the maxima and second
+    maxima are the two largest of each group (a tied maximum its own second)."""
+    gs, vocab = 4, 300  # 300 is not a multiple of the tile: the last groups are padding
+    x = (torch.randn(6, vocab, generator=torch.Generator().manual_seed(3)) * 4).round()
+    inf, nan = float("inf"), float("nan")
+    x[0, :8] = torch.tensor([2.0, 2.0, 1.0, 0.0, inf, 1.0, inf, 3.0])
+    x[1, :8] = torch.tensor([-inf, -inf, -inf, -inf, nan, nan, nan, nan])
+    x[2, :8] = torch.tensor([nan, 5.0, -inf, 5.0, -inf, inf, -inf, -inf])
+    x = x.to(dtype).to(DEVICE)
+    (gmax, gsum), (old_max, old_sum) = _group_pass(x, True, gs), _group_pass(x, False, gs)
+    assert torch.equal(gmax, old_max)
+    assert torch.equal(gsum, old_sum)
+    clean = torch.nan_to_num(x.float(), nan=-inf, posinf=inf, neginf=-inf).cpu()
+    padded = torch.nn.functional.pad(clean, (0, gmax.shape[-1] * gs - vocab), value=-inf)
+    top2 = padded.view(6, -1, gs).topk(2, dim=-1).values
+    assert torch.equal(gmax.cpu(), top2.transpose(1, 2))

@@ -2,7 +2,9 @@
 scans ``triton.language`` to patch it once, not again at every ``@triton.jit`` helper call
 inside it (tests.helpers.patch_lang_once_per_launch), and xor reductions, which ``tl.sort``
 runs at every stage, are one NumPy call instead of a Python loop per element
-(tests.helpers.reduce_xor_with_numpy); kernels compute what they computed before."""
+(tests.helpers.reduce_xor_with_numpy), and reductions with a combine function of their own fold
+one slice at a time (tests.helpers.reduce_by_slices); kernels compute what they computed
+before."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ import triton.language as tl
 from triton.runtime import interpreter
 
 N = 8
+# the interpreter's own, kept when this module is collected: tests/conftest.py replaces it for
+# the session (tests.helpers.reduce_by_slices)
+ORIGINAL_GENERIC_REDUCE = interpreter.ReduceOps.generic_reduce
 
 
 @triton.jit
@@ -128,3 +133,68 @@ def test_sorts_match_torch(dtype: torch.dtype) -> None:
     dst = torch.zeros_like(src)
     _sort_kernel[(1,)](src, dst, N=256)
     assert torch.equal(dst, torch.sort(src, descending=True).values)
+
+
+@triton.jit
+def _first_wins(a, ia, b, ib):
+    """(value, index) of the larger value, the earlier index among equals: an order-sensitive
+    combine (folding in another order would pick other indices)."""
+    take_b = (b > a) | ((b == a) & (ib < ia))
+    return tl.where(take_b, b, a), tl.where(take_b, ib, ia)
+
+
+@triton.jit
+def _custom_reduce_kernel(
+    src, dst, ROWS: tl.constexpr, COLS: tl.constexpr, AXIS: tl.constexpr, KEEP: tl.constexpr,
+    OUT: tl.constexpr,
+):  # fmt: skip
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)
+    x = tl.load(src + rows[:, None] * COLS + cols[None, :])
+    at = tl.zeros([ROWS, COLS], tl.int32) + (cols[None, :] if AXIS == 1 else rows[:, None])
+    value, index = tl.reduce((x, at), AXIS, _first_wins, keep_dims=KEEP)
+    tl.store(dst + tl.arange(0, OUT), tl.reshape(value, [OUT]))
+    tl.store(dst + OUT + tl.arange(0, OUT), tl.reshape(index, [OUT]).to(tl.float32))
+
+
+@pytest.mark.parametrize(
+    ("axis", "keep"),
+    [
+        pytest.param(1, False, id="rows"),
+        pytest.param(0, False, id="columns"),
+        pytest.param(1, True, id="rows-keep-dims"),
+    ],
+)
+def test_custom_reductions_fold_slices_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, axis: int, keep: bool
+) -> None:
+    """A tl.reduce with a combine function of its own gives exactly what the interpreter's
+    element-by-element generic_reduce gives (ties included), in as many combine calls as the
+    axis is long instead of one per element."""
+    gen = torch.Generator().manual_seed(7)
+    src = torch.randint(-3, 3, (8, 16), generator=gen).float()  # many ties
+    n = 8 if axis == 1 else 16
+
+    def run() -> torch.Tensor:
+        dst = torch.zeros(2 * n)
+        _custom_reduce_kernel[(1,)](src, dst, ROWS=8, COLS=16, AXIS=axis, KEEP=keep, OUT=n)
+        return dst
+
+    calls: list[int] = []
+    real_combine = _first_wins.fn
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return real_combine(*args)
+
+    monkeypatch.setattr(_first_wins, "fn", counted)
+    fast = run()
+    assert len(calls) == src.shape[axis] - 1
+    fast_path = interpreter.ReduceOps.generic_reduce
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", ORIGINAL_GENERIC_REDUCE)
+    slow = run()
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", fast_path)
+    assert torch.equal(fast, slow)
+    values, index = src.max(dim=axis)  # torch: the first index of the largest value
+    assert torch.equal(fast[:n], values)
+    assert torch.equal(fast[n:], index.float())

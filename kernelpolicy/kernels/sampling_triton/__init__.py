@@ -84,6 +84,9 @@ from kernelpolicy.kernels.torch_impl import Generators
 MAX_K = 256  # a larger k goes through the torch implementation
 GROUP = 32  # logits per group, at most
 GROUP_BLOCK, GROUP_WARPS = 4096, 8  # tile and warps of the 2-D kernels
+# the group pass reduces each group once, to (maximum, second largest, largest finite)
+# triples, instead of four reductions (common.group_kernel)
+GROUP_ONE_REDUCE = True
 # select_kernel: logits a chunk (a chunk without a group reaching the bound is skipped whole)
 # and warps a program. On the H100 at batch 1024 (top-k), chunks of 128, 256, 512 and 1024
 # took 107, 85, 76 and 85 us, the whole tile masked 179 us (8 warps) to 307 (2 warps)

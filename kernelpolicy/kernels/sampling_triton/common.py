@@ -116,25 +116,43 @@ def row_mass(gmax, gsum, G, m, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _top_two(a1, a2, af, b1, b2, bf):
+    """Combine two (largest, second largest, largest finite) triples: the two largest of a
+    multiset (a tied largest is its own second), and the largest finite value."""
+    second = tl.maximum(tl.minimum(a1, b1), tl.maximum(a2, b2))
+    return tl.maximum(a1, b1), second, tl.maximum(af, bf)
+
+
+@triton.jit
 def group_kernel(
     logits, stride, V, gmax, gsum, g_stride, G, counts, n_tiles, BLOCK: tl.constexpr,
-    GS: tl.constexpr,
+    GS: tl.constexpr, ONE_REDUCE: tl.constexpr,
 ):  # fmt: skip
     """Per group of GS logits: the maximum (at ``gmax``), the second largest (at ``gmax + G``),
     and sum(exp(x - max)) over the finite logits; and the tile's candidate counter of
     select_kernel set to zero. The second maxima keep the bounds tight when two of a row's
-    largest logits share a group."""
+    largest logits share a group.
+
+    ``ONE_REDUCE``: the maximum, the second largest and the largest finite value come from
+    one reduction of triples (:func:`_top_two`), where the other form takes four (the
+    maximum, the finite maximum, the position of the maximum, then the maximum elsewhere).
+    """
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     tl.store(counts + row * n_tiles + tile, 0)
     x = load_row(logits + row * stride, tile * BLOCK + tl.arange(0, BLOCK), V)
     x = tl.reshape(x, (BLOCK // GS, GS))
     finite = tl.where(x == float("inf"), float("-inf"), x)
-    top = tl.max(finite, 1)
+    if ONE_REDUCE:
+        none = tl.full((BLOCK // GS, GS), float("-inf"), tl.float32)
+        first, second, top = tl.reduce((x, none, finite), 1, _top_two)
+    else:
+        top = tl.max(finite, 1)
+        at = tl.argmax(x, 1)
+        second = tl.max(tl.where(tl.arange(0, GS)[None, :] == at[:, None], float("-inf"), x), 1)
+        first = tl.max(x, 1)
     safe = tl.where(top == float("-inf"), 0.0, top)
-    at = tl.argmax(x, 1)
-    second = tl.max(tl.where(tl.arange(0, GS)[None, :] == at[:, None], float("-inf"), x), 1)
     slots = row * g_stride + tile * (BLOCK // GS) + tl.arange(0, BLOCK // GS)
-    tl.store(gmax + slots, tl.max(x, 1))
+    tl.store(gmax + slots, first)
     tl.store(gmax + G + slots, second)
     tl.store(gsum + slots, tl.sum(exp_at(finite, safe[:, None]), 1))

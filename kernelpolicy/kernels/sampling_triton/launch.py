@@ -59,6 +59,7 @@ def groups_pass(x: torch.Tensor, w: Scratch, size: int) -> None:
         tiles,
         BLOCK=pkg.GROUP_BLOCK,
         GS=size,
+        ONE_REDUCE=pkg.GROUP_ONE_REDUCE,
         num_warps=pkg.GROUP_WARPS,
     )
 
