@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.bridge import engine_settings
-from kernelpolicy.bridge.model import DtypeChoice
+from kernelpolicy.bridge.model import NO_IMPL, DtypeChoice
 from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry, store_evidence
 from kernelpolicy.engine import resolve_policies
+from kernelpolicy.errors import ResolutionError
 from kernelpolicy.platform import load_platform
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture
@@ -26,8 +27,8 @@ H100 = ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json"
 SAMPLER = "sampler.top_k_top_p"
 NOTE = (
     f"{SAMPLER}: chosen per call by dtype in-process only (resolve().select(), the worker "
-    "bridge): float32: flashinfer, bfloat16: flashinfer, float16: triton; vllm is told one "
-    "choice, flashinfer, for every dtype"
+    "bridge): float16 without a batch: triton; vllm is told one choice, flashinfer, for every "
+    "dtype"
 )
 POLICY = """schema = "kernelpolicy.policy/v1"
 [features.f]
@@ -49,44 +50,116 @@ def entry(passed: tuple[str, ...], failed: tuple[str, ...]) -> EvidenceEntry:
     return EvidenceEntry(not failed, "2026-11-26", "summary", "e.json", passed, failed, False)
 
 
+def C(dtype: str, impl: str, batch: tuple[int, int | None] | None = None) -> DtypeChoice:
+    """A choice; ``changed`` where ``impl`` is not the feature's choice without a dtype."""
+    low, high = batch or (None, None)
+    return DtypeChoice(dtype, impl, low, high, changed=impl != ("slow" if low == 512 else "fast"))
+
+
+ROUTED = (
+    POLICY.replace(
+        '[[features.f.candidates]]\nimpl = "slow"',
+        '[[features.f.candidates]]\nimpl = "mid"\nvendor = "nvidia"\n'
+        'engines.vllm = [{ env = { KP_F = "mid" } }]\n'
+        '[[features.f.candidates]]\nimpl = "slow"',
+    )
+    + '[[features.f.by_batch]]\nmin = 512\nprefer = ["slow"]\n'
+)
+
+
 @pytest.mark.parametrize(
-    ("evidence", "expected"),
+    ("policy", "evidence", "expected"),
     [
         pytest.param(
-            entry(("float32", "bfloat16"), ("float16",)),
-            (
-                DtypeChoice("float32", "fast"),
-                DtypeChoice("bfloat16", "fast"),
-                DtypeChoice("float16", "slow"),
-            ),
+            POLICY, entry(("float32", "bfloat16"), ("float16",)),
+            (C("float32", "fast"), C("bfloat16", "fast"), C("float16", "slow")),
             id="one-dtype-failed",
         ),
-        pytest.param(entry(("float32",), ()), (
-            DtypeChoice("float32", "fast"),
-            DtypeChoice("bfloat16", "slow"),
-            DtypeChoice("float16", "slow"),
-        ), id="passed-for-one-dtype-only"),
-        pytest.param(entry(("float32", "bfloat16", "float16"), ()), (), id="every-dtype-passed"),
-        pytest.param(None, (), id="no-evidence"),
+        pytest.param(
+            POLICY, entry(("float32",), ()),
+            (C("float32", "fast"), C("bfloat16", "slow"), C("float16", "slow")),
+            id="passed-for-one-dtype-only",
+        ),
+        pytest.param(POLICY, entry(("float32", "bfloat16", "float16"), ()), (),
+                     id="every-dtype-passed"),
+        pytest.param(POLICY, None, (), id="no-evidence"),
+        pytest.param(
+            ROUTED, entry(("float32",), ()),
+            (
+                C("float32", "fast"), C("bfloat16", "mid"), C("float16", "mid"),
+                C("float32", "fast", (1, 511)), C("bfloat16", "mid", (1, 511)),
+                C("float16", "mid", (1, 511)),
+                C("float32", "slow", (512, None)), C("bfloat16", "slow", (512, None)),
+                C("float16", "slow", (512, None)),
+            ),
+            id="routed-by-batch-too",
+        ),
     ],
 )  # fmt: skip
 def test_told_says_what_select_chooses_per_dtype(
-    evidence: EvidenceEntry | None, expected: tuple[DtypeChoice, ...]
+    policy: str, evidence: EvidenceEntry | None, expected: tuple[DtypeChoice, ...]
 ) -> None:
-    """Every routed dtype's first choice, only where one of them is not the engine's."""
+    """Every routed dtype's first choice (per batch range where the feature routes by batch
+    too), only where some dtype changes a choice; each as select() answers."""
     stored = Evidence("key", {} if evidence is None else {("f", "fast"): evidence})
-    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(POLICY), evidence=stored)
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(policy), evidence=stored)
     settings = engine_settings(res, "vllm", {})
     told = settings.decisions["f"]
     assert (told.impl, told.by_dtype, told.per_dtype) == ("fast", expected, bool(expected))
     assert settings.per_dtype == (("f",) if expected else ())
     assert settings.env == {"KP_F": "fast"}  # the engine is told the one choice regardless
+    for choice in expected:
+        batch = {} if choice.low is None else {"batch": choice.low}
+        assert res.select("f", dtype=choice.dtype, **batch) == choice.impl
     if expected:
-        assert settings.per_call_notes() == [told.per_dtype_note("vllm")]
-        assert told.to_dict()["per_dtype"] == {c.dtype: c.impl for c in expected}
+        assert told.per_dtype_note("vllm") in settings.per_call_notes()
+        assert told.to_dict()["per_dtype"] == [c.to_dict() for c in expected]
     else:
-        assert settings.per_call_notes() == []
+        assert told.per_dtype_note("vllm") not in settings.per_call_notes()
         assert told.to_dict()["per_dtype"] is None
+
+
+REQUIRED = """schema = "kernelpolicy.policy/v1"
+[features.f]
+description = "d"
+required = { vendor = "nvidia", hint = "install fast" }
+in_process = false
+dtypes = ["float32", "bfloat16", "float16"]
+[[features.f.candidates]]
+impl = "fast"
+vendor = "nvidia"
+engines.vllm = [{ env = { KP_F = "fast" } }]
+[[features.f.candidates]]
+impl = "other"
+vendor = "nvidia"
+engines.vllm = [{ env = { KP_F = "other" } }]
+"""
+
+
+def test_a_dtype_nothing_serves_is_named_in_the_note() -> None:
+    """No fallback, and both candidates passed float32 only: bfloat16 and float16 calls have
+    no implementation in-process (select() raises), while the engine runs the one it is told."""
+    failed = entry(("float32",), ("bfloat16", "float16"))
+    stored = Evidence("key", {("f", "fast"): failed, ("f", "other"): failed})
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(REQUIRED), evidence=stored)
+    told = engine_settings(res, "vllm", {}).decisions["f"]
+    assert [(c.dtype, c.impl, c.changed) for c in told.by_dtype] == [
+        ("float32", "fast", False), ("bfloat16", NO_IMPL, True), ("float16", NO_IMPL, True),
+    ]  # fmt: skip
+    assert "bfloat16: (none), float16: (none); vllm is told" in told.per_dtype_note("vllm")
+    with pytest.raises(ResolutionError):
+        res.select("f", dtype="bfloat16")
+
+
+def test_the_routed_note_names_the_calls_it_moves() -> None:
+    stored = Evidence("key", {("f", "fast"): entry(("float32",), ())})
+    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(ROUTED), evidence=stored)
+    note = engine_settings(res, "vllm", {}).decisions["f"].per_dtype_note("vllm")
+    assert note == (
+        "f: chosen per call by dtype in-process only (resolve().select(), the worker bridge): "
+        "bfloat16 without a batch: mid, float16 without a batch: mid, batch 1-511 bfloat16: "
+        "mid, batch 1-511 float16: mid; vllm is told one choice, fast, for every dtype"
+    )
 
 
 @pytest.fixture
@@ -129,11 +202,11 @@ def test_env_text_formats_say_it_in_a_comment(store: Path, fmt: str) -> None:
 def test_env_json_has_a_per_dtype_field(store: Path) -> None:
     document = json.loads(kernelpolicy(store, "--format", "json").stdout)
     assert document["per_dtype"] == [SAMPLER]
-    assert document["decisions"][SAMPLER]["per_dtype"] == {
-        "float32": "flashinfer",
-        "bfloat16": "flashinfer",
-        "float16": "triton",
-    }
+    moved = [c for c in document["decisions"][SAMPLER]["per_dtype"] if c["changed"]]
+    assert moved == [{"dtype": "float16", "batch": None, "impl": "triton", "changed": True}]
+    assert {"dtype": "float16", "batch": [1, None], "impl": "triton", "changed": False} in (
+        document["decisions"][SAMPLER]["per_dtype"]
+    )
     assert document["decisions"]["sampler.greedy"]["per_dtype"] is None
     assert document["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
 

@@ -35,13 +35,34 @@ class BatchChoice:
         return {"batch": [self.low, self.high], "impl": self.impl}
 
 
+NO_IMPL = "(none)"
+"""What a :class:`DtypeChoice` names where no implementation serves the dtype (``select()``
+raises for such a call)."""
+
+
 @dataclass(frozen=True)
 class DtypeChoice:
     """What ``select()`` tries first for a call of logits in ``dtype`` (stored evidence per
-    dtype, or a kernel that failed for it at run time)."""
+    dtype, or a kernel that failed for it at run time): for calls that give no batch
+    (``low`` None), or for those whose batch is in ``[low, high]`` (``high`` None: no upper
+    bound). ``changed``: the dtype moves the call off the choice it would have without one
+    (the engine's one choice, or the batch range's)."""
 
     dtype: str
     impl: str
+    low: int | None = None
+    high: int | None = None
+    changed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        batch = None if self.low is None else [self.low, self.high]
+        return {"dtype": self.dtype, "batch": batch, "impl": self.impl, "changed": self.changed}
+
+    def calls(self, routed: bool) -> str:
+        """Which calls: ``float16``, or with the batch where the feature routes by batch."""
+        if self.low is not None:
+            return f"batch {label(self.low, self.high)} {self.dtype}"
+        return f"{self.dtype} without a batch" if routed else self.dtype
 
 
 @dataclass(frozen=True)
@@ -56,8 +77,9 @@ class Told:
         by_batch: Per batch range, what ``select()`` chooses in-process (the feature's
             ``by_batch`` rows); the engine is told one choice for every batch.
         batch_conditions: Implementations whose ``when`` reads the call's ``batch``.
-        by_dtype: Per dtype the feature routes on, what ``select()`` chooses in-process for
-            a call that gives its dtype; set only where some dtype's choice is not ``impl``.
+        by_dtype: Per dtype the feature routes on (and per batch range, where it routes by
+            batch too), what ``select()`` chooses in-process for a call that gives its dtype;
+            set only where some dtype changes the choice.
     """
 
     feature: str
@@ -104,14 +126,15 @@ class Told:
         """In-process, some dtype is served by another implementation than the engine is told."""
         return bool(self.by_dtype)
 
-    def per_dtype_dict(self) -> dict[str, str] | None:
-        """``{dtype: impl}`` for every dtype the feature routes on, or None where one choice
-        serves them all."""
-        return {c.dtype: c.impl for c in self.by_dtype} if self.by_dtype else None
+    def per_dtype_list(self) -> list[dict[str, Any]] | None:
+        """Every (dtype, batch range) choice, or None where the dtype changes nothing."""
+        return [c.to_dict() for c in self.by_dtype] if self.by_dtype else None
 
     def per_dtype_note(self, engine: str) -> str:
-        """One line saying what ``select()`` does per dtype and that ``engine`` cannot."""
-        parts = ", ".join(f"{c.dtype}: {c.impl}" for c in self.by_dtype)
+        """One line saying which calls ``select()`` moves by their dtype, and that ``engine``
+        cannot."""
+        routed = any(c.low is not None for c in self.by_dtype)
+        parts = ", ".join(f"{c.calls(routed)}: {c.impl}" for c in self.by_dtype if c.changed)
         return (
             f"{self.feature}: chosen per call by dtype in-process only (resolve().select(), "
             f"the worker bridge): {parts}; {engine} is told one choice, {self.impl}, for "
@@ -152,7 +175,7 @@ class Told:
             "reference": self.reference,
             "note": self.note,
             "per_batch": self.per_batch_dict(),
-            "per_dtype": self.per_dtype_dict(),
+            "per_dtype": self.per_dtype_list(),
         }
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from kernelpolicy.bridge.model import BatchChoice, DtypeChoice, EngineSettings, Status, Told
+from kernelpolicy.bridge.model import (
+    NO_IMPL,
+    BatchChoice,
+    DtypeChoice,
+    EngineSettings,
+    Status,
+    Told,
+)
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
@@ -214,15 +221,21 @@ def _per_batch(
 
 def _per_dtype(decision: Decision, impl: str) -> tuple[DtypeChoice, ...]:
     """What ``select()`` chooses per dtype (stored evidence or a run-time failure refused some
-    dtype to an implementation), where some dtype's choice is not ``impl``, else nothing."""
+    dtype to an implementation), for calls without a batch and, where the feature routes by
+    batch, per batch range; empty where no dtype changes a choice."""
     if not decision.dtype_rules:
         return ()
-    choices = tuple(
-        DtypeChoice(dtype, order[0])
-        for dtype in decision.dtypes
-        if (order := decision.order_for(None, dtype))
-    )
-    return choices if any(c.impl != impl for c in choices) else ()
+    ranges: list[tuple[int | None, int | None]] = [(None, None)]
+    if decision.routes:
+        covered = [(r.low, r.high) for r in decision.routes]
+        ranges += sorted(covered + uncovered(decision.routes))
+    choices = []
+    for low, high in ranges:
+        plain = impl if low is None else next(iter(decision.order_for(low)), NO_IMPL)
+        for dtype in decision.dtypes:
+            chosen = next(iter(decision.order_for(low, dtype)), NO_IMPL)
+            choices.append(DtypeChoice(dtype, chosen, low, high, changed=chosen != plain))
+    return tuple(choices) if any(c.changed for c in choices) else ()
 
 
 def _with_gives_up(told: Told, resolution: Resolution) -> Told:

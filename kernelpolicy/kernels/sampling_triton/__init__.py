@@ -337,8 +337,8 @@ def _pipeline(
         )
         if mode is graphs.Mode.IN_PLACE:
             key = (*key, *at)
-        else:
-            params = (0, 0)
+        else:  # a COPY graph reads k and p from its own buffers, whatever the sightings say
+            where = params = (0, 0)
         if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
             graph = GRAPHS.get(key)
             if graph is not None and not graphs.serves(graph.params, where):
