@@ -154,6 +154,15 @@ def reduce_xor_with_numpy(interpreter: ModuleType) -> Callable[[], None]:
     return undo
 
 
+def _like(value: Any, like: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``value`` (a combine function's result: an array, possibly of shape (1,) where a 1-D
+    reduction's slices are 0-d, or a scalar) as an array of ``like``'s dtype and shape."""
+    array = np.asarray(value, dtype=like.dtype)
+    if array.size == like.size:
+        return array.reshape(like.shape).copy()
+    return np.broadcast_to(array, like.shape).copy()
+
+
 def reduce_by_slices(interpreter: ModuleType) -> Callable[[], None]:
     """Make Triton's interpreter run a reduction with a combine function of its own (a
     ``tl.reduce`` the interpreter has no NumPy form for) one slice along the axis at a time,
@@ -190,11 +199,8 @@ def reduce_by_slices(interpreter: ModuleType) -> Callable[[], None]:
             out = self.combine_fn.fn(*left, *right)
             out = out if isinstance(out, tuple) else (out,)
             acc = [
-                np.broadcast_to(
-                    np.asarray(o.handle.data if isinstance(o, tensor) else o, dtype=d.dtype),
-                    a.shape,
-                ).copy()
-                for o, d, a in zip(out, data, acc, strict=True)
+                _like(o.handle.data if isinstance(o, tensor) else o, a)
+                for o, a in zip(out, acc, strict=True)
             ]
         if self.keep_dims:
             acc = [np.expand_dims(a, axis) for a in acc]

@@ -157,6 +157,32 @@ def _custom_reduce_kernel(
     tl.store(dst + OUT + tl.arange(0, OUT), tl.reshape(index, [OUT]).to(tl.float32))
 
 
+@triton.jit
+def _custom_reduce_1d_kernel(src, dst, N: tl.constexpr, KEEP: tl.constexpr):
+    offsets = tl.arange(0, N)
+    value, index = tl.reduce((tl.load(src + offsets), offsets), 0, _first_wins, keep_dims=KEEP)
+    tl.store(dst + tl.arange(0, 1), tl.zeros([1], tl.float32) + value)
+    tl.store(dst + 1 + tl.arange(0, 1), tl.zeros([1], tl.float32) + index.to(tl.float32))
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["scalar", "keep-dims"])
+def test_a_one_dimensional_custom_reduction_folds_to_a_scalar(
+    monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    """A 1-D tl.reduce folds 0-d slices: the same value and first index as the interpreter's
+    own element loop."""
+    src = torch.tensor([1.0, 3.0, -2.0, 3.0, 0.0, 3.0, -1.0, 2.0])
+
+    def run() -> list[float]:
+        dst = torch.zeros(2)
+        _custom_reduce_1d_kernel[(1,)](src, dst, N=8, KEEP=keep)
+        return dst.tolist()
+
+    fast = run()
+    monkeypatch.setattr(interpreter.ReduceOps, "generic_reduce", ORIGINAL_GENERIC_REDUCE)
+    assert fast == run() == [3.0, 1.0]
+
+
 @pytest.mark.parametrize(
     ("axis", "keep"),
     [
