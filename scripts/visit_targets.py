@@ -63,19 +63,19 @@ TARGETS = (
         _against_flashinfer,
     ),
     Target(
-        "batch 256: every path <= 6x the floor",
+        "batch 256: triton, every path <= 6x the floor",
         lambda r: r["impl"] == "triton" and r["batch"] == 256,
         6.0,
         _x_floor,
     ),
     Target(
-        "batch 1024: every path <= 4x the floor",
+        "batch 1024: triton, every path <= 4x the floor",
         lambda r: r["impl"] == "triton" and r["batch"] == 1024,
         4.0,
         _x_floor,
     ),
     Target(
-        "wide nucleus (top-p alone, N(0, 1)), batch >= 256: <= 10x",
+        "triton wide nucleus (top-p alone, N(0, 1)), batch >= 256: <= 10x",
         lambda r: r["impl"] == "triton" and r["batch"] >= 256 and _wide(r),
         10.0,
         _x_floor,
@@ -99,14 +99,17 @@ class Verdict:
     low: float
     high: float
     worst: str
+    unjudged: int = 0  # rows of the target with nothing to judge them by (no FlashInfer row)
 
     def line(self) -> str:
         if not self.cases:
-            return f"{self.target}: no case in this run"
+            why = f" ({self.unjudged} rows with nothing to compare)" if self.unjudged else ""
+            return f"{self.target}: no case in this run{why}"
         state = "met" if self.met == self.cases else f"missed by up to {self.high_over:.2f}x"
+        unjudged = f"; {self.unjudged} rows with nothing to compare" if self.unjudged else ""
         return (
             f"{self.target}: {self.low:.2f}-{self.high:.2f}, {self.met} of {self.cases} "
-            f"within; {state} (worst: {self.worst})"
+            f"within; {state} (worst: {self.worst}){unjudged}"
         )
 
     @property
@@ -121,9 +124,11 @@ def judge(rows: Iterable[Row], dtype: str | None = None) -> list[Verdict]:
     index = {(r["impl"], *_case(r)): r for r in rows}
     verdicts = []
     for target in TARGETS:
-        judged = [(ratio, r) for r in rows if target.rows(r) and (ratio := target.ratio(r, index))]
+        mine = [r for r in rows if target.rows(r)]
+        judged = [(ratio, r) for r in mine if (ratio := target.ratio(r, index)) is not None]
+        unjudged = len(mine) - len(judged)
         if not judged:
-            verdicts.append(Verdict(target.name, 0, 0, 0.0, 0.0, "-"))
+            verdicts.append(Verdict(target.name, 0, 0, 0.0, 0.0, "-", unjudged))
             continue
         ratios = [ratio for ratio, _ in judged]
         worst_ratio, worst = max(judged, key=lambda pair: pair[0])
@@ -132,7 +137,9 @@ def judge(rows: Iterable[Row], dtype: str | None = None) -> list[Verdict]:
             f"{worst['batch']} vocab {worst['vocab']}: {worst_ratio:.2f}"
         )
         met = sum(ratio <= target.bound for ratio in ratios)
-        verdicts.append(Verdict(target.name, len(judged), met, min(ratios), max(ratios), where))
+        verdicts.append(
+            Verdict(target.name, len(judged), met, min(ratios), max(ratios), where, unjudged)
+        )
     return verdicts
 
 

@@ -56,6 +56,8 @@ def verdict(rows: list[dict[str, Any]], name: str) -> Any:
         ),
         pytest.param([row("triton", "top_k", 32, 0.1, None)], "batch 1-32", 0, 0, 0.0,
                      id="no-flashinfer-to-compare"),
+        pytest.param([row("triton", "top_k", 256, 0.1, None)], "batch 256", 0, 0, 0.0,
+                     id="no-floor"),
         pytest.param([row("triton", "top_k", 256, 0.2, 6.0)], "batch 256", 1, 1, 6.0,
                      id="at-the-bound"),
         pytest.param([row("triton", "top_k", 1024, 0.5, 4.2)], "batch 1024", 0, 1, 4.2,
@@ -63,7 +65,7 @@ def verdict(rows: list[dict[str, Any]], name: str) -> Any:
         pytest.param(
             [row("triton", "top_p", 256, 0.5, 11.0, scale=1.0),
              row("triton", "top_p", 256, 0.5, 12.0, scale=5.0)],
-            "wide nucleus", 0, 1, 11.0, id="only-n01-top-p-is-wide",
+            "triton wide nucleus", 0, 1, 11.0, id="only-n01-top-p-is-wide",
         ),
         pytest.param(
             [row("torch", "top_p", 1024, 9.0, 53.0), row("torch", "top_k", 1024, 8.0, 44.0)],
@@ -79,6 +81,12 @@ def test_each_target_judges_its_rows(
     assert found.high == pytest.approx(high)
 
 
+def test_rows_with_nothing_to_compare_are_counted() -> None:
+    rows = [row("triton", "top_k", 32, 0.1, None), row("triton", "top_p", 32, 0.1, None)]
+    line = verdict(rows, "batch 1-32").line()
+    assert line.endswith("no case in this run (2 rows with nothing to compare)")
+
+
 def test_a_miss_says_by_how_much_and_where() -> None:
     rows = [row("triton", "top_p", 1024, 0.6, 5.0, scale=1.0)]
     line = verdict(rows, "batch 1024").line()
@@ -91,7 +99,7 @@ def test_a_miss_says_by_how_much_and_where() -> None:
     [
         pytest.param(f, n, id=f"{f}-{n.split(':')[0]}")
         for f in ("samplers.json", "samplers-second-run.json", "samplers-b2b.json")
-        for n in ("batch 256", "batch 1024", "wide nucleus")
+        for n in ("batch 256", "batch 1024", "triton wide nucleus")
     ],
 )
 def test_the_last_h100_visit_meets_the_float32_targets(file: str, name: str) -> None:
