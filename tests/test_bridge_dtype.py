@@ -119,21 +119,12 @@ def test_told_says_what_select_chooses_per_dtype(
         assert told.to_dict()["per_dtype"] is None
 
 
-REQUIRED = """schema = "kernelpolicy.policy/v1"
-[features.f]
-description = "d"
-required = { vendor = "nvidia", hint = "install fast" }
-in_process = false
-dtypes = ["float32", "bfloat16", "float16"]
-[[features.f.candidates]]
-impl = "fast"
-vendor = "nvidia"
-engines.vllm = [{ env = { KP_F = "fast" } }]
-[[features.f.candidates]]
-impl = "other"
-vendor = "nvidia"
-engines.vllm = [{ env = { KP_F = "other" } }]
-"""
+# no fallback: two candidates, both of them for NVIDIA only
+REQUIRED = (
+    POLICY.replace('fallback = "slow"', 'required = { vendor = "nvidia", hint = "install fast" }')
+    .replace('impl = "slow"', 'impl = "other"\nvendor = "nvidia"')
+    .replace('KP_F = "slow"', 'KP_F = "other"')
+)
 
 
 def test_a_dtype_nothing_serves_is_named_in_the_note() -> None:
