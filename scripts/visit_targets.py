@@ -94,6 +94,7 @@ class Verdict:
     """How one target fared over the rows of one run."""
 
     target: str
+    bound: float
     cases: int
     met: int
     low: float
@@ -105,17 +106,13 @@ class Verdict:
         if not self.cases:
             why = f" ({self.unjudged} rows with nothing to compare)" if self.unjudged else ""
             return f"{self.target}: no case in this run{why}"
-        state = "met" if self.met == self.cases else f"missed by up to {self.high_over:.2f}x"
+        over = self.high / self.bound
+        state = "met" if self.met == self.cases else f"missed by up to {over:.2f}x"
         unjudged = f"; {self.unjudged} rows with nothing to compare" if self.unjudged else ""
         return (
             f"{self.target}: {self.low:.2f}-{self.high:.2f}, {self.met} of {self.cases} "
             f"within; {state} (worst: {self.worst}){unjudged}"
         )
-
-    @property
-    def high_over(self) -> float:
-        bound = next(t.bound for t in TARGETS if t.name == self.target)
-        return self.high / bound
 
 
 def judge(rows: Iterable[Row], dtype: str | None = None) -> list[Verdict]:
@@ -128,7 +125,7 @@ def judge(rows: Iterable[Row], dtype: str | None = None) -> list[Verdict]:
         judged = [(ratio, r) for r in mine if (ratio := target.ratio(r, index)) is not None]
         unjudged = len(mine) - len(judged)
         if not judged:
-            verdicts.append(Verdict(target.name, 0, 0, 0.0, 0.0, "-", unjudged))
+            verdicts.append(Verdict(target.name, target.bound, 0, 0, 0.0, 0.0, "-", unjudged))
             continue
         ratios = [ratio for ratio, _ in judged]
         worst_ratio, worst = max(judged, key=lambda pair: pair[0])
@@ -138,7 +135,16 @@ def judge(rows: Iterable[Row], dtype: str | None = None) -> list[Verdict]:
         )
         met = sum(ratio <= target.bound for ratio in ratios)
         verdicts.append(
-            Verdict(target.name, len(judged), met, min(ratios), max(ratios), where, unjudged)
+            Verdict(
+                target.name,
+                target.bound,
+                len(judged),
+                met,
+                min(ratios),
+                max(ratios),
+                where,
+                unjudged,
+            )
         )
     return verdicts
 

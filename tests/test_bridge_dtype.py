@@ -16,7 +16,7 @@ import pytest
 from kernelpolicy.bridge import engine_settings
 from kernelpolicy.bridge.model import NO_IMPL, DtypeChoice
 from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry, store_evidence
-from kernelpolicy.engine import resolve_policies
+from kernelpolicy.engine import Resolution, resolve_policies
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.platform import load_platform
 from kernelpolicy.policy import load_policy_text
@@ -48,6 +48,12 @@ engines.vllm = [{ env = { KP_F = "slow" } }]
 
 def entry(passed: tuple[str, ...], failed: tuple[str, ...]) -> EvidenceEntry:
     return EvidenceEntry(not failed, "2026-11-26", "summary", "e.json", passed, failed, False)
+
+
+def resolved(policy: str, evidence: dict[tuple[str, str], EvidenceEntry]) -> Resolution:
+    """``policy`` resolved on the H100 snapshot with this stored evidence."""
+    stored = Evidence("key", evidence)
+    return resolve_policies(fixture("h100-sxm"), {}, load_policy_text(policy), evidence=stored)
 
 
 def C(dtype: str, impl: str, batch: tuple[int, int | None] | None = None) -> DtypeChoice:
@@ -101,8 +107,7 @@ def test_told_says_what_select_chooses_per_dtype(
 ) -> None:
     """Every routed dtype's first choice (per batch range where the feature routes by batch
     too), only where some dtype changes a choice; each as select() answers."""
-    stored = Evidence("key", {} if evidence is None else {("f", "fast"): evidence})
-    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(policy), evidence=stored)
+    res = resolved(policy, {} if evidence is None else {("f", "fast"): evidence})
     settings = engine_settings(res, "vllm", {})
     told = settings.decisions["f"]
     assert (told.impl, told.by_dtype, told.per_dtype) == ("fast", expected, bool(expected))
@@ -131,8 +136,7 @@ def test_a_dtype_nothing_serves_is_named_in_the_note() -> None:
     """No fallback, and both candidates passed float32 only: bfloat16 and float16 calls have
     no implementation in-process (select() raises), while the engine runs the one it is told."""
     failed = entry(("float32",), ("bfloat16", "float16"))
-    stored = Evidence("key", {("f", "fast"): failed, ("f", "other"): failed})
-    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(REQUIRED), evidence=stored)
+    res = resolved(REQUIRED, {("f", "fast"): failed, ("f", "other"): failed})
     told = engine_settings(res, "vllm", {}).decisions["f"]
     assert [(c.dtype, c.impl, c.changed) for c in told.by_dtype] == [
         ("float32", "fast", False), ("bfloat16", NO_IMPL, True), ("float16", NO_IMPL, True),
@@ -143,8 +147,7 @@ def test_a_dtype_nothing_serves_is_named_in_the_note() -> None:
 
 
 def test_the_routed_note_names_the_calls_it_moves() -> None:
-    stored = Evidence("key", {("f", "fast"): entry(("float32",), ())})
-    res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(ROUTED), evidence=stored)
+    res = resolved(ROUTED, {("f", "fast"): entry(("float32",), ())})
     note = engine_settings(res, "vllm", {}).decisions["f"].per_dtype_note("vllm")
     assert note == (
         "f: chosen per call by dtype in-process only (resolve().select(), the worker bridge): "
