@@ -7,6 +7,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+# Under pytest-xdist every worker is one process per core: a worker's torch (and each CLI it
+# starts, such as the `kernelpolicy verify` of docs/verify.md) gets one OpenMP thread instead of
+# one per core. Several OpenMP teams spinning on too few cores were up to 6x slower here, and
+# pushed that transcript past its 300 s limit on CI. Set before torch is imported anywhere.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 
