@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 import torch
@@ -52,6 +52,12 @@ BASE = {
         pytest.param({"rows": graphs.GRAPH_MAX_ROWS}, Mode.COPY, id="rows-at-limit"),
         pytest.param({"rows": graphs.GRAPH_MAX_ROWS + 1}, Mode.EAGER, id="rows-past-limit"),
         pytest.param({"nbytes": graphs.COPY_BYTES}, Mode.COPY, id="copy-at-limit"),
+        pytest.param(
+            {"sightings": graphs.POINTER_SIGHTINGS}, Mode.IN_PLACE, id="small-address-seen-again"
+        ),
+        pytest.param(
+            {"sightings": 9, "dense": False}, Mode.COPY, id="small-strided-address-seen-again"
+        ),
         pytest.param({"nbytes": graphs.COPY_BYTES + 1}, Mode.EAGER, id="large-first-sight"),
         pytest.param(
             {"nbytes": graphs.COPY_BYTES + 1, "sightings": graphs.POINTER_SIGHTINGS},
@@ -177,6 +183,14 @@ def rows(seed: int, batch: int = 20, vocab: int = 200) -> torch.Tensor:
     return row.expand(batch, -1).contiguous()
 
 
+def distinct(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors, all alive at once: no two share an address, so none is read in place (a
+    tensor made in a loop may land where the last one was freed)."""
+    kept = list(tensors)
+    assert len({t.data_ptr() for t in kept}) == len(kept)
+    return kept
+
+
 def assert_exact(ids: torch.Tensor, logits: torch.Tensor, k: int | None, p: float | None) -> None:
     expected = filtered_probs(logits[:1], k, p)[0].double() * ids.numel()
     counts = torch.bincount(ids, minlength=expected.numel()).double()
@@ -190,8 +204,8 @@ def test_a_copy_graph_replays_new_logits_k_and_p(
     fake: FakeGraphs, k: int | None, p: float | None
 ) -> None:
     """One capture serves every call of a shape: new logits, k and p go through its buffers."""
-    for call, (seed, scale) in enumerate([(0, 1.0), (1, 1.0), (2, 0.5)]):
-        logits = rows(seed)
+    batches = distinct(rows(seed) for seed in range(3))
+    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5], strict=True)):
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
         ids = sampling_triton.top_k_top_p(logits, kk, pp)
@@ -228,13 +242,45 @@ def test_large_logits_are_read_in_place_once_their_address_repeats(
     assert fake.replays == 2
 
 
+def test_small_logits_are_read_in_place_once_their_address_repeats(fake: FakeGraphs) -> None:
+    """Small logits at one address: the first call captures the shape's copying graph, the
+    second an in-place one, which then replays reading the caller's tensor (new contents
+    included): no copy into the graph's buffer."""
+    logits, k = rows(0), torch.full((20,), 9)  # k stays where it is, read in place too
+    for call in range(4):
+        logits.copy_(rows(call))
+        ids = sampling_triton.top_k_top_p(logits, k, None)
+        assert_exact(ids, logits, 9, None)
+    copying, in_place = fake.captures
+    assert copying != logits.data_ptr()
+    assert in_place == logits.data_ptr()
+    assert fake.replays == 2
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """A caller whose small logits move among more addresses than the cap: the first
+    ``IN_PLACE_CAPTURES`` repeated addresses get in-place graphs (replayed when they come
+    back), the rest the shape's copying graph; never a capture per call."""
+    monkeypatch.setattr(sampling_triton, "IN_PLACE_CAPTURES", limit)
+    buffers, p = distinct(rows(seed) for seed in range(4)), torch.full((20,), 0.8)
+    order = [b for b in buffers for _ in range(2)] + buffers  # each twice, then each again
+    for call, logits in enumerate(order):
+        logits.copy_(rows(10 + call))
+        assert_exact(sampling_triton.top_k_top_p(logits, None, p), logits, None, 0.8)
+    assert fake.captures[1:] == [b.data_ptr() for b in buffers[:limit]]
+    assert fake.captures[0] not in {b.data_ptr() for b in buffers}  # the copying graph
+    assert fake.replays == len(order) - 1 - limit
+
+
 def test_a_failed_capture_leaves_the_shape_eager(
     fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FakeGraphs(fail=True)
     monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
-    for seed in range(3):
-        logits = rows(seed)
+    for logits in distinct(rows(seed) for seed in range(3)):
         assert_exact(
             sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None), logits, 9, None
         )
@@ -272,8 +318,8 @@ def test_a_failed_capture_is_reported_as_a_degradation(
     monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(TRITON_FIRST))
     sample = resolution.impl("sampler.top_k_top_p")
-    for seed, batch in [(0, 20), (1, 20), (2, 10)]:
-        logits = rows(seed, batch)
+    for logits in distinct(rows(seed, batch) for seed, batch in [(0, 20), (1, 20), (2, 10)]):
+        batch = logits.shape[0]
         assert_exact(sample(logits, torch.full((batch,), 9), None), logits, 9, None)
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
     assert note == (
@@ -311,8 +357,10 @@ def test_each_replay_draws_fresh_uniforms(
     monkeypatch.setattr(sampling_triton, "_graph_uniforms", GRAPH_UNIFORMS)
     torch.manual_seed(0)
     logits = torch.zeros(20, 200)  # every token equally likely
-    draws = [sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.999)) for _ in range(3)]
+    # a copying graph's first run, an in-place graph's first run, then two replays of it
+    draws = [sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.999)) for _ in range(4)]
     assert fake.replays == 2
+    assert not torch.equal(draws[2], draws[3])
     assert not torch.equal(draws[1], draws[2])
     assert not torch.equal(draws[0], draws[1])
 
@@ -346,8 +394,8 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
     """Large logits: two graphs a shape. Each replay starts the group pass before the host
     copies k and p and draws the uniforms (they overlap the full read), and every draw is
     still exact for new logits, k and p."""
-    for call, (seed, scale) in enumerate([(0, 1.0), (1, 1.0), (2, 0.5)]):
-        logits = rows(seed)
+    batches = distinct(rows(seed) for seed in range(3))
+    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5], strict=True)):
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
         groups_first.events.clear()
@@ -367,8 +415,7 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
 
 
 def test_small_logits_keep_one_graph(fake: FakeGraphs) -> None:
-    for seed in range(2):
-        logits = rows(seed)
+    for logits in distinct(rows(seed) for seed in range(2)):
         ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None)
         assert_exact(ids, logits, 9, None)
     assert fake.parts == ["launch"]
@@ -381,8 +428,7 @@ def test_a_failed_second_capture_leaves_the_shape_eager(
     replaying half a call."""
     failing = FakeGraphs(fail_at=1)
     monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
-    for seed in range(3):
-        logits = rows(seed)
+    for logits in distinct(rows(seed) for seed in range(3)):
         ids = sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.8))
         assert_exact(ids, logits, None, 0.8)
     assert failing.parts == ["groups_pass"]
@@ -490,8 +536,7 @@ def test_a_host_parameter_is_copied_only_when_its_values_change(
     monkeypatch.setattr(sampling_triton, "SKIP_UNCHANGED", skip)
     settings = [(20, 0.8), (20, 0.8), (20, 0.5), (20, 0.5), (9, 0.5), (9, 0.5)]
     copies = []
-    for call, (k, p) in enumerate(settings):
-        logits = rows(call)
+    for (k, p), logits in zip(settings, distinct(rows(call) for call in range(6)), strict=True):
         groups_first.events.clear()
         ids = sampling_triton.top_k_top_p(logits, torch.full((20,), k), torch.full((20,), p))
         assert_exact(ids, logits, k, p)
@@ -589,8 +634,8 @@ def test_one_value_for_all_rows_is_broadcast(
     """The kernels read k[row] and p[row]: one value is broadcast, never read past its end."""
     if eager:
         monkeypatch.setattr(graphs, "plan", lambda **_: Mode.EAGER)
-    for seed in range(3):  # a graph: first run and capture, then replays
-        logits = rows(seed)
+    # a graph: first run and capture, then replays
+    for logits in distinct(rows(seed) for seed in range(3)):
         ids = sampling_triton.top_k_top_p(logits, k, p)
         assert_exact(ids, logits, None if k is None else 7, None if p is None else 0.8)
 

@@ -24,7 +24,7 @@ from kernelpolicy.kernels.sampling_triton import graphs
 
 VOCAB = 128256
 LARGE = 256  # 131 MB of float32 logits: read in place, two graphs (group pass first)
-SMALL = 8  # copied into the graph's own buffer, one graph
+SMALL = 8  # 4 MB: copied into a graph's own buffer until their address repeats
 
 
 def _grid(n: int, device: torch.device) -> torch.Tensor:
@@ -113,7 +113,27 @@ def test_a_host_k_is_copied_when_its_values_change() -> None:
         logits.copy_(torch.randn(logits.shape, device="cuda", generator=gen) * 3)
         got = sampling_triton.top_k_top_p(logits, k, p)
         assert torch.equal(got, _eager(logits, k, p, None)), f"step {step}"
-    assert len(sampling_triton.GRAPHS) == 1
+    # the shape's copying graph (first call), then one reading the logits where they are
+    assert len(sampling_triton.GRAPHS) == 2
+
+
+@pytest.mark.usefixtures("fixed")
+def test_small_logits_at_a_repeated_address_are_read_in_place() -> None:
+    """Small logits: the first call captures the shape's copying graph, the second (same
+    address) a graph reading the logits, k and p where they are, replayed for new values; logits
+    elsewhere take the copying graph again."""
+    logits, other = (torch.empty(SMALL, VOCAB, device="cuda") for _ in range(2))
+    k = torch.zeros(SMALL, dtype=torch.int64, device="cuda")
+    p = torch.zeros(SMALL, device="cuda")
+    for step in range(4):
+        _check(logits, k, p, step)
+    cached = list(sampling_triton.GRAPHS._graphs.items.values())
+    (in_place,) = [g for g in cached if g.x is None]
+    assert in_place.params == (k.data_ptr(), p.data_ptr())
+    assert len(cached) == 2
+    for step in range(4, 6):
+        _check(other, k, p, step)
+    assert len(sampling_triton.GRAPHS) == 2
 
 
 @pytest.mark.usefixtures("fixed")

@@ -32,8 +32,9 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
 Launched eagerly, that is five to twelve Triton launches and a few torch ops per call,
 several hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per
 call shape on first use and replayed after (``graphs``: which calls may, what a graph bakes in,
-the bounded cache; ``replay``: a captured shape, whose group pass starts before the host's
-copies for large logits). Calls with per-row generators run eagerly.
+the bounded cache; ``choose``: the addresses seen, and which graph a call replays;
+``replay``: a captured shape, whose group pass starts before the host's copies for large
+logits). Calls with per-row generators run eagerly.
 
 NaN logits are never drawn; ``+inf`` logits share all the mass; a row with nothing finite
 gives token 0. Ties at the top-k boundary keep the lowest token ids. Seeded rows draw their
@@ -43,7 +44,6 @@ the batch (not the same token as the torch implementation).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -51,7 +51,7 @@ import torch
 import triton
 
 from kernelpolicy.kernels import transfer
-from kernelpolicy.kernels.sampling_triton import graphs, launch, replay
+from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, replay
 
 # The kernels, and the records of what failed at run time while the sampler kept serving
 # (failures.py), live in this namespace: launch.py reads them from here at call time, where the
@@ -132,6 +132,10 @@ GROUPS_FIRST_BYTES = 32 << 20
 # (graphs.params_in_place); a host k or p equal to the one copied last is not copied again
 # (replay.py). Each saves the host a copy per call before the kernels after the group pass
 PARAMS_IN_PLACE, SKIP_UNCHANGED = True, True
+# graphs reading logits of at most graphs.COPY_BYTES in place, per call shape: a serving loop
+# or a benchmark reuses a few addresses (bench_samplers.py three); each saves the copy into a
+# graph's buffer (about 11 us for 16 MB on an H100). Past it, new addresses are copied (0: always)
+IN_PLACE_CAPTURES = 4
 
 
 def _uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
@@ -316,61 +320,21 @@ def _pipeline(
     size = _group_size(vocab, k_bound)
     k_dtype = None if k_rows is None else k_rows.dtype
     groups_first = x.numel() * x.element_size() >= GROUPS_FIRST_BYTES
-    shape = (batch, vocab, x.dtype, size, k_dtype, *rows, groups_first)
-    cuda = x.device.type == "cuda"
-    key: tuple[object, ...] = (x.device, _stream_id(x.device), *shape)
-    nbytes = x.numel() * x.element_size()
-    dense = x.stride(-1) == 1
+    shape: tuple[object, ...] = (x.device, _stream_id(x.device), batch, vocab, x.dtype, size)
+    shape = (*shape, k_dtype, *rows, groups_first)
     with GRAPHS.lock:
-        sightings, at, where, params = 0, (0, 0), (0, 0), (0, 0)
-        if dense and nbytes > graphs.COPY_BYTES:  # only large logits count their address
-            sightings, at, where, params = _sighting(key, x, k_rows, p)
-        mode = graphs.plan(
-            device_type=x.device.type,
-            interpreted=os.environ.get("TRITON_INTERPRET") == "1",
-            capturing=cuda and torch.cuda.is_current_stream_capturing(),
-            seeded=bool(generators),
-            rows=batch,
-            nbytes=nbytes,
-            dense=dense,
-            sightings=sightings,
-        )
-        if mode is graphs.Mode.IN_PLACE:
-            key = (*key, *at)
-        else:  # a COPY graph reads k and p from its own buffers, whatever the sightings say
-            where = params = (0, 0)
+        mode, key, where, params = choose.plan(shape, x, k_rows, p, bool(generators))
         if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
             graph = GRAPHS.get(key)
             if graph is not None and not graphs.serves(graph.params, where):
                 graph, params = None, (0, 0)  # k or p moved: a graph that copies them takes over
             if graph is not None:
                 return graph.run(x, k_rows, p)
+            if mode is graphs.Mode.IN_PLACE and x.numel() * x.element_size() <= graphs.COPY_BYTES:
+                GRAPHS.captured_in_place(shape)
             graph = replay.Graph(x, k_rows, size, rows, mode, groups_first, params)
             return graph.first_run(key, x, k_rows, p)
     return _eager(x, k_rows, size, p, generators, rows[2])
-
-
-def _sighting(
-    key: tuple[object, ...], x: torch.Tensor, k_rows: torch.Tensor | None, p: torch.Tensor | None
-) -> tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]]:
-    """Count a call at the address of its logits, and at theirs with k's and p's where those
-    qualify to be read in place too (``graphs.params_in_place``). Returns the logits' count,
-    their address and row stride, where k and p qualify (their addresses, else 0), and the
-    addresses of those that have also been seen with these logits before (else 0: a new graph
-    copies them).
-
-    A cached graph serves the call while it reads in place only parameters that are still
-    where it was captured (``graphs.serves``), whatever the sightings now remember; one that
-    reads k or p elsewhere is replaced, once, by one that copies them (``_pipeline``):
-    parameters that move cost a copy per call, never a capture per call."""
-    at = (x.data_ptr(), x.stride(0))
-    sightings = GRAPHS.sighting((*key, *at))
-    where = params = (0, 0)
-    if PARAMS_IN_PLACE:
-        where = graphs.params_in_place(x, (k_rows, None), (p, torch.float32))
-        seen = any(where) and GRAPHS.sighting((*key, *at, *where)) >= graphs.POINTER_SIGHTINGS
-        params = where if seen else (0, 0)
-    return sightings, at, where, params
 
 
 def _eager(

@@ -5,15 +5,20 @@ One eager call launches five Triton kernels and a few torch ops, several hundred
 Python; a replayed graph launches them all in one call. A graph bakes in every pointer and shape
 it was captured with, so a call replays one only when everything baked in matches (the key):
 
-* ``COPY``: logits of at most :data:`COPY_BYTES` are copied into the graph's own input buffer
-  (strided or read-as-float32 logits need that pass anyway), so one graph serves every call of
-  that shape whatever the caller's tensor.
-* ``IN_PLACE``: larger logits are read where they are, by a graph keyed by their address too;
-  copying them would cost more than the launches it saves. Serving loops and benchmarks reuse a
-  few addresses, so the graph is captured only once an address has been seen
-  :data:`POINTER_SIGHTINGS` times; until then the call runs eagerly. Such a graph reads k and p
-  in place too where they are on the logits' device (:func:`params_in_place`; vLLM keeps them
-  in persistent buffers) and their addresses repeat with the logits'; else it copies them.
+* ``IN_PLACE``: dense logits are read where they are, by a graph keyed by their address too,
+  once that address has been seen :data:`POINTER_SIGHTINGS` times (serving loops and
+  benchmarks reuse a few addresses). Such a graph reads k and p in place too where they are on
+  the logits' device (:func:`params_in_place`; vLLM keeps them in persistent buffers) and their
+  addresses repeat with the logits'; else it copies them.
+* ``COPY``: logits of at most :data:`COPY_BYTES` not (yet) read in place are copied into the
+  graph's own input buffer (strided or read-as-float32 logits need that pass anyway), so one
+  graph serves every call of that shape whatever the caller's tensor. The copy is what an
+  in-place graph saves (about 11 us for 16 MB on an H100). A shape of such logits captures a
+  bounded number of in-place graphs (the package's ``IN_PLACE_CAPTURES``); past that, new
+  addresses take its copying graph, so a caller whose addresses cycle costs a few captures,
+  never one per call.
+  Larger logits not yet read in place run eagerly: copying them would cost more than the
+  launches a graph saves.
 * ``EAGER``: not CUDA, Triton's interpreter, a stream that is itself being captured (the
   launches then become part of the caller's graph), per-row generators (their draws are not
   reproducible through a graph: those calls run eagerly, as documented), or more than
@@ -74,17 +79,18 @@ def plan(
         rows: the batch size.
         nbytes: the size of the logits as the kernels read them.
         dense: the kernels can read the caller's tensor as it is (unit stride, no conversion).
-        sightings: calls seen at this address with this shape, this one included.
+        sightings: calls seen at this address with this shape, this one included (0: not
+            to be read in place, see :meth:`GraphCache.may_read_in_place`).
 
     Returns:
         The mode.
     """
     if device_type != "cuda" or interpreted or capturing or seeded or rows > GRAPH_MAX_ROWS:
         return Mode.EAGER
-    if nbytes <= COPY_BYTES:
-        return Mode.COPY
     if dense and sightings >= POINTER_SIGHTINGS:
         return Mode.IN_PLACE
+    if nbytes <= COPY_BYTES:
+        return Mode.COPY
     return Mode.EAGER
 
 
@@ -167,6 +173,7 @@ class GraphCache(Generic[T]):
         self._graphs: _Lru[T] = _Lru(entries)
         self._failed: _Lru[str] = _Lru(failed)
         self._seen: _Lru[int] = _Lru(seen)
+        self._in_place: _Lru[int] = _Lru(seen)  # in-place captures per shape of small logits
 
     def __len__(self) -> int:
         return len(self._graphs.items)
@@ -179,6 +186,16 @@ class GraphCache(Generic[T]):
 
     def get(self, key: Hashable) -> T | None:
         return self._graphs.get(key)
+
+    def may_read_in_place(self, shape: Hashable, key: Hashable, limit: int) -> bool:
+        """Whether a call of ``shape`` with logits of at most :data:`COPY_BYTES` may use an
+        in-place graph at ``key``: one is cached there, or the shape has captured fewer than
+        ``limit`` (counted by :meth:`captured_in_place`)."""
+        return key in self._graphs.items or (self._in_place.items.get(shape) or 0) < limit
+
+    def captured_in_place(self, shape: Hashable) -> None:
+        """Count one in-place capture of ``shape`` (small logits; its success or failure)."""
+        self._in_place.put(shape, (self._in_place.items.get(shape) or 0) + 1)
 
     def put(self, key: Hashable, graph: T) -> list[T]:
         """Keep a captured graph; returns the graphs it displaced (replaced or evicted), which
@@ -199,6 +216,7 @@ class GraphCache(Generic[T]):
         self._graphs.items.clear()
         self._failed.items.clear()
         self._seen.items.clear()
+        self._in_place.items.clear()
 
 
 def capture_cuda(
