@@ -110,14 +110,22 @@ def test_the_last_h100_visit_meets_the_float32_targets(file: str, name: str) -> 
     assert found.met == found.cases
 
 
-def test_the_committed_target_report_is_current() -> None:
-    """targets.txt in the results folder is what the script prints for those files."""
-    names = ["samplers.json", "samplers-second-run.json", "samplers-b2b.json"]
-    expected = (RESULTS / "targets.txt").read_text().splitlines()
+RUNS = ["samplers.json", "samplers-second-run.json", "samplers-b2b.json", "samplers-third-run.json"]
+REPORTS = sorted((ROOT / "benchmarks/results").glob("*/targets.txt"))
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[r.parent.name for r in REPORTS])
+def test_the_committed_target_report_is_current(report: Path) -> None:
+    """targets.txt in a results folder is what the script prints for the runs there."""
+    expected = report.read_text().splitlines()
     lines = []
-    for name in names:
-        document = json.loads((RESULTS / name).read_text())
+    for name in [n for n in RUNS if (report.parent / n).exists()]:
+        document = json.loads((report.parent / name).read_text())
         lines.append(f"== {name}: {document['device']}, {document['date']}")
         for dtype in sorted({r["dtype"] for r in document["rows"]}):
             lines += [f"{dtype}: {v.line()}" for v in targets.judge(document["rows"], dtype)]
     assert lines == expected
+
+
+def test_both_h100_visits_of_the_day_have_a_target_report() -> None:
+    assert {r.parent.name for r in REPORTS} >= {"h100-2026-11-26", "h100-2026-11-26b"}
