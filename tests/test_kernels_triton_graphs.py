@@ -275,6 +275,51 @@ def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
     assert fake.replays == len(order) - 1 - limit
 
 
+def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-place capture at an address fails: calls there replay the shape's copying
+    graph from then on (not eager ones), and the failure is remembered for that address."""
+    failing = FakeGraphs(fail_at=1)  # the copying graph captures, the in-place one fails
+    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    logits, k = rows(0), torch.full((20,), 9)
+    for call in range(5):
+        logits.copy_(rows(call))
+        assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+    assert len(failing.captures) == 1
+    assert failing.replays == 3
+    (why,) = sampling_triton.GRAPHS._failed.items.values()
+    assert "planted" in why
+
+
+def test_a_cached_in_place_graph_serves_once_sightings_are_forgotten(fake: FakeGraphs) -> None:
+    logits, k = rows(0), torch.full((20,), 9)
+    for call in range(3):  # copying graph, in-place graph, replay
+        logits.copy_(rows(call))
+        sampling_triton.top_k_top_p(logits, k, None)
+    sampling_triton.GRAPHS._seen.items.clear()
+    logits.copy_(rows(3))
+    assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+    assert len(fake.captures) == 2
+    assert fake.replays == 2
+
+
+def test_replacing_an_in_place_graph_whose_k_moved_spends_no_capture_of_the_shape(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cap 1: the in-place graph reads k in place; k moves, a graph that copies it replaces it
+    at the same key (not counted), and a second address, seen twice, still finds the shape's
+    share spent and replays the copying graph."""
+    monkeypatch.setattr(sampling_triton, "IN_PLACE_CAPTURES", 1)
+    first, second = distinct(rows(seed) for seed in range(2))
+    k1, k2 = distinct([torch.full((20,), 9), torch.full((20,), 9)])
+    for logits, k in [(first, k1), (first, k1), (first, k2), (second, k2), (second, k2)]:
+        assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+    assert fake.captures[1:] == [first.data_ptr(), first.data_ptr()]  # in place, its replacement
+    assert list(sampling_triton.GRAPHS._in_place.items.values()) == [1]
+    assert fake.replays == 2
+
+
 def test_a_failed_capture_leaves_the_shape_eager(
     fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,7 +403,8 @@ def test_each_replay_draws_fresh_uniforms(
     torch.manual_seed(0)
     logits = torch.zeros(20, 200)  # every token equally likely
     # a copying graph's first run, an in-place graph's first run, then two replays of it
-    draws = [sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.999)) for _ in range(4)]
+    p = torch.full((20,), 0.999)  # one p: a new one each call could land where the last was
+    draws = [sampling_triton.top_k_top_p(logits, None, p) for _ in range(4)]
     assert fake.replays == 2
     assert not torch.equal(draws[2], draws[3])
     assert not torch.equal(draws[1], draws[2])
@@ -551,13 +597,13 @@ def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgot
     """The sightings are a bounded cache of their own: once they forget a logits address, new
     k or p addresses can count as repeated while the graph captured with the old ones is still
     cached. It must not replay (it would read them at the old addresses): a graph that copies
-    them takes its place."""
+    them takes its place, at once (the logits' address has a graph, so it is not counted anew)."""
     first, other = _params(2)
     now = (other[0] if moved != "p" else first[0], other[1] if moved != "k" else first[1])
     logits = rows(0)
     assert _calls(logits, [first, first], in_place) == [0, 0]  # captured in place
     sampling_triton.GRAPHS._seen.items.clear()
-    assert _calls(logits, [now, now, now], in_place) == [0, 2, 2]
+    assert _calls(logits, [now, now, now], in_place) == [2, 2, 2]
     (graph,) = sampling_triton.GRAPHS._graphs.items.values()
     assert graph.params == (0, 0)
 

@@ -128,7 +128,7 @@ REJECT_WARPS = 4
 # k and p and draws the uniforms (replay.py); smaller ones keep one graph, whose single launch
 # costs the host less than the group pass would hide
 GROUPS_FIRST_BYTES = 32 << 20
-# a graph that reads large logits in place reads k and p there too when they are on the GPU
+# a graph that reads logits in place reads k and p there too when they are on the GPU
 # (graphs.params_in_place); a host k or p equal to the one copied last is not copied again
 # (replay.py). Each saves the host a copy per call before the kernels after the group pass
 PARAMS_IN_PLACE, SKIP_UNCHANGED = True, True
@@ -326,11 +326,13 @@ def _pipeline(
         mode, key, where, params = choose.plan(shape, x, k_rows, p, bool(generators))
         if mode is not graphs.Mode.EAGER and GRAPHS.failure(key) is None:
             graph = GRAPHS.get(key)
-            if graph is not None and not graphs.serves(graph.params, where):
+            replacing = graph is not None and not graphs.serves(graph.params, where)
+            if replacing:
                 graph, params = None, (0, 0)  # k or p moved: a graph that copies them takes over
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            if mode is graphs.Mode.IN_PLACE and x.numel() * x.element_size() <= graphs.COPY_BYTES:
+            small = x.numel() * x.element_size() <= graphs.COPY_BYTES
+            if mode is graphs.Mode.IN_PLACE and small and not replacing:
                 GRAPHS.captured_in_place(shape)
             graph = replay.Graph(x, k_rows, size, rows, mode, groups_first, params)
             return graph.first_run(key, x, k_rows, p)

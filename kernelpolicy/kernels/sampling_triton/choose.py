@@ -37,9 +37,15 @@ def plan(
     sightings, at, where, params = 0, (0, 0), (0, 0), (0, 0)
     if dense:
         sightings, at, where, params = sighting(shape, x, k_rows, p)
-        small = nbytes <= graphs.COPY_BYTES
-        if small and not pkg.GRAPHS.may_read_in_place(shape, (*shape, *at), pkg.IN_PLACE_CAPTURES):
-            sightings = 0  # the shape's in-place captures are spent: its COPY graph serves
+        here = (*shape, *at)
+        if pkg.GRAPHS.cached(here):  # a graph reads this address, whatever the sightings say
+            sightings = max(sightings, graphs.POINTER_SIGHTINGS)
+        elif nbytes <= graphs.COPY_BYTES and (
+            pkg.GRAPHS.failure(here) is not None
+            or not pkg.GRAPHS.may_capture_in_place(shape, pkg.IN_PLACE_CAPTURES)
+        ):
+            sightings = 0  # this address failed its capture, or the shape spent its share:
+            # the shape's COPY graph serves it
     mode = graphs.plan(
         device_type=x.device.type,
         interpreted=os.environ.get("TRITON_INTERPRET") == "1",

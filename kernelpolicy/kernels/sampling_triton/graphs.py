@@ -24,9 +24,10 @@ it was captured with, so a call replays one only when everything baked in matche
   reproducible through a graph: those calls run eagerly, as documented), or more than
   :data:`GRAPH_MAX_ROWS` rows (each graph owns its work buffers).
 
-The cache holds :data:`GRAPH_ENTRIES` graphs (least recently used first out). A shape whose
-capture failed runs eagerly from then on; the capture runs on a side stream, so a failure never
-leaves the caller's stream capturing.
+The cache holds :data:`GRAPH_ENTRIES` graphs (least recently used first out). A key whose
+capture failed runs eagerly from then on (small logits at an address whose in-place capture
+failed take their shape's copying graph instead); the capture runs on a side stream, so a
+failure never leaves the caller's stream capturing.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ import torch
 GRAPH_ENTRIES = 16  # captured graphs kept; a serving process sees a few shapes
 FAILED_ENTRIES = 64  # shapes remembered as "capture failed, run eagerly"
 SEEN_ENTRIES = 64  # logits addresses counted towards POINTER_SIGHTINGS
+IN_PLACE_SHAPES = 256  # call shapes whose in-place captures of small logits are counted
 POINTER_SIGHTINGS = 2  # calls at one address before a graph reads it in place
-COPY_BYTES = 32 << 20  # logits up to this size are copied into the graph's input buffer
+COPY_BYTES = 32 << 20  # logits up to this size are copied into a graph's buffer until read in place
 # rows above which calls run eagerly: each graph owns its work buffers (32 KiB a row for the
 # per-row kernel alone), so a few graphs of huge batches (the conformance suite's 50,000 rows)
 # would hold gigabytes; serving batches are far smaller
@@ -159,9 +161,10 @@ class _Lru(Generic[T]):
 
 
 class GraphCache(Generic[T]):
-    """Captured graphs by key, shapes whose capture failed, and address sightings; each bounded
-    (least recently used first out). ``lock`` serialises a lookup with the replay it leads to,
-    so two threads replaying one graph cannot interleave their input copies."""
+    """Captured graphs by key, keys whose capture failed, address sightings, and the in-place
+    captures of small logits per call shape; each bounded (least recently used first out).
+    ``lock`` serialises a lookup with the replay it leads to, so two threads replaying one graph
+    cannot interleave their input copies."""
 
     def __init__(
         self,
@@ -173,7 +176,7 @@ class GraphCache(Generic[T]):
         self._graphs: _Lru[T] = _Lru(entries)
         self._failed: _Lru[str] = _Lru(failed)
         self._seen: _Lru[int] = _Lru(seen)
-        self._in_place: _Lru[int] = _Lru(seen)  # in-place captures per shape of small logits
+        self._in_place: _Lru[int] = _Lru(IN_PLACE_SHAPES)  # shape -> in-place captures
 
     def __len__(self) -> int:
         return len(self._graphs.items)
@@ -187,15 +190,19 @@ class GraphCache(Generic[T]):
     def get(self, key: Hashable) -> T | None:
         return self._graphs.get(key)
 
-    def may_read_in_place(self, shape: Hashable, key: Hashable, limit: int) -> bool:
-        """Whether a call of ``shape`` with logits of at most :data:`COPY_BYTES` may use an
-        in-place graph at ``key``: one is cached there, or the shape has captured fewer than
-        ``limit`` (counted by :meth:`captured_in_place`)."""
-        return key in self._graphs.items or (self._in_place.items.get(shape) or 0) < limit
+    def cached(self, key: Hashable) -> bool:
+        """Whether a graph is cached at ``key`` (without marking it used)."""
+        return key in self._graphs.items
+
+    def may_capture_in_place(self, shape: Hashable, limit: int) -> bool:
+        """Whether ``shape`` (logits of at most :data:`COPY_BYTES`) has captured fewer than
+        ``limit`` in-place graphs (counted by :meth:`captured_in_place`)."""
+        return (self._in_place.get(shape) or 0) < limit
 
     def captured_in_place(self, shape: Hashable) -> None:
-        """Count one in-place capture of ``shape`` (small logits; its success or failure)."""
-        self._in_place.put(shape, (self._in_place.items.get(shape) or 0) + 1)
+        """Count one new in-place capture of ``shape`` (small logits; its success or failure),
+        not one that replaces a graph at the same key."""
+        self._in_place.put(shape, (self._in_place.get(shape) or 0) + 1)
 
     def put(self, key: Hashable, graph: T) -> list[T]:
         """Keep a captured graph; returns the graphs it displaced (replaced or evicted), which

@@ -42,7 +42,8 @@ def _drop(device: torch.device, graphs: list[Graph | None]) -> None:
 class Graph:
     """The buffers one captured call shape reads and writes, and its replays. ``COPY`` graphs
     own their input buffer; ``IN_PLACE`` graphs read the caller's logits at the captured
-    address (never kept here, so the caller's memory is not held)."""
+    address (never kept here, so the caller's logits are not held; k and p read in place are
+    held from the last call to the next)."""
 
     def __init__(
         self,
