@@ -5,10 +5,10 @@ Triton's on-disk cache (TRITON_CACHE_DIR) instead of compiling for minutes.
 
 Jobs, one process each (Triton builds one kernel at a time per process): the robustness checks
 of one path and dtype, one distribution case of one dtype, the tie and shape checks, and the
-benchmark's shapes (every path, each vocabulary) of one dtype, each called twice so that the
-second call replays the first one's CUDA graph with new logits, k and p (a forced token per row
-checks that it read them). Prints one line per job: checks passed and failed (with the failed
-names), seconds, and notes: a dtype read as float32 after a build failure
+benchmark's shapes (every path, each vocabulary) of one dtype, each called three times: eager,
+captured, then a replay of that CUDA graph with new logits, k and p (a forced token per row
+checks that every call read its own). Prints one line per job: checks passed and failed (with
+the failed names), seconds, and notes: a dtype read as float32 after a build failure
 (``sampling_triton.UPCAST``), wide or proposal kernels that failed to build (``WIDE_FAILED``,
 ``REJECT_FAILED``), graphs captured and captures that failed. Exits 1 when a check failed.
 
@@ -81,22 +81,23 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
 
 
 def _replays(sample: Any, dtype: Any, vocabs: list[int]) -> Iterator[Any]:
-    """Every path at each vocabulary, twice with a different forced token per row: the second
-    call replays the first call's CUDA graph, which must read the new logits, k and p."""
+    """Every path at each vocabulary, three times with a different forced token per row: the
+    first call runs eagerly, the second captures the shape's CUDA graph, the third replays it,
+    which must read the new logits, k and p."""
     import torch
 
     from kernelpolicy.conformance.model import Outcome
 
     for vocab in vocabs:
         for k, p in ((50, None), (None, 0.9), (50, 0.9), (None, None)):
-            for shift in (0, 7):
+            for call, shift in enumerate((0, 7, 13)):
                 want = (torch.arange(4, device="cuda") * 1000 + 5 + shift) % vocab
                 logits = torch.randn(4, vocab, device="cuda").to(dtype)
                 logits[torch.arange(4), want] = 1000.0  # all the mass on one token per row
                 kt = None if k is None else torch.full((4,), k + shift)
                 pt = None if p is None else torch.full((4,), p - shift / 100, device="cuda")
                 got = sample(logits, kt, pt)
-                name = f"replay/{vocab}/k={k},p={p}/call {1 + (shift > 0)}"
+                name = f"replay/{vocab}/k={k},p={p}/call {call + 1}"
                 ok = torch.equal(got.cpu(), want.cpu())
                 yield Outcome(name, ok, "" if ok else f"{got.tolist()} != {want.tolist()}")
 

@@ -37,6 +37,7 @@ BASE = {
     "nbytes": 1 << 20,
     "dense": True,
     "sightings": 1,
+    "shape_sightings": graphs.POINTER_SIGHTINGS,
 }
 
 
@@ -44,6 +45,12 @@ BASE = {
     ("change", "mode"),
     [
         pytest.param({}, Mode.COPY, id="small-logits-copied"),
+        pytest.param({"shape_sightings": 1}, Mode.EAGER, id="small-shape-first-call"),
+        pytest.param(
+            {"shape_sightings": 1, "sightings": graphs.POINTER_SIGHTINGS},
+            Mode.IN_PLACE,
+            id="small-address-seen-again-shape-forgotten",
+        ),
         pytest.param({"dense": False}, Mode.COPY, id="small-strided-copied"),
         pytest.param({"device_type": "cpu"}, Mode.EAGER, id="cpu"),
         pytest.param({"interpreted": True}, Mode.EAGER, id="interpreter"),
@@ -120,8 +127,9 @@ class FakeGraphs:
 
     def __init__(self, fail: bool = False, fail_at: int | None = None) -> None:
         self.fail = fail
-        self.fail_at = fail_at  # fail only the capture with this index
-        self.captures: list[int] = []
+        self.fail_at = fail_at  # fail only the capture attempt with this index
+        self.attempts = 0
+        self.captures: list[int] = []  # the address each successful capture reads
         self.parts: list[str] = []  # what each capture held (the Graph method's name)
         self.events: list[str] = []  # replays, and what tests log beside them
         self.replays = 0
@@ -129,7 +137,8 @@ class FakeGraphs:
     def __call__(
         self, launch: Callable[[torch.Tensor], None], x: torch.Tensor, device: torch.device
     ) -> Callable[..., None]:
-        if self.fail or self.fail_at == len(self.captures):
+        self.attempts += 1
+        if self.fail or self.fail_at == self.attempts - 1:
             raise RuntimeError("operation not permitted when stream is capturing (planted)")
         address = x.data_ptr()
         self.captures.append(address)
@@ -203,9 +212,10 @@ def assert_exact(ids: torch.Tensor, logits: torch.Tensor, k: int | None, p: floa
 def test_a_copy_graph_replays_new_logits_k_and_p(
     fake: FakeGraphs, k: int | None, p: float | None
 ) -> None:
-    """One capture serves every call of a shape: new logits, k and p go through its buffers."""
-    batches = distinct(rows(seed) for seed in range(3))
-    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5], strict=True)):
+    """The first call runs eagerly; then one capture serves every call of the shape: new
+    logits, k and p go through its buffers."""
+    batches = distinct(rows(seed) for seed in range(4))
+    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5, 0.8], strict=True)):
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
         ids = sampling_triton.top_k_top_p(logits, kk, pp)
@@ -219,7 +229,7 @@ def test_a_copy_graph_replays_new_logits_k_and_p(
 def test_strided_logits_are_copied_into_the_graph(fake: FakeGraphs) -> None:
     wide = torch.cat([rows(3), rows(4)], dim=1)
     logits = wide[:, ::2]
-    for _ in range(2):
+    for _ in range(3):  # eager, capture, replay
         ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 7), None)
         assert_exact(ids, logits.contiguous(), 7, None)
     assert fake.replays == 1
@@ -243,17 +253,15 @@ def test_large_logits_are_read_in_place_once_their_address_repeats(
 
 
 def test_small_logits_are_read_in_place_once_their_address_repeats(fake: FakeGraphs) -> None:
-    """Small logits at one address: the first call captures the shape's copying graph, the
-    second an in-place one, which then replays reading the caller's tensor (new contents
-    included): no copy into the graph's buffer."""
+    """Small logits at one address: the first call runs eagerly, the second captures a graph
+    reading them where they are, which then replays for new contents: no copying graph at
+    all, so no copy into a graph's buffer."""
     logits, k = rows(0), torch.full((20,), 9)  # k stays where it is, read in place too
     for call in range(4):
         logits.copy_(rows(call))
         ids = sampling_triton.top_k_top_p(logits, k, None)
         assert_exact(ids, logits, 9, None)
-    copying, in_place = fake.captures
-    assert copying != logits.data_ptr()
-    assert in_place == logits.data_ptr()
+    assert fake.captures == [logits.data_ptr()]
     assert fake.replays == 2
 
 
@@ -263,16 +271,18 @@ def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
 ) -> None:
     """A caller whose small logits move among more addresses than the cap: the first
     ``IN_PLACE_CAPTURES`` repeated addresses get in-place graphs (replayed when they come
-    back), the rest the shape's copying graph; never a capture per call."""
+    back), the rest the shape's copying graph; one eager call, then never a capture per
+    call."""
     monkeypatch.setattr(sampling_triton, "IN_PLACE_CAPTURES", limit)
     buffers, p = distinct(rows(seed) for seed in range(4)), torch.full((20,), 0.8)
     order = [b for b in buffers for _ in range(2)] + buffers  # each twice, then each again
     for call, logits in enumerate(order):
         logits.copy_(rows(10 + call))
         assert_exact(sampling_triton.top_k_top_p(logits, None, p), logits, None, 0.8)
-    assert fake.captures[1:] == [b.data_ptr() for b in buffers[:limit]]
-    assert fake.captures[0] not in {b.data_ptr() for b in buffers}  # the copying graph
-    assert fake.replays == len(order) - 1 - limit
+    addresses = [b.data_ptr() for b in buffers]
+    assert [c for c in fake.captures if c in addresses] == addresses[:limit]
+    assert len(fake.captures) == limit + 1  # and the copying graph
+    assert fake.replays == len(order) - 1 - len(fake.captures)
 
 
 def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
@@ -280,27 +290,27 @@ def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
 ) -> None:
     """The in-place capture at an address fails: calls there replay the shape's copying
     graph from then on (not eager ones), and the failure is remembered for that address."""
-    failing = FakeGraphs(fail_at=1)  # the copying graph captures, the in-place one fails
+    failing = FakeGraphs(fail_at=0)  # eager, the in-place capture fails, then the copying one
     monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
     logits, k = rows(0), torch.full((20,), 9)
     for call in range(5):
         logits.copy_(rows(call))
         assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
-    assert len(failing.captures) == 1
-    assert failing.replays == 3
+    assert len(failing.captures) == 1  # eager, failed in place, copying capture, 2 replays
+    assert failing.replays == 2
     (why,) = sampling_triton.GRAPHS._failed.items.values()
     assert "planted" in why
 
 
 def test_a_cached_in_place_graph_serves_once_sightings_are_forgotten(fake: FakeGraphs) -> None:
     logits, k = rows(0), torch.full((20,), 9)
-    for call in range(3):  # copying graph, in-place graph, replay
+    for call in range(3):  # eager, capture in place, replay
         logits.copy_(rows(call))
         sampling_triton.top_k_top_p(logits, k, None)
     sampling_triton.GRAPHS._seen.items.clear()
     logits.copy_(rows(3))
     assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
-    assert len(fake.captures) == 2
+    assert fake.captures == [logits.data_ptr()]
     assert fake.replays == 2
 
 
@@ -315,9 +325,11 @@ def test_replacing_an_in_place_graph_whose_k_moved_spends_no_capture_of_the_shap
     k1, k2 = distinct([torch.full((20,), 9), torch.full((20,), 9)])
     for logits, k in [(first, k1), (first, k1), (first, k2), (second, k2), (second, k2)]:
         assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
-    assert fake.captures[1:] == [first.data_ptr(), first.data_ptr()]  # in place, its replacement
+    in_place, replacement, copying = fake.captures
+    assert in_place == replacement == first.data_ptr()
+    assert copying != second.data_ptr()
     assert list(sampling_triton.GRAPHS._in_place.items.values()) == [1]
-    assert fake.replays == 2
+    assert fake.replays == 1
 
 
 def test_a_failed_capture_leaves_the_shape_eager(
@@ -363,7 +375,8 @@ def test_a_failed_capture_is_reported_as_a_degradation(
     monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(TRITON_FIRST))
     sample = resolution.impl("sampler.top_k_top_p")
-    for logits in distinct(rows(seed, batch) for seed, batch in [(0, 20), (1, 20), (2, 10)]):
+    shapes = [(0, 20), (1, 20), (2, 10), (3, 10)]  # each batch eager first, then its capture
+    for logits in distinct(rows(seed, batch) for seed, batch in shapes):
         batch = logits.shape[0]
         assert_exact(sample(logits, torch.full((batch,), 9), None), logits, 9, None)
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
@@ -440,8 +453,8 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
     """Large logits: two graphs a shape. Each replay starts the group pass before the host
     copies k and p and draws the uniforms (they overlap the full read), and every draw is
     still exact for new logits, k and p."""
-    batches = distinct(rows(seed) for seed in range(3))
-    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5], strict=True)):
+    batches = distinct(rows(seed) for seed in range(4))
+    for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5, 0.8], strict=True)):
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
         groups_first.events.clear()
@@ -582,7 +595,9 @@ def test_a_host_parameter_is_copied_only_when_its_values_change(
     monkeypatch.setattr(sampling_triton, "SKIP_UNCHANGED", skip)
     settings = [(20, 0.8), (20, 0.8), (20, 0.5), (20, 0.5), (9, 0.5), (9, 0.5)]
     copies = []
-    for (k, p), logits in zip(settings, distinct(rows(call) for call in range(6)), strict=True):
+    batches = distinct(rows(call) for call in range(7))
+    sampling_triton.top_k_top_p(batches.pop(), torch.full((20,), 20), torch.full((20,), 0.8))
+    for (k, p), logits in zip(settings, batches, strict=True):  # the shape's first call was eager
         groups_first.events.clear()
         ids = sampling_triton.top_k_top_p(logits, torch.full((20,), k), torch.full((20,), p))
         assert_exact(ids, logits, k, p)

@@ -31,8 +31,8 @@ that the logits are read about twice and nothing is sorted at vocabulary size. P
 
 Launched eagerly, that is five to twelve Triton launches and a few torch ops per call,
 several hundred microseconds of Python; on CUDA the launches are captured into a CUDA graph per
-call shape on first use and replayed after (``graphs``: which calls may, what a graph bakes in,
-the bounded cache; ``choose``: the addresses seen, and which graph a call replays;
+call shape once it repeats and replayed after (``graphs``: which calls may, what a graph bakes
+in, the bounded cache; ``choose``: the shapes and addresses seen, and which graph a call replays;
 ``replay``: a captured shape, whose group pass starts before the host's copies for large
 logits). Calls with per-row generators run eagerly.
 

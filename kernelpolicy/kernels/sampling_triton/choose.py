@@ -1,6 +1,7 @@
 """Which way one call of the sampler runs: eagerly, or by which CUDA graph (its cache key),
 from the call's shape and the addresses of its logits, k and p. The rules are
-``graphs.plan``'s; this counts the addresses seen and caps the in-place graphs of small logits.
+``graphs.plan``'s; this counts the call shapes and addresses seen, and caps the in-place
+graphs of small logits.
 
 The package's ``GRAPHS``, ``PARAMS_IN_PLACE`` and ``IN_PLACE_CAPTURES`` are read at call time,
 where the tests and ``scripts/gpu_profile_samplers.py --versus`` replace them.
@@ -35,12 +36,17 @@ def plan(
     nbytes = x.numel() * x.element_size()
     dense = x.stride(-1) == 1
     sightings, at, where, params = 0, (0, 0), (0, 0), (0, 0)
+    small = nbytes <= graphs.COPY_BYTES
+    shape_sightings = 0
+    if small:  # a shape's copying graph serves every address: counted once the graph is there
+        cached = pkg.GRAPHS.cached(shape)
+        shape_sightings = graphs.POINTER_SIGHTINGS if cached else pkg.GRAPHS.sighting(shape)
     if dense:
         sightings, at, where, params = sighting(shape, x, k_rows, p)
         here = (*shape, *at)
         if pkg.GRAPHS.cached(here):  # a graph reads this address, whatever the sightings say
             sightings = max(sightings, graphs.POINTER_SIGHTINGS)
-        elif nbytes <= graphs.COPY_BYTES and (
+        elif small and (
             pkg.GRAPHS.failure(here) is not None
             or not pkg.GRAPHS.may_capture_in_place(shape, pkg.IN_PLACE_CAPTURES)
         ):
@@ -55,6 +61,7 @@ def plan(
         nbytes=nbytes,
         dense=dense,
         sightings=sightings,
+        shape_sightings=shape_sightings,
     )
     if mode is graphs.Mode.IN_PLACE:
         return mode, (*shape, *at), where, params

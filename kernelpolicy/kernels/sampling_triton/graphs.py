@@ -12,7 +12,10 @@ it was captured with, so a call replays one only when everything baked in matche
   addresses repeat with the logits'; else it copies them.
 * ``COPY``: logits of at most :data:`COPY_BYTES` not (yet) read in place are copied into the
   graph's own input buffer (strided or read-as-float32 logits need that pass anyway), so one
-  graph serves every call of that shape whatever the caller's tensor. The copy is what an
+  graph serves every call of that shape whatever the caller's tensor, once the shape has been
+  seen :data:`POINTER_SIGHTINGS` times: a batch size seen once (a serving loop's batch drifts)
+  runs eagerly instead of paying a capture, and a steady one captures once, in place where
+  its address repeated, else copying. The copy is what an
   in-place graph saves (about 11 us for 16 MB on an H100). A shape of such logits captures a
   bounded number of in-place graphs (the package's ``IN_PLACE_CAPTURES``); past that, new
   addresses take its copying graph, so a caller whose addresses cycle costs a few captures,
@@ -42,9 +45,9 @@ import torch
 
 GRAPH_ENTRIES = 16  # captured graphs kept; a serving process sees a few shapes
 FAILED_ENTRIES = 64  # shapes remembered as "capture failed, run eagerly"
-SEEN_ENTRIES = 64  # logits addresses counted towards POINTER_SIGHTINGS
+SEEN_ENTRIES = 256  # call shapes and logits addresses counted towards POINTER_SIGHTINGS
 IN_PLACE_SHAPES = 256  # call shapes whose in-place captures of small logits are counted
-POINTER_SIGHTINGS = 2  # calls at one address before a graph reads it in place
+POINTER_SIGHTINGS = 2  # calls at one address (or of one small shape) before a capture
 COPY_BYTES = 32 << 20  # logits up to this size are copied into a graph's buffer until read in place
 # rows above which calls run eagerly: each graph owns its work buffers (32 KiB a row for the
 # per-row kernel alone), so a few graphs of huge batches (the conformance suite's 50,000 rows)
@@ -70,6 +73,7 @@ def plan(
     nbytes: int,
     dense: bool,
     sightings: int,
+    shape_sightings: int,
 ) -> Mode:
     """How one call runs (see the module doc).
 
@@ -82,7 +86,9 @@ def plan(
         nbytes: the size of the logits as the kernels read them.
         dense: the kernels can read the caller's tensor as it is (unit stride, no conversion).
         sightings: calls seen at this address with this shape, this one included (0: not
-            to be read in place, see :meth:`GraphCache.may_read_in_place`).
+            to be read in place: see ``choose.plan``).
+        shape_sightings: calls seen of this shape, this one included (counted for logits of
+            at most :data:`COPY_BYTES`; 0 otherwise).
 
     Returns:
         The mode.
@@ -91,7 +97,7 @@ def plan(
         return Mode.EAGER
     if dense and sightings >= POINTER_SIGHTINGS:
         return Mode.IN_PLACE
-    if nbytes <= COPY_BYTES:
+    if nbytes <= COPY_BYTES and shape_sightings >= POINTER_SIGHTINGS:
         return Mode.COPY
     return Mode.EAGER
 
