@@ -14,14 +14,12 @@ it was captured with, so a call replays one only when everything baked in matche
   graph's own input buffer (strided or read-as-float32 logits need that pass anyway), so one
   graph serves every call of that shape whatever the caller's tensor, once the shape has been
   seen :data:`POINTER_SIGHTINGS` times: a batch size seen once (a serving loop's batch drifts)
-  runs eagerly instead of paying a capture, and a steady one captures once, in place where
-  its address repeated, else copying. The copy is what an
-  in-place graph saves (about 11 us for 16 MB on an H100). A shape of such logits captures a
-  bounded number of in-place graphs (the package's ``IN_PLACE_CAPTURES``); past that, new
-  addresses take its copying graph, so a caller whose addresses cycle costs a few captures,
-  never one per call.
-  Larger logits not yet read in place run eagerly: copying them would cost more than the
-  launches a graph saves.
+  runs eagerly instead of paying a capture, and a steady one captures once, in place where its
+  address repeated, else copying. The copy is what an in-place graph saves (about 11 us for
+  16 MB on an H100). A shape of such logits captures a bounded number of in-place graphs (the
+  package's ``IN_PLACE_CAPTURES``); past that, new addresses take its copying graph, so a
+  caller whose addresses cycle costs a few captures, never one per call. Larger logits not yet
+  read in place run eagerly: copying them would cost more than the launches a graph saves.
 * ``EAGER``: not CUDA, Triton's interpreter, a stream that is itself being captured (the
   launches then become part of the caller's graph), per-row generators (their draws are not
   reproducible through a graph: those calls run eagerly, as documented), or more than
@@ -44,7 +42,7 @@ from typing import Generic, TypeVar
 import torch
 
 GRAPH_ENTRIES = 16  # captured graphs kept; a serving process sees a few shapes
-FAILED_ENTRIES = 64  # shapes remembered as "capture failed, run eagerly"
+FAILED_ENTRIES = 64  # keys (shapes, addresses) remembered as "capture failed"
 SEEN_ENTRIES = 256  # call shapes and logits addresses counted towards POINTER_SIGHTINGS
 IN_PLACE_SHAPES = 256  # call shapes whose in-place captures of small logits are counted
 POINTER_SIGHTINGS = 2  # calls at one address (or of one small shape) before a capture
