@@ -70,6 +70,17 @@ def use_small_triton_kernels(monkeypatch: pytest.MonkeyPatch, sampling_triton: M
     sampling_triton._Scratch._cache.clear()
 
 
+def _swap(owner: Any, name: str, replacement: Any) -> Callable[[], None]:
+    """Set ``owner.name`` to ``replacement``; returns the function that puts the old one back."""
+    real = getattr(owner, name)
+    setattr(owner, name, replacement)
+
+    def undo() -> None:
+        setattr(owner, name, real)
+
+    return undo
+
+
 def patch_lang_once_per_launch(interpreter: ModuleType) -> Callable[[], None]:
     """Make Triton's interpreter patch ``triton.language`` once per kernel launch, not again at
     every call of a ``@triton.jit`` helper inside it, and return the function that undoes this.
@@ -111,12 +122,12 @@ def patch_lang_once_per_launch(interpreter: ModuleType) -> Callable[[], None]:
         finally:
             patched.pop()
 
-    interpreter._patch_lang = patch_lang
-    interpreter.GridExecutor.__call__ = launch
+    undo_patch = _swap(interpreter, "_patch_lang", patch_lang)
+    undo_launch = _swap(interpreter.GridExecutor, "__call__", launch)
 
     def undo() -> None:
-        interpreter._patch_lang = real_patch
-        interpreter.GridExecutor.__call__ = real_launch
+        undo_patch()
+        undo_launch()
 
     return undo
 
@@ -146,12 +157,7 @@ def reduce_xor_with_numpy(interpreter: ModuleType) -> Callable[[], None]:
         reduced = np.bitwise_xor.reduce(data, axis=self.axis, keepdims=self.keep_dims)
         return self.to_tensor(reduced, input[0].dtype)
 
-    interpreter.ReduceOps.apply_impl = apply_impl
-
-    def undo() -> None:
-        interpreter.ReduceOps.apply_impl = real
-
-    return undo
+    return _swap(interpreter.ReduceOps, "apply_impl", apply_impl)
 
 
 def _like(value: Any, like: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -206,9 +212,4 @@ def reduce_by_slices(interpreter: ModuleType) -> Callable[[], None]:
             acc = [np.expand_dims(a, axis) for a in acc]
         return [self.to_tensor(a, arg.dtype) for a, arg in zip(acc, input, strict=True)]
 
-    interpreter.ReduceOps.generic_reduce = generic_reduce
-
-    def undo() -> None:
-        interpreter.ReduceOps.generic_reduce = real
-
-    return undo
+    return _swap(interpreter.ReduceOps, "generic_reduce", generic_reduce)
