@@ -319,7 +319,8 @@ def _pipeline(
     batch, vocab = x.shape
     size = _group_size(vocab, k_bound)
     k_dtype = None if k_rows is None else k_rows.dtype
-    groups_first = x.numel() * x.element_size() >= GROUPS_FIRST_BYTES
+    nbytes = x.numel() * x.element_size()
+    groups_first = nbytes >= GROUPS_FIRST_BYTES
     shape: tuple[object, ...] = (x.device, _stream_id(x.device), batch, vocab, x.dtype, size)
     shape = (*shape, k_dtype, *rows, groups_first)
     with GRAPHS.lock:
@@ -331,7 +332,7 @@ def _pipeline(
                 graph, params = None, (0, 0)  # k or p moved: a graph that copies them takes over
             if graph is not None:
                 return graph.run(x, k_rows, p)
-            small = x.numel() * x.element_size() <= graphs.COPY_BYTES
+            small = nbytes <= graphs.COPY_BYTES
             if mode is graphs.Mode.IN_PLACE and small and not replacing:
                 GRAPHS.captured_in_place(shape)
             graph = replay.Graph(x, k_rows, size, rows, mode, groups_first, params)
