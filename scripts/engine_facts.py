@@ -1,0 +1,110 @@
+"""The selection facts the bundled pack's engine rules depend on, read from a release's source.
+
+Each detector takes the release's source root and returns ``{"value": ..., "file": ...}``
+(``file`` None where the file does not exist in that release). The values are plain JSON; the
+pack's rules name them in ``facts`` and ``kernelpolicy check`` proves them against the tables.
+Used by ``scripts/engine_knobs_probe.py``; never imported by kernelpolicy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Fact = Callable[[Path], dict[str, Any]]
+
+
+def _read(root: Path, relative: str) -> str | None:
+    path = root / relative
+    return path.read_text(errors="replace") if path.exists() else None
+
+
+def _first(root: Path, *relatives: str) -> tuple[str | None, str | None]:
+    for relative in relatives:
+        text = _read(root, relative)
+        if text is not None:
+            return text, relative
+    return None, None
+
+
+def vllm_aiter_sampler(root: Path) -> dict[str, Any]:
+    """The top-k/top-p sampler installs its aiter path (``forward_hip``) on ROCm."""
+    relative = "vllm/v1/sample/ops/topk_topp_sampler.py"
+    text = _read(root, relative)
+    installed = text is not None and re.search(r"self\.forward\s*=\s*self\.forward_hip", text)
+    return {"value": bool(installed), "file": relative if text is not None else None}
+
+
+def vllm_flashinfer_sampler_capability(root: Path) -> dict[str, Any]:
+    """The compute-capability range of ``FlashInferBackend.supports_compute_capability``, which
+    the sampler consults, as ``"low-high"`` (None where the sampler does not consult it)."""
+    sampler = _read(root, "vllm/v1/sample/ops/topk_topp_sampler.py") or ""
+    relative = "vllm/v1/attention/backends/flashinfer.py"
+    text = _read(root, relative)
+    if text is None or "supports_compute_capability" not in sampler:
+        return {"value": None, "file": None}
+    body = text.split("def supports_compute_capability", 1)[-1].split("\n    def ", 1)[0]
+    body = "\n".join(line.split("#", 1)[0] for line in body.splitlines())
+    bounds = re.findall(r"DeviceCapability\(\s*(\d+),\s*(\d+)\s*\)", body)
+    value = "-".join(f"{a}.{b}" for a, b in bounds) if bounds else None
+    return {"value": value, "file": relative}
+
+
+def vllm_mhc(root: Path) -> dict[str, Any]:
+    """How vLLM's MHC layer picks aiter: ``absent`` (no MHC layer), ``no_aiter`` (MHC with no
+    aiter path), ``ungated`` (aiter whenever installed and supported: no variable) or
+    ``env_gated`` (behind ``VLLM_ROCM_USE_AITER``)."""
+    relative = "vllm/model_executor/layers/mhc.py"
+    text = _read(root, relative)
+    if text is None:
+        return {"value": "absent", "file": None}
+    if "aiter" not in text:
+        return {"value": "no_aiter", "file": relative}
+    gated = re.search(r"rocm_aiter_ops\.is_enabled\(\)|VLLM_ROCM_USE_AITER", text)
+    ungated = re.search(r"HAS_AITER_MHC\s*=\s*is_aiter_found_and_supported\(\)", text)
+    return {"value": "ungated" if ungated and not gated else "env_gated", "file": relative}
+
+
+def vllm_sparse_indexer_native(root: Path) -> dict[str, Any]:
+    """The gfx architectures on which the sparse attention indexer takes its aiter-op path with
+    neither ``VLLM_ROCM_USE_AITER`` nor the aiter package (``on_gfx950()`` in the condition)."""
+    relative = "vllm/model_executor/layers/sparse_attn_indexer.py"
+    text = _read(root, relative)
+    if text is None:
+        return {"value": None, "file": None}
+    archs = []
+    for arch in ("gfx950", "gfx942"):
+        if re.search(rf"or\s+on_{arch}\(\)", text):
+            archs.append(arch)
+    return {"value": archs, "file": relative}
+
+
+def vllm_moe_backend_flag(root: Path) -> dict[str, Any]:
+    """``--moe-backend`` exists (``KernelConfig.moe_backend`` / ``EngineArgs.moe_backend``)."""
+    relative = "vllm/engine/arg_utils.py"
+    text = _read(root, relative) or ""
+    return {"value": '"--moe-backend"' in text, "file": relative}
+
+
+def sglang_aiter_greedy(root: Path) -> dict[str, Any]:
+    """The sampler has the aiter greedy kernel and its kill switch
+    ``SGLANG_DISABLE_AITER_GREEDY_SAMPLE``."""
+    text, relative = _first(root, "sglang/srt/layers/sampler.py")
+    found = text is not None and "SGLANG_DISABLE_AITER_GREEDY_SAMPLE" in text
+    return {"value": bool(found), "file": relative}
+
+
+FACTS: dict[str, dict[str, Fact]] = {
+    "vllm": {
+        "aiter_sampler": vllm_aiter_sampler,
+        "flashinfer_sampler_capability": vllm_flashinfer_sampler_capability,
+        "mhc": vllm_mhc,
+        "sparse_indexer_native_archs": vllm_sparse_indexer_native,
+        "moe_backend_flag": vllm_moe_backend_flag,
+    },
+    "sglang": {
+        "aiter_greedy": sglang_aiter_greedy,
+    },
+}
