@@ -8,6 +8,9 @@ written here is made to fit those rules (:func:`label_name`, :func:`label_value`
 reaches a file. The default prefix is a sub-namespace of ``feature.node.kubernetes.io``, which
 every NFD release accepts without extra nfd-master flags.
 
+Comment lines go through :func:`nfd_comment` (one line whatever the text, never an NFD
+``# +`` directive), so the file holds nothing but comments and valid labels.
+
 Files are replaced atomically (a dot file in the same directory, renamed over the old one), so
 nfd-worker, which skips dot files, never reads a half-written one.
 """
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernelpolicy.encoding import described, escaped
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
 from kernelpolicy.safeio import write_atomic
@@ -39,7 +43,7 @@ MAX_VALUE_CHARS = 63
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _OUTSIDE = re.compile(r"[^-A-Za-z0-9_.]+")
-_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_EDGES = re.compile(r"\A[^A-Za-z0-9]+|[^A-Za-z0-9]+\Z")
 _HASH_CHARS = 8
 
 
@@ -154,10 +158,12 @@ def render_nfd(labels: Mapping[str, str], *, comment: str = "") -> str:
         LabelError: A key or value is not valid for Kubernetes, or the file would exceed
             ``MAX_FEATURE_FILE_BYTES`` (nfd-worker ignores bigger files).
     """
-    lines = [f"# {line}" for line in comment.splitlines()]
+    lines = [nfd_comment(line) for line in comment.splitlines()]
     for key, value in labels.items():
         if not (is_valid_key(key) and is_valid_value(value)):
-            raise LabelError(f"not a valid Kubernetes label: {key[:300]}={value[:100]}")
+            raise LabelError(
+                f"not a valid Kubernetes label: {described(key, 300)}={described(value, 100)}"
+            )
         lines.append(f"{key}={value}")
     text = "\n".join(lines) + "\n"
     if len(text.encode()) > MAX_FEATURE_FILE_BYTES:
@@ -166,6 +172,13 @@ def render_nfd(labels: Mapping[str, str], *, comment: str = "") -> str:
             f"MAX_FEATURE_FILE_BYTES ({MAX_FEATURE_FILE_BYTES}); nfd-worker ignores such files"
         )
     return text
+
+
+def nfd_comment(text: str) -> str:
+    """One comment line of a feature file: every character that could end the line escaped,
+    and a leading ``+`` too (nfd-worker reads ``# +expiry-time=...`` as a directive)."""
+    text = escaped(text)
+    return f"# \\x2b{text[1:]}" if text.startswith("+") else f"# {text}"
 
 
 def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> Path:

@@ -37,7 +37,7 @@ __all__ = [
 # A dotted numeric release with an optional build tag: 550.54.15, 6.3.1-48, 6.3.42131-fa1d09cbd,
 # 12.04, v1.2. The build tag becomes a PEP 440 local label, so it orders after the bare release.
 _DOTTED = re.compile(
-    r"^v?(?P<release>\d+(?:\.\d+)*)(?:[-_+~](?P<build>[0-9A-Za-z][0-9A-Za-z._-]*))?$"
+    r"v?(?P<release>\d+(?:\.\d+)*)(?:[-_+~](?P<build>[0-9A-Za-z][0-9A-Za-z._-]*))?"
 )
 _LOCAL_UNSAFE = re.compile(r"[^0-9A-Za-z]+")
 
@@ -143,7 +143,7 @@ def _parse_version(raw: str) -> StackVersion | UnreadableVersion:
         pass
     except ValueError as exc:  # pragma: no cover - MAX_VERSION_CHARS keeps int() in range
         return UnreadableVersion(raw, f"not a usable number ({exc})")
-    match = _DOTTED.match(text)
+    match = _DOTTED.fullmatch(text)
     if match is None:
         return UnreadableVersion(
             raw, "expected PEP 440 (2.11.0+cu130) or dotted numbers (550.54.15, 6.3.1-48)"

@@ -33,12 +33,13 @@ from kernelpolicy.platform.amd_ids import (
 )
 from kernelpolicy.platform.faults import DeviceFault, attempt, read
 from kernelpolicy.platform.model import Device
+from kernelpolicy.platform.values import control_problem
 from kernelpolicy.platform.visible import select_visible
 from kernelpolicy.safeio import read_bytes_bounded
 
 TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 _HEAP_FRAME_BUFFER = {1, 2}  # HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC and _PRIVATE
-_NUMBER = re.compile(r"^-?\d+$")
+_NUMBER = re.compile(r"-?\d+")
 _NEEDS_REVISION = {device for device, _ in REVISIONS}
 
 
@@ -194,7 +195,7 @@ def _read_properties(path: Path) -> dict[str, int]:
             continue
         key, _, value = line.strip().partition(" ")
         value = value.strip()
-        if not _NUMBER.match(value):
+        if not _NUMBER.fullmatch(value):
             raise DeviceFault(
                 f"{path}:{lineno}: expected '<key> <integer>', got {shown(line.strip())!r}"
             )
@@ -288,13 +289,17 @@ def _read_text(path: Path, what: str, errors: list[str], quiet_missing: bool = F
 
 
 def _version_file(path: Path, what: str, errors: list[str]) -> str | None:
-    """A version from a file, bounded like every version (``MAX_VERSION_CHARS``)."""
+    """A version from a file, bounded like every version (``MAX_VERSION_CHARS``), and
+    printable like every platform string."""
     text = _read_text(path, what, errors, quiet_missing=True)
     if text is not None and len(text) > MAX_VERSION_CHARS:
         errors.append(
             f"{what}: {path}: {len(text)} characters is over MAX_VERSION_CHARS "
             f"({MAX_VERSION_CHARS})"
         )
+        return None
+    if text is not None and (problem := control_problem(text)):
+        errors.append(f"{what}: {path}: {problem}")
         return None
     return text
 

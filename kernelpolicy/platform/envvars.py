@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from fnmatch import translate
 from functools import cache
 
+from kernelpolicy.encoding import control_character
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, shown
 
 # When the caller does not say which policies apply: the switches the bundled policies read
@@ -54,12 +55,15 @@ def over_limit(value: str) -> int | None:
 
 def capture_env(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:
     """The variables whose names match a pattern (shell-style, case-sensitive), sorted by name,
-    each value in its carried form (see :func:`carried`)."""
+    each value in its carried form (see :func:`carried`). A name with a control character
+    (``KERNELPOLICY_FORCE_X\\n``, which a ``*`` matches) is no switch, and a snapshot refuses
+    it: it is left out."""
     exact, matcher = _patterns(tuple(patterns))
     return {
         name: carried(environ[name])
         for name in sorted(environ)
-        if name in exact or (matcher is not None and matcher(name))
+        if (name in exact or (matcher is not None and matcher(name)))
+        and control_character(name) is None
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 from kernelpolicy.platform.model import TorchBuild
+from kernelpolicy.platform.values import control_problem
 
 # Distribution names the probe always looks for; policies add the ones they name.
 DEFAULT_LIBRARIES: tuple[str, ...] = (
@@ -31,8 +32,8 @@ DEFAULT_LIBRARIES: tuple[str, ...] = (
 MetadataVersion = Callable[[str], "str | None"]
 """Return a distribution's version, ``None`` when it is not installed; may raise when broken."""
 
-_LOCAL_CUDA = re.compile(r"^cu(\d+)$")
-_LOCAL_ROCM = re.compile(r"^rocm(\d+(?:\.\d+)*)$")
+_LOCAL_CUDA = re.compile(r"cu(\d+)")
+_LOCAL_ROCM = re.compile(r"rocm(\d+(?:\.\d+)*)")
 
 
 @dataclass
@@ -168,6 +169,9 @@ def read_libraries(
                 f"not a string of at most MAX_VERSION_CHARS ({MAX_VERSION_CHARS}) characters"
             )
             continue
+        if problem := control_problem(version):
+            report.errors.append(f"library {name}: broken package metadata: version {problem}")
+            continue
         report.versions[name] = version
     return report
 
@@ -225,9 +229,9 @@ def _literal_assignments(source: str) -> dict[str, str | None]:
 
 def _from_local_tag(version: str) -> TorchBuild:
     _, _, local = version.partition("+")
-    if match := _LOCAL_CUDA.match(local):
+    if match := _LOCAL_CUDA.fullmatch(local):
         digits = match.group(1)
         return TorchBuild(version=version, cuda=f"{digits[:-1]}.{digits[-1]}")
-    if match := _LOCAL_ROCM.match(local):
+    if match := _LOCAL_ROCM.fullmatch(local):
         return TorchBuild(version=version, hip=match.group(1))
     return TorchBuild(version=version)

@@ -17,7 +17,7 @@ from kernelpolicy.platform.libraries import (
     read_libraries,
     torch_build,
 )
-from kernelpolicy.platform.model import DriverInfo, Platform, PlatformValueError
+from kernelpolicy.platform.model import Platform, PlatformValueError
 from kernelpolicy.platform.nvidia import NvidiaReport, load_nvml, probe_nvidia
 from kernelpolicy.platform.pci import (
     NVIDIA_VENDOR,
@@ -108,13 +108,14 @@ def _hardware(
             errors.append(nvidia.init_error)
         fields["vendor"] = "nvidia"
         fields["devices"] = tuple(nvidia.devices)
-        fields["driver"] = DriverInfo(version=nvidia.driver_version, cuda=nvidia.cuda_version)
+        # A mapping, validated by _assemble: a driver string the model refuses is dropped.
+        fields["driver"] = {"version": nvidia.driver_version, "cuda": nvidia.cuda_version}
     if amd is not None:
         errors.extend(amd.errors)
         if amd.devices and not fields:
             fields["vendor"] = "amd"
             fields["devices"] = tuple(amd.devices)
-            fields["driver"] = DriverInfo(version=amd.driver_version, rocm=amd.rocm_version)
+            fields["driver"] = {"version": amd.driver_version, "rocm": amd.rocm_version}
         elif amd.devices:
             errors.append("amd: AMD GPUs found beside NVIDIA ones; reporting the NVIDIA devices")
     return fields

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
+from kernelpolicy.encoding import control_character, escaped
 from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Extra",
     "PlatformValueError",
     "check_fields",
+    "control_problem",
     "got",
     "init_fields",
     "is_int",
@@ -81,6 +83,21 @@ def check_fields(
                 check.fail(name, f"expected a version string, {got(value)}")
             elif len(value) > MAX_VERSION_CHARS:
                 check.fail(name, too_long(value))
+        if isinstance(value, str) and (problem := control_problem(value)):
+            check.fail(name, problem)
+
+
+def control_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a platform string (a version, a name), or ``None``: platform
+    strings end up in comments, labels and shell output, where a control character (a
+    newline) could start a line of its own."""
+    char = control_character(text)
+    if char is None:
+        return None
+    return (
+        f"holds the control character {char} ({got(text)}); platform strings (versions, "
+        "names) must be printable text"
+    )
 
 
 def too_long(value: str) -> str:
@@ -158,10 +175,15 @@ def string_map(check: Check, key: str, value: Any, bounded: bool) -> dict[str, s
         return {}
     out: dict[str, str] = {}
     for name, text in value.items():
+        where = f"{key}.{escaped(shown(str(name)))}"
         if not isinstance(name, str) or not isinstance(text, str):
-            check.fail(f"{key}.{shown(str(name))}", f"expected a string, {got(text)}")
+            check.fail(where, f"expected a string, {got(text)}")
+        elif problem := control_problem(name):
+            check.fail(where, f"the name {problem}")
         elif bounded and len(text) > MAX_VERSION_CHARS:
-            check.fail(f"{key}.{shown(name)}", too_long(text))
+            check.fail(where, too_long(text))
+        elif bounded and (problem := control_problem(text)):
+            check.fail(where, problem)
         else:
             out[name] = text
     return out

@@ -69,8 +69,8 @@ __all__ = [
 
 POLICY_SCHEMA = "kernelpolicy.policy/v1"
 
-_FEATURE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
-_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_FEATURE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
+_ENTRY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
 class Candidate(Strict):
@@ -106,7 +106,7 @@ class Candidate(Strict):
     @field_validator("impl")
     @classmethod
     def _impl_name(cls, value: str) -> str:
-        if not IDENT.match(value):
+        if not IDENT.fullmatch(value):
             raise ValueError(f"implementation name {value!r}: expected lower_snake_case")
         return value
 
@@ -118,7 +118,7 @@ class Candidate(Strict):
     @field_validator("entry")
     @classmethod
     def _entry_point(cls, value: str | None) -> str | None:
-        if value is not None and not _ENTRY.match(value):
+        if value is not None and not _ENTRY.fullmatch(value):
             raise ValueError(f"entry {value!r}: expected 'package.module:function'")
         return value
 
@@ -198,7 +198,7 @@ def _check_context(context: dict[str, ContextType]) -> None:
     from kernelpolicy.policy.cel import STATIC_VARIABLES
 
     for variable in context:
-        if not IDENT.match(variable) or keyword.iskeyword(variable):
+        if not IDENT.fullmatch(variable) or keyword.iskeyword(variable):
             raise ValueError(
                 f"context variable {variable!r}: expected a lower_snake_case name that is not a "
                 "Python keyword"
@@ -250,7 +250,7 @@ class PolicyFile(Strict):
     @classmethod
     def _names(cls, value: dict[str, object]) -> dict[str, object]:
         for name in value:
-            if not _FEATURE.match(name):
+            if not _FEATURE.fullmatch(name):
                 raise ValueError(
                     f"name {name!r}: expected dotted lower_snake_case (sampler.greedy)"
                 )

@@ -17,9 +17,12 @@ from kernelpolicy.versions import parse_specifier
 Vendor = Literal["nvidia", "amd"]
 SwitchState = Literal["auto", "on", "off", "ignore"]
 
-IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ARCH = re.compile(r"^(sm_\d+[a-z]?|gfx\d+[0-9a-f]{2})$")
+# Whole names: \Z, never $ (which also matches before a final newline, so "mine\n" would pass
+# a .match()); callers use .fullmatch(), and the \Z keeps a .match() elsewhere exact too.
+IDENT = re.compile(r"[a-z][a-z0-9_]*\Z")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
+DISTRIBUTION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_ARCH = re.compile(r"(sm_[0-9]+[a-z]?|gfx[0-9]+[0-9a-f]{2})\Z")
 
 
 class Strict(BaseModel):
@@ -42,7 +45,7 @@ def check_specifier(value: str | None) -> str | None:
 def check_arch_list(value: list[str] | None) -> list[str] | None:
     """Architecture names as the probe writes them (``sm_90``, ``gfx942``)."""
     for arch in value or ():
-        if not _ARCH.match(arch):
+        if not _ARCH.fullmatch(arch):
             raise ValueError(f"arch {arch!r}: expected sm_90 style or gfx942 style")
     return value
 
@@ -66,7 +69,7 @@ LibrarySpec = str | LibraryRequirement
 def check_libraries(value: dict[str, LibrarySpec]) -> dict[str, LibrarySpec]:
     """Distribution names, each with a valid range (a plain string) or a requirement."""
     for name, spec in value.items():
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+        if not DISTRIBUTION.fullmatch(name):
             raise ValueError(f"library {name!r} is not a distribution name")
         if isinstance(spec, str):
             try:
@@ -94,7 +97,7 @@ class Switch(Strict):
     @field_validator("env")
     @classmethod
     def _env_name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
+        if not ENV_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not an environment variable name (A-Z, 0-9, _)")
         return value
 
