@@ -127,28 +127,53 @@ def _two_ranks(impl: Callable[..., Any]) -> Outcome:
     return Outcome(name, worst <= TOLERANCE[torch.float32], f"max rel error {worst:.2e} on 2 ranks")
 
 
-def topk_per_row(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
-    """Exact agreement with a plain-Python reference, with and without row ranges."""
+_TopkCase = tuple[torch.Tensor, int, list[int], list[int], bool]
+
+
+def _topk_cases() -> dict[str, _TopkCase]:
+    """label -> (logits, k, starts, ends, whether the call passes the ranges)."""
     g = torch.Generator().manual_seed(3)
-    rows, columns, k = 6, 4096, 2048
-    logits = torch.randperm(rows * columns, generator=g).reshape(rows, columns).float()  # distinct
-    starts = [0, 0, 100, 4000, 5, 0]
-    ends = [4096, 1000, 2500, 4096, 5, 1]
-    cases = {
-        "full-rows": (None, None, [0] * rows, [columns] * rows),
-        "row-ranges": (torch.tensor(starts), torch.tensor(ends), starts, ends),
+    rows, columns = 6, 4096
+    distinct = torch.randperm(rows * columns, generator=g).reshape(rows, columns).float()
+    starts, ends = [0, 0, 100, 4000, 5, 0], [4096, 1000, 2500, 4096, 5, 1]
+    return {
+        "full-rows": (distinct, 2048, [0] * rows, [columns] * rows, False),
+        "row-ranges": (distinct, 2048, starts, ends, True),
+        "masked-values": (*_masked_values(), True),
     }
-    for label, (row_starts, row_ends, s, e) in cases.items():
+
+
+def _masked_values() -> tuple[torch.Tensor, int, list[int], list[int]]:
+    """Rows where a real value could be taken for a masked one: ``finfo.min`` among -inf and
+    NaN, ties at every rank (the lower column first), -0.0 beside 0.0, finite values outside
+    the range, NaN and -inf at the top of a range."""
+    lowest, inf, nan = torch.finfo(torch.float32).min, float("inf"), float("nan")
+    logits = torch.full((6, 12), -inf)
+    logits[0, 5] = lowest
+    logits[1, :4] = torch.tensor([-inf, lowest, -inf, nan])
+    logits[2] = torch.tensor([2, lowest, 2, -inf, nan, lowest, 2, 0.0, -0.0, inf, 0.0, inf])
+    logits[3] = torch.tensor([9, 9, nan, -inf, lowest, nan, lowest, -inf, 9, 9, 9, 9])
+    logits[4] = torch.tensor([lowest] * 6 + [nan] * 6)
+    logits[5, 3:9] = torch.tensor([nan, 1.0, -inf, 1.0, nan, 1.0])
+    return logits, 8, [0, 0, 0, 2, 3, 3], [12, 4, 12, 8, 10, 12]
+
+
+def topk_per_row(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    """Exact agreement with a plain-Python reference, with and without row ranges, and on rows
+    where a finite value meets -inf, NaN and columns outside the range."""
+    for label, (logits, k, s, e, ranged) in _topk_cases().items():
         got = impl(
             logits.to(device), k,
-            None if row_starts is None else row_starts.to(device),
-            None if row_ends is None else row_ends.to(device),
+            torch.tensor(s, device=device) if ranged else None,
+            torch.tensor(e, device=device) if ranged else None,
         ).cpu()  # fmt: skip
         want = topk_per_row_reference(logits, k, s, e)
         ok = got.dtype == torch.int32 and got.tolist() == want
+        wrong = next((r for r, row in enumerate(got.tolist()) if row != want[r]), 0)
         detail = (
             "exact"
             if ok
-            else f"differs (dtype {got.dtype}); first row {got[0, :6].tolist()} vs {want[0][:6]}"
+            else f"differs (dtype {got.dtype}); row {wrong} {got[wrong, :6].tolist()} vs "
+            f"{want[wrong][:6]}"
         )
         yield Outcome(f"exact/topk_per_row/{label}", ok, detail)

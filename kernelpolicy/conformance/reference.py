@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -37,10 +39,14 @@ def rmsnorm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 def topk_per_row_reference(
     logits: torch.Tensor, k: int, starts: list[int], ends: list[int]
 ) -> list[list[int]]:
-    """Plain Python: sort each row's valid columns by value, local indices, -1 padded."""
+    """Plain Python: each row's valid columns by descending value, local indices, -1 padded.
+
+    NaN ranks as ``-inf``; among equal values the lower column comes first (Python's sort is
+    stable, also in reverse, and ``0.0 == -0.0``). Only the columns in the range are ranked.
+    """
     out = []
     for row, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        values = logits[row, start:end].tolist()
+        values = [-math.inf if math.isnan(v) else v for v in logits[row, start:end].tolist()]
         order = sorted(range(len(values)), key=lambda i: values[i], reverse=True)[:k]
         out.append(order + [-1] * (k - len(order)))
     return out

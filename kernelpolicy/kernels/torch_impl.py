@@ -80,12 +80,17 @@ def top_k_top_p(
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    """Argmax per row, never outside ``[0, vocab)``: NaN never wins, an all-NaN row gives 0.
+    """Argmax per row, never outside ``[0, vocab)``: NaN ranks as ``-inf`` (the lower id first
+    among equal values), so NaN never wins over a finite value and a row with nothing finite
+    gives 0.
 
     One NaN-replacing pass and the argmax (on an H100 at 1024 x 128256: 3x the cost of reading
-    the logits once, where ``torch.where(isnan(...))`` took 5x).
+    the logits once, where ``torch.where(isnan(...))`` took 5x). Every infinity is named:
+    ``nan_to_num`` replaces an unnamed one by the dtype's extreme, which would tie with a real
+    logit of that value.
     """
-    return torch.nan_to_num(logits, nan=float("-inf"), posinf=float("inf")).argmax(dim=-1)
+    inf = float("inf")
+    return torch.nan_to_num(logits, nan=-inf, posinf=inf, neginf=-inf).argmax(dim=-1)
 
 
 def rmsnorm(
@@ -132,6 +137,11 @@ def topk_per_row(
     """Top-k column indices per row within ``[row_starts, row_ends)``, local to the row's start,
     ``-1`` where a row has fewer than ``k`` valid columns (vLLM's top_k_per_row_prefill).
 
+    The order is exact for any value: descending logit, ``-inf`` and NaN (ranked as ``-inf``)
+    below every finite value, and among equal values the lower column first (``0.0`` and
+    ``-0.0`` are equal), on every device. Columns outside the range are masked out, never
+    ranked by a stand-in value: a finite logit, ``finfo.min`` included, never ties with one.
+
     Returns:
         ``int32 [rows, k]``.
     """
@@ -148,12 +158,8 @@ def topk_per_row(
         else row_ends.to(torch.int64)
     )
     valid = (cols >= starts.unsqueeze(1)) & (cols < ends.unsqueeze(1))
-    # Valid columns rank above every masked one, even where their logit is -inf or NaN.
-    lowest = torch.finfo(torch.float32).min
-    x = logits.float().nan_to_num(nan=lowest, neginf=lowest)
-    x = torch.where(valid, x, float("-inf"))
     take = min(k, columns)
-    _, indices = torch.topk(x, take, dim=-1)
+    indices = _top_columns(logits, valid, take)
     count = (ends - starts).clamp(min=0, max=columns)
     local = (indices - starts.unsqueeze(1)).to(torch.int32)
     local = torch.where(torch.arange(take, device=logits.device) < count.unsqueeze(1), local, -1)
@@ -162,3 +168,38 @@ def topk_per_row(
     padded = torch.full((rows, k), -1, dtype=torch.int32, device=logits.device)
     padded[:, :take] = local
     return padded
+
+
+def _top_columns(logits: torch.Tensor, valid: torch.Tensor, take: int) -> torch.Tensor:
+    """The ``take`` first columns of each row in the order of :func:`topk_per_row`, valid
+    columns before masked ones.
+
+    Each column gets a distinct int64 key that orders exactly as (valid, value, lower column):
+    the value's float32 bits made order-preserving (a signed integer compare then matches the
+    float compare) for a valid column, one key below all of those for a masked one, and the
+    column in the low digits. ``torch.topk`` of distinct keys has no ties to break, so its
+    answer is the same on every device. float64 logits do not fit beside a column number: they
+    take a stable sort.
+    """
+    columns = logits.shape[1]
+    if logits.dtype == torch.float64:
+        return _top_columns_sorted(logits, valid, take)
+    x = logits.float() + 0.0  # -0.0 + 0.0 is 0.0: equal values, one key
+    x = torch.where(torch.isnan(x), float("-inf"), x)  # NaN ranks as -inf (never a real value)
+    bits = x.view(torch.int32)
+    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)  # negatives: low bits flipped
+    # The mask decides, not a value: valid keys from 0 up, every masked one at -1.
+    ranked = torch.where(valid, ordered + 2**31, -1)
+    span = max(columns, 1)  # keys stay within int64 up to 2**30 columns
+    keys = ranked * span + (span - 1 - torch.arange(columns, device=logits.device))
+    return torch.topk(keys, take, dim=-1).indices
+
+
+def _top_columns_sorted(logits: torch.Tensor, valid: torch.Tensor, take: int) -> torch.Tensor:
+    """:func:`_top_columns` by two stable sorts: by value, then valid columns first."""
+    x = torch.where(torch.isnan(logits), float("-inf"), logits + 0.0)
+    by_value = torch.sort(x, dim=-1, descending=True, stable=True).indices
+    first_valid = torch.sort(
+        valid.gather(-1, by_value).to(torch.int8), dim=-1, descending=True, stable=True
+    ).indices
+    return by_value.gather(-1, first_valid)[:, :take]

@@ -7,10 +7,13 @@ sample value of each declared type catches type errors (``tokens + "x"``) before
 
 from __future__ import annotations
 
+import contextlib
+import importlib._bootstrap
 import importlib.util
 import os
+import sys
+import threading
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import Any
 
 from kernelpolicy.limits import shown
@@ -44,27 +47,82 @@ def dtype_size(dtype: str) -> int:
 FUNCTIONS = {"dtype_size": dtype_size}
 
 
-@cache
-def cel_module() -> Any:
-    """The CEL extension module.
+_EXTENSION = "cel.cel"
+_load_lock = threading.Lock()
+_loaded: Any = None
 
-    ``import cel`` also imports the package's command-line front end (typer and rich, over
-    100 ms); the compiled extension alone loads in a few ms, so load it directly and fall back
-    to the package import if its layout ever changes.
+
+def cel_module() -> Any:
+    """The CEL extension module: loaded once per process, whichever thread asks first.
+
+    The extension sets up a process-wide logger when it initialises and panics
+    (``SetLoggerError``) if that runs a second time, so there must be one copy of it in the
+    process, shared with the host's own ``import cel`` in either order (see :func:`_load`).
     """
-    spec = importlib.util.find_spec("cel")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        for name in sorted(os.listdir(location)):
-            if name.startswith("cel.") and name.endswith((".so", ".pyd")):
-                ext_spec = importlib.util.spec_from_file_location("cel.cel", f"{location}/{name}")
-                if ext_spec is not None and ext_spec.loader is not None:
-                    module = importlib.util.module_from_spec(ext_spec)
-                    ext_spec.loader.exec_module(module)
-                    return module
+    module = _loaded  # set once, never cleared: a plain read after the first load
+    if module is None:
+        module = _first_load()
+    return module
+
+
+def _first_load() -> Any:
+    global _loaded  # noqa: PLW0603 - the one-time load, published under the lock
+    with _load_lock:
+        if _loaded is None:
+            _loaded = _load()
+        return _loaded
+
+
+def _load() -> Any:
+    """Find the extension's one copy, or load it and register it where ``import`` looks.
+
+    ``import cel`` also imports the package's command-line front end (typer, rich and
+    prompt_toolkit, over 100 ms); the compiled extension alone loads in a few ms, so it is
+    loaded from its file, under the name the package gives it (``cel.cel``). The load runs
+    under the import system's own lock for that name and is registered in ``sys.modules``, so
+    that a host that imported ``cel`` before (the module is there: it is used) or imports it
+    during or after (its ``from .cel import *`` finds ours) never initialises a second copy.
+    Falls back to the package import if the package's layout ever changes.
+    """
+    with _import_lock(_EXTENSION):
+        module = sys.modules.get(_EXTENSION)
+        if module is not None:
+            return module
+        path = _extension_path()
+        if path is not None:
+            spec = importlib.util.spec_from_file_location(_EXTENSION, path)
+            if spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[_EXTENSION] = module
+                package = sys.modules.get("cel")
+                if package is not None:  # a host's import of the package under way
+                    setattr(package, "cel", module)  # noqa: B010 - as import itself binds it
+                return module
     import cel
 
     return cel
+
+
+def _extension_path() -> str | None:
+    spec = importlib.util.find_spec("cel")
+    for location in list(spec.submodule_search_locations or []) if spec else []:
+        for name in sorted(os.listdir(location)):
+            if name.startswith("cel.") and name.endswith((".so", ".pyd")):
+                return os.path.join(location, name)
+    return None
+
+
+def _import_lock(name: str) -> contextlib.AbstractContextManager[object]:
+    """The lock ``import`` itself holds while it loads ``name`` (CPython's per-module import
+    lock, private but stable since 3.3): without it, a host thread importing ``cel`` while
+    another makes the first CEL call would initialise the extension twice. A no-op lock where
+    the interpreter has none."""
+    manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)
+    if manager is None:
+        return contextlib.nullcontext()
+    lock: contextlib.AbstractContextManager[object] = manager(name)
+    return lock
 
 
 class CelFailure(RuntimeError):

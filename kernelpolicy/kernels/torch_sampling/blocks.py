@@ -60,13 +60,19 @@ def values(k: torch.Tensor) -> torch.Tensor:
 
 
 def sorted_blocks(logits: torch.Tensor, block: int = BLOCK) -> Blocks:
-    """The logits (NaN as -inf; +inf as the dtype's largest value, so that such tokens share
-    all the mass) cut into ascending blocks, with their running weights."""
+    """The logits (NaN as -inf) cut into ascending blocks, with their running weights.
+
+    In a row with ``+inf`` logits those tokens share all the mass: they become ``0.0`` and
+    every other token ``-inf``, by a mask (a stand-in value such as the dtype's largest would
+    tie with a real logit of that value and give it a share).
+    """
     rows, vocab = logits.shape
     block = min(block, vocab)  # a short row is one block, unpadded
     groups = -(-vocab // block)
-    big = torch.finfo(logits.dtype).max
-    x = torch.nan_to_num(logits, nan=float("-inf"), posinf=big, neginf=float("-inf"))
+    inf = float("inf")
+    x = torch.nan_to_num(logits, nan=-inf, posinf=inf, neginf=-inf)  # infinities kept
+    top = torch.isposinf(x)
+    x = torch.where(top.any(dim=-1, keepdim=True), torch.where(top, 0.0, float("-inf")), x)
     if groups * block != vocab:
         x = torch.nn.functional.pad(x, (0, groups * block - vocab), value=float("-inf"))
     x = x.view(rows, groups, block)
