@@ -8,7 +8,7 @@ release's modules, with heavy third-party imports stubbed by ``engine_stubs``). 
 
 * ``env``: every ``VLLM_*`` / ``SGLANG_*`` / ``SGL_*`` variable the release defines, whether a
   module other than its definition reads it, and what the release's own parser makes of the
-  values "", "0", "1", "true", "false" and "x" (vLLM: the ``envs.py`` functions; SGLang: its
+  values "", "0" to "4", "true", "false" and "x" (vLLM: the ``envs.py`` functions; SGLang: its
   ``environ.py`` fields and ``get_bool_env_var``);
 * ``options``: every command-line option of its real argparse (vLLM: ``EngineArgs``; SGLang:
   ``ServerArgs``) with its choices;
@@ -32,7 +32,7 @@ from typing import Any
 
 from engine_facts import FACTS  # beside this script, on its path
 
-PROBE_VALUES = ("", "0", "1", "true", "false", "x")
+PROBE_VALUES = ("", "0", "1", "2", "3", "4", "true", "false", "x")
 REAL = {"msgspec", "typing_extensions", "pydantic", "pydantic_core", "annotated_types"}
 REAL |= {"typing_inspection", "packaging", "engine_stubs", "engine_knobs_probe"}
 ABSENT = {"torch_npu", "habana_frameworks", "intel_extension_for_pytorch", "torch_xla"}

@@ -26,6 +26,7 @@ from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
+from kernelpolicy.policy.schema_engines import flag_options
 from kernelpolicy.settings import parse_bool
 from kernelpolicy.versions import StackVersion, parse_version
 
@@ -257,19 +258,6 @@ def _inexpressible_warning(engine: str, told: Told) -> str:
     if told.gives_up:
         text += f" Setting {told.shared_switch}=0 would also give up: {', '.join(told.gives_up)}."
     return text
-
-
-def flag_options(words: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """Split command-line words into (option, values): ``--a x --b=y`` -> a:(x,), b:(y,)."""
-    options: list[tuple[str, tuple[str, ...]]] = []
-    for word in words:
-        if word.startswith("--"):
-            option, sep, value = word.partition("=")
-            options.append((option, (value,) if sep else ()))
-        elif options:
-            option, values = options[-1]
-            options[-1] = (option, (*values, word))
-    return options
 
 
 def _merge(told: Mapping[str, Told], errors: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -27,9 +27,11 @@ def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) ->
         issues.extend(_never_chosen(feature))
         issues.extend(_unimportable(feature))
     from kernelpolicy.policy.engine_lint import lint_engines
+    from kernelpolicy.policy.engine_proof import prove_engines
     from kernelpolicy.policy.route_lint import lint_routes
 
     issues.extend(lint_engines(policies))
+    issues.extend(prove_engines(policies))
     issues.extend(lint_routes(policies))
     for name, platform in platforms:
         for feature in policies.features.values():

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from pydantic import Field, field_validator, model_validator
 
@@ -22,7 +23,8 @@ from kernelpolicy.policy.schema_conditions import (
     check_specifier,
 )
 
-_FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?$")
+FactValue = bool | str | list[str]
+_FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?\Z", re.DOTALL)
 
 
 def _plain_text(what: str, value: str) -> str:
@@ -44,7 +46,9 @@ class EngineRule(Strict):
     appended to its command line). ``inexpressible`` says, instead or as well, that the engine
     cannot be made to run exactly this, and what the operator gives up; ``shared_switch`` names
     the one variable that would express it only by also turning other kernels off, so that the
-    bridge can list them.
+    bridge can list them. ``facts`` names the engine's selection facts the rule relies on (as
+    the knob tables record them, such as ``mhc = "ungated"``): ``kernelpolicy check`` proves
+    that each holds in every release the rule covers.
     """
 
     versions: str | None = None
@@ -56,6 +60,7 @@ class EngineRule(Strict):
     flags: list[str] = Field(default_factory=list, max_length=MAX_ENGINE_RULE_WORDS)
     inexpressible: str | None = None
     shared_switch: str | None = None
+    facts: dict[str, FactValue] = Field(default_factory=dict)
     reference: str | None = None
 
     _versions = field_validator("versions")(lambda cls, v: check_specifier(v))
@@ -99,6 +104,14 @@ class EngineRule(Strict):
                 raise ValueError(f"flag {word!r}: expected --name or --name=value")
         return value
 
+    @field_validator("facts")
+    @classmethod
+    def _fact_names(cls, value: dict[str, FactValue]) -> dict[str, FactValue]:
+        for name in value:
+            if not IDENT.fullmatch(name):
+                raise ValueError(f"fact {name!r}: expected lower_snake_case such as 'aiter_sampler'")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> EngineRule:
         if self.shared_switch is not None:
@@ -115,3 +128,16 @@ def check_engines(value: dict[str, list[EngineRule]]) -> dict[str, list[EngineRu
         if not IDENT.match(engine):
             raise ValueError(f"engine {engine!r}: expected lower_snake_case such as 'vllm'")
     return value
+
+
+def flag_options(words: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Split command-line words into (option, values): ``--a x --b=y`` -> a:(x,), b:(y,)."""
+    options: list[tuple[str, tuple[str, ...]]] = []
+    for word in words:
+        if word.startswith("--"):
+            option, sep, value = word.partition("=")
+            options.append((option, (value,) if sep else ()))
+        elif options:
+            option, values = options[-1]
+            options[-1] = (option, (*values, word))
+    return options

@@ -1,0 +1,156 @@
+"""What each release of an inference engine reads: its variables, options and selection facts.
+
+The tables (``vllm.json``, ``sglang.json`` beside this module) are made by
+``scripts/gen_engine_tables.py`` from the releases' own wheels: for every release, each
+``VLLM_*``/``SGLANG_*`` variable it defines, a file that reads it and what its own parser makes
+of "", "0" to "4", "true", "false" and "x"; each command-line option of its real argparse with its
+choices; the attention-backend enum; and the facts the bundled pack's rules depend on (which
+switch gates a kernel), each with its file. Consecutive releases that agree share one span.
+
+``kernelpolicy check`` proves every engine rule against them (:mod:`kernelpolicy.policy.
+engine_proof`); the bridge matches rules as for the newest known release when no engine is
+installed, and warns about an operator's variables that the target release does not read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from packaging.version import Version
+
+__all__ = ["EnvKnob", "KnobTable", "knob_table"]
+
+SCHEMA = "kernelpolicy.engine-knobs/v1"
+# Engine -> its variables' prefixes (the operator's variables checked against the tables).
+PREFIXES: dict[str, tuple[str, ...]] = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
+# Values read by an enum rather than by the variable's parser or the option's choices.
+ENUM_VALUED: dict[str, dict[str, str]] = {
+    "vllm": {"VLLM_ATTENTION_BACKEND": "attention_backend", "--attention-backend": "attention_backend"},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EnvKnob:
+    """One variable in one release.
+
+    Attributes:
+        defined: The release defines it (vLLM: its ``envs.py`` table; SGLang: ``environ.py`` or
+            a read through ``get_bool_env_var``/``os.getenv``).
+        read_in: A module other than the definition that reads it; None: read nowhere.
+        parse: Probe value (and ``unset``) -> what the release's parser returned, or
+            ``{"error": ...}`` where it refused; None where the read is a plain string.
+    """
+
+    defined: bool
+    read_in: str | None
+    parse: dict[str, Any] | None
+
+    def reads_as(self, value: str) -> tuple[bool, Any]:
+        """(proven, result): what the parser makes of ``value``; unproven where the value was
+        not probed and the parser does not pass strings through."""
+        if self.parse is None or "parse" in self.parse:
+            return True, value  # a plain string read: whatever the value is
+        if value in self.parse:
+            return True, self.parse[value]
+        passthrough = self.parse.get("x") == "x"
+        return passthrough, value if passthrough else None
+
+
+def refused(result: Any) -> bool:
+    """The parser raised for the value."""
+    return isinstance(result, dict) and "error" in result
+
+
+def truthy(result: Any) -> bool:
+    """How the engine's ``if`` reads a parsed value."""
+    return bool(result) and not refused(result)
+
+
+class KnobTable:
+    """One engine's table: lookups by (knob, release); releases are the known ones only."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"knob table schema {data.get('schema')!r}, expected {SCHEMA!r}")
+        self.engine: str = data["engine"]
+        self.releases: tuple[str, ...] = tuple(data["releases"])
+        self._index = {release: i for i, release in enumerate(self.releases)}
+        self._versions = tuple(Version(r) for r in self.releases)
+        self._data = data
+        self.replaced: dict[str, str] = data.get("replaced", {})
+
+    @property
+    def newest(self) -> str:
+        return self.releases[-1]
+
+    def _at(self, section: str, name: str, release: str) -> Any:
+        where = self._index.get(release)
+        if where is None:
+            raise KeyError(f"{self.engine} {release} is not in the tables")
+        for first, last, value in self._data[section].get(name, ()):
+            if self._index[first] <= where <= self._index[last]:
+                return value
+        return None
+
+    def env(self, name: str, release: str) -> EnvKnob | None:
+        """The variable in ``release``; None where the release neither defines nor reads it."""
+        entry = self._at("env", name, release)
+        if entry is None:
+            return None
+        return EnvKnob(entry["defined"], entry["read"], entry["parse"])
+
+    def option(self, option: str, release: str) -> tuple[str, ...] | None:
+        """The option's choices in ``release`` (empty: any value); None: no such option."""
+        choices = self._at("options", option, release)
+        return None if choices is None else tuple(choices)
+
+    def enum(self, name: str, release: str) -> tuple[str, ...] | None:
+        entry = self._at("enums", name, release)
+        return None if entry is None else tuple(entry["members"])
+
+    def enum_for(self, knob: str) -> str | None:
+        """The enum that reads ``knob``'s values (a variable or an option), if any."""
+        return ENUM_VALUED.get(self.engine, {}).get(knob)
+
+    def fact(self, name: str, release: str) -> tuple[Any, str | None]:
+        """(value, file) of a selection fact in ``release``."""
+        entry = self._at("facts", name, release)
+        return (None, None) if entry is None else (entry["value"], entry["file"])
+
+    def fact_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._data["facts"]))
+
+    def matched_release(self, version: Version | None) -> tuple[str, str | None]:
+        """The known release whose knobs ``version`` is matched with, and a note where that is
+        not ``version`` itself: none given (the newest), newer than the tables (the newest),
+        or between two known releases (the one before)."""
+        if version is None:
+            return self.newest, f"the newest release kernelpolicy's tables know ({self.newest})"
+        if version > self._versions[-1]:
+            return self.newest, (
+                f"newer than the newest release kernelpolicy's tables know: matched as "
+                f"{self.newest}"
+            )
+        known = [r for r, v in zip(self.releases, self._versions, strict=True) if v <= version]
+        if not known:
+            return self.releases[0], f"older than the tables: matched as {self.releases[0]}"
+        exact = Version(known[-1]) == Version(version.base_version)  # 0.32.0+cpu is 0.32.0
+        return known[-1], None if exact else f"not in the tables: matched as {known[-1]}"
+
+    def prefixed(self, name: str) -> bool:
+        """``name`` is one of this engine's own variables (``VLLM_*`` for vLLM)."""
+        return name.startswith(PREFIXES.get(self.engine, ("\0",)))
+
+
+@cache
+def knob_table(engine: str) -> KnobTable | None:
+    """The bundled table of ``engine`` (``vllm``, ``sglang``); None for an engine without one."""
+    if engine not in PREFIXES:
+        return None
+    text = resources.files(__name__).joinpath(f"{engine}.json").read_text()
+    return KnobTable(json.loads(text))
+
