@@ -46,37 +46,45 @@ def vllm_flashinfer_sampler_capability(root: Path) -> dict[str, Any]:
     if text is None or "supports_compute_capability" not in sampler:
         return {"value": None, "file": None}
     body = text.split("def supports_compute_capability", 1)[-1].split("\n    def ", 1)[0]
-    body = "\n".join(line.split("#", 1)[0] for line in body.splitlines())
+    body = _code(body)
     bounds = re.findall(r"DeviceCapability\(\s*(\d+),\s*(\d+)\s*\)", body)
     value = "-".join(f"{a}.{b}" for a, b in bounds) if bounds else None
     return {"value": value, "file": relative}
 
 
+def _code(text: str) -> str:
+    """``text`` without its comments (a commented-out call is no call)."""
+    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+
+
 def vllm_mhc(root: Path) -> dict[str, Any]:
     """How vLLM's MHC layer picks aiter: ``absent`` (no MHC layer), ``no_aiter`` (MHC with no
-    aiter path), ``ungated`` (aiter whenever installed and supported: no variable) or
-    ``env_gated`` (behind ``VLLM_ROCM_USE_AITER``)."""
+    aiter path), ``aiter_disabled`` (the aiter calls commented out, vllm-project/vllm#42810),
+    ``ungated`` (aiter whenever installed and supported: no variable) or ``env_gated``
+    (behind ``VLLM_ROCM_USE_AITER``)."""
     relative = "vllm/model_executor/layers/mhc.py"
     text = _read(root, relative)
     if text is None:
         return {"value": "absent", "file": None}
-    if "aiter" not in text:
-        return {"value": "no_aiter", "file": relative}
-    gated = re.search(r"rocm_aiter_ops\.is_enabled\(\)|VLLM_ROCM_USE_AITER", text)
-    ungated = re.search(r"HAS_AITER_MHC\s*=\s*is_aiter_found_and_supported\(\)", text)
+    code = _code(text)
+    if "aiter" not in code:
+        return {"value": "aiter_disabled" if "aiter" in text else "no_aiter", "file": relative}
+    gated = re.search(r"rocm_aiter_ops\.is_enabled\(\)|VLLM_ROCM_USE_AITER", code)
+    ungated = re.search(r"HAS_AITER_MHC\s*=\s*is_aiter_found_and_supported\(\)", code)
     return {"value": "ungated" if ungated and not gated else "env_gated", "file": relative}
 
 
 def vllm_sparse_indexer_native(root: Path) -> dict[str, Any]:
     """The gfx architectures on which the sparse attention indexer takes its aiter-op path with
-    neither ``VLLM_ROCM_USE_AITER`` nor the aiter package (``on_gfx950()`` in the condition)."""
+    neither ``VLLM_ROCM_USE_AITER`` nor the aiter package (``on_gfx950()`` in the condition);
+    ``absent`` where the release has no such layer."""
     relative = "vllm/model_executor/layers/sparse_attn_indexer.py"
     text = _read(root, relative)
     if text is None:
-        return {"value": None, "file": None}
+        return {"value": "absent", "file": None}
     archs = []
     for arch in ("gfx950", "gfx942"):
-        if re.search(rf"or\s+on_{arch}\(\)", text):
+        if re.search(rf"or\s+on_{arch}\(\)", _code(text)):
             archs.append(arch)
     return {"value": archs, "file": relative}
 

@@ -6,7 +6,7 @@ it sets is defined and read by that release and parses to what the rule means (`
 ``0`` off, a backend name among the release's enum); each option exists and its value is
 among the choices; each fact in ``facts`` holds. A rule set with ``versions`` ranges must
 cover every known release once, and a feature whose engine behaviour turns on a fact
-(``FEATURE_FACTS``) must name it in each rule. Each problem names the rule, the release and
+(``FEATURE_FACTS``) must name it in each rule that tells the engine something. Each problem names the rule, the release and
 the knob.
 """
 
@@ -110,7 +110,8 @@ class _Prover:
             problems += [(release, p) for p in self._at(rule, release)]
         required = FEATURE_FACTS.get((self.engine, self.feature.name), ())
         missing = [name for name in required if name not in rule.spec.facts]
-        if missing and releases:
+        says = rule.spec.env or rule.spec.flags or rule.spec.inexpressible
+        if missing and releases and says:
             problems.append(
                 (None, f"name the fact(s) {', '.join(missing)} in 'facts': what {self.engine} "
                  "can be told here changes with them between releases")
