@@ -10,6 +10,8 @@ The rules are stated here from the engines' sources (no engine code is copied):
   vllm/v1/attention/backends/fa_utils.py accepts only versions 2 and 3.
 - VLLM_ATTENTION_BACKEND and --attention-backend take a member name of vLLM's attention backend
   enum (vllm/v1/attention/backends/registry.py, AttentionBackendEnum).
+- vllm/engine/arg_utils.py --moe-backend (from 0.24 where VLLM_USE_FLASHINFER_MOE_FP8/FP4 are gone):
+  a member of vllm/config/kernel.py MoEBackend, a Literal.
 - sglang python/sglang/srt/utils get_bool_env_var reads SGLANG_USE_AITER and
   SGLANG_DISABLE_AITER_GREEDY_SAMPLE as ``value.lower() in ("true", "1")``.
 - sglang python/sglang/srt/server_args.py: --attention-backend in ATTENTION_BACKEND_CHOICES,
@@ -39,6 +41,10 @@ VLLM_BACKENDS = frozenset({
 SGLANG_ATTENTION = frozenset({
     "triton", "torch_native", "flex_attention", "cutlass_mla", "fa3", "fa4", "flashinfer",
     "flashmla", "trtllm_mla", "trtllm_mha", "aiter", "wave",
+})  # fmt: skip
+VLLM_MOE = frozenset({
+    "auto", "triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass",
+    "flashinfer_cutedsl", "marlin", "aiter",
 })  # fmt: skip
 SGLANG_MOE = frozenset({
     "auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_cutlass",
@@ -93,7 +99,10 @@ ENV_RULES: dict[str, dict[str, Callable[[str], object]]] = {
     },
 }
 FLAG_RULES: dict[str, dict[str, Callable[[str], object]]] = {
-    "vllm": {"--attention-backend": _choice(VLLM_BACKENDS)},
+    "vllm": {
+        "--attention-backend": _choice(VLLM_BACKENDS),
+        "--moe-backend": _choice(VLLM_MOE),
+    },
     "sglang": {
         "--attention-backend": _choice(SGLANG_ATTENTION),
         "--sampling-backend": _choice(frozenset({"flashinfer", "pytorch"})),

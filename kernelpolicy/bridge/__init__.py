@@ -15,8 +15,8 @@ from kernelpolicy.bridge.translate import (
     MODEL_KINDS,
     distribution,
     engine_settings,
-    flag_options,
 )
+from kernelpolicy.policy.schema_engines import flag_options
 
 __all__ = [
     "ENGINE_DISTRIBUTIONS",

@@ -131,7 +131,7 @@ def _dotenv_refusal(value: str) -> str | None:
 
 
 def _header(settings: EngineSettings) -> str:
-    engine = f"{settings.engine} {settings.version}" if settings.version else settings.engine
+    engine = settings.label
     return comment(f"kernelpolicy {settings.fingerprint}: settings for {engine}")
 
 

@@ -185,7 +185,10 @@ class EngineSettings:
 
     Attributes:
         engine: The engine's name (``vllm``, ``sglang``).
-        version: Its installed version, ``None`` when unknown.
+        version: Its installed (or given) version, ``None`` when unknown.
+        release: The release of the knob tables the rules were matched as (the newest where
+            none is installed or it is newer than the tables), ``None`` where that is not
+            a known release.
         env: Variable -> value for the engine's environment (user-set variables kept).
         flags: Words to append to its command line.
         decisions: Feature -> :class:`Told`, in policy order.
@@ -199,6 +202,7 @@ class EngineSettings:
     version: str | None
     fingerprint: str
     model_kind: str
+    release: str | None
     env: dict[str, str]
     flags: tuple[str, ...]
     decisions: dict[str, Told]
@@ -209,6 +213,14 @@ class EngineSettings:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def label(self) -> str:
+        """``vllm 0.12.0``; ``vllm 0.33.0 (newest known)`` where none is installed or given and
+        the rules were matched as the tables' newest release; ``vllm`` where neither is known."""
+        if self.version:
+            return f"{self.engine} {self.version}"
+        return f"{self.engine} {self.release} (newest known)" if self.release else self.engine
 
     @property
     def per_batch(self) -> tuple[str, ...]:
@@ -230,6 +242,7 @@ class EngineSettings:
         return {
             "engine": self.engine,
             "version": self.version,
+            "release": self.release,
             "fingerprint": self.fingerprint,
             "model_kind": self.model_kind,
             "env": dict(self.env),

@@ -8,8 +8,10 @@ implementation, or that it cannot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
+
+from packaging.version import Version
 
 from kernelpolicy.bridge.model import (
     NO_IMPL,
@@ -23,6 +25,7 @@ from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.knobs import KnobTable, knob_table
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
@@ -44,11 +47,10 @@ def distribution(engine: str) -> str:
 class _Context:
     """The facts rules are matched against, read once per translation."""
 
-    def __init__(self, platform: Platform, env: Mapping[str, str], version: str | None) -> None:
+    def __init__(self, platform: Platform, env: Mapping[str, str], version: Version | None) -> None:
         self.platform = platform
         self.env = env
-        parsed = parse_version(version) if version else None
-        self.version = parsed.value if isinstance(parsed, StackVersion) else None
+        self.version = version
         self.arch = platform.primary.arch if platform.primary else None
 
     def on(self, variable: str) -> bool:
@@ -98,7 +100,8 @@ def engine_settings(
     """
     platform = resolution.platform
     version = engine_version or platform.libraries.get(distribution(engine))
-    context = _Context(platform, env, version)
+    release = _Release(engine, version)
+    context = _Context(platform, env, release.matched)
     teller = _Teller(engine, context, model_kind)
     features = resolution.policies.features
     told = {
@@ -108,13 +111,9 @@ def engine_settings(
     warnings, errors = teller.warnings, teller.errors
     warnings += [_inexpressible_warning(engine, t) for t in told.values() if t.inexpressible]
     versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
-    if context.version is None and versioned:
-        why = "not installed here" if version is None else f"version {shown(version)!r} unreadable"
-        warnings.insert(
-            0,
-            f"{engine} {why}: its rules are matched as for the newest release they list; "
-            "pass --engine-version to choose",
-        )
+    if versioned and release.note:
+        warnings.insert(0, release.note)
+    warnings += release.unread(env)
     merged_env, flags = _merge(told, errors)
     kept = {k: env[k] for k, v in merged_env.items() if env.get(k, "").strip() and env[k] != v}
     for key, value in kept.items():
@@ -125,10 +124,85 @@ def engine_settings(
         )
     merged_env.update(kept)
     return EngineSettings(
-        engine=engine, version=version, fingerprint=resolution.fingerprint,
+        engine=engine, version=version, release=release.shown, fingerprint=resolution.fingerprint,
         model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
         warnings=tuple(warnings), errors=tuple(errors), kept=kept,
     )  # fmt: skip
+
+
+class _Release:
+    """Which release of ``engine`` the rules are matched for: the version given or installed;
+    the newest release of the knob tables where there is none or it is newer than the tables
+    (:mod:`kernelpolicy.knobs`); and the operator's variables that release does not read."""
+
+    def __init__(self, engine: str, version: str | None) -> None:
+        self.engine = engine
+        self.table = knob_table(engine)
+        parsed = parse_version(version) if version else None
+        given = parsed.value if isinstance(parsed, StackVersion) else None
+        self.matched: Version | None = given
+        self.known: str | None = None  # the table's release whose knobs are checked
+        self.note: str | None = None
+        if version is not None and given is None:
+            self.note = (
+                f"{engine} version {shown(version)!r} unreadable: its rules are matched as for "
+                "the newest release they list; pass --engine-version to choose"
+            )
+        elif self.table is not None:
+            self._match(version, given, self.table)
+        elif given is None:
+            self.note = (
+                f"{engine} not installed here: its rules are matched as for the newest release "
+                "they list; pass --engine-version to choose"
+            )
+
+    def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
+        newest = Version(table.newest)
+        known, _ = table.matched_release(given)
+        exact = given is not None and Version(known) == Version(given.base_version)
+        self.known = known if given is None or exact or given > newest else None
+        if given is None:
+            self.matched = newest
+            self.note = (
+                f"{self.engine} not installed here: matched as {self.engine} {table.newest}, the "
+                "newest release kernelpolicy's knob tables know; pass --engine-version to choose"
+            )
+        elif given > newest:
+            self.matched = newest
+            self.note = (
+                f"{self.engine} {shown(version or '')} is newer than the newest release "
+                f"kernelpolicy's knob tables know: matched as {table.newest} (regenerate the "
+                "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
+            )
+
+    @property
+    def shown(self) -> str | None:
+        """The release the rules were matched as, where it is not the version given."""
+        if self.matched is None or self.known is None:
+            return None
+        return self.known
+
+    def unread(self, env: Mapping[str, str]) -> list[str]:
+        """One warning per variable of this engine set in ``env`` that the release does not
+        define, or defines and reads nowhere, with its replacement where the tables know it."""
+        table, release = self.table, self.known
+        if table is None or release is None:
+            return []
+        warnings = []
+        for name in sorted(n for n in env if table.prefixed(n)):
+            knob = table.env(name, release)
+            if knob is not None and knob.defined and knob.read_in is not None:
+                continue
+            what = (
+                "does not define it: it is ignored"
+                if knob is None or not knob.defined
+                else "defines it but reads it nowhere: it has no effect"
+            )
+            text = f"{name} is set, but {self.engine} {release} {what}"
+            if name in table.replaced:
+                text += f"; its replacement: {table.replaced[name]}"
+            warnings.append(text)
+        return warnings
 
 
 def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule]:

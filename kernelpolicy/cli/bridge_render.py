@@ -31,9 +31,7 @@ def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[s
         f for f in features
         if any(s.decisions[f].status not in quiet for s in settings.values())
     ]  # fmt: skip
-    headers = ["feature"] + [
-        f"{s.engine} {s.version}" if s.version else s.engine for s in settings.values()
-    ]
+    headers = ["feature"] + [s.label for s in settings.values()]
     rows = [[f, *(s.decisions[f].summary() for s in settings.values())] for f in shown]
     out = ["", "", "engines: what each is told (kernelpolicy env --engine NAME prints it)"]
     out.append(table(headers, rows, indent=""))

@@ -29,8 +29,11 @@ SCHEMA = "kernelpolicy.engine-knobs/v1"
 PREFIXES: dict[str, tuple[str, ...]] = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
 # Values read by an enum rather than by the variable's parser or the option's choices.
 ENUM_VALUED: dict[str, dict[str, str]] = {
-    "vllm": {"VLLM_ATTENTION_BACKEND": "attention_backend", "--attention-backend": "attention_backend"},
-}  # fmt: skip
+    "vllm": {
+        "VLLM_ATTENTION_BACKEND": "attention_backend",
+        "--attention-backend": "attention_backend",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -153,4 +156,3 @@ def knob_table(engine: str) -> KnobTable | None:
         return None
     text = resources.files(__name__).joinpath(f"{engine}.json").read_text()
     return KnobTable(json.loads(text))
-

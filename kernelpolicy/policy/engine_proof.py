@@ -6,12 +6,13 @@ it sets is defined and read by that release and parses to what the rule means (`
 ``0`` off, a backend name among the release's enum); each option exists and its value is
 among the choices; each fact in ``facts`` holds. A rule set with ``versions`` ranges must
 cover every known release once, and a feature whose engine behaviour turns on a fact
-(``FEATURE_FACTS``) must name it in each rule that tells the engine something. Each problem names the rule, the release and
-the knob.
+(``FEATURE_FACTS``) must name it in each rule that tells the engine something. Each problem
+names the rule, the release and the knob.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 from kernelpolicy.errors import PolicyIssue
@@ -99,7 +100,7 @@ class _Prover:
             if not covering:
                 problems.append((release, "no rule's versions cover it"))
             ranged = [i for i in covering if rules[i].versions is not None]
-            for a, b in zip(ranged, ranged[1:], strict=False):
+            for a, b in itertools.pairwise(ranged):
                 if _other_conditions(rules[a]) == _other_conditions(rules[b]):
                     problems.append((release, f"covered by both rule {a + 1} and rule {b + 1}"))
         return [self.issue(None, p) for p in _folded(self.engine, problems)]
@@ -127,9 +128,10 @@ class _Prover:
         for name, expected in spec.facts.items():
             actual, where = self.table.fact(name, release)
             if name not in self.table.fact_names():
-                yield f"fact {name!r} is not in the knob tables ({', '.join(self.table.fact_names())})"
+                known = ", ".join(self.table.fact_names())
+                yield f"fact {name!r} is not in the knob tables ({known})"
             elif actual != expected:
-                yield f"the rule expects {name} = {expected!r}, the release has {actual!r} ({where})"
+                yield f"the rule expects {name} = {expected!r}; it has {actual!r} ({where})"
 
     def _variable(self, name: str, value: str, release: str) -> Iterator[str]:
         knob = self.table.env(name, release)

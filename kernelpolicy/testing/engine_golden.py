@@ -100,6 +100,5 @@ def render_golden(policies: PolicySet | None = None) -> str:
     ]
     for case in golden_cases():
         settings = settings_for(case, policies)
-        version = settings.version or "version unknown"
-        out += ["", f"## {case.title}  [{case.engine} {version}]", *_lines(settings)]
+        out += ["", f"## {case.title}  [{settings.label}]", *_lines(settings)]
     return "\n".join(out) + "\n"
