@@ -43,7 +43,8 @@ def test_tables_are_made_by_todays_script() -> None:
     """Each table records the digest of the scripts that made it: changing the extraction
     without regenerating the tables fails here (scripts/gen_engine_tables.py)."""
     spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts/gen_engine_tables.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     digest = hashlib.sha256()
@@ -86,7 +87,7 @@ def test_tables_cover_the_releases_asked_for(
     ("engine", "kind", "name", "release", "expected"),
     [
         pytest.param("vllm", "env", "VLLM_ROCM_USE_AITER", "0.7.3", None, id="no-aiter-in-0.7.3"),
-        pytest.param("vllm", "fact", "aiter_sampler", "0.11.2", False, id="no-aiter-sampler-0.11.2"),
+        pytest.param("vllm", "fact", "aiter_sampler", "0.11.2", False, id="no-aiter-sampler"),
         pytest.param("vllm", "fact", "aiter_sampler", "0.12.0", True, id="aiter-sampler-0.12.0"),
         pytest.param("vllm", "fact", "mhc", "0.20.0", "no_aiter", id="mhc-0.20-no-aiter"),
         pytest.param("vllm", "fact", "mhc", "0.25.0", "ungated", id="mhc-0.25-ungated"),
@@ -94,7 +95,9 @@ def test_tables_cover_the_releases_asked_for(
         pytest.param(
             "vllm", "fact", "sparse_indexer_native_archs", "0.33.0", ["gfx950"], id="indexer-0.33"
         ),
-        pytest.param("vllm", "fact", "sparse_indexer_native_archs", "0.16.0", [], id="indexer-0.16"),
+        pytest.param(
+            "vllm", "fact", "sparse_indexer_native_archs", "0.16.0", [], id="indexer-0.16"
+        ),
         pytest.param(
             "vllm", "fact", "flashinfer_sampler_capability", "0.12.0", "7.5-12.1", id="fi-cc-0.12"
         ),
@@ -124,11 +127,15 @@ def test_tables_hold_what_the_releases_say(
 def test_parsers_are_the_releases_own() -> None:
     """vLLM's bool(int()) refuses "true"; its aiter switches read "yes" as false."""
     sampler = table("vllm").env("VLLM_USE_FLASHINFER_SAMPLER", "0.33.0")
-    assert sampler is not None and sampler.parse is not None
-    assert refused(sampler.parse["true"]) and sampler.parse["1"] is True
+    assert sampler is not None
+    assert sampler.parse is not None
+    assert refused(sampler.parse["true"])
+    assert sampler.parse["1"] is True
     aiter = table("vllm").env("VLLM_ROCM_USE_AITER", "0.33.0")
-    assert aiter is not None and aiter.parse is not None
-    assert aiter.parse["x"] is False and aiter.parse["true"] is True
+    assert aiter is not None
+    assert aiter.parse is not None
+    assert aiter.parse["x"] is False
+    assert aiter.parse["true"] is True
 
 
 # -- the eight findings -----------------------------------------------------------------------
@@ -166,7 +173,8 @@ def test_finding_3_the_capability_difference_is_stated_with_evidence() -> None:
     """kernelpolicy keeps 8.0 where vLLM 0.12-0.23 accept 7.5: its rule says why (vLLM 0.24's
     own raise to 8.0 for flashinfer-ai/flashinfer#3620), and the tables record both."""
     flashinfer = bundled().features["sampler.top_k_top_p"].candidate("flashinfer")
-    assert flashinfer is not None and flashinfer.spec.capability == ">=8.0,<=12.1"
+    assert flashinfer is not None
+    assert flashinfer.spec.capability == ">=8.0,<=12.1"
     reference = flashinfer.engines["vllm"][0].spec.reference or ""
     assert "flashinfer-ai/flashinfer#3620" in reference
     assert table("vllm").fact("flashinfer_sampler_capability", "0.24.0")[0] == "8.0-12.1"
@@ -336,7 +344,8 @@ engines.vllm = [{}]
             id="parser-refuses",
         ),
         pytest.param(
-            '{ versions = ">=0.13", flags = ["--attention-backend", "NOPE"] }, { versions = "<0.13" }',
+            '{ versions = ">=0.13", flags = ["--attention-backend", "NOPE"] }, '
+            '{ versions = "<0.13" }',
             "--attention-backend NOPE: not among its choices",
             id="not-in-the-enum",
         ),
