@@ -109,7 +109,9 @@ class EngineRule(Strict):
     def _fact_names(cls, value: dict[str, FactValue]) -> dict[str, FactValue]:
         for name in value:
             if not IDENT.fullmatch(name):
-                raise ValueError(f"fact {name!r}: expected lower_snake_case such as 'aiter_sampler'")
+                raise ValueError(
+                    f"fact {name!r}: expected lower_snake_case such as 'aiter_sampler'"
+                )
         return value
 
     @model_validator(mode="after")
