@@ -379,3 +379,19 @@ def test_check_proves_rules_against_the_releases(tmp_path: Path, rules: str, mes
     path.write_text(POLICY.replace("RULES", rules))
     issues = [str(i) for i in prove_engines(load_policies([path]))]
     assert any(message in i for i in issues), issues
+
+
+def test_the_docs_show_what_check_and_env_print(tmp_path: Path) -> None:
+    """docs/engines.md's two example lines are the ones the code prints."""
+    docs = (ROOT / "docs/engines.md").read_text()
+    from kernelpolicy.policy import load_policies
+
+    path = tmp_path / "p.toml"
+    path.write_text(POLICY.replace("RULES", '{ env = { VLLM_ROCM_USE_AITER_PAGED_ATTN = "1" } }'))
+    issues = [str(i) for i in prove_engines(load_policies([path]))]
+    (issue,) = [i for i in issues if "reads nowhere" in i]
+    assert issue.replace(str(path), "p.toml") in docs
+    env = {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}
+    settings = engine_settings(resolve_on("h100-sxm", **env), "vllm", env, engine_version="0.26.0")
+    (warning,) = [w for w in settings.warnings if w.startswith("VLLM_ATTENTION_BACKEND")]
+    assert f"kernelpolicy: warning: {warning}" in docs
