@@ -3,7 +3,8 @@
 Only what can change a decision goes in: the primary device's kind (not its index, UUID or bus
 address, which differ between ranks of one node), the driver and torch build, the versions of
 libraries the policies name, the environment switches they read, forced implementations and the
-policy files' contents.
+policy files' contents; and, where a candidate is rolled out in stages, the node's cohort for
+it (never its identity).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def fingerprint(
     policies: PolicySet,
     forced: Mapping[str, str],
     evidence: str | None = None,
+    *,
+    cohorts: Mapping[str, str] | None = None,
 ) -> str:
     device = platform.primary
     names = policies.library_names | {"torch"}
@@ -39,5 +42,7 @@ def fingerprint(
         "policies": policies.digest,
         "evidence": evidence,
     }
+    if cohorts:  # a staged rollout decides by node: the cohorts are inputs (else unchanged)
+        inputs["cohorts"] = dict(sorted(cohorts.items()))
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return sha256(blob).hexdigest()[:16]

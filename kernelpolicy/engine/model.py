@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kernelpolicy.policy.rollout import Cohort
+
 
 class Reason(StrEnum):
     """Why a decision came out as it did (closed set)."""
@@ -53,6 +55,7 @@ class CheckKind(StrEnum):
     DISABLED = "disabled"
     EVIDENCE = "evidence"
     SWITCH_OFF = "switch_off"
+    ROLLOUT = "rollout"  # the node is out of the candidate's staged-rollout cohort
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,30 @@ class Note:
 
 
 @dataclass(frozen=True)
+class RolloutResult:
+    """Where the node stands in a candidate's staged rollout.
+
+    Attributes:
+        percent: The rollout's share of nodes.
+        cohort: In, out, off (percent 0) or no identity to place the node by.
+        bucket: The node's bucket (``None`` without an identity); it is in below
+            ``percent`` of :data:`~kernelpolicy.policy.rollout.ROLLOUT_BUCKETS`.
+    """
+
+    percent: float
+    cohort: Cohort
+    bucket: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"percent": self.percent, "cohort": self.cohort.value, "bucket": self.bucket}
+
+
+# Rejections that say what the policy chose, not what the platform cannot do: an explicit
+# request or force still gets the candidate.
+_NOT_UNSUPPORTED = frozenset({CheckKind.SWITCH_OFF, CheckKind.ROLLOUT})
+
+
+@dataclass(frozen=True)
 class CandidateResult:
     """How one candidate fared: its switch state and every check it failed."""
 
@@ -95,11 +122,12 @@ class CandidateResult:
     notes: tuple[Note, ...] = ()
     when: str | None = None
     guards: tuple[str, ...] = ()
+    rollout: RolloutResult | None = None
 
     @property
     def supported(self) -> bool:
-        """The platform allows it (switches aside)."""
-        return not any(f.kind is not CheckKind.SWITCH_OFF for f in self.failures)
+        """The platform allows it (switches and rollout cohorts aside)."""
+        return not any(f.kind not in _NOT_UNSUPPORTED for f in self.failures)
 
     @property
     def accepted(self) -> bool:
@@ -115,6 +143,8 @@ class CandidateResult:
             "guards": list(self.guards),
             "failures": [f.to_dict() for f in self.failures],
             "notes": [{"message": n.message, "reference": n.reference} for n in self.notes],
+            # Only for candidates with a rollout: answers without one keep their shape.
+            **({"rollout": self.rollout.to_dict()} if self.rollout is not None else {}),
         }
 
 

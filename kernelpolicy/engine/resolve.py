@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.checks import check_candidate
+from kernelpolicy.engine.cohort import place, rollout_check
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
     CandidateResult,
@@ -76,10 +77,21 @@ def resolve_policies(
             # No entries is no evidence: the bundled pack reads the store for its dtype
             # routing, and a machine with nothing stored keeps the fingerprint it had.
             evidence.digest() if evidence is not None and evidence.entries else None,
+            cohorts=cohorts_of(decisions),
         ),
         env=relevant_env,
         overrides=forced,
     )
+
+
+def cohorts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
+    """``feature/impl`` -> the node's cohort, for every candidate with a rollout."""
+    return {
+        f"{name}/{c.impl}": c.rollout.cohort.value
+        for name, decision in decisions.items()
+        for c in decision.candidates
+        if c.rollout is not None
+    }
 
 
 def decide(
@@ -107,17 +119,25 @@ def decide(
                 f"{candidate.impl}: switches disagree ({switch.source}): one says on, one says off",
             )
         failures = list(checked.failures)
+        notes = list(checked.notes)
         if switch.state == "off":
             failures.append(Check(CheckKind.SWITCH_OFF, f"switched off ({switch.source})"))
+        rollout = place(candidate.rollout, platform) if candidate.rollout is not None else None
+        said = rollout_check(rollout) if rollout is not None else None
+        if isinstance(said, Check):
+            failures.append(said)
+        elif said is not None:
+            notes.append(said)
         results.append(
             CandidateResult(
                 impl=candidate.impl,
                 switch=switch.state,
                 switch_source=switch.source,
                 failures=tuple(failures),
-                notes=tuple(checked.notes),
+                notes=tuple(notes),
                 when=candidate.spec.when,
                 guards=tuple(checked.guards),
+                rollout=rollout,
             )
         )
     if env_problem is not None:
@@ -203,7 +223,7 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
         return _error(feature, results, ErrorCode.UNKNOWN_IMPLEMENTATION, message, ())
     if not match.supported:
         message = f"{variable}={forced} forces {forced}, which is not supported here: " + "; ".join(
-            f.message for f in match.failures if f.kind is not CheckKind.SWITCH_OFF
+            f.message for f in match.failures if f.kind not in _NOT_REFUSALS
         )
         return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(match))
     return _chosen(feature, results, match, Reason.FORCED)
@@ -242,7 +262,8 @@ def _chosen(
     )  # fmt: skip
 
 
-_POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED)
+_POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED, CheckKind.ROLLOUT)
+_NOT_REFUSALS = (CheckKind.SWITCH_OFF, CheckKind.ROLLOUT)
 
 
 _HARDWARE = frozenset(

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, Literal, NamedTuple
 from kernelpolicy.errors import PlatformFileError
 from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_PLATFORM_FILE_BYTES, MAX_VERSION_CHARS, shown
 from kernelpolicy.platform.envvars import carried
+from kernelpolicy.platform.identity import device_ids, is_app_specific_id, node_identity
 from kernelpolicy.platform.values import (
     Check,
     Extra,
@@ -165,6 +166,7 @@ class Platform(Extra):
     libraries: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     probe_errors: tuple[str, ...] = ()
+    machine_id: str | None = None
     schema_id: str = SCHEMA
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -196,6 +198,11 @@ class Platform(Extra):
         if not isinstance(errors, (list, tuple)) or not all(isinstance(e, str) for e in errors):
             check.fail("probe_errors", f"expected a list of strings, {got(errors)}")
             errors = ()
+        machine_id = data.pop("machine_id", None)
+        if machine_id is not None and not (
+            isinstance(machine_id, str) and is_app_specific_id(machine_id)
+        ):
+            check.fail("machine_id", f"expected 32 lower-case hex characters, {got(machine_id)}")
         check.raise_any()
         set_ = object.__setattr__
         set_(self, "schema_id", SCHEMA)
@@ -207,12 +214,20 @@ class Platform(Extra):
         # values in their carried form, whoever built the snapshot (see platform.envvars)
         set_(self, "env", {name: carried(text) for name, text in env.items()})
         set_(self, "probe_errors", tuple(errors))
+        set_(self, "machine_id", machine_id)
         set_(self, "extra", data)
 
     @property
     def primary(self) -> Device | None:
         """Device 0, the one a single-GPU worker runs on, or ``None`` without a GPU."""
         return self.devices[0] if self.devices else None
+
+    @property
+    def identity(self) -> str | None:
+        """What the node's rollout cohorts are hashed from (see
+        :mod:`kernelpolicy.platform.identity`), or ``None`` when the snapshot names neither a
+        machine ID nor a GPU UUID."""
+        return node_identity(self.machine_id, device_ids(d.extra for d in self.devices))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready snapshot, keys as the contract names them."""
@@ -225,6 +240,8 @@ class Platform(Extra):
             "libraries": dict(self.libraries),
             "env": dict(self.env),
             "probe_errors": list(self.probe_errors),
+            # Written only when known: snapshots without one stay as they were.
+            **({"machine_id": self.machine_id} if self.machine_id is not None else {}),
             **self.extra,
         }
 

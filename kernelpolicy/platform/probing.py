@@ -10,6 +10,7 @@ from typing import Any
 from kernelpolicy.platform.amd import AmdReport, probe_amd
 from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
 from kernelpolicy.platform.faults import describe
+from kernelpolicy.platform.identity import read_machine_id
 from kernelpolicy.platform.libraries import (
     DEFAULT_LIBRARIES,
     MetadataVersion,
@@ -80,6 +81,9 @@ def probe(
     }
     if torch is not None:
         fields["torch"] = torch
+    machine_id = read_machine_id(root_path)
+    if machine_id is not None:
+        fields["machine_id"] = machine_id
     fields.update(_hardware(nvidia, amd, errors))
     return _assemble(fields, errors)
 

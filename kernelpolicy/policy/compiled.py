@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from kernelpolicy.policy.rollout import CompiledRollout, compile_rollout
 from kernelpolicy.versions import LazySpecifierSet, StackVersion, parse_version
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class CompiledCandidate:
     workarounds: tuple[CompiledWorkaround, ...]
     when: Any  # a compiled CEL program, or None
     engines: EngineRules = field(default_factory=dict)
+    rollout: CompiledRollout | None = None
 
     @property
     def impl(self) -> str:
@@ -251,6 +253,7 @@ def compile_candidate(
         ),
         when=when,
         engines=compile_engines(spec.engines),
+        rollout=compile_rollout(feature, spec.impl, spec.rollout),
     )
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "LiftCondition",
     "PolicyFile",
     "Requirement",
+    "Rollout",
     "Switch",
     "SwitchState",
     "Vendor",
@@ -70,6 +71,35 @@ __all__ = [
 POLICY_SCHEMA = "kernelpolicy.policy/v1"
 
 _FEATURE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
+_SALT = re.compile(r"[A-Za-z0-9._-]{0,64}\Z")
+
+
+class Rollout(Strict):
+    """A staged rollout: the candidate is tried on ``percent`` of the nodes it applies to.
+
+    Which nodes is a stable hash of each node's identity salted with the feature, the
+    candidate and ``salt`` (change it to draw another cohort); raising ``percent`` only adds
+    nodes, and 0 is the kill switch (see :mod:`kernelpolicy.policy.rollout`).
+    """
+
+    percent: float = Field(ge=0, le=100, strict=True)
+    salt: str = ""
+
+    @field_validator("percent")
+    @classmethod
+    def _two_decimals(cls, value: float) -> float:
+        if abs(value * 100 - round(value * 100)) > 1e-6:
+            raise ValueError(f"percent {value}: at most two decimals (0.01% is the smallest step)")
+        return value
+
+    @field_validator("salt")
+    @classmethod
+    def _salt_text(cls, value: str) -> str:
+        if not _SALT.fullmatch(value):
+            raise ValueError(
+                f"salt {value[:80]!r}: expected at most 64 letters, digits, '.', '_' or '-'"
+            )
+        return value
 _ENTRY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
@@ -96,6 +126,7 @@ class Candidate(Strict):
     reference: str | None = None
     notes: str | None = None
     engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
+    rollout: Rollout | None = None
 
     _engine_names = field_validator("engines")(lambda cls, v: check_engines(v))
     _specs = field_validator("capability", "driver", "cuda", "rocm", "torch")(
