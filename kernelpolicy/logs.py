@@ -4,8 +4,10 @@ Two destinations. Inside someone else's process (``kernelpolicy.resolve()`` in a
 go through the standard :mod:`logging` module, to the ``kernelpolicy`` logger, rendered by
 structlog into the record's message (JSON or ``key=value``), with the event's fields also on the
 record as ``record.kernelpolicy``: the host's logging configuration decides levels, handlers and
-format, as for any library. With no configuration at all, Python prints warnings and errors
-to stderr (its last-resort handler) and drops the rest. The CLI and the daemon own their
+format, as for any library. A library is silent until its host configures logging (the standard
+library's convention): the ``kernelpolicy`` logger carries a :class:`logging.NullHandler`, so
+Python's last-resort handler never prints our warnings to an unconfigured host's stderr, and an
+event no handler of the host would take is not even rendered. The CLI and the daemon own their
 process and write their own lines (:func:`get_logger`: console or JSON, on stderr).
 
 structlog is imported on first use only (with rich installed it costs ~100 ms), and loggers are
@@ -78,17 +80,37 @@ def host_logger(fmt: str) -> Any:
     )
 
 
-def _host_wants(level: int) -> bool:
-    """Whether the host's logging would keep an event of ``level`` (a :mod:`logging` level).
+def quiet_library() -> None:
+    """Give the ``kernelpolicy`` logger its :class:`logging.NullHandler` (once).
 
-    A host that never imported :mod:`logging` has configured nothing: the last-resort handler
-    keeps warnings and errors only, so an info event is dropped without importing it (about
-    4 ms of a cold start)."""
-    if level < 30 and "logging" not in sys.modules:
+    Done on first use rather than at import: a host that never imports :mod:`logging` does
+    not pay for it (about 4 ms of a cold start), and it has configured nothing anyway."""
+    import logging
+
+    logger = logging.getLogger(LOGGER_NAME)
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def _host_wants(level: int) -> bool:
+    """Whether the host's logging would show an event of ``level`` (a :mod:`logging` level):
+    the ``kernelpolicy`` logger is enabled for it and some handler other than our
+    :class:`~logging.NullHandler` would receive it (the host's, on the logger or above it).
+
+    A host that never imported :mod:`logging` has configured nothing: dropped at once."""
+    if "logging" not in sys.modules:
         return False
     import logging
 
-    return logging.getLogger(LOGGER_NAME).isEnabledFor(level)
+    quiet_library()
+    logger: logging.Logger | None = logging.getLogger(LOGGER_NAME)
+    if not logger or not logger.isEnabledFor(level):
+        return False
+    while logger is not None:
+        if any(not isinstance(h, logging.NullHandler) and level >= h.level for h in logger.handlers):
+            return True
+        logger = logger.parent if logger.propagate else None
+    return False
 
 
 def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:
