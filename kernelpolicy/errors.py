@@ -13,7 +13,9 @@ Every error kernelpolicy raises on purpose derives from :class:`KernelPolicyErro
     │                          written
     ├── ResolutionError        a decision is an error (a required kernel is unsupported, an
     │                          unknown feature or implementation was asked for)
-    └── DaemonError            the daemon cannot listen, or a client's request to it failed
+    ├── DaemonError            the daemon cannot listen, or a client's request to it failed
+    └── InventoryError         a fleet inventory (``kernelpolicy diff --platforms``) cannot be
+                               read: too large, or neither snapshots nor Kubernetes Nodes
 
 The probe itself never raises: what it cannot read is recorded in ``Platform.probe_errors``.
 A resolution never raises either: errors are values in ``Decision.error`` until a caller asks
@@ -98,3 +100,8 @@ class DaemonError(KernelPolicyError):
     def __init__(self, message: str, code: object = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class InventoryError(KernelPolicyError):
+    """A fleet inventory is missing, over its limits, or in no shape ``kernelpolicy diff``
+    reads (a bad snapshot in it is a :class:`PlatformFileError` naming the file)."""

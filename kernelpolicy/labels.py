@@ -130,16 +130,26 @@ def node_labels(
         # Separate integers, so that a nodeAffinity can compare them with Gt/Lt.
         facts["gpu.capability.major"] = major
         facts["gpu.capability.minor"] = minor
+        if device.compute_units is not None:  # min_compute_units and CEL rules read it
+            facts["gpu.compute_units"] = str(device.compute_units)
     facts["driver.version"] = platform.driver.version
     facts["driver.cuda"] = platform.driver.cuda
     facts["driver.rocm"] = platform.driver.rocm
     facts["torch.version"] = platform.torch.version
     for dist, version in sorted(platform.libraries.items()):
         facts[f"lib.{dist}"] = version
+    # Only the variables the policies read (a bounded set); with the facts above, what
+    # ``kernelpolicy diff`` needs to decide for the node again from its labels.
+    for variable, value in sorted(resolution.env.items()):
+        facts[f"env.{variable}"] = value
     for feature, decision in resolution.decisions.items():
         facts[f"impl.{feature}"] = decision.impl or (
             "error" if decision.error is not None else "none"
         )
+        for candidate in decision.candidates:
+            if candidate.rollout is not None:  # in, out, off or no-identity
+                facts[f"rollout.{feature}.{candidate.impl}"] = candidate.rollout.cohort.value
+    facts["node.identity"] = platform.identity  # what rollout cohorts are hashed from
     if evidence is not None:
         for (feature, impl), entry in sorted(evidence.entries.items()):
             facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"

@@ -112,3 +112,11 @@ MAX_FLAG_KEY_CHARS = 256
 # Node labels.
 MAX_FEATURE_FILE_BYTES = 64 * KIB
 """One Node Feature Discovery feature file: nfd-worker ignores bigger ones."""
+
+# Fleet inventories (kernelpolicy diff).
+MAX_INVENTORY_NODES = 100_000
+"""Nodes in one inventory: snapshots in a directory, or Node objects in ``kubectl get nodes``."""
+MAX_INVENTORY_FILE_BYTES = 512 * MIB
+"""One ``kubectl get nodes -o json`` file (10,000 labelled GPU nodes are about 100 MiB)."""
+MAX_ROLLOUT_STEPS = 16
+"""Percent steps ``kernelpolicy diff --steps`` counts for each staged rollout."""

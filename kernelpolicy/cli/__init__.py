@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from kernelpolicy import __version__
 from kernelpolicy.cli import (
     check_cmd,
+    diff_cmd,
     env_cmd,
     exec_cmd,
     explain_cmd,
@@ -34,6 +35,7 @@ examples:
   kernelpolicy serve                      the daemon (gRPC, flagd-compatible), explain table first
   kernelpolicy status                     how a running daemon is: revision, last reload error
   kernelpolicy labels                     node labels for Node Feature Discovery
+  kernelpolicy diff --against NEW/        what a policy change does to a fleet's nodes
 """
 
 
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.register(commands)
     serve_cmd.register(commands)
     labels_cmd.register(commands)
+    diff_cmd.register(commands)
     disable_abbreviations(parser)
     return parser
 

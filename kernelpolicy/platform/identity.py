@@ -14,6 +14,7 @@ in the same cohort, and ranks see different GPUs (``CUDA_VISIBLE_DEVICES``).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 from collections.abc import Iterable, Mapping
@@ -22,7 +23,15 @@ from pathlib import Path
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.safeio import read_bytes_bounded
 
-__all__ = ["APP_ID", "MACHINE_ID_FILES", "app_specific_id", "node_identity", "read_machine_id"]
+__all__ = [
+    "APP_ID",
+    "MACHINE_ID_FILES",
+    "app_specific_id",
+    "device_ids",
+    "is_app_specific_id",
+    "node_identity",
+    "read_machine_id",
+]
 
 APP_ID = bytes.fromhex("6b70c0a7e1b94f5c9d3f2a8e4b1d7c60")
 """kernelpolicy's application ID: the HMAC message of :func:`app_specific_id`."""
@@ -72,14 +81,18 @@ def read_machine_id(root: Path) -> str | None:
 
 
 def node_identity(machine_id: str | None, device_ids: Iterable[object]) -> str | None:
-    """The string a node's cohort is hashed from: ``machine:<id>``, else ``gpus:<uuids>``
-    (sorted, comma separated), else ``None`` (such a node is in no partial rollout)."""
+    """The node's identity, 32 hex characters: its application-specific machine ID, else a
+    hash of its GPU UUIDs (sorted, comma separated); ``None`` without either (such a node is
+    in no partial rollout). Of fixed size, so that it fits a node label whole, and a node
+    label's value read back as ``machine_id`` gives the same identity."""
     if machine_id:
-        return f"machine:{machine_id}"
+        return machine_id
     ids = sorted(
         {d for d in device_ids if isinstance(d, str) and 0 < len(d) <= _MAX_DEVICE_ID_CHARS}
     )
-    return f"gpus:{','.join(ids)}" if ids else None
+    if not ids:
+        return None
+    return hashlib.sha256(f"gpus:{','.join(ids)}".encode()).hexdigest()[:32]
 
 
 def device_ids(extras: Iterable[Mapping[str, object]]) -> list[object]:

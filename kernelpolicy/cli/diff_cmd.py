@@ -1,0 +1,146 @@
+"""``kernelpolicy diff``: what a policy change does to a fleet, per class of identical nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import MAX_ROLLOUT_STEPS
+
+_EPILOG = """\
+examples:
+  kernelpolicy diff --against new-policies/
+  kernelpolicy diff --against +policies.d/ --platforms snapshots/ --exit-code
+  kubectl get nodes -o json > nodes.json
+  kernelpolicy diff --against +policies.d/ --platforms nodes.json --json
+
+exit status: 0 (with --exit-code: no node changes), 1 (--exit-code: some node changes),
+2 bad input (a bad snapshot is named)
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "diff",
+        help="what a policy change does to a fleet: decisions and engine settings per node class",
+        description=(
+            "Compare two policy sets over a fleet's inventory: per class of identical nodes "
+            "(with how many), every decision and every vLLM and SGLang setting that changes, "
+            "and the share of nodes each change reaches; for each staged rollout of the new "
+            "policies, how many nodes it reaches at each step."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--against", metavar="PATH", action="append", type=Path, required=True,
+        help="the new policies: file or directory, repeatable, +DIR adds to the bundled pack",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policies", metavar="PATH", action="append", type=Path,
+        help="the policies the fleet runs now (default: KERNELPOLICY_POLICY_PATHS or the "
+        "bundled pack)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--platforms", metavar="DIR|FILE", type=Path,
+        help="the inventory: a directory of 'probe --json' snapshots, one snapshot, or "
+        "'kubectl get nodes -o json' output (default: the bundled platform fixtures)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", metavar="P,P,...", default="1,5,25,50,100",
+        help="percents at which to count each staged rollout (default 1,5,25,50,100; the "
+        "policy's own percent is always counted)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--exit-code", action="store_true",
+        help="exit 1 when some node changes, 0 when none does (as git diff --exit-code)",
+    )  # fmt: skip
+    parser.set_defaults(run=run)
+
+
+def parse_steps(text: str) -> tuple[float, ...]:
+    """``1,10,50`` -> (1.0, 10.0, 50.0).
+
+    Raises:
+        SettingsError: Not a list of percents 0-100, or more than ``MAX_ROLLOUT_STEPS``.
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_ROLLOUT_STEPS:
+        raise SettingsError(f"--steps: {len(parts)} steps is over MAX_ROLLOUT_STEPS")
+    try:
+        steps = tuple(float(p) for p in parts)
+    except ValueError:
+        steps = ()
+    if not steps or not all(0 <= s <= 100 for s in steps):
+        raise SettingsError(f"--steps {text[:80]!r}: expected percents 0-100 such as 1,10,50,100")
+    return steps
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.api import existing_policy_paths, load_policies_cached
+    from kernelpolicy.cli.common import local_environment, policy_load_options, policy_paths
+    from kernelpolicy.fleet import diff_fleet, load_inventory
+    from kernelpolicy.testing.machines import fixture_dir
+
+    steps = parse_steps(args.steps)
+    options = policy_load_options()
+    old = load_policies_cached(policy_paths(args, local_environment(args)), **options)
+    new = load_policies_cached(existing_policy_paths(args.against, "--against"), **options)
+    inventory = load_inventory(args.platforms or fixture_dir() / "platforms")
+    result = diff_fleet(inventory.nodes, old, new, steps=steps, skipped=inventory.skipped)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render(result, inventory.source))
+    return 1 if args.exit_code and result.changed else 0
+
+
+def _count(n: int, total: int, noun: str = "node") -> str:
+    share = f"{100 * n / total:.1f}%" if total else "0%"
+    return f"{n:,} of {total:,} {noun}{'s' if total != 1 else ''} ({share})"
+
+
+def render(result: Any, source: str) -> str:
+    """The comparison as text: the fleet's totals, each changed class, each rollout's steps."""
+    lines = [
+        f"{source}: {result.nodes:,} nodes in {len(result.classes)} classes; "
+        f"{_count(result.changed_nodes, result.nodes)} change"
+    ]
+    if result.skipped:
+        lines.append(f"skipped {len(result.skipped)} nodes without kernelpolicy labels")
+    totals = result.totals()
+    if totals:
+        lines += ["", "changes across the fleet:"]
+        lines += [f"  {_change(c)}  {_count(n, result.nodes)}" for c, n in totals]
+    for cls in result.classes:
+        if not cls.changes:
+            continue
+        lines += ["", f"class {cls.key}: {cls.summary} ({_nodes(len(cls.nodes))}, e.g. "
+                  f"{cls.nodes[0]})"]  # fmt: skip
+        lines += [
+            f"  {_change(c)}  {_count(n, len(cls.nodes))}" for c, n in sorted(cls.changes.items())
+        ]
+    for rollout in result.rollouts:
+        lines += ["", f"rollout {rollout.feature} -> {rollout.impl} at {rollout.percent:g}%:"]
+        lines += [
+            f"  {p:g}%: {_nodes(n)}{'  (the policy)' if p == rollout.percent else ''}"
+            for p, n in rollout.steps
+        ]
+    unchanged = sum(1 for cls in result.classes if not cls.changes)
+    if unchanged:
+        lines += ["", f"{unchanged} unchanged class{'' if unchanged == 1 else 'es'}"]
+    return "\n".join(lines) + "\n"
+
+
+def _nodes(n: int) -> str:
+    return f"{n:,} node{'' if n == 1 else 's'}"
+
+
+def _change(change: Any) -> str:
+    where = f"{change.kind} {change.name}".strip()
+    return f"{where}: {change.old} -> {change.new}"

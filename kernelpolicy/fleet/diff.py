@@ -1,0 +1,324 @@
+"""What a policy change does to a fleet: per class of identical nodes, every decision and every
+engine setting that changes, and how many nodes each change reaches.
+
+Nodes are deduplicated first: a class is everything a decision can read (vendor, devices
+without their UUIDs and bus addresses, driver, torch, libraries, environment), and within a
+class the nodes differ only in their rollout cohorts. Each (class, cohorts) group is resolved
+once per policy set, so 10,000 nodes of a dozen kinds cost a few dozen resolutions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from kernelpolicy.bridge import engine_settings
+from kernelpolicy.digest import sha256
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.fleet.inventory import Node
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.rollout import Cohort, CompiledRollout
+
+__all__ = ["ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_fleet"]
+
+ENGINES = ("vllm", "sglang")
+"""The engines whose settings are compared."""
+DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
+_PER_NODE_KEYS = frozenset({"uuid", "unique_id", "pci_bus_id", "physical_index", "kfd_node"})
+_UNSET = "(unset)"
+
+Outcome = dict[tuple[str, str], str]  # (kind, name) -> value, for one node kind and cohorts
+Group = tuple[int, tuple[Cohort, ...]]  # (class index, cohort of each rollout)
+
+
+@dataclass(frozen=True, order=True)
+class Change:
+    """One thing that differs: a feature's decision, an engine's variable or its flags."""
+
+    kind: str  # "decision", "vllm env", "vllm flag", "sglang env", "sglang flag"
+    name: str  # the feature, variable or option
+    old: str
+    new: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "name": self.name, "old": self.old, "new": self.new}
+
+
+@dataclass
+class ClassDiff:
+    """One class of identical nodes and what the change does to them.
+
+    Attributes:
+        key: A short hash of the class.
+        summary: The class in words (vendor, arch, GPU count, versions).
+        nodes: The node names of the class.
+        changes: Each change and the number of the class's nodes it reaches.
+    """
+
+    key: str
+    summary: str
+    nodes: list[str] = field(default_factory=list)
+    changes: dict[Change, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RolloutSteps:
+    """A staged rollout of the new policies and how many nodes would run it at each step."""
+
+    feature: str
+    impl: str
+    percent: float
+    steps: tuple[tuple[float, int], ...]  # (percent, nodes choosing impl)
+
+
+@dataclass
+class FleetDiff:
+    """The whole comparison; :meth:`to_dict` is ``diff --json``."""
+
+    nodes: int
+    classes: list[ClassDiff]
+    changed_nodes: int
+    rollouts: list[RolloutSteps]
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.changed_nodes > 0
+
+    def totals(self) -> list[tuple[Change, int]]:
+        """Every change and the nodes it reaches in the whole fleet, most nodes first."""
+        counts: dict[Change, int] = {}
+        for cls in self.classes:
+            for change, count in cls.changes.items():
+                counts[change] = counts.get(change, 0) + count
+        return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+    def to_dict(self) -> dict[str, object]:
+        share = _share(self.nodes)
+        return {
+            "nodes": self.nodes,
+            "changed_nodes": self.changed_nodes,
+            "skipped_nodes": list(self.skipped),
+            "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in self.totals()],
+            "classes": [_class_dict(cls) for cls in self.classes],
+            "rollouts": [
+                {
+                    "feature": r.feature, "impl": r.impl, "percent": r.percent,
+                    "steps": [{"percent": p, "nodes": n, "share": share(n)} for p, n in r.steps],
+                }
+                for r in self.rollouts
+            ],
+        }  # fmt: skip
+
+
+def _share(total: int) -> Callable[[int], float]:
+    return lambda n: round(n / total, 4) if total else 0.0
+
+
+def _class_dict(cls: ClassDiff) -> dict[str, object]:
+    share = _share(len(cls.nodes))
+    return {
+        "class": cls.key,
+        "summary": cls.summary,
+        "nodes": len(cls.nodes),
+        "example": cls.nodes[0] if cls.nodes else None,
+        "changes": [
+            {**c.to_dict(), "nodes": n, "share": share(n)} for c, n in sorted(cls.changes.items())
+        ],
+    }
+
+
+def class_key(platform: Platform) -> str:
+    """Everything about ``platform`` that a decision can read, as canonical JSON: two nodes of
+    one key differ only in identity (machine ID, GPU UUIDs, bus addresses) and probe messages."""
+    data = platform.to_dict()
+    data.pop("machine_id", None)
+    data.pop("probe_errors", None)
+    data["devices"] = [
+        {k: v for k, v in device.items() if k not in _PER_NODE_KEYS} for device in data["devices"]
+    ]
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def summary(platform: Platform) -> str:
+    """``nvidia sm_90 NVIDIA H100 80GB HBM3 x8, driver 570.133.20, torch 2.9.1+cu128``."""
+    device = platform.primary
+    parts: list[str] = [platform.vendor]
+    if device is not None:
+        parts.append(f"{device.arch} {device.name} x{len(platform.devices)}")
+    text = " ".join(parts)
+    if platform.driver.version:
+        text += f", driver {platform.driver.version}"
+    if platform.torch.version:
+        text += f", torch {platform.torch.version}"
+    return text
+
+
+def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
+    """(feature, impl, rollout) of every candidate rolled out in stages, in policy order."""
+    return [
+        (name, c.impl, c.rollout)
+        for name, feature in policies.features.items()
+        for c in feature.candidates
+        if c.rollout is not None
+    ]
+
+
+class _Resolver:
+    """One policy set's outcomes, computed once per (class, cohorts) group."""
+
+    def __init__(self, policies: PolicySet, *, engines: Sequence[str] = ENGINES) -> None:
+        self.policies = policies
+        self.engines = engines
+        self.cache: dict[Group, Outcome] = {}
+
+    def outcome(self, group: Group, platform: Platform) -> Outcome:
+        found = self.cache.get(group)
+        if found is None:
+            found = self.cache[group] = self._compute(platform)
+        return found
+
+    def _compute(self, platform: Platform) -> Outcome:
+        resolution = resolve_policies(platform, platform.env, self.policies)
+        out: Outcome = {("decision", n): _decided(resolution, n) for n in resolution.decisions}
+        for engine in self.engines:
+            settings = engine_settings(resolution, engine, platform.env)
+            for variable, value in settings.env.items():
+                out[(f"{engine} env", variable)] = value
+            for option, value in flag_options(settings.flags).items():
+                out[(f"{engine} flag", option)] = value
+        return out
+
+
+def flag_options(words: Sequence[str]) -> dict[str, str]:
+    """``--a x --b=y --c`` -> ``{"--a": "x", "--b": "y", "--c": "(set)"}``: each option
+    compared on its own, so that one change is one line whatever the other flags are."""
+    options: dict[str, str] = {}
+    current: str | None = None
+    for word in words:
+        if word.startswith("--"):
+            current, sep, value = word.partition("=")
+            options[current] = value if sep else "(set)"
+        elif current is not None:
+            held = options[current]
+            options[current] = word if held == "(set)" else f"{held} {word}"
+    return options
+
+
+def _decided(resolution: Resolution, feature: str) -> str:
+    decision = resolution.decisions[feature]
+    if decision.error_code is not None:
+        return f"error ({decision.error_code.value})"
+    return decision.impl or "none"
+
+
+def _changes(old: Outcome, new: Outcome) -> list[Change]:
+    keys = sorted(set(old) | set(new))
+    return [
+        Change(kind, name, old.get((kind, name), _UNSET), new.get((kind, name), _UNSET))
+        for kind, name in keys
+        if old.get((kind, name), _UNSET) != new.get((kind, name), _UNSET)
+    ]
+
+
+@dataclass
+class _Fleet:
+    """The nodes deduplicated: classes, and per node its class and identity."""
+
+    summaries: list[ClassDiff]
+    members: list[tuple[int, str | None, Platform]]  # per node: class index, identity, platform
+
+    @classmethod
+    def build(cls, nodes: Iterable[Node]) -> _Fleet:
+        index: dict[str, int] = {}
+        fleet = cls([], [])
+        for node in nodes:
+            key = class_key(node.platform)
+            number = index.get(key)
+            if number is None:
+                number = index[key] = len(fleet.summaries)
+                digest = sha256(key.encode()).hexdigest()[:10]
+                fleet.summaries.append(ClassDiff(digest, summary(node.platform)))
+            fleet.summaries[number].nodes.append(node.name)
+            fleet.members.append((number, node.platform.identity, node.platform))
+        return fleet
+
+    def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[int, Platform]]:
+        """(class, cohorts) -> its node count and one of its nodes, each node placed in every
+        rollout of ``placed``: resolving that node resolves the whole group."""
+        found: dict[Group, tuple[int, Platform]] = {}
+        for number, identity, platform in self.members:
+            group = (number, tuple(r.place(identity)[0] for r in placed))
+            count, first = found.get(group, (0, platform))
+            found[group] = (count + 1, first)
+        return found
+
+
+def diff_fleet(
+    nodes: Iterable[Node],
+    old: PolicySet,
+    new: PolicySet,
+    *,
+    steps: Sequence[float] = DEFAULT_STEPS,
+    skipped: Sequence[str] = (),
+) -> FleetDiff:
+    """Compare ``old`` and ``new`` over ``nodes``.
+
+    Args:
+        nodes: The inventory.
+        old: The policies the fleet runs.
+        new: The candidate policies.
+        steps: Percents at which to count each staged rollout of ``new`` (its own percent is
+            always counted).
+        skipped: Node names the inventory skipped, reported as such.
+    """
+    fleet = _Fleet.build(nodes)
+    placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
+    before, after = _Resolver(old), _Resolver(new)
+    changed = 0
+    for group, (count, platform) in fleet.groups(placed).items():
+        found = _changes(before.outcome(group, platform), after.outcome(group, platform))
+        cls = fleet.summaries[group[0]]
+        for change in found:
+            cls.changes[change] = cls.changes.get(change, 0) + count
+        changed += count if found else 0
+    counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
+    return FleetDiff(len(fleet.members), fleet.summaries, changed, counted, tuple(skipped))
+
+
+def _steps(
+    fleet: _Fleet,
+    policies: PolicySet,
+    staged_candidate: tuple[str, str, CompiledRollout],
+    steps: Sequence[float],
+) -> RolloutSteps:
+    """How many nodes choose the candidate (feature, impl, rollout) at each percent."""
+    feature, impl, rollout = staged_candidate
+    counted: list[tuple[float, int]] = []
+    for percent in sorted({*steps, rollout.percent}):
+        staged = with_percent(policies, feature, impl, percent)
+        resolver = _Resolver(staged, engines=())
+        groups = fleet.groups([r for _, _, r in rollouts(staged)])
+        reached = sum(
+            count
+            for group, (count, platform) in groups.items()
+            if resolver.outcome(group, platform)[("decision", feature)] == impl
+        )
+        counted.append((percent, reached))
+    return RolloutSteps(feature, impl, rollout.percent, tuple(counted))
+
+
+def with_percent(policies: PolicySet, feature: str, impl: str, percent: float) -> PolicySet:
+    """``policies`` with one candidate's rollout at ``percent`` (same cohort order)."""
+    compiled = policies.features[feature]
+    candidates = tuple(
+        replace(c, rollout=c.rollout.with_percent(percent))
+        if c.impl == impl and c.rollout is not None
+        else c
+        for c in compiled.candidates
+    )
+    features = {**policies.features, feature: replace(compiled, candidates=candidates)}
+    return replace(policies, features=features)

@@ -1,0 +1,204 @@
+"""A fleet's inventory as operators have it: platform snapshots, or Kubernetes Node objects.
+
+Three shapes are read (each bounded before a JSON parser sees it):
+
+* a directory of ``kernelpolicy probe --json`` snapshots (``*.json``, one node each; the file
+  name without ``.json`` is the node's name);
+* one snapshot file;
+* the output of ``kubectl get nodes -o json`` (a ``List`` or ``NodeList``): each node's
+  platform is rebuilt from the labels ``kernelpolicy labels`` wrote
+  (:mod:`kernelpolicy.labels`), its identity from the ``node.identity`` label, else from
+  ``status.nodeInfo.machineID``. Nodes without kernelpolicy's labels are skipped and counted.
+
+A bad snapshot is one :class:`~kernelpolicy.errors.PlatformFileError` naming its file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.errors import InventoryError, PlatformFileError
+from kernelpolicy.labels import PREFIX
+from kernelpolicy.limits import (
+    MAX_INVENTORY_FILE_BYTES,
+    MAX_INVENTORY_NODES,
+    MAX_PLATFORM_FILE_BYTES,
+    MAX_PROBED_DEVICES,
+)
+from kernelpolicy.platform.identity import app_specific_id, is_app_specific_id
+from kernelpolicy.platform.model import SCHEMA, Platform, load_platform
+from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
+
+__all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
+
+_LOCAL_VERSION = re.compile(r"(\d[0-9.]*)-([a-z][a-z0-9.]*)\Z")  # 2.9.1-cu128 was 2.9.1+cu128
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the inventory: its name and what it is."""
+
+    name: str
+    platform: Platform
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The nodes read, where from, and the Node objects skipped (no kernelpolicy labels)."""
+
+    source: str
+    nodes: tuple[Node, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def _fail(message: str) -> InventoryError:
+    return InventoryError(message)
+
+
+def load_inventory(path: Path) -> Inventory:
+    """The nodes at ``path``: a directory of snapshots, a snapshot, or ``kubectl get nodes``.
+
+    Raises:
+        PlatformFileError: A snapshot is bad (the message names its file).
+        InventoryError: ``path`` is missing, too large, holds more than
+            ``MAX_INVENTORY_NODES`` nodes, or is neither shape.
+    """
+    if path.is_dir():
+        return _snapshot_dir(path)
+    data = read_bytes_bounded(
+        path, limit=MAX_INVENTORY_FILE_BYTES, limit_name="MAX_INVENTORY_FILE_BYTES", fail=_fail
+    )
+    value = parse_json(decode_utf8(data, str(path), _fail), str(path), _fail)
+    if isinstance(value, dict) and value.get("kind") in ("List", "NodeList"):
+        return _kubectl_nodes(value, str(path))
+    if isinstance(value, dict) and value.get("schema") == SCHEMA:
+        if len(data) > MAX_PLATFORM_FILE_BYTES:
+            raise _fail(f"{path}: {len(data)} bytes is over MAX_PLATFORM_FILE_BYTES")
+        return Inventory(str(path), (Node(path.stem, Platform.from_dict(value, source=str(path))),))
+    raise _fail(
+        f"{path}: expected a directory of 'kernelpolicy probe --json' snapshots, one snapshot, "
+        "or the output of 'kubectl get nodes -o json'"
+    )
+
+
+def _snapshot_dir(directory: Path) -> Inventory:
+    try:
+        with os.scandir(directory) as entries:
+            names = []
+            for entry in entries:
+                if entry.name.endswith(".json") and not entry.name.startswith("."):
+                    names.append(entry.name)
+                    if len(names) > MAX_INVENTORY_NODES:
+                        raise _fail(
+                            f"{directory}: more than MAX_INVENTORY_NODES ({MAX_INVENTORY_NODES}) "
+                            "snapshots"
+                        )
+    except OSError as exc:
+        raise _fail(f"{directory}: cannot list: {exc.strerror or exc}") from None
+    if not names:
+        raise _fail(f"{directory}: no *.json snapshots ('kernelpolicy probe --json > NODE.json')")
+    nodes = tuple(
+        Node(name.removesuffix(".json"), load_platform(directory / name)) for name in sorted(names)
+    )
+    return Inventory(str(directory), nodes)
+
+
+def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
+    items = value.get("items")
+    if not isinstance(items, list):
+        raise _fail(f"{source}: a {value.get('kind')} without a list of 'items'")
+    if len(items) > MAX_INVENTORY_NODES:
+        raise _fail(f"{source}: {len(items)} nodes is over MAX_INVENTORY_NODES")
+    nodes: list[Node] = []
+    skipped: list[str] = []
+    for index, item in enumerate(items):
+        where = f"{source}: items[{index}]"
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        if not isinstance(metadata, dict):
+            raise _fail(f"{where}: not a Node object (no metadata)")
+        name = str(metadata.get("name") or f"items[{index}]")
+        labels = metadata.get("labels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise _fail(f"{where} ({name}): labels are not a map of strings")
+        info = (item.get("status") or {}).get("nodeInfo") or {}
+        machine = info.get("machineID") if isinstance(info, dict) else None
+        platform = platform_from_labels(
+            labels, machine_id=machine if isinstance(machine, str) else None,
+            source=f"{where} ({name})",
+        )  # fmt: skip
+        if platform is None:
+            skipped.append(name)
+        else:
+            nodes.append(Node(name, platform))
+    return Inventory(source, tuple(nodes), tuple(skipped))
+
+
+def platform_from_labels(
+    labels: Mapping[str, str],
+    *,
+    machine_id: str | None = None,
+    prefix: str = PREFIX,
+    source: str = "<labels>",
+) -> Platform | None:
+    """The platform a node's kernelpolicy labels describe (every fact a decision reads), or
+    ``None`` when it has none.
+
+    Args:
+        labels: The Node's labels.
+        machine_id: ``status.nodeInfo.machineID`` (raw), used when no ``node.identity`` label.
+        prefix: The label prefix ``kernelpolicy labels`` wrote with.
+        source: Names the node in errors.
+
+    Raises:
+        PlatformFileError: The labels describe no valid platform.
+    """
+    start = f"{prefix}/"
+    facts = {k[len(start) :]: v for k, v in labels.items() if k.startswith(start)}
+    if "gpu.vendor" not in facts:
+        return None
+    identity = facts.get("node.identity", "")
+    fields: dict[str, Any] = {
+        "vendor": facts["gpu.vendor"],
+        "devices": _devices(facts, source),
+        "driver": {k: facts.get(f"driver.{k}") for k in ("version", "cuda", "rocm")},
+        "torch": {"version": _version(facts.get("torch.version"))},
+        "libraries": {k[4:]: _version(v) for k, v in facts.items() if k.startswith("lib.")},
+        "env": {k[4:]: v for k, v in facts.items() if k.startswith("env.")},
+        "machine_id": identity
+        if is_app_specific_id(identity)
+        else (app_specific_id(machine_id) if machine_id else None),
+    }
+    return Platform.from_dict(fields, source=source)
+
+
+def _devices(facts: Mapping[str, str], source: str) -> list[dict[str, Any]]:
+    text = facts.get("gpu.count", "0")
+    if not text.isdigit() or int(text) > MAX_PROBED_DEVICES:
+        raise PlatformFileError(
+            f"{source}: label gpu.count={text!r}: expected an integer 0..MAX_PROBED_DEVICES "
+            f"({MAX_PROBED_DEVICES})"
+        )
+    count = int(text)
+    if "gpu.arch" not in facts:
+        return []
+    units = facts.get("gpu.compute_units")
+    device = {
+        "name": facts.get("gpu.product", ""),
+        "arch": facts["gpu.arch"],
+        "capability": facts.get("gpu.capability", ""),
+        "compute_units": int(units) if units and units.isdigit() else None,
+    }
+    return [{"index": i, **device} for i in range(count)]
+
+
+def _version(value: str | None) -> str | None:
+    """A version as written before a label made its ``+`` a ``-``."""
+    if value is None:
+        return None
+    match = _LOCAL_VERSION.fullmatch(value)
+    return f"{match.group(1)}+{match.group(2)}" if match else value
