@@ -107,7 +107,9 @@ def _host_wants(level: int) -> bool:
     if not logger or not logger.isEnabledFor(level):
         return False
     while logger is not None:
-        if any(not isinstance(h, logging.NullHandler) and level >= h.level for h in logger.handlers):
+        if any(
+            not isinstance(h, logging.NullHandler) and level >= h.level for h in logger.handlers
+        ):
             return True
         logger = logger.parent if logger.propagate else None
     return False

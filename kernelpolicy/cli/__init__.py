@@ -1,24 +1,17 @@
-"""The ``kernelpolicy`` command line: one sub-command per question an operator asks."""
+"""The ``kernelpolicy`` command line: one sub-command per question an operator asks.
+
+This module imports nothing heavy at the top: :func:`main` imports the commands inside its
+Ctrl-C boundary, so an interrupt during start-up is one line and exit 130, never a traceback.
+"""
 
 from __future__ import annotations
 
-import argparse
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from kernelpolicy import __version__
-from kernelpolicy.cli import (
-    check_cmd,
-    diff_cmd,
-    env_cmd,
-    exec_cmd,
-    explain_cmd,
-    labels_cmd,
-    matrix_cmd,
-    probe_cmd,
-    serve_cmd,
-    verify_cmd,
-)
-from kernelpolicy.cli.common import disable_abbreviations, run_guarded
+if TYPE_CHECKING:
+    import argparse
 
 _EPILOG = """\
 examples:
@@ -36,11 +29,32 @@ examples:
   kernelpolicy status                     how a running daemon is: revision, last reload error
   kernelpolicy labels                     node labels for Node Feature Discovery
   kernelpolicy diff --against NEW/        what a policy change does to a fleet's nodes
+  kernelpolicy completion bash            shell completion (bash or zsh)
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """The whole command line, every sub-command registered."""
+    import argparse
+
+    from kernelpolicy import __version__
+    from kernelpolicy.cli import (
+        check_cmd,
+        completion_cmd,
+        diff_cmd,
+        env_cmd,
+        exec_cmd,
+        explain_cmd,
+        labels_cmd,
+        matrix_cmd,
+        probe_cmd,
+        serve_cmd,
+        verify_cmd,
+    )
+    from kernelpolicy.cli.common import disable_abbreviations
+    from kernelpolicy.cli.parsing import SuggestingParser
+
+    parser = SuggestingParser(
         prog="kernelpolicy",
         description="Which GPU kernel runs on this machine, and why.",
         epilog=_EPILOG,
@@ -59,16 +73,57 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.register(commands)
     labels_cmd.register(commands)
     diff_cmd.register(commands)
+    completion_cmd.register(commands)
     disable_abbreviations(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 a finding such as an error, 2 bad usage or
-    input; see docs/cli.md)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    input, 130 interrupted; see docs/cli.md).
+
+    Called as the process's entry point (``argv`` None), it first takes SIGINT back from a
+    parent that ignored it (``cmd &`` in a script), except for ``exec``, whose engine inherits
+    the parent's choice; and an interrupt makes any further Ctrl-C ignored while it exits.
+    """
+    process = argv is None
+    if process:
+        _take_sigint(sys.argv[1:2] != ["exec"])
+    try:
+        from kernelpolicy.cli.common import run_guarded
+
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return interrupted(process)
     if args.command is None:
         parser.print_help()
         return 2
-    return run_guarded(args)
+    code = run_guarded(args)
+    if code == 130 and process:
+        _ignore_sigint()
+    return code
+
+
+def interrupted(process: bool) -> int:
+    """Ctrl-C during start-up: one line, exit 130 (128 + SIGINT, as a shell reports it)."""
+    if process:
+        _ignore_sigint()
+    print("kernelpolicy: error: interrupted", file=sys.stderr, flush=True)
+    return 130
+
+
+def _take_sigint(restore: bool) -> None:
+    """SIGINT raises KeyboardInterrupt again where the parent left it ignored: Python keeps an
+    inherited SIG_IGN, and a daemon started so would never stop on Ctrl-C or ``kill -INT``."""
+    import signal
+
+    if restore and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _ignore_sigint() -> None:
+    """Exiting anyway: a second Ctrl-C must not turn into a traceback during clean-up."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

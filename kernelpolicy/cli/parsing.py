@@ -1,0 +1,73 @@
+"""The CLI's argument parser: argparse with "did you mean" for commands, choices and options.
+
+argparse (before Python 3.14's ``suggest_on_error``) lists the choices of a mistyped command
+and says nothing for a mistyped option; git and kubectl name the close ones. Abbreviations stay
+off (``allow_abbrev=False``, see :func:`~kernelpolicy.cli.common.disable_abbreviations`): a
+suggestion is said, never acted on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from kernelpolicy.suggest import close_names, did_you_mean
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose usage errors name the close alternatives.
+
+    Sub-command parsers are of the same class (argparse makes them with ``type(self)``).
+    """
+
+    _last: argparse.Namespace | None = None
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            choices = action.choices if action.choices is not None else ()
+            hint = did_you_mean(str(value), [str(c) for c in choices])
+            if not hint:
+                raise
+            listed = ", ".join(repr(str(c)) for c in choices)
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}{hint} (choose from {listed})"
+            ) from exc
+
+    def parse_known_args(  # type: ignore[override]  # one signature for argparse's overloads
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        self._last = parsed
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix) and self._last is not None:
+            message += _option_hints(message[len(prefix) :].split(), self._options_of_last())
+        super().error(message)
+
+    def _options_of_last(self) -> list[str]:
+        """The option strings of this parser and of the sub-command just parsed."""
+        options = list(self._option_string_actions)
+        command = getattr(self._last, "command", None)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                options += list(action.choices[command]._option_string_actions)
+        return options
+
+
+def _option_hints(words: list[str], options: list[str]) -> str:
+    """``" (did you mean --json?)"`` for each unknown option with close known ones."""
+    hints = []
+    for word in words:
+        if not word.startswith("-") or word == "-":
+            continue
+        name = word.split("=", 1)[0]
+        bare = {o.lstrip("-"): o for o in options}
+        close = close_names(name.lstrip("-"), bare)
+        if close:
+            hints.append(f"{name}: did you mean {' or '.join(bare[c] for c in close)}?")
+    return f" ({'; '.join(hints)})" if hints else ""
