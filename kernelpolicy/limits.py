@@ -108,6 +108,32 @@ MAX_HTTP_HEADERS = 64
 """Header lines in one HTTP request."""
 MAX_FLAG_KEY_CHARS = 256
 """One OFREP flag key (a feature or gate name)."""
+MAX_HTTP_CONNECTIONS = 512
+"""Open HTTP connections in all, and never more than ``HTTP_DESCRIPTOR_SHARE`` of the
+process's descriptor limit (``RLIMIT_NOFILE``): the rest stays for the unix socket, gRPC and
+files. A connection past the cap takes the place of the oldest one of the peer holding most."""
+MAX_HTTP_CONNECTIONS_PER_PEER = 32
+"""Open HTTP connections from one peer address; the peer's next one replaces its oldest."""
+HTTP_DESCRIPTOR_SHARE = 0.5
+"""The part of the descriptor limit the HTTP listener may hold (with 1,024 files: 512)."""
+MAX_HTTP_HEADER_SECONDS = 10.0
+"""From accepting a connection (TLS handshake included) to the end of its first request's
+headers; past it the connection is closed."""
+MAX_HTTP_BODY_SECONDS = 10.0
+"""From the end of a request's headers to the end of its body: 408 past it. A request still
+running after twice this long is cut."""
+MAX_HTTP_IDLE_SECONDS = 30.0
+"""A kept-alive connection between the end of one answer and the end of the next request's
+headers."""
+MAX_WATCH_STREAMS = 256
+"""Open server streams (Watch, flagd EventStream) from TCP peers in all (about 54 KiB each);
+RESOURCE_EXHAUSTED past it. Clients on the unix socket have their own share (below), so no TCP
+client can take theirs."""
+MAX_WATCH_STREAMS_PER_PEER = 32
+"""Open server streams from one peer address; all unix-socket clients count as one peer."""
+LOG_LINES_PER_MINUTE = 10
+"""Lines per minute of one repeated event a client can cause (hang-ups, rejected requests,
+connections replaced); the others are counted and the count logged with the next line."""
 
 # Node labels.
 MAX_FEATURE_FILE_BYTES = 64 * KIB

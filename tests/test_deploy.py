@@ -58,7 +58,7 @@ def test_manifest_is_valid_kubernetes(path: Path) -> None:
 def test_manifests_exist() -> None:
     kinds = sorted(o["kind"] for o in objects())
     assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "Namespace",
-                     "Namespace", "Service"]  # fmt: skip
+                     "Namespace", "NetworkPolicy", "Service"]  # fmt: skip
 
 
 def container(workload: dict[str, Any], name: str) -> dict[str, Any]:
@@ -83,6 +83,26 @@ def test_daemonset_arguments_are_kernelpolicy_serve() -> None:
     assert volumes["policies"]["configMap"]["defaultMode"] == 0o444
     mounts = container(daemonset, "kernelpolicy")["volumeMounts"]
     assert not any("subPath" in m for m in mounts)  # subPath mounts never see updates
+
+
+def test_network_policy_guards_the_http_port() -> None:
+    """The NetworkPolicy selects the daemon's pods, admits the HTTP port only from the
+    monitoring and inference namespaces, and denies all egress (the daemon opens nothing)."""
+    policy = find("NetworkPolicy", "kernelpolicy")
+    template = find("DaemonSet", "kernelpolicy")["spec"]["template"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"] == []
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": HTTP_PORT}]
+    namespaces = {
+        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for peer in rule["from"]
+    }
+    assert namespaces == {"monitoring", "inference"}
+    workers = find("Deployment", "llama-8b", "inference")["metadata"]["namespace"]
+    assert workers in namespaces
 
 
 def test_inference_example_starts_through_exec() -> None:

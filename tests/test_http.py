@@ -33,6 +33,10 @@ BULK = "/ofrep/v1/evaluate/flags"
 SAMPLER_CONTEXT = {
     "has_generators": True, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw_logprobs",
 }  # fmt: skip
+DEEP_OUTSIDE_CONTEXT = '{"other":' + "[" * 5000 + "]" * 5000 + ',"context":{}}'
+NESTED_20: Any = 1
+for _ in range(20):
+    NESTED_20 = [NESTED_20]
 GATE_CONTEXT = {
     "dtype": "bfloat16", "hidden_dim": 2880, "tokens": 8, "world_size": 8,
     "total_bytes": 46080, "fully_connected": True,
@@ -87,6 +91,12 @@ def url() -> Iterator[str]:
         pytest.param("sampler.greedy", [1, 2], 400, {"errorCode": "PARSE_ERROR"}, id="array"),
         pytest.param("sampler.greedy", {"context": [1]}, 400, {"errorCode": "INVALID_CONTEXT"},
                      id="context-array"),
+        pytest.param("sampler.greedy", DEEP_OUTSIDE_CONTEXT, 400, {"errorCode": "PARSE_ERROR"},
+                     id="too-deep-outside-context"),
+        pytest.param("sampler.greedy", {"other": NESTED_20, "context": {}}, 200,
+                     {"value": "torch"}, id="nested-outside-context-within-parse-limit"),
+        pytest.param("sampler.greedy", {"context": {"deep": NESTED_20}}, 400,
+                     {"errorCode": "INVALID_CONTEXT"}, id="context-too-deep"),
     ],
 )  # fmt: skip
 def test_single_evaluation_table(
@@ -342,7 +352,14 @@ def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
 
 def test_fleet_doc_states_each_limit() -> None:
     """docs/fleet.md names every HTTP and label limit with its current value."""
-    from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+    from kernelpolicy.limits import (
+        MAX_FEATURE_FILE_BYTES,
+        MAX_HTTP_BODY_SECONDS,
+        MAX_HTTP_CONNECTIONS,
+        MAX_HTTP_CONNECTIONS_PER_PEER,
+        MAX_HTTP_HEADER_SECONDS,
+        MAX_HTTP_IDLE_SECONDS,
+    )
 
     page = (ROOT / "docs/fleet.md").read_text()
     shown = {
@@ -353,6 +370,11 @@ def test_fleet_doc_states_each_limit() -> None:
         "MAX_CONTEXT_ENTRIES": f"{MAX_CONTEXT_ENTRIES} entries",
         "MAX_CONTEXT_DEPTH": f"{MAX_CONTEXT_DEPTH} levels",
         "MAX_FEATURE_FILE_BYTES": f"{MAX_FEATURE_FILE_BYTES // 1024} KiB",
+        "MAX_HTTP_CONNECTIONS": f"{MAX_HTTP_CONNECTIONS} connections",
+        "MAX_HTTP_CONNECTIONS_PER_PEER": f"{MAX_HTTP_CONNECTIONS_PER_PEER} connections",
+        "MAX_HTTP_HEADER_SECONDS": f"{MAX_HTTP_HEADER_SECONDS:g} s",
+        "MAX_HTTP_BODY_SECONDS": f"{MAX_HTTP_BODY_SECONDS:g} s",
+        "MAX_HTTP_IDLE_SECONDS": f"{MAX_HTTP_IDLE_SECONDS:g} s",
     }
     for name, value in shown.items():
         assert f"| `{name}` | {value}" in page, name

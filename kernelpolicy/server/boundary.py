@@ -12,7 +12,11 @@ Every handler the daemon registers goes through :func:`guard` (unary) or :func:`
 - anything else is logged with its traceback and answered ``INTERNAL`` with no Python detail,
   so no client ever sees ``UNKNOWN`` or a class name.
 
-Rejected requests are logged (``kernelpolicy.request.rejected``, warning level).
+Server streams (Watch, EventStream) also hold a slot of ``server.streams.StreamSlots`` for as
+long as they run: past a cap they are refused ``RESOURCE_EXHAUSTED``.
+
+Rejected requests are logged (``kernelpolicy.request.rejected``, warning level), through the
+daemon's throttled log (``server.ratelog``): a client cannot fill the log.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from kernelpolicy.limits import (
     SHOWN_ERROR_CHARS,
     shown,
 )
+from kernelpolicy.server.streams import StreamSlots
 
 Emit = Callable[..., None]
 """``emit(level, event, **fields)``: where the boundary logs (the daemon's logger)."""
@@ -168,10 +173,17 @@ _CLIENT_MISTAKES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.
 
 
 class Boundary:
-    """Maps every failure of a handler to a status; one instance per daemon (it logs)."""
+    """Maps every failure of a handler to a status; one instance per daemon (it logs).
 
-    def __init__(self, emit: Emit) -> None:
+    Args:
+        emit: Where to log.
+        streams: The server streams' caps (default: ``MAX_WATCH_STREAMS`` and
+            ``MAX_WATCH_STREAMS_PER_PEER``).
+    """
+
+    def __init__(self, emit: Emit, streams: StreamSlots | None = None) -> None:
         self.emit = emit
+        self.streams = StreamSlots() if streams is None else streams
 
     async def _reject(
         self, context: grpc.aio.ServicerContext, method: str, code: grpc.StatusCode, detail: str
@@ -224,8 +236,9 @@ class Boundary:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
                 await self._admit(context, method, request)
-                async for item in handler(request, context):
-                    yield item
+                with self.streams.slot(context.peer()):
+                    async for item in handler(request, context):
+                        yield item
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:  # the one boundary: everything is mapped

@@ -24,6 +24,7 @@ from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.fleet import Fleet
+from kernelpolicy.server.ratelog import Throttle
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.sockets import (
     default_socket_address,
@@ -114,15 +115,27 @@ class Daemon:
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
-        self.boundary = Boundary(self._log)
+        # What clients can cause again and again is logged at a bounded rate (server.ratelog).
+        self.client_log = Throttle(self._client_log)
+        self.boundary = Boundary(self.client_log)
         self.fleet = Fleet(
             self.state, self.http, self.labels_dir, tls=self.tls,
             warn=lambda event, message: self._log("warning", event, message=message),
+            client_log=self.client_log,
         )  # fmt: skip
+        if self.fleet.metrics is not None:
+            self.fleet.metrics.count_open(
+                "kernelpolicy_grpc_streams", "Open gRPC server streams (Watch, EventStream).",
+                lambda: self.boundary.streams.count,
+            )  # fmt: skip
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
             getattr(self.log, level)(event, **fields)
+
+    def _client_log(self, level: str, event: str, **fields: Any) -> None:
+        if level != "info" or not self.quiet:
+            self._log(level, event, **fields)
 
     def _emit(self, event: str, **fields: Any) -> None:
         if not self.quiet:

@@ -28,6 +28,8 @@ class Fleet:
         labels_dir: ``serve --labels-dir``: NFD's ``features.d``, or ``None``.
         tls: The gRPC listener's TLS files, used for HTTP too (``None``: plain HTTP).
         warn: Logs a warning (the daemon's logger).
+        client_log: Logs what clients can cause over and over (``emit(level, event, **fields)``,
+            throttled by the daemon): handler failures, hang-ups, connections closed.
         url: The bound ``http://host:port`` once started.
     """
 
@@ -36,6 +38,7 @@ class Fleet:
     labels_dir: Path | None = None
     tls: Any = None  # the daemon's TlsFiles (cert, key, client_ca), or None
     warn: Callable[[str, str], None] = lambda event, message: None
+    client_log: Callable[..., None] = lambda level, event, **fields: None
     url: str | None = None
     ready: bool = False
     metrics: DaemonMetrics | None = field(default=None, init=False)
@@ -80,11 +83,20 @@ class Fleet:
                 f"HTTP on {self.http}, reachable beyond this machine"
                 + ("" if tls else " WITHOUT TLS: set KERNELPOLICY_TLS_CERT_FILE/KEY_FILE"),
             )
+        log = self.client_log
         self.listener = HttpListener(
             self.state, self.metrics, self.not_ready, ssl_context=ssl_context,
-            on_error=lambda message: self.warn("kernelpolicy.http.error", message),
+            on_error=lambda message: log("warning", "kernelpolicy.http.error", message=message),
+            on_close=lambda reason, peer: log("info", "kernelpolicy.http.closed", reason=reason,
+                                              peer=peer),
         )  # fmt: skip
         self.url = await self.listener.start(self.http)
+        connections = self.listener.connections
+        if connections is not None:
+            self.metrics.count_open(
+                "kernelpolicy_http_connections", "Open HTTP connections.",
+                lambda: connections.table.count,
+            )  # fmt: skip
         self.ready = True
 
     def not_ready(self) -> str | None:

@@ -10,12 +10,17 @@
 
 Every request is bounded before a handler sees it: the request target and each header value
 (``MAX_HTTP_HEADER_BYTES``), the number of headers (``MAX_HTTP_HEADERS``) and the body
-(``MAX_HTTP_BODY_BYTES``, 413 past it); flag keys are bounded by the OFREP layer. Errors are JSON
-(``{"errorDetails": ...}``, plus ``key`` and ``errorCode`` on OFREP routes), never a traceback.
+(``MAX_HTTP_BODY_BYTES``, 413 past it; ``MAX_HTTP_BODY_SECONDS`` to send it, 408 past that);
+flag keys are bounded by the OFREP layer. Connections are bounded in number, per peer and in
+time by ``server.connections``. Errors are JSON (``{"errorDetails": ...}``, plus ``key`` and
+``errorCode`` on OFREP routes), never a traceback. A client that hangs up before its answer is
+no error of the daemon's: it is counted (``kernelpolicy_http_connections_closed_total``), not
+answered, and not counted as a request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
@@ -33,6 +38,7 @@ from kernelpolicy.limits import (
     MAX_HTTP_HEADERS,
 )
 from kernelpolicy.server import ofrep
+from kernelpolicy.server.connections import LIMITS, GuardedListener, Timeouts
 
 if TYPE_CHECKING:
     from kernelpolicy.server.metrics import DaemonMetrics
@@ -44,6 +50,30 @@ OFREP_BULK = "/ofrep/v1/evaluate/flags"
 _METHODS = frozenset({"GET", "HEAD", "POST"})  # other methods are counted as "other"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _HungUp(Exception):
+    """The client closed the connection before its request was read."""
+
+
+class _BodyTimeout(Exception):
+    """The body did not arrive within MAX_HTTP_BODY_SECONDS."""
+
+
+async def _body(request: web.Request, seconds: float) -> bytes:
+    """The request body, read within ``seconds`` (``MAX_HTTP_BODY_SECONDS``).
+
+    Raises:
+        _HungUp: The client went away in the middle of it.
+        _BodyTimeout: It did not all arrive in time.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise _BodyTimeout from None
+    except ConnectionError:
+        raise _HungUp from None
 
 
 def parse_http_address(address: str) -> tuple[str, int]:
@@ -113,6 +143,10 @@ class HttpListener:
         not_ready: Returns why the daemon is not ready, or ``None`` when it is.
         ssl_context: TLS, or ``None`` for plain HTTP.
         on_error: Called with a message when a handler fails unexpectedly (answered 500).
+        on_close: Called with a reason (``connections.CLOSE_REASONS``) and the peer address
+            when the listener closes a connection or a client hangs up mid-request.
+        max_connections: The total connection cap (default: ``connections.connection_cap()``).
+        timeouts: Header, body and idle timeouts (default: the ``MAX_HTTP_*_SECONDS`` limits).
     """
 
     def __init__(
@@ -123,13 +157,20 @@ class HttpListener:
         *,
         ssl_context: ssl.SSLContext | None = None,
         on_error: Callable[[str], None] | None = None,
+        on_close: Callable[[str, str], None] | None = None,
+        max_connections: int | None = None,
+        timeouts: Timeouts = LIMITS,
     ) -> None:
         self.state = state
         self.metrics = metrics
         self.not_ready = not_ready
         self.ssl_context = ssl_context
         self.on_error = on_error
+        self.on_close = on_close
+        self.max_connections = max_connections
+        self.timeouts = timeouts
         self._runner: web.AppRunner | None = None
+        self.connections: GuardedListener | None = None
         self.url = ""
 
     def application(self) -> web.Application:
@@ -154,35 +195,60 @@ class HttpListener:
         host, port = parse_http_address(address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            sock = socket.create_server((host, port), family=family, reuse_port=False)
+            sock = socket.create_server(
+                (host, port), family=family, reuse_port=False, backlog=socket.SOMAXCONN
+            )  # a burst waits in the kernel's queue (no descriptor) rather than being dropped
         except OSError as exc:
             raise DaemonError(
                 f"cannot listen on {address} for HTTP: {exc.strerror or exc}; pick another "
                 "with --http"
             ) from None
-        # aiohttp logs each malformed request (over a limit, not HTTP) with a traceback; the
-        # client got its 400, and the daemon's log is no place for a stranger's bad bytes.
-        quiet = logging.getLogger("kernelpolicy.http.protocol")
-        if not quiet.handlers:
-            quiet.addHandler(logging.NullHandler())
-            quiet.propagate = False
-        runner = web.AppRunner(
-            self.application(), handle_signals=False, access_log=None, logger=quiet,
-            max_line_size=MAX_HTTP_HEADER_BYTES, max_field_size=MAX_HTTP_HEADER_BYTES,
-            max_headers=MAX_HTTP_HEADERS,
+        runner = await self._set_up()
+        assert runner.server is not None  # set up
+        # Not a web.SockSite: the listener accepts under the connection caps (see
+        # server.connections), the protocol of each connection still aiohttp's.
+        self.connections = GuardedListener(
+            runner.server, self.ssl_context, on_close=self._closed, total=self.max_connections,
+            timeouts=self.timeouts,
         )  # fmt: skip
-        await runner.setup()
-        await web.SockSite(runner, sock, ssl_context=self.ssl_context).start()
+        self.connections.start(sock)
         self._runner = runner
         bound = sock.getsockname()[1]
         shown_host = f"[{host}]" if ":" in host else host
         self.url = f"{'https' if self.ssl_context else 'http'}://{shown_host}:{bound}"
         return self.url
 
+    async def _set_up(self) -> web.AppRunner:
+        # aiohttp logs each malformed request (over a limit, not HTTP) with a traceback; the
+        # client got its 400, and the daemon's log is no place for a stranger's bad bytes.
+        quiet = logging.getLogger("kernelpolicy.http.protocol")
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
+            quiet.propagate = False
+        # aiohttp's own idle timer is only a backstop: the listener's deadlines come first. After
+        # an answer sent before the whole body came (413, 408), aiohttp reads on for at most
+        # the body timeout, so that the client sees the answer rather than a reset.
+        backstop = 2 * max(self.timeouts.header, self.timeouts.idle)
+        runner = web.AppRunner(
+            self.application(), handle_signals=False, access_log=None, logger=quiet,
+            max_line_size=MAX_HTTP_HEADER_BYTES, max_field_size=MAX_HTTP_HEADER_BYTES,
+            max_headers=MAX_HTTP_HEADERS, keepalive_timeout=backstop,
+            lingering_time=self.timeouts.body,
+        )  # fmt: skip
+        await runner.setup()
+        return runner
+
     async def stop(self) -> None:
+        if self.connections is not None:
+            await self.connections.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    def _closed(self, reason: str, peer: str) -> None:
+        self.metrics.connections_closed.labels(reason).inc()
+        if self.on_close is not None:
+            self.on_close(reason, peer)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -191,30 +257,57 @@ class HttpListener:
         route = resource.canonical if resource is not None else "other"
         if route == OFREP_ONE.replace("{key}", "{key:.+}"):
             route = OFREP_ONE
+        guard = self.connections
+        transport = request.transport  # None once the connection is lost: kept from here
+        if guard is not None:
+            guard.request_started(transport)
         try:
-            response = await handler(request)
-        except web.HTTPRequestEntityTooLarge:
-            response = _json(
-                413,
-                {"errorDetails": f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES})"},
-            )
-        except web.HTTPException as exc:  # 404 and 405 from the router
-            response = _json(exc.status, {"errorDetails": exc.reason}, exc.headers)
-        except Exception as exc:
-            if self.on_error is not None:
-                self.on_error(f"{request.method} {route}: {type(exc).__name__}: {exc}")
-            response = _json(500, {"errorDetails": "internal error; see the daemon's log"})
+            response = await self._answer(request, handler, route)
+        except _HungUp:  # nobody to answer: not a request the daemon failed
+            if guard is not None:
+                guard.hung_up(transport)
+            return web.Response(status=499)
+        finally:
+            if guard is not None:
+                guard.request_finished(transport)
         method = request.method if request.method in _METHODS else "other"
         self.metrics.observe_http(route, method, response.status, time.perf_counter() - start)
         return response
 
+    async def _answer(
+        self, request: web.Request, handler: Handler, route: str
+    ) -> web.StreamResponse:
+        """The handler's answer, or the JSON error it maps to (``_HungUp`` passes through)."""
+        try:
+            return await handler(request)
+        except _HungUp:
+            raise
+        except _BodyTimeout:
+            response = _json(
+                408, {"errorDetails": f"the request body took over MAX_HTTP_BODY_SECONDS "
+                                      f"({self.timeouts.body:g} s)"},
+            )  # fmt: skip
+            response.force_close()
+            return response
+        except web.HTTPRequestEntityTooLarge:
+            return _json(
+                413,
+                {"errorDetails": f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES})"},
+            )
+        except web.HTTPException as exc:  # 404 and 405 from the router
+            return _json(exc.status, {"errorDetails": exc.reason}, exc.headers)
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error(f"{request.method} {route}: {type(exc).__name__}: {exc}")
+            return _json(500, {"errorDetails": "internal error; see the daemon's log"})
+
     async def _ofrep_one(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        body = await _body(request, self.timeouts.body)
         answer = ofrep.evaluate_one(self.state.snapshot, request.match_info["key"], body)
         return _json(answer.status, answer.document, answer.headers)
 
     async def _ofrep_bulk(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        body = await _body(request, self.timeouts.body)
         answer = ofrep.evaluate_bulk(
             self.state.snapshot, body, request.headers.get("If-None-Match")
         )

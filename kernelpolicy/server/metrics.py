@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kernelpolicy.limits import shown
+from kernelpolicy.server.connections import CLOSE_REASONS
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
@@ -156,6 +157,20 @@ class DaemonMetrics:
             "kernelpolicy_http_request_duration_seconds", "Time to answer HTTP requests, by route.",
             ["route"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.connections_closed = Counter(
+            "kernelpolicy_http_connections_closed",
+            "HTTP connections the daemon closed (caps, timeouts), or whose client hung up in the "
+            "middle of a request, by reason.",
+            ["reason"], registry=self.registry,
+        )  # fmt: skip
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
+        self._open = _OpenGauges()
+        self.registry.register(self._open)
+
+    def count_open(self, name: str, help_text: str, current: Callable[[], int]) -> None:
+        """Expose ``current()`` as the gauge ``name`` (open connections, open streams)."""
+        self._open.gauges.append((name, help_text, current))
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The registry in the format ``accept`` asks for (OpenMetrics or the text format).
@@ -175,6 +190,19 @@ class DaemonMetrics:
     def interceptor(self) -> Any:
         """A ``grpc.aio`` server interceptor counting and timing every RPC."""
         return _grpc_interceptor(self)
+
+
+class _OpenGauges(Collector):
+    """Gauges read at scrape time from whoever holds the count."""
+
+    def __init__(self) -> None:
+        self.gauges: list[tuple[str, str, Callable[[], int]]] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for name, help_text, current in self.gauges:
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], current())
+            yield gauge
 
 
 class _Constant(Collector):

@@ -9,11 +9,12 @@ gate a boolean flag evaluated on the request's context. The functions here are p
 and a parsed body in, a status and a JSON document out); ``kernelpolicy.server.http`` does HTTP.
 
 Error codes, as the protocol defines them: an unknown key is ``404 FLAG_NOT_FOUND``; a body
-that is not a JSON object is ``400 PARSE_ERROR``; a context that is not an object, too big, or
-that lacks or mistypes a variable a gate needs is ``400 INVALID_CONTEXT``; a decision that is an
-error on this node (a required kernel is unsupported) is ``400 GENERAL`` with the decision's
-message, as flagd answers evaluation errors. ``targetingKey`` is accepted and ignored: the
-answers depend on the node, not on who asks.
+that is not a JSON object, or nests deeper than kernelpolicy parses (``MAX_NESTING_DEPTH``,
+wherever the nesting is), is ``400 PARSE_ERROR``; a context that is not an object, too big or
+too deep, or that lacks or mistypes a variable a gate needs is ``400 INVALID_CONTEXT``; a
+decision that is an error on this node (a required kernel is unsupported) is ``400 GENERAL``
+with the decision's message, as flagd answers evaluation errors. ``targetingKey`` is accepted
+and ignored: the answers depend on the node, not on who asks.
 """
 
 from __future__ import annotations
@@ -69,11 +70,12 @@ def parse_context(body: bytes) -> dict[str, Any]:
     """The evaluation context of a request body (``{}`` for an empty body or no ``context``).
 
     Raises:
-        OfrepError: 400 PARSE_ERROR (not a JSON object) or 400 INVALID_CONTEXT (a context that
-            is not an object, has more than ``MAX_CONTEXT_ENTRIES`` entries or nests deeper than
+        OfrepError: 400 PARSE_ERROR (not a JSON object, or nested deeper than
+            ``MAX_NESTING_DEPTH`` anywhere) or 400 INVALID_CONTEXT (a context that is not an
+            object, has more than ``MAX_CONTEXT_ENTRIES`` entries or nests deeper than
             ``MAX_CONTEXT_DEPTH``).
     """
-    from kernelpolicy.safeio import nesting_depth, parse_json
+    from kernelpolicy.safeio import parse_json, value_depth
 
     if not body.strip():
         return {}
@@ -81,12 +83,8 @@ def parse_context(body: bytes) -> dict[str, Any]:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise OfrepError(400, "PARSE_ERROR", "the request body is not UTF-8") from None
-    depth = nesting_depth(text) - 1  # the body's own object holds the context
-    if depth > MAX_CONTEXT_DEPTH:
-        raise OfrepError(
-            400, "INVALID_CONTEXT",
-            f"the context nests {depth} levels deep, over MAX_CONTEXT_DEPTH ({MAX_CONTEXT_DEPTH})",
-        )  # fmt: skip
+    # The text's depth is checked before it is parsed, whichever key nests: a body too deep to
+    # parse is the parser's refusal; only the parsed context is measured against its own limit.
     document = parse_json(
         text, "request body", lambda message: OfrepError(400, "PARSE_ERROR", message)
     )
@@ -97,6 +95,12 @@ def parse_context(body: bytes) -> dict[str, Any]:
         return {}
     if not isinstance(context, dict):
         raise OfrepError(400, "INVALID_CONTEXT", "'context' must be a JSON object")
+    depth = value_depth(context)
+    if depth > MAX_CONTEXT_DEPTH:
+        raise OfrepError(
+            400, "INVALID_CONTEXT",
+            f"the context nests {depth} levels deep, over MAX_CONTEXT_DEPTH ({MAX_CONTEXT_DEPTH})",
+        )  # fmt: skip
     context = {k: v for k, v in context.items() if k != "targetingKey"}
     if len(context) > MAX_CONTEXT_ENTRIES:
         raise OfrepError(

@@ -1,0 +1,94 @@
+"""Open server streams (Watch, flagd EventStream), capped per peer and in all.
+
+Each open stream holds a subscription and about 54 KiB for as long as its client keeps it, so
+the daemon bounds them: ``MAX_WATCH_STREAMS_PER_PEER`` from one peer address and
+``MAX_WATCH_STREAMS`` from TCP peers in all. Every client of the unix socket (the node's
+workers, the daemon's own user) counts as the one peer ``unix``, outside the TCP total: no TCP
+client, however many addresses it has, can take the workers' streams. A stream past a cap is
+refused with ``RESOURCE_EXHAUSTED`` and a message naming the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+
+from kernelpolicy.errors import DaemonError
+from kernelpolicy.limits import MAX_WATCH_STREAMS, MAX_WATCH_STREAMS_PER_PEER
+
+UNIX_PEER = "unix"
+
+
+def peer_key(peer: str) -> str:
+    """The address a gRPC peer string names, without its port: ``ipv4:10.0.0.7:5123`` is
+    ``10.0.0.7``, ``ipv6:[::1]:5123`` is ``::1``, any ``unix:`` peer is ``unix``."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("unix", "unix-abstract"):
+        return UNIX_PEER
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    if kind == "ipv4":
+        return rest.rsplit(":", 1)[0]
+    return peer[:100]  # a form grpc does not use today: one peer per string, still bounded
+
+
+class StreamSlots:
+    """Counts open streams by peer; :meth:`slot` holds one for as long as a stream runs.
+
+    Args:
+        total: Streams from TCP peers in all (``MAX_WATCH_STREAMS``).
+        per_peer: Streams from one peer (``MAX_WATCH_STREAMS_PER_PEER``).
+    """
+
+    def __init__(
+        self, total: int = MAX_WATCH_STREAMS, per_peer: int = MAX_WATCH_STREAMS_PER_PEER
+    ) -> None:
+        self.total = total
+        self.per_peer = per_peer
+        self._open: dict[str, int] = {}
+        self.tcp = 0
+
+    @property
+    def count(self) -> int:
+        """Open streams, unix socket included."""
+        return sum(self._open.values())
+
+    def take(self, peer: str) -> str:
+        """Hold a slot for ``peer`` (a gRPC peer string); returns the key to give back.
+
+        Raises:
+            DaemonError: RESOURCE_EXHAUSTED, naming the cap that is reached.
+        """
+        key = peer_key(peer)
+        held = self._open.get(key, 0)
+        if held >= self.per_peer:
+            raise DaemonError(
+                f"{held} streams already open from {key}, the most one peer may hold "
+                f"(MAX_WATCH_STREAMS_PER_PEER {self.per_peer}); close one or reuse it",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            )
+        if key != UNIX_PEER and self.tcp >= self.total:
+            raise DaemonError(
+                f"{self.tcp} streams already open over TCP, the most the daemon holds "
+                f"(MAX_WATCH_STREAMS {self.total}); try again later",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            )
+        self._open[key] = held + 1
+        self.tcp += key != UNIX_PEER
+        return key
+
+    def give_back(self, key: str) -> None:
+        held = self._open.pop(key, 0) - 1
+        if held > 0:
+            self._open[key] = held
+        self.tcp -= key != UNIX_PEER
+
+    @contextmanager
+    def slot(self, peer: str) -> Iterator[None]:
+        key = self.take(peer)
+        try:
+            yield
+        finally:
+            self.give_back(key)
