@@ -243,7 +243,7 @@ class _Fleet:
                 digest = sha256(key.encode()).hexdigest()[:10]
                 fleet.summaries.append(ClassDiff(digest, summary(node.platform)))
             fleet.summaries[number].nodes.append(node.name)
-            fleet.members.append((number, node.platform.identity, node.platform))
+            fleet.members.append((number, node.identity, node.platform))
         return fleet
 
     def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[int, Platform]]:
@@ -252,9 +252,18 @@ class _Fleet:
         found: dict[Group, tuple[int, Platform]] = {}
         for number, identity, platform in self.members:
             group = (number, tuple(r.place(identity)[0] for r in placed))
-            count, first = found.get(group, (0, platform))
-            found[group] = (count + 1, first)
+            held = found.get(group)
+            found[group] = (
+                (1, _as_node(platform, identity)) if held is None else (held[0] + 1, held[1])
+            )
         return found
+
+
+def _as_node(platform: Platform, identity: str | None) -> Platform:
+    """``platform`` as the node of ``identity`` (nodes of one kind may share a platform)."""
+    if platform.identity == identity:
+        return platform
+    return Platform.from_dict({**platform.to_dict(), "machine_id": identity})
 
 
 def diff_fleet(

@@ -30,21 +30,31 @@ from kernelpolicy.limits import (
     MAX_PLATFORM_FILE_BYTES,
     MAX_PROBED_DEVICES,
 )
-from kernelpolicy.platform.identity import app_specific_id, is_app_specific_id
+from kernelpolicy.platform.identity import app_specific_id, is_app_specific_id, node_identity
 from kernelpolicy.platform.model import SCHEMA, Platform, load_platform
 from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 
 __all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
 
+_IDENTITY_LABEL = f"{PREFIX}/node.identity"
 _LOCAL_VERSION = re.compile(r"(\d[0-9.]*)-([a-z][a-z0-9.]*)\Z")  # 2.9.1-cu128 was 2.9.1+cu128
 
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the inventory: its name and what it is."""
+    """One node of the inventory: its name, what it is, and its identity.
+
+    Nodes of one kind may share one ``platform`` (its ``machine_id`` then unset); ``identity``
+    is the node's own (what its rollout cohorts are hashed from).
+    """
 
     name: str
     platform: Platform
+    identity: str | None
+
+    @classmethod
+    def of(cls, name: str, platform: Platform) -> Node:
+        return cls(name, platform, platform.identity)
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,8 @@ def load_inventory(path: Path) -> Inventory:
     if isinstance(value, dict) and value.get("schema") == SCHEMA:
         if len(data) > MAX_PLATFORM_FILE_BYTES:
             raise _fail(f"{path}: {len(data)} bytes is over MAX_PLATFORM_FILE_BYTES")
-        return Inventory(str(path), (Node(path.stem, Platform.from_dict(value, source=str(path))),))
+        platform = Platform.from_dict(value, source=str(path))
+        return Inventory(str(path), (Node.of(path.stem, platform),))
     raise _fail(
         f"{path}: expected a directory of 'kernelpolicy probe --json' snapshots, one snapshot, "
         "or the output of 'kubectl get nodes -o json'"
@@ -103,7 +114,8 @@ def _snapshot_dir(directory: Path) -> Inventory:
     if not names:
         raise _fail(f"{directory}: no *.json snapshots ('kernelpolicy probe --json > NODE.json')")
     nodes = tuple(
-        Node(name.removesuffix(".json"), load_platform(directory / name)) for name in sorted(names)
+        Node.of(name.removesuffix(".json"), load_platform(directory / name))
+        for name in sorted(names)
     )
     return Inventory(str(directory), nodes)
 
@@ -116,26 +128,39 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
         raise _fail(f"{source}: {len(items)} nodes is over MAX_INVENTORY_NODES")
     nodes: list[Node] = []
     skipped: list[str] = []
+    kinds: dict[tuple[tuple[str, str], ...], Platform | None] = {}  # one Platform per label set
     for index, item in enumerate(items):
-        where = f"{source}: items[{index}]"
-        metadata = item.get("metadata") if isinstance(item, dict) else None
-        if not isinstance(metadata, dict):
-            raise _fail(f"{where}: not a Node object (no metadata)")
-        name = str(metadata.get("name") or f"items[{index}]")
-        labels = metadata.get("labels") or {}
-        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-            raise _fail(f"{where} ({name}): labels are not a map of strings")
-        info = (item.get("status") or {}).get("nodeInfo") or {}
-        machine = info.get("machineID") if isinstance(info, dict) else None
-        platform = platform_from_labels(
-            labels, machine_id=machine if isinstance(machine, str) else None,
-            source=f"{where} ({name})",
-        )  # fmt: skip
+        name, labels, machine = _node_parts(item, f"{source}: items[{index}]")
+        identity = labels.get(_IDENTITY_LABEL, "")
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != _IDENTITY_LABEL))
+        if key not in kinds:
+            kinds[key] = platform_from_labels(
+                dict(key), source=f"{source}: items[{index}] ({name})"
+            )
+        platform = kinds[key]
         if platform is None:
             skipped.append(name)
-        else:
-            nodes.append(Node(name, platform))
+            continue
+        if not is_app_specific_id(identity):
+            raw = app_specific_id(machine) if machine else None
+            identity = node_identity(raw, ()) or ""
+        nodes.append(Node(name, platform, identity or None))
     return Inventory(source, tuple(nodes), tuple(skipped))
+
+
+def _node_parts(item: object, where: str) -> tuple[str, dict[str, str], str | None]:
+    """A Node object's name, labels and raw machine ID."""
+    metadata = item.get("metadata") if isinstance(item, dict) else None
+    if not isinstance(metadata, dict):
+        raise _fail(f"{where}: not a Node object (no metadata)")
+    name = str(metadata.get("name") or where)[:253]
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise _fail(f"{where} ({name}): labels are not a map of strings")
+    status = item.get("status") if isinstance(item, dict) else None
+    info = status.get("nodeInfo") if isinstance(status, dict) else None
+    machine = info.get("machineID") if isinstance(info, dict) else None
+    return name, labels, machine if isinstance(machine, str) else None
 
 
 def platform_from_labels(
