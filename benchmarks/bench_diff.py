@@ -113,7 +113,7 @@ def timed(command: list[str], runs: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
