@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render(result, inventory.source))
+        sys.stdout.write(render(result, inventory.source if args.platforms else "bundled fixtures"))
     return 1 if args.exit_code and result.changed else 0
 
 

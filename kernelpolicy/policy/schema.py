@@ -100,6 +100,8 @@ class Rollout(Strict):
                 f"salt {value[:80]!r}: expected at most 64 letters, digits, '.', '_' or '-'"
             )
         return value
+
+
 _ENTRY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
