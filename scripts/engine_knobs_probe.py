@@ -148,7 +148,7 @@ def options(engine: str) -> dict[str, list[str] | None]:
     else:
         _fake_platform("sglang.srt.platforms", "sglang/srt/platforms/__init__.py")
         server_args = importlib.import_module("sglang.srt.server_args")
-        parser = argparse.ArgumentParser()
+        parser = argparse.ArgumentParser(allow_abbrev=False)  # the release's own options only
         server_args.ServerArgs.add_cli_args(parser)
     out: dict[str, list[str] | None] = {}
     for action in parser._actions:

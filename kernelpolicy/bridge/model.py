@@ -13,6 +13,7 @@ class Status(StrEnum):
     """How one decision reaches an engine (closed set)."""
 
     TOLD = "told"  # variables and/or flags make the engine run the chosen implementation
+    PLUGIN = "plugin"  # kernelpolicy's plugin inside the engine runs it (exec turns it on)
     DEFAULT = "default"  # the engine runs it by default: nothing to set
     INEXPRESSIBLE = "inexpressible"  # the engine cannot be made to run exactly this
     UNDECLARED = "undeclared"  # the feature tells this engine, but not for this choice
@@ -74,6 +75,8 @@ class Told:
         flags: Words for the engine's command line.
         inexpressible: The trade-off, when the engine cannot run exactly the chosen one.
         gives_up: Decisions that turning ``shared_switch`` off would also lose.
+        plugin: What kernelpolicy's plugin inside the engine does to carry the choice
+            (status ``PLUGIN``).
         by_batch: Per batch range, what ``select()`` chooses in-process (the feature's
             ``by_batch`` rows); the engine is told one choice for every batch.
         batch_conditions: Implementations whose ``when`` reads the call's ``batch``.
@@ -92,6 +95,7 @@ class Told:
     gives_up: tuple[str, ...] = ()
     reference: str | None = None
     note: str | None = None
+    plugin: str | None = None
     by_batch: tuple[BatchChoice, ...] = ()
     batch_conditions: tuple[str, ...] = ()
     by_dtype: tuple[DtypeChoice, ...] = ()
@@ -115,6 +119,11 @@ class Told:
         parts = [f"batch {label(c.low, c.high)}: {c.impl}" for c in self.by_batch] + [
             f"{impl}'s condition reads batch" for impl in self.batch_conditions
         ]
+        if self.plugin is not None:
+            return (
+                f"{self.feature}: chosen per call by batch ({', '.join(parts)}), carried into "
+                f"{engine} by kernelpolicy's plugin ({self.plugin})"
+            )
         return (
             f"{self.feature}: chosen per call by batch in-process only (resolve().select(), "
             f"the worker bridge): {', '.join(parts)}; {engine} is told one choice, "
@@ -135,6 +144,11 @@ class Told:
         cannot."""
         routed = any(c.low is not None for c in self.by_dtype)
         parts = ", ".join(f"{c.calls(routed)}: {c.impl}" for c in self.by_dtype if c.changed)
+        if self.plugin is not None:
+            return (
+                f"{self.feature}: chosen per call by dtype ({parts}), carried into {engine} by "
+                f"kernelpolicy's plugin ({self.plugin})"
+            )
         return (
             f"{self.feature}: chosen per call by dtype in-process only (resolve().select(), "
             f"the worker bridge): {parts}; {engine} is told one choice, {self.impl}, for "
@@ -154,6 +168,8 @@ class Told:
             return f"{text} (INEXPRESSIBLE)" if text else "INEXPRESSIBLE"
         if self.status is Status.TOLD:
             return text
+        if self.status is Status.PLUGIN:
+            return f"{text} (kernelpolicy plugin)" if text else "(kernelpolicy plugin)"
         return {
             Status.DEFAULT: "(engine default)",
             Status.UNDECLARED: "(not declared)",
@@ -171,6 +187,7 @@ class Told:
             "flags": list(self.flags),
             "inexpressible": self.inexpressible,
             "shared_switch": self.shared_switch,
+            "plugin": self.plugin,
             "gives_up": list(self.gives_up),
             "reference": self.reference,
             "note": self.note,

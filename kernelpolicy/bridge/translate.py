@@ -21,11 +21,12 @@ from kernelpolicy.bridge.model import (
     Status,
     Told,
 )
+from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.knobs import KnobTable, knob_table
+from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE, KnobTable, knob_table
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
@@ -245,7 +246,26 @@ class _Teller:
         by_batch, conditions = _per_batch(feature, decision)
         told = self._by_rule(feature, impl)
         by_dtype = _per_dtype(decision, impl)
-        return replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
+        told = replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
+        if (told.per_batch or told.per_dtype) and told.plugin is None and self.plugin_routes(name):
+            note = "routes the engine's calls per call through resolve().select()"
+            told = replace(told, plugin=note, env=(*told.env, (PLUGIN_SWITCH, "1")))
+        return told
+
+    def plugin_off(self) -> bool:
+        """The operator set the plugin's switch to a false value."""
+        raw = self.context.env.get(PLUGIN_SWITCH, "").strip()
+        return bool(raw) and not self.context.on(PLUGIN_SWITCH)
+
+    def plugin_routes(self, feature: str) -> bool:
+        """kernelpolicy's plugin routes ``feature`` inside this engine release."""
+        since = PLUGIN_SINCE.get(self.engine)
+        version = self.context.version
+        return (
+            not self.plugin_off()
+            and since is not None and version is not None and version >= Version(since)
+            and feature in PLUGIN_FEATURES.get(self.engine, frozenset())
+        )  # fmt: skip
 
     def _by_rule(self, feature: CompiledFeature, impl: str) -> Told:
         name, engine = feature.name, self.engine
@@ -264,13 +284,24 @@ class _Teller:
         spec = rule.spec
         status = (
             Status.INEXPRESSIBLE if spec.inexpressible
+            else Status.PLUGIN if spec.plugin
             else Status.TOLD if spec.env or spec.flags
             else Status.DEFAULT
         )  # fmt: skip
+        env = tuple(spec.env.items())
+        if spec.plugin and self.plugin_off():
+            return Told(
+                name, impl, Status.INEXPRESSIBLE, env=env,
+                inexpressible=f"kernelpolicy's {engine} plugin carries this choice and "
+                f"{PLUGIN_SWITCH} turns it off: {engine} keeps its own path",
+                reference=spec.reference,
+            )  # fmt: skip
+        if spec.plugin:
+            env += ((PLUGIN_SWITCH, "1"),)
         return Told(
-            name, impl, status, env=tuple(spec.env.items()), flags=tuple(spec.flags),
+            name, impl, status, env=env, flags=tuple(spec.flags),
             inexpressible=spec.inexpressible, shared_switch=spec.shared_switch,
-            reference=spec.reference,
+            reference=spec.reference, plugin=spec.plugin,
         )  # fmt: skip
 
 

@@ -46,7 +46,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.bridge import engine_settings
+    from kernelpolicy.bridge import distribution, engine_settings
+    from kernelpolicy.bridge.plugin import plugin_environment
     from kernelpolicy.bridge.process import child_command, child_environment
     from kernelpolicy.cli.env_cmd import report_errors
     from kernelpolicy.errors import SettingsError
@@ -64,10 +65,16 @@ def run(args: argparse.Namespace) -> int:
     check_engine(resolution, args.engine)
     settings = engine_settings(
         resolution, args.engine, env,
-        engine_version=args.engine_version, model_kind=args.model_kind,
+        engine_version=args.engine_version or _local_engine(args), model_kind=args.model_kind,
     )  # fmt: skip
     argv, flag_warnings = child_command(command, settings)
     warnings = [*settings.warnings, *flag_warnings]
+    named = resolution.platform.libraries.get(distribution(args.engine))
+    if args.platform and not args.engine_version and settings.version != named and named:
+        warnings.append(
+            f"the snapshot names {args.engine} {named}; this machine's {args.engine} "
+            f"{settings.version} is the one started, and decides what it is told"
+        )
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
     for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
@@ -79,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
+    child = child_environment(environ, settings)
+    snapshot = resolution.platform.to_dict() if args.platform else None
+    for key, value in plugin_environment(
+        args.engine, env, settings.fingerprint, snapshot, args.policies
+    ).items():
+        child.setdefault(key, value)  # KERNELPOLICY_VLLM_PLUGIN=0 set by you keeps it off
     try:
-        os.execvpe(argv[0], argv, child_environment(environ, settings))
+        os.execvpe(argv[0], argv, child)
     except FileNotFoundError:
         print(f"kernelpolicy: error: {argv[0]}: command not found", file=sys.stderr)
         return 127
@@ -88,6 +101,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernelpolicy: error: {argv[0]}: permission denied", file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execvpe does not return
+
+
+def _local_engine(args: argparse.Namespace) -> str | None:
+    """With --platform, the engine exec starts is this machine's, not the snapshot's: its
+    installed release decides what it is told (None where it is not installed here)."""
+    if not args.platform:
+        return None
+    from kernelpolicy.bridge import distribution
+    from kernelpolicy.platform.libraries import read_libraries
+
+    return read_libraries([distribution(args.engine)]).versions.get(distribution(args.engine))
 
 
 def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:

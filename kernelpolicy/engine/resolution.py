@@ -147,6 +147,24 @@ class Resolution:
         self._impls[feature] = function
         return function
 
+    def implementation(self, feature: str, impl: str) -> Callable[..., Any]:
+        """The callable of one implementation of ``feature`` by name (what ``select()`` returned
+        for a call), loaded once, with its output guards and its call-time fallback.
+
+        Raises:
+            ResolutionError: ``impl`` is not one of the decision's candidates here, or it
+                cannot be loaded.
+        """
+        key = f"{feature}\0{impl}"
+        cached = self._impls.get(key)
+        if cached is not None:
+            return cached
+        if impl not in self._usable(feature).order:
+            raise ResolutionError(f"{feature}: {show(impl)} is not a candidate here")
+        function = self._load(feature, impl)
+        self._impls[key] = function
+        return function
+
     def _load(self, feature: str, impl: str, *, wrap: bool = True) -> Callable[..., Any]:
         from kernelpolicy.policy.names import PREPARE, builtin_entry
 

@@ -27,6 +27,13 @@ __all__ = ["EnvKnob", "KnobTable", "knob_table"]
 SCHEMA = "kernelpolicy.engine-knobs/v1"
 # Engine -> its variables' prefixes (the operator's variables checked against the tables).
 PREFIXES: dict[str, tuple[str, ...]] = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
+# Engines with a kernelpolicy plugin (kernelpolicy/vllm_plugin.py), the first release it is
+# tested with (tests/test_vllm_e2e.py runs vLLM's CPU build 0.32.0), and the features it
+# routes per call inside the engine whenever ``kernelpolicy exec`` turns it on.
+PLUGIN_SINCE: dict[str, str] = {"vllm": "0.32.0"}
+PLUGIN_FEATURES: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"sampler.top_k_top_p", "sampler.greedy"}),
+}
 # Values read by an enum rather than by the variable's parser or the option's choices.
 ENUM_VALUED: dict[str, dict[str, str]] = {
     "vllm": {

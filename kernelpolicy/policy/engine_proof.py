@@ -15,8 +15,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from packaging.version import Version
+
 from kernelpolicy.errors import PolicyIssue
-from kernelpolicy.knobs import KnobTable, knob_table, refused, truthy
+from kernelpolicy.knobs import PLUGIN_SINCE, KnobTable, knob_table, refused, truthy
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature, PolicySet
 from kernelpolicy.policy.schema_engines import flag_options
 
@@ -121,6 +123,12 @@ class _Prover:
 
     def _at(self, rule: CompiledEngineRule, release: str) -> Iterator[str]:
         spec = rule.spec
+        if spec.plugin is not None:
+            since = PLUGIN_SINCE.get(self.engine)
+            if since is None:
+                yield f"kernelpolicy has no plugin for {self.engine}"
+            elif Version(release) < Version(since):
+                yield f"kernelpolicy's {self.engine} plugin is tested from {since} only"
         for name, value in spec.env.items():
             yield from self._variable(name, value, release)
         for option, values in flag_options(spec.flags):

@@ -46,9 +46,12 @@ class EngineRule(Strict):
     appended to its command line). ``inexpressible`` says, instead or as well, that the engine
     cannot be made to run exactly this, and what the operator gives up; ``shared_switch`` names
     the one variable that would express it only by also turning other kernels off, so that the
-    bridge can list them. ``facts`` names the engine's selection facts the rule relies on (as
-    the knob tables record them, such as ``mhc = "ungated"``): ``kernelpolicy check`` proves
-    that each holds in every release the rule covers.
+    bridge can list them. ``plugin`` says that kernelpolicy's plugin inside the engine carries
+    the choice (what it does, such as "routes the sampler per call"), where the engine has no
+    variable or flag for it (:mod:`kernelpolicy.vllm_plugin`). ``facts`` names the engine's
+    selection facts the rule relies on (as the knob tables record them, such as
+    ``mhc = "ungated"``): ``kernelpolicy check`` proves that each holds in every release the
+    rule covers.
     """
 
     versions: str | None = None
@@ -60,6 +63,7 @@ class EngineRule(Strict):
     flags: list[str] = Field(default_factory=list, max_length=MAX_ENGINE_RULE_WORDS)
     inexpressible: str | None = None
     shared_switch: str | None = None
+    plugin: str | None = None
     facts: dict[str, FactValue] = Field(default_factory=dict)
     reference: str | None = None
 
@@ -121,6 +125,10 @@ class EngineRule(Strict):
                 raise ValueError(f"shared_switch {self.shared_switch!r} is not a variable name")
             if self.inexpressible is None:
                 raise ValueError("'shared_switch' explains an 'inexpressible' rule: add one")
+        if self.plugin is not None:
+            _plain_text("plugin", self.plugin)
+            if self.inexpressible is not None:
+                raise ValueError("a rule is carried by the plugin or inexpressible, not both")
         return self
 
 

