@@ -25,7 +25,7 @@ from kernelpolicy.policy.files import (
     read_listed_sources,
 )
 from kernelpolicy.policy.packcache import load_cached
-from kernelpolicy.settings import Settings, settings_from
+from kernelpolicy.settings import Settings, default_cache_dir, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
 POLICY_CACHE_ENTRIES = 4
@@ -151,6 +151,9 @@ def resolve(
             environ=environ,
             libraries=sorted(policy_set.library_names),
             env_patterns=sorted(read_variables(policy_set)),
+            hardware_cache=(settings.cache_dir or default_cache_dir())
+            if settings.hardware_cache
+            else None,
         )
     evidence = None
     if policy_set.needs_evidence:

@@ -89,6 +89,7 @@ _READERS: dict[str, Callable[[str, str], Any]] = {
     "overrides": _read_overrides,
     "allow_untrusted_files": parse_bool,
     "pack_cache": parse_bool,
+    "hardware_cache": parse_bool,
     "cache_dir": _path,
     "tls_cert_file": _path,
     "tls_key_file": _path,
@@ -134,6 +135,9 @@ class Settings:
         pack_cache: Keep validated policy packs in ``<cache dir>/packs`` so that later
             processes skip validation (``KERNELPOLICY_PACK_CACHE``, default on; see
             :mod:`kernelpolicy.policy.packcache`).
+        hardware_cache: Keep the node's GPU facts in ``<cache dir>/node/hardware.json`` so
+            that a worker's first ``resolve()`` skips NVML (``KERNELPOLICY_HARDWARE_CACHE``,
+            default on; see :mod:`kernelpolicy.platform.hardware_cache`).
 
     Plain values, not a pydantic model: reading settings is on the cold-start path of every
     worker, and each variable has its own reader here anyway.
@@ -148,6 +152,7 @@ class Settings:
     tls_client_ca_file: Path | None = None
     allow_untrusted_files: bool = False
     pack_cache: bool = True
+    hardware_cache: bool = True
 
     def __init__(self, **values: Any) -> None:
         """Read ``KERNELPOLICY_*`` from the process environment; ``values`` take precedence
@@ -207,7 +212,9 @@ def _checked(values: Mapping[str, Any]) -> dict[str, object]:
             out[name] = None if value is None else _path(f"KERNELPOLICY_{name.upper()}", str(value))
         elif name == "overrides":
             out[name] = _read(name, json.dumps(dict(value)))
-        elif name in ("allow_untrusted_files", "pack_cache") and isinstance(value, bool):
+        elif name in ("allow_untrusted_files", "pack_cache", "hardware_cache") and isinstance(
+            value, bool
+        ):
             out[name] = value
         else:
             raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")

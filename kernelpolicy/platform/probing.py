@@ -7,9 +7,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.platform.amd import AmdReport, probe_amd
 from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
 from kernelpolicy.platform.faults import describe
+from kernelpolicy.platform.hardware_cache import hardware_key, load_hardware, store_hardware
 from kernelpolicy.platform.identity import read_machine_id
 from kernelpolicy.platform.libraries import (
     DEFAULT_LIBRARIES,
@@ -40,6 +42,7 @@ def probe(
     env_patterns: Iterable[str] | None = None,
     metadata: MetadataVersion = installed_version,
     torch_version_file: Path | None = None,
+    hardware_cache: Path | None = None,
 ) -> Platform:
     """Detect the GPU vendor, devices, driver, torch build and kernel libraries.
 
@@ -57,6 +60,9 @@ def probe(
             bundled policies read, and forced implementations).
         metadata: Looks a distribution's version up (default: importlib.metadata).
         torch_version_file: The ``torch/version.py`` to read (default: found next to torch).
+        hardware_cache: A cache directory: take the vendor, devices and driver from its
+            hardware file where its key still holds, else probe them and write it (see
+            :mod:`kernelpolicy.platform.hardware_cache`). Default: probe every time.
 
     Returns:
         The snapshot. Whatever could not be read is listed in ``probe_errors``.
@@ -64,8 +70,12 @@ def probe(
     env = dict(os.environ if environ is None else environ)
     root_path = Path(root)
     errors: list[str] = []
-    nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root_path, nvml, env), None)
-    amd = _guard("amd", errors, lambda: _probe_amd(root_path, amdsmi, env, nvidia), None)
+    key = hardware_key(root_path, env) if hardware_cache is not None else None
+    cached = load_hardware(hardware_cache, key) if hardware_cache and key else None
+    nvidia = amd = None
+    if cached is None:
+        nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root_path, nvml, env), None)
+        amd = _guard("amd", errors, lambda: _probe_amd(root_path, amdsmi, env, nvidia), None)
     libs = read_libraries((*DEFAULT_LIBRARIES, *libraries), metadata)
     errors.extend(libs.errors)
     torch = _guard(
@@ -84,8 +94,29 @@ def probe(
     machine_id = read_machine_id(root_path)
     if machine_id is not None:
         fields["machine_id"] = machine_id
+    if cached is not None:
+        return _from_cache(fields, cached, errors)
+    hardware_errors = len(errors)
     fields.update(_hardware(nvidia, amd, errors))
-    return _assemble(fields, errors)
+    platform = _assemble(fields, errors)
+    if hardware_cache is not None and key is not None and len(errors) == hardware_errors:
+        store_hardware(hardware_cache, key, platform.to_dict())  # best effort: never raises
+    return platform
+
+
+def _from_cache(fields: dict[str, Any], cached: dict[str, Any], errors: list[str]) -> Platform:
+    """The snapshot with the cached hardware facts; a cache the model refuses is a probe
+    error and leaves the hardware unknown (the next probe with no cache rewrites it)."""
+    snapshot = {
+        **{k: v for k, v in fields.items() if k != "torch"}, **cached,
+        "torch": fields["torch"].to_dict() if "torch" in fields else {},
+        "probe_errors": list(errors),
+    }  # fmt: skip
+    try:
+        return Platform.from_dict(snapshot, source="hardware cache")
+    except KernelPolicyError as exc:
+        errors.append(f"hardware cache ignored: {describe(exc)}")
+        return _assemble(fields, errors)
 
 
 def _assemble(fields: dict[str, Any], errors: list[str]) -> Platform:
