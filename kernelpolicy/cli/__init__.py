@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Called as the process's entry point (``argv`` None), it first takes SIGINT back from a
     parent that ignored it (``cmd &`` in a script), except for ``exec``, whose engine inherits
-    the parent's choice; and an interrupt makes any further Ctrl-C ignored while it exits.
+    the parent's choice; the first interrupt makes any further one ignored while it exits.
     """
     process = argv is None
     if process:
@@ -96,13 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
         return interrupted(process)
+    except Exception as exc:
+        from kernelpolicy.cli.common import caused_by_interrupt
+
+        if caused_by_interrupt(exc):
+            return interrupted(process)
+        raise
     if args.command is None:
         parser.print_help()
         return 2
-    code = run_guarded(args)
-    if code == 130 and process:
-        _ignore_sigint()
-    return code
+    return run_guarded(args)
 
 
 def interrupted(process: bool) -> int:
@@ -114,12 +117,21 @@ def interrupted(process: bool) -> int:
 
 
 def _take_sigint(restore: bool) -> None:
-    """SIGINT raises KeyboardInterrupt again where the parent left it ignored: Python keeps an
-    inherited SIG_IGN, and a daemon started so would never stop on Ctrl-C or ``kill -INT``."""
+    """SIGINT raises KeyboardInterrupt, once: the handler first ignores any further SIGINT
+    (exiting anyway, a second Ctrl-C must not become a traceback during clean-up).
+
+    A parent's SIG_IGN is taken back only where ``restore``: Python keeps an inherited
+    SIG_IGN, and a daemon started so would never stop on Ctrl-C or ``kill -INT``."""
     import signal
 
-    if restore and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or (restore and current is signal.SIG_IGN):
+        signal.signal(signal.SIGINT, _interrupt_once)
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    _ignore_sigint()
+    raise KeyboardInterrupt
 
 
 def _ignore_sigint() -> None:

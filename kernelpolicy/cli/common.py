@@ -147,9 +147,25 @@ def run_guarded(args: argparse.Namespace) -> int:
         _error(f"{type(exc).__name__}{where}: {shown(detail, 400)}")
         return 2
     except Exception as exc:  # the boundary: even a bug gets one line, never a traceback
+        if caused_by_interrupt(exc):  # a Ctrl-C that Python wrapped
+            _error("interrupted")
+            return 130
         _error(f"internal error, please report it: {type(exc).__name__}: {shown(str(exc), 400)}")
-        return 2
+        code = 2
     return code
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C is behind ``exc``: Python wraps an exception raised while a class is
+    made (``__set_name__``, as pydantic's models do at import) in a RuntimeError."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _error(message: str) -> None:
