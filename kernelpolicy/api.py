@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from kernelpolicy.engine.forces import check_forces
+from kernelpolicy.engine.reporting import RuntimeReporter
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.engine.switches import read_variables
@@ -164,5 +165,20 @@ def resolve(
         )
     resolution = resolve_policies(platform, environ, policy_set, settings.overrides, evidence)
     resolution.log_format = settings.log_format
+    resolution.reporter = node_reporter(settings)
     log_resolution(resolution, settings.log_format)
     return resolution
+
+
+def node_reporter(settings: Settings, address: str | None = None) -> RuntimeReporter | None:
+    """The process's reporter to the node's daemon (run-time events, see
+    :mod:`kernelpolicy.server.reporter`), or ``None``: ``KERNELPOLICY_REPORT=0``, a TCP
+    ``address``, or no daemon socket configured (``KERNELPOLICY_SOCKET``) and none at the
+    default private path. Costs one ``stat`` when nothing listens; starts no thread."""
+    if not settings.report:
+        return None
+    from kernelpolicy.server.reporter import report_path, reporter_for
+
+    given = address or settings.socket
+    path = report_path(given, explicit=given is not None)
+    return reporter_for(path) if path is not None else None

@@ -149,6 +149,8 @@ def node_labels(
         for candidate in decision.candidates:
             if candidate.rollout is not None:  # in, out, off or no-identity
                 facts[f"rollout.{feature}.{candidate.impl}"] = candidate.rollout.cohort.value
+            if any(f.kind.value == "halted" for f in candidate.failures):  # halt_on, on this node
+                facts[f"halted.{feature}.{candidate.impl}"] = "true"
     facts["node.identity"] = platform.identity  # what rollout cohorts are hashed from
     if evidence is not None:
         for (feature, impl), entry in sorted(evidence.entries.items()):

@@ -146,3 +146,21 @@ MAX_INVENTORY_FILE_BYTES = 512 * MIB
 """One ``kubectl get nodes -o json`` file (10,000 labelled GPU nodes are about 100 MiB)."""
 MAX_ROLLOUT_STEPS = 16
 """Percent steps ``kernelpolicy diff --steps`` counts for each staged rollout."""
+
+# Run-time reports from workers to their node's daemon (issue 29, the halt loop).
+REPORT_QUEUE_EVENTS = 1024
+"""Events a worker keeps for its daemon: past it (the daemon away or slow) new events are
+dropped and counted (``Reporter.dropped``), so a worker never grows nor waits on a report."""
+REPORT_BATCH_EVENTS = 256
+"""Events in one report line; the daemon refuses a line with more."""
+MAX_REPORT_LINE_BYTES = 64 * KIB
+"""One line of the report socket (a batch of events, or a clear-halt request)."""
+MAX_REPORT_DETAIL_CHARS = 300
+"""The detail of one event (a run-time failure's message); longer ones are refused."""
+MAX_REPORT_COUNT = 1_000_000_000
+"""The count one event may carry (guard trips since the worker's last report)."""
+MAX_REPORT_CONNECTIONS = 256
+"""Open connections to the report socket (one per worker process); the next one replaces the
+oldest, so a flood only displaces itself."""
+MAX_HALT_THRESHOLD = 1_000_000
+"""The largest ``halt_on`` threshold a policy may set."""

@@ -83,6 +83,12 @@ def _read_log_format(name: str, value: str) -> str:
     return value
 
 
+def _socket(name: str, value: str) -> str:
+    if "\0" in value or not value.removeprefix("unix:").strip("/"):
+        raise SettingsError(f"{name}={shown(value)!r}: expected a unix socket, unix:/path or /path")
+    return value if value.startswith("unix:") else f"unix:{value}"
+
+
 _READERS: dict[str, Callable[[str, str], Any]] = {
     "log_format": _read_log_format,
     "policy_paths": _read_paths,
@@ -90,6 +96,8 @@ _READERS: dict[str, Callable[[str, str], Any]] = {
     "allow_untrusted_files": parse_bool,
     "pack_cache": parse_bool,
     "hardware_cache": parse_bool,
+    "report": parse_bool,
+    "socket": _socket,
     "cache_dir": _path,
     "tls_cert_file": _path,
     "tls_key_file": _path,
@@ -138,6 +146,10 @@ class Settings:
         hardware_cache: Keep the node's GPU facts in ``<cache dir>/node/hardware.json`` so
             that a worker's first ``resolve()`` skips NVML (``KERNELPOLICY_HARDWARE_CACHE``,
             default on; see :mod:`kernelpolicy.platform.hardware_cache`).
+        socket: The node daemon's unix socket (``KERNELPOLICY_SOCKET``, ``unix:/path`` or a
+            path); default: this user's private one. Workers report run-time events beside it.
+        report: Report run-time events (kernels loaded, guard trips, run-time failures) to the
+            node's daemon when one listens (``KERNELPOLICY_REPORT``, default on).
 
     Plain values, not a pydantic model: reading settings is on the cold-start path of every
     worker, and each variable has its own reader here anyway.
@@ -153,6 +165,8 @@ class Settings:
     allow_untrusted_files: bool = False
     pack_cache: bool = True
     hardware_cache: bool = True
+    socket: str | None = None
+    report: bool = True
 
     def __init__(self, **values: Any) -> None:
         """Read ``KERNELPOLICY_*`` from the process environment; ``values`` take precedence
@@ -212,8 +226,8 @@ def _checked(values: Mapping[str, Any]) -> dict[str, object]:
             out[name] = None if value is None else _path(f"KERNELPOLICY_{name.upper()}", str(value))
         elif name == "overrides":
             out[name] = _read(name, json.dumps(dict(value)))
-        elif name in ("allow_untrusted_files", "pack_cache", "hardware_cache") and isinstance(
-            value, bool
+        elif name in ("allow_untrusted_files", "pack_cache", "hardware_cache", "report") and (
+            isinstance(value, bool)
         ):
             out[name] = value
         else:

@@ -1,4 +1,4 @@
-"""``kernelpolicy serve`` and ``kernelpolicy status``."""
+"""``kernelpolicy serve`` (``kernelpolicy status`` lives in :mod:`.status_cmd`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.cli import status_cmd
 from kernelpolicy.cli.common import add_platform_option, environment, obtain_platform
-from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 
 
 def register(commands: Any) -> None:
@@ -62,42 +63,14 @@ def register(commands: Any) -> None:
         help="write node labels for Node Feature Discovery to DIR/kernelpolicy (its features.d), "
         "rewritten on every policy revision",
     )  # fmt: skip
+    serve.add_argument(
+        "--ready-requires-current-policy", action="store_true",
+        help="with --http: /readyz answers 503 while the last policy reload failed (the daemon "
+        "still serves the last good policies); default: ready whenever it serves",
+    )  # fmt: skip
     serve.set_defaults(run=run_serve)
 
-    status = commands.add_parser(
-        "status",
-        help="ask a running daemon how it is: health, revision, policies, last reload error",
-        description=(
-            "Query a running daemon. A daemon behind a unix socket must run as root or as you "
-            "(its peer credentials are checked); TCP addresses carry no such identity."
-        ),
-        epilog=(
-            "exit status: 0 serving and the last reload succeeded; 1 not serving, or the last "
-            "reload failed (the last good policies keep serving); 2 no daemon answered, a "
-            "daemon was refused (run by another user), or bad usage"
-        ),
-    )
-    status.add_argument(
-        "--address",
-        default=None,
-        help="unix:/path or host:port (default: your unix socket, then root's "
-        "/run/kernelpolicy/kernelpolicy.sock)",
-    )
-    status.add_argument(
-        "--json",
-        action="store_true",
-        help="a JSON object on stdout (with 'error' when none answered)",
-    )
-    status.set_defaults(run=run_status)
-
-
-def _quiet_grpc() -> None:
-    """gRPC's C core logs its own lines (``E1122 ... add_port.cc``) before a bind error that we
-    report in one line ourselves; it reads this before grpc is imported."""
-    import os
-
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    status_cmd.register(commands)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -161,6 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
         state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
         default_socket=default_unix_socket(), quiet=args.quiet, http=args.http,
         labels_dir=args.labels_dir,
+        ready_requires_current_policy=args.ready_requires_current_policy,
     )  # fmt: skip
 
     def started() -> None:
@@ -174,92 +148,3 @@ def _serve(args: argparse.Namespace) -> int:
 
     asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
     return 0
-
-
-def _status_addresses(args: argparse.Namespace) -> list[str]:
-    import os
-
-    from kernelpolicy.server.sockets import SOCKET_NAME, default_socket_address, runtime_dir
-
-    if args.address:
-        return [args.address]
-    addresses = [default_socket_address()]
-    if os.geteuid() != 0:
-        addresses.append(f"unix:{runtime_dir(0) / SOCKET_NAME}")
-    return addresses
-
-
-def _ask(address: str) -> dict[str, Any]:
-    """The status report of the daemon at ``address``.
-
-    Raises:
-        DaemonError: It is refused (peer check), not answering, or a request failed.
-    """
-    import json
-
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from kernelpolicy.errors import DaemonError
-    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-    from kernelpolicy.server.client import connect
-
-    with connect(address, timeout=3.0) as client:
-        client.wait_ready()
-        try:
-            health = health_pb2_grpc.HealthStub(client.channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=3.0
-            )
-            explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
-        except grpc.RpcError as exc:
-            raise DaemonError(f"{address}: {exc.code().name}: {exc.details()}") from None
-    document = json.loads(explain.json)
-    return {
-        "address": address,
-        "serving": health.status == health_pb2.HealthCheckResponse.SERVING,
-        "revision": explain.revision,
-        "fingerprint": document["fingerprint"],
-        "policy_files": list(explain.policy_files),
-        "policy_error": explain.policy_error or None,
-        "errors": {f: d["error"] for f, d in document["decisions"].items() if d["error"]},
-    }
-
-
-def _print_report(report: dict[str, Any]) -> None:
-    health_word = "SERVING" if report["serving"] else "NOT SERVING"
-    print(
-        f"{report['address']}: {health_word}, revision {report['revision']}, "
-        f"fingerprint {report['fingerprint']}"
-    )
-    print(f"policies: {', '.join(report['policy_files'])}")
-    if report["policy_error"]:
-        print(f"last reload FAILED (serving the last good policies):\n{report['policy_error']}")
-    for feature, error in report["errors"].items():
-        print(f"decision error: {feature}: {error}")
-
-
-def run_status(args: argparse.Namespace) -> int:
-    import json
-
-    from kernelpolicy.errors import DaemonError
-
-    _quiet_grpc()
-    problems: list[str] = []
-    for address in _status_addresses(args):
-        try:
-            report = _ask(address)
-        except DaemonError as exc:
-            problems.append(str(exc))
-            if str(exc).startswith("refusing"):
-                break  # another user's daemon: say so, do not look further
-            continue
-        if args.json:
-            print(json.dumps(report, indent=2))
-        else:
-            _print_report(report)
-        return 0 if report["serving"] and not report["policy_error"] else 1
-    message = f"no daemon answered ({'; '.join(problems) or 'nothing tried'})"
-    if args.json:
-        print(json.dumps({"serving": False, "error": message}, indent=2))
-        return 2
-    raise KernelPolicyError(message)

@@ -4,13 +4,14 @@ Only what can change a decision goes in: the primary device's kind (not its inde
 address, which differ between ranks of one node), the driver and torch build, the versions of
 libraries the policies name, the environment switches they read, forced implementations and the
 policy files' contents; and, where a candidate is rolled out in stages, the node's cohort for
-it (never its identity).
+it (never its identity); and the candidates halted on this node (``halt_on``), never the counts
+behind a halt.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from kernelpolicy.digest import sha256
 from kernelpolicy.platform.model import Platform
@@ -25,6 +26,7 @@ def fingerprint(
     evidence: str | None = None,
     *,
     cohorts: Mapping[str, str] | None = None,
+    halted: Iterable[str] = (),
 ) -> str:
     device = platform.primary
     names = policies.library_names | {"torch"}
@@ -44,5 +46,8 @@ def fingerprint(
     }
     if cohorts:  # a staged rollout decides by node: the cohorts are inputs (else unchanged)
         inputs["cohorts"] = dict(sorted(cohorts.items()))
+    stopped = sorted(halted)
+    if stopped:  # a halt decides by node too (else unchanged)
+        inputs["halted"] = ",".join(stopped)  # names hold no commas
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return sha256(blob).hexdigest()[:16]

@@ -56,6 +56,7 @@ class CheckKind(StrEnum):
     EVIDENCE = "evidence"
     SWITCH_OFF = "switch_off"
     ROLLOUT = "rollout"  # the node is out of the candidate's staged-rollout cohort
+    HALTED = "halted"  # its guard trips or run-time failures on this node passed halt_on
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from kernelpolicy.engine.hotpath import (
     show_context,
 )
 from kernelpolicy.engine.model import Decision, Reason
+from kernelpolicy.engine.reporting import RuntimeReporter
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
@@ -68,6 +69,9 @@ class Resolution:
         # policy reload error (None in-process).
         self.revision: int | None = None
         self.policy_error: str | None = None
+        # Set by resolve() and connect() where a daemon listens on this node: run-time events
+        # (implementations loaded, guard trips, failures) go to it, off the call path.
+        self.reporter: RuntimeReporter | None = None
         self._impls: dict[str, Callable[..., Any]] = {}
         self._listening: set[tuple[str, str]] = set()  # (feature, impl) told of degradations
         self.fingerprint = fingerprint
@@ -192,6 +196,8 @@ class Resolution:
             from kernelpolicy.kernels.guards import GUARDS
 
             function = GUARDS[guard](function)
+        if self.reporter is not None:
+            self.reporter.loaded(feature, impl, function)
         return function
 
     def _listen(self, feature: str, impl: str, entry: str) -> None:
@@ -220,17 +226,20 @@ class Resolution:
             warnings=(*decision.warnings, note),
         )
 
-    def note_runtime(self, feature: str, note: str) -> None:
-        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it."""
+    def note_runtime(self, feature: str, note: str, *, failed: str | None = None) -> None:
+        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it; where
+        an implementation ``failed``, tell the node's daemon (``reporter``)."""
         from kernelpolicy.logs import log_runtime_fallback
 
         previous = self.runtime_fallbacks.get(feature)
         self.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
         log_runtime_fallback(feature, note, self.log_format)
+        if failed is not None and self.reporter is not None:
+            self.reporter.report("runtime_failure", feature, failed, detail=note)
 
     def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
         note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
-        self.note_runtime(feature, note)
+        self.note_runtime(feature, note, failed=decision.impl)
         self.decisions[feature] = dataclasses.replace(
             decision,
             impl=fallback,

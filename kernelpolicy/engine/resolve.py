@@ -40,6 +40,8 @@ def resolve_policies(
     policies: PolicySet,
     overrides: Mapping[str, str] | None = None,
     evidence: Evidence | None = None,
+    *,
+    halts: Mapping[str, str] | None = None,
 ) -> Resolution:
     """Decide every feature of ``policies`` for ``platform`` under ``env``.
 
@@ -50,6 +52,9 @@ def resolve_policies(
         policies: A compiled policy set.
         overrides: Feature -> implementation to force (settings); env forces win.
         evidence: Stored conformance results for this platform, for ``verified = true``.
+        halts: ``feature/impl`` -> why, for the candidates halted on this node (the daemon's
+            ``halt_on`` state, see :mod:`kernelpolicy.server.halts`): each is rejected with a
+            ``halted`` check. Pairs the policies do not have are ignored.
     """
     # Only the variables the policies read, each in its carried form (cut, or not carried at
     # all over MAX_ENV_VALUE_CHARS): the engine never sees more, so no decision, error, log or
@@ -61,10 +66,14 @@ def resolve_policies(
         value = relevant_env.get(force_variable(name), "")
         if value:
             forced[name] = value
+    halted = {key: why for key, why in (halts or {}).items() if _is_candidate(policies, key)}
     decisions = {
-        name: decide(feature, platform, relevant_env, policies, forced.get(name), evidence=evidence)
+        name: decide(
+            feature, platform, relevant_env, policies, forced.get(name),
+            evidence=evidence, halts=halted,
+        )
         for name, feature in policies.features.items()
-    }
+    }  # fmt: skip
     return Resolution(
         platform=platform,
         policies=policies,
@@ -78,6 +87,7 @@ def resolve_policies(
             # routing, and a machine with nothing stored keeps the fingerprint it had.
             evidence.digest() if evidence is not None and evidence.entries else None,
             cohorts=cohorts_of(decisions),
+            halted=halted,
         ),
         env=relevant_env,
         overrides=forced,
@@ -94,6 +104,35 @@ def cohorts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
     }
 
 
+def halts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
+    """``feature/impl`` -> why, for every candidate halted on this node: what
+    :func:`resolve_policies` was given as ``halts`` (a client rebuilds the same decisions)."""
+    return {
+        f"{name}/{c.impl}": f.message.removeprefix(HALTED_PREFIX)
+        for name, decision in decisions.items()
+        for c in decision.candidates
+        for f in c.failures
+        if f.kind is CheckKind.HALTED
+    }
+
+
+HALTED_PREFIX = "halted on this node: "
+
+
+def _is_candidate(policies: PolicySet, key: str) -> bool:
+    feature, _, impl = key.rpartition("/")
+    compiled = policies.features.get(feature)
+    return compiled is not None and compiled.candidate(impl) is not None
+
+
+def _halted_check(feature: str, why: str) -> Check:
+    return Check(
+        CheckKind.HALTED,
+        HALTED_PREFIX + why,
+        f"kernelpolicy status --clear-halt {feature} (or change its policy) to try it again",
+    )
+
+
 def decide(
     feature: CompiledFeature,
     platform: Platform,
@@ -102,6 +141,7 @@ def decide(
     forced: str | None,
     *,
     evidence: Evidence | None = None,
+    halts: Mapping[str, str] | None = None,
 ) -> Decision:
     """One feature's decision; see README "How a decision is made"."""
     results: list[CandidateResult] = []
@@ -128,6 +168,9 @@ def decide(
             failures.append(said)
         elif said is not None:
             notes.append(said)
+        why = (halts or {}).get(f"{feature.name}/{candidate.impl}")
+        if why is not None:
+            failures.append(_halted_check(feature.name, why))
         results.append(
             CandidateResult(
                 impl=candidate.impl,

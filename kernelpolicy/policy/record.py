@@ -25,7 +25,7 @@ def candidate_unconditional(spec: Any) -> bool:
             spec.vendor, spec.arch, spec.exclude_arch, spec.capability,
             spec.min_compute_units, spec.driver, spec.cuda, spec.rocm, spec.torch,
             spec.libraries, spec.switches, spec.when, spec.workarounds, spec.verified,
-            spec.rollout,
+            spec.rollout, spec.halt_on,
             [k for k in spec.known_issues if k.action == "disable"],
         )
     )  # fmt: skip

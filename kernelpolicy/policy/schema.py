@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernelpolicy.limits import MAX_BATCH_ROUTES
+from kernelpolicy.limits import MAX_BATCH_ROUTES, MAX_HALT_THRESHOLD
 from kernelpolicy.policy.record import candidate_unconditional
 from kernelpolicy.policy.schema_conditions import (
     IDENT,
@@ -53,6 +53,7 @@ __all__ = [
     "Feature",
     "Gate",
     "GateRequires",
+    "HaltOn",
     "KnownIssue",
     "LibraryRequirement",
     "LibrarySpec",
@@ -105,6 +106,22 @@ class Rollout(Strict):
 _ENTRY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
+class HaltOn(Strict):
+    """When a candidate is halted on a node: its output guard tripped ``guard_trips`` times, or
+    it failed at run time ``runtime_failures`` times, as the node's workers report them to its
+    daemon. The daemon then resolves without it on that node until an operator clears it
+    (``kernelpolicy status --clear-halt FEATURE``) or the feature's policy changes."""
+
+    guard_trips: int | None = Field(default=None, ge=1, le=MAX_HALT_THRESHOLD, strict=True)
+    runtime_failures: int | None = Field(default=None, ge=1, le=MAX_HALT_THRESHOLD, strict=True)
+
+    @model_validator(mode="after")
+    def _some(self) -> HaltOn:
+        if self.guard_trips is None and self.runtime_failures is None:
+            raise ValueError("halt_on needs 'guard_trips' or 'runtime_failures' (or both)")
+        return self
+
+
 class Candidate(Strict):
     """One implementation of a feature and everything that must hold for it to be chosen."""
 
@@ -129,6 +146,7 @@ class Candidate(Strict):
     notes: str | None = None
     engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
     rollout: Rollout | None = None
+    halt_on: HaltOn | None = None
 
     _engine_names = field_validator("engines")(lambda cls, v: check_engines(v))
     _specs = field_validator("capability", "driver", "cuda", "rocm", "torch")(
@@ -154,6 +172,16 @@ class Candidate(Strict):
         if value is not None and not _ENTRY.fullmatch(value):
             raise ValueError(f"entry {value!r}: expected 'package.module:function'")
         return value
+
+    @model_validator(mode="after")
+    def _halt_on_a_guard(self) -> Candidate:
+        guarded = any(k.action == "guard" for k in self.known_issues)
+        if self.halt_on is not None and self.halt_on.guard_trips is not None and not guarded:
+            raise ValueError(
+                "halt_on.guard_trips on a candidate without an output guard: it would never "
+                "trip; add a known issue with action = 'guard', or use runtime_failures"
+            )
+        return self
 
     @property
     def unconditional(self) -> bool:
@@ -218,6 +246,11 @@ class Feature(Strict):
             if self.fallback not in names:
                 raise ValueError(f"fallback {self.fallback!r} is not one of the candidates {names}")
             fallback = self.candidates[names.index(self.fallback)]
+            if fallback.halt_on is not None:
+                raise ValueError(
+                    f"halt_on on the fallback {self.fallback!r}: halting it would leave nothing "
+                    "to serve; put halt_on on the accelerated candidates"
+                )
             if not fallback.unconditional:
                 raise ValueError(
                     f"fallback {self.fallback!r} has requirements; a fallback must always be "

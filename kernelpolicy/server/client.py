@@ -88,7 +88,17 @@ class Client:
         if env is not None:
             request.env.update(env)
             request.hypothetical_env = True
-        return _checked(self._call("Resolve", request))
+        return self._reporting(_checked(self._call("Resolve", request)))
+
+    def _reporting(self, resolution: Resolution) -> Resolution:
+        """Run-time events of ``resolution`` go to this daemon's report socket (unix only)."""
+        from kernelpolicy.api import node_reporter
+        from kernelpolicy.settings import load_settings
+
+        settings = load_settings()
+        if self.address.startswith("unix:"):
+            resolution.reporter = node_reporter(settings, self.address)
+        return resolution
 
     def decisions(
         self,
@@ -118,7 +128,7 @@ class Client:
         stream = self.stub.Watch(pb.WatchRequest(include_inputs=True), wait_for_ready=True)
         try:
             for response in stream:
-                yield _checked(response)
+                yield self._reporting(_checked(response))
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 raise DaemonError(

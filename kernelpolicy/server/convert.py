@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from kernelpolicy.conformance.evidence import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.engine.resolve import halts_of
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
@@ -119,6 +120,7 @@ def inputs_message(
         overrides=dict(resolution.overrides),
         policies=[pb.PolicySource(name=Path(n).name, text=t) for n, t in sources],
         evidence_json=evidence_to_json(evidence) if evidence is not None else "",
+        halted=halts_of(resolution.decisions),
     )
 
 
@@ -133,4 +135,7 @@ def rebuild(inputs: pb.Inputs) -> Resolution:
     platform = Platform.from_dict(json.loads(inputs.platform_json), source="<daemon>")
     policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
     evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
-    return resolve_policies(platform, dict(inputs.env), policies, dict(inputs.overrides), evidence)
+    halts = dict(inputs.halted)
+    return resolve_policies(
+        platform, dict(inputs.env), policies, dict(inputs.overrides), evidence, halts=halts
+    )

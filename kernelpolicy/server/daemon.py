@@ -25,6 +25,7 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as p
 from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.ratelog import Throttle
+from kernelpolicy.server.report_listener import ReportListener, start_report_listeners
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.sockets import (
     default_socket_address,
@@ -105,6 +106,7 @@ class Daemon:
     bound: list[str] = field(default_factory=list)
     http: str | None = None  # serve --http: OFREP, /metrics, /healthz, /readyz
     labels_dir: Path | None = None  # serve --labels-dir: the NFD feature file, per revision
+    ready_requires_current_policy: bool = False  # /readyz says no while a reload is failing
 
     def __post_init__(self) -> None:
         self.log = (
@@ -122,11 +124,19 @@ class Daemon:
             self.state, self.http, self.labels_dir, tls=self.tls,
             warn=lambda event, message: self._log("warning", event, message=message),
             client_log=self.client_log,
+            ready_requires_current_policy=self.ready_requires_current_policy,
         )  # fmt: skip
+        self.reports: list[ReportListener] = []  # one beside each unix socket
+        self._halts_pending = False
+        self._halts_task: asyncio.Future[None] | None = None
         if self.fleet.metrics is not None:
             self.fleet.metrics.count_open(
                 "kernelpolicy_grpc_streams", "Open gRPC server streams (Watch, EventStream).",
                 lambda: self.boundary.streams.count,
+            )  # fmt: skip
+            self.fleet.metrics.count_open(
+                "kernelpolicy_report_connections", "Open worker connections to the report socket.",
+                lambda: sum(listener.connections for listener in self.reports),
             )  # fmt: skip
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
@@ -197,8 +207,10 @@ class Daemon:
         await server.start()
         self.server = server
         try:
+            await self._start_reports()
             await self.fleet.start()
         except BaseException:
+            await self._stop_reports()
             await server.stop(None)  # no gRPC listener left behind by a failed start
             raise
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
@@ -209,6 +221,34 @@ class Daemon:
             fingerprint=self.state.snapshot.resolution.fingerprint,
             policies=[name for name, _ in self.state.snapshot.sources],
         )
+
+    async def _start_reports(self) -> None:
+        """A report socket beside each unix socket (see :mod:`.report_listener`)."""
+        self.reports = await start_report_listeners(
+            self.bound, self.default_socket, self.state.halts, self._halts_changed, self.client_log
+        )
+
+    async def _stop_reports(self) -> None:
+        for listener in self.reports:
+            await listener.stop()
+
+    def _halts_changed(self) -> asyncio.Future[None]:
+        """A halt was added or cleared: resolve again once (reports coalesce); the future is
+        done when the answers say so."""
+        if self._halts_task is None or not self._halts_pending:
+            self._halts_pending = True
+            self._halts_task = asyncio.ensure_future(self._apply_halts())
+        return self._halts_task
+
+    async def _apply_halts(self) -> None:
+        async with self._reload_lock:  # after any reload in progress, never beside it
+            self._halts_pending = False
+            prepared = await asyncio.to_thread(self.state.prepare_halts)
+            if prepared is None or self.state.commit(prepared) is None:
+                return
+            self.fleet.write_labels()
+            self._log("warning", "kernelpolicy.halts", revision=self.state.snapshot.revision,
+                      halted=sorted(self.state.halts.inputs()))  # fmt: skip
 
     async def _set_health(self, status: Any) -> None:
         for service in ("", *SERVICES):
@@ -319,6 +359,7 @@ class Daemon:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._emit("kernelpolicy.serve.stop", grace_seconds=grace)
         await self.fleet.stop()
+        await self._stop_reports()
         await self.server.stop(grace)
 
 

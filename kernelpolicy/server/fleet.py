@@ -30,6 +30,8 @@ class Fleet:
         warn: Logs a warning (the daemon's logger).
         client_log: Logs what clients can cause over and over (``emit(level, event, **fields)``,
             throttled by the daemon): handler failures, hang-ups, connections closed.
+        ready_requires_current_policy: ``serve --ready-requires-current-policy``: ``/readyz``
+            says not ready while the last reload failed (the daemon serves stale policies).
         url: The bound ``http://host:port`` once started.
     """
 
@@ -41,6 +43,7 @@ class Fleet:
     client_log: Callable[..., None] = lambda level, event, **fields: None
     url: str | None = None
     ready: bool = False
+    ready_requires_current_policy: bool = False
     metrics: DaemonMetrics | None = field(default=None, init=False)
     listener: HttpListener | None = field(default=None, init=False)
 
@@ -100,9 +103,16 @@ class Fleet:
         self.ready = True
 
     def not_ready(self) -> str | None:
-        """Why /readyz says no, or ``None``. A failed reload keeps the daemon ready: it serves
-        the last good policies, which is what every worker on the node should keep using."""
-        return None if self.ready else "not serving (starting or shutting down)"
+        """Why /readyz says no, or ``None``. By default a failed reload keeps the daemon ready:
+        it serves the last good policies, which is what every worker on the node should keep
+        using; with ``ready_requires_current_policy`` it is not ready until a reload succeeds
+        (flagd's and Kubernetes' reading of "serving stale configuration")."""
+        if not self.ready:
+            return "not serving (starting or shutting down)"
+        error = self.state.snapshot.policy_error
+        if self.ready_requires_current_policy and error is not None:
+            return f"serving stale policies: the last reload failed: {error}"
+        return None
 
     def reloaded(self, outcome: str) -> None:
         """After a reload attempt: ``changed``, ``unchanged`` or ``failed``."""

@@ -6,7 +6,9 @@
 | ``POST /ofrep/v1/evaluate/flags`` | OFREP bulk evaluation, ``ETag`` / ``If-None-Match`` -> 304 |
 | ``GET /metrics`` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 | ``GET /healthz`` | 200 while the daemon's event loop answers (liveness) |
-| ``GET /readyz`` | 200 once a resolution is served, 503 before and while shutting down |
+| ``GET /readyz`` | 200 once a resolution is served, 503 before and while shutting down (*) |
+
+(*) and, with ``serve --ready-requires-current-policy``, while the last reload failed.
 
 Every request is bounded before a handler sees it: the request target and each header value
 (``MAX_HTTP_HEADER_BYTES``), the number of headers (``MAX_HTTP_HEADERS``) and the body

@@ -18,7 +18,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from kernelpolicy.limits import shown
@@ -119,6 +124,56 @@ class SnapshotCollector(Collector):
         yield from (revision, failing, files, evidence, problem)
 
 
+class HaltCollector(Collector):
+    """What the node's workers reported and what is halted (``halt_on``): labelled by feature
+    and implementation of the policy set in use, never by anything a worker sent."""
+
+    def __init__(self, state: ServingState) -> None:
+        self._halts = state.halts
+
+    def collect(self) -> Iterator[Metric]:
+        from kernelpolicy.server.reports import EVENT_KINDS, EventKind
+
+        halts = self._halts
+        halted = set(halts.inputs())
+        candidates = halts.halt_on_candidates()
+        gauge = GaugeMetricFamily(
+            "kernelpolicy_halted",
+            "1 while the candidate is halted on this node (halt_on: its guard trips or run-time "
+            "failures reached the threshold), until cleared or its policy changes.",
+            labels=["feature", "impl"],
+        )
+        halts_total = CounterMetricFamily(
+            "kernelpolicy_halts",
+            "Times a candidate was halted on this node.",
+            labels=["feature", "impl"],
+        )
+        for feature, impl in candidates:
+            gauge.add_metric([feature, impl], 1 if f"{feature}/{impl}" in halted else 0)
+            halts_total.add_metric([feature, impl], halts.halts_total.get((feature, impl), 0))
+        events = CounterMetricFamily(
+            "kernelpolicy_worker_events",
+            "Run-time events the node's workers reported, by feature, implementation and kind "
+            f"({', '.join(EVENT_KINDS)}).",
+            labels=["feature", "impl", "kind"],
+        )
+        totals = dict(halts.totals)
+        for feature, impl in candidates:  # the series alerts read exist from the start
+            for counted in (EventKind.GUARD_TRIP, EventKind.RUNTIME_FAILURE):
+                totals.setdefault((feature, impl, counted.value), 0)
+        for (feature, impl, kind), count in sorted(totals.items()):
+            events.add_metric([feature, impl, kind], count)
+        rejected = CounterMetricFamily(
+            "kernelpolicy_worker_reports_rejected",
+            "Reports refused: peer_uid (another user), malformed, too_large, unknown (a feature "
+            "or implementation the policies lack), connections (replaced past the cap).",
+            labels=["reason"],
+        )
+        for reason, count in halts.rejected.items():
+            rejected.add_metric([reason.value], count)
+        yield from (gauge, halts_total, events, rejected)
+
+
 class DaemonMetrics:
     """The daemon's registry: snapshot collectors, reload outcomes, request counts and latency.
 
@@ -131,6 +186,7 @@ class DaemonMetrics:
 
         self.registry = CollectorRegistry()
         self.registry.register(SnapshotCollector(state))
+        self.registry.register(HaltCollector(state))
         build = InfoMetricFamily("kernelpolicy_build", "The kernelpolicy version serving.")
         build.add_metric([], {"version": __version__})
         self.registry.register(_Constant([build]))

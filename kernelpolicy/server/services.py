@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2
 
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
@@ -174,7 +174,12 @@ async def _resolution_for(
     env: Mapping[str, str] = (
         dict(request.env) if (request.env or request.hypothetical_env) else state.env
     )
-    return resolve_policies(platform, env, snapshot.policies, state.overrides, snapshot.evidence)
+    # This node's halts hold for what it would decide under another environment, not for
+    # another platform.
+    halts = None if request.platform_json else halts_of(snapshot.resolution.decisions)
+    return resolve_policies(
+        platform, env, snapshot.policies, state.overrides, snapshot.evidence, halts=halts
+    )
 
 
 # flagd: every feature is a string flag (value: the implementation), every gate a boolean flag.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernelpolicy.conformance.evidence import Evidence, load_evidence
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import (
     MAX_ANSWER_CACHE_BYTES,
@@ -27,6 +27,7 @@ from kernelpolicy.limits import (
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policy_sources, read_policy_sources
+from kernelpolicy.server.halts import Halts
 
 
 class AnswerCache:
@@ -122,6 +123,7 @@ class ServingState:
         self.cache_dir = cache_dir
         self.allow_untrusted = allow_untrusted
         self._subscribers: set[asyncio.Queue[Change]] = set()
+        self.halts = Halts()  # what workers reported, and the candidates halted on this node
         # Raises at start-up: there is nothing to serve yet.
         sources = tuple(read_policy_sources(policy_paths, allow_untrusted=allow_untrusted))
         self.snapshot = self._build(1, sources, None)
@@ -129,14 +131,35 @@ class ServingState:
     def _build(
         self, revision: int, sources: tuple[tuple[str, str], ...], error: str | None
     ) -> Snapshot:
-        policies = load_policy_sources(sources)
+        return self._resolved(revision, sources, load_policy_sources(sources), error)
+
+    def _resolved(
+        self,
+        revision: int,
+        sources: tuple[tuple[str, str], ...],
+        policies: PolicySet,
+        error: str | None,
+    ) -> Snapshot:
         evidence = None
         if policies.needs_evidence:
             evidence = load_evidence(
                 self.platform, self.cache_dir, allow_untrusted=self.allow_untrusted
             )
-        resolution = resolve_policies(self.platform, self.env, policies, self.overrides, evidence)
+        halts = self.halts.adopt(policies)  # a feature whose policy changed loses its halts
+        resolution = resolve_policies(
+            self.platform, self.env, policies, self.overrides, evidence, halts=halts
+        )
         return Snapshot(revision, resolution, sources, evidence, error)
+
+    def prepare_halts(self) -> Snapshot | None:
+        """The current policies resolved with the halts as they are now (run it off the event
+        loop), or ``None`` when the snapshot already has them."""
+        current = self.snapshot
+        if self.halts.inputs() == halts_of(current.resolution.decisions):
+            return None
+        return self._resolved(
+            current.revision + 1, current.sources, current.policies, current.policy_error
+        )
 
     def prepare_reload(self) -> Snapshot | str:
         """Read, validate and resolve the files now on disk (run it off the event loop).

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"kernelpolicy/v1/kernelpolicy.proto\x12\x0fkernelpolicy.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x14\n\x12GetPlatformRequest\" \n\x10PlatformSnapshot\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x02\n\x0eResolveRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12(\n\x07\x63ontext\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05gates\x18\x03 \x03(\t\x12\x15\n\rplatform_json\x18\x04 \x01(\t\x12\x35\n\x03\x65nv\x18\x05 \x03(\x0b\x32(.kernelpolicy.v1.ResolveRequest.EnvEntry\x12\x18\n\x10hypothetical_env\x18\x06 \x01(\x08\x12\x16\n\x0einclude_inputs\x18\x07 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x05\x43heck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0c\n\x04hint\x18\x03 \x01(\t\x12\x11\n\treference\x18\x04 \x01(\t\"\xaf\x01\n\tCandidate\x12\x0c\n\x04impl\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x14\n\x0cswitch_state\x18\x03 \x01(\t\x12\x15\n\rswitch_source\x18\x04 \x01(\t\x12\x0c\n\x04when\x18\x05 \x01(\t\x12\x0e\n\x06guards\x18\x06 \x03(\t\x12(\n\x08\x66\x61ilures\x18\x07 \x03(\x0b\x32\x16.kernelpolicy.v1.Check\x12\r\n\x05notes\x18\x08 \x03(\t\"\xf5\x01\n\x08\x44\x65\x63ision\x12\x0f\n\x07\x66\x65\x61ture\x18\x01 \x01(\t\x12\x0c\n\x04impl\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07reasons\x18\x06 \x03(\t\x12\r\n\x05hints\x18\x07 \x03(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\r\n\x05order\x18\t \x03(\t\x12.\n\ncandidates\x18\n \x03(\x0b\x32\x1a.kernelpolicy.v1.Candidate\x12\x10\n\x08selected\x18\x0b \x01(\t\x12\x14\n\x0cselect_error\x18\x0c \x01(\t\"7\n\tGateValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"*\n\x0cPolicySource\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xaf\x02\n\x06Inputs\x12\x15\n\rplatform_json\x18\x01 \x01(\t\x12-\n\x03\x65nv\x18\x02 \x03(\x0b\x32 .kernelpolicy.v1.Inputs.EnvEntry\x12\x39\n\toverrides\x18\x03 \x03(\x0b\x32&.kernelpolicy.v1.Inputs.OverridesEntry\x12/\n\x08policies\x18\x04 \x03(\x0b\x32\x1d.kernelpolicy.v1.PolicySource\x12\x15\n\revidence_json\x18\x05 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd0\x01\n\x0fResolveResponse\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12,\n\tdecisions\x18\x03 \x03(\x0b\x32\x19.kernelpolicy.v1.Decision\x12)\n\x05gates\x18\x04 \x03(\x0b\x32\x1a.kernelpolicy.v1.GateValue\x12\'\n\x06inputs\x18\x05 \x01(\x0b\x32\x17.kernelpolicy.v1.Inputs\x12\x14\n\x0cpolicy_error\x18\x06 \x01(\t\"\xb6\x01\n\x0e\x45xplainRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12\x15\n\rplatform_json\x18\x02 \x01(\t\x12\x35\n\x03\x65nv\x18\x03 \x03(\x0b\x32(.kernelpolicy.v1.ExplainRequest.EnvEntry\x12\x18\n\x10hypothetical_env\x18\x04 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"k\n\x0f\x45xplainResponse\x12\x0c\n\x04json\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12\x14\n\x0cpolicy_error\x18\x04 \x01(\t\x12\x14\n\x0cpolicy_files\x18\x05 \x03(\t\"\x15\n\x13ListFeaturesRequest\"\xc3\x01\n\x0b\x46\x65\x61tureInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fimplementations\x18\x03 \x03(\t\x12:\n\x07\x63ontext\x18\x04 \x03(\x0b\x32).kernelpolicy.v1.FeatureInfo.ContextEntry\x12\x0c\n\x04gate\x18\x05 \x01(\x08\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x14ListFeaturesResponse\x12.\n\x08\x66\x65\x61tures\x18\x01 \x03(\x0b\x32\x1c.kernelpolicy.v1.FeatureInfo\"8\n\x0cWatchRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12\x16\n\x0einclude_inputs\x18\x02 \x01(\x08\x32\xaa\x03\n\x0cKernelPolicy\x12U\n\x0bGetPlatform\x12#.kernelpolicy.v1.GetPlatformRequest\x1a!.kernelpolicy.v1.PlatformSnapshot\x12L\n\x07Resolve\x12\x1f.kernelpolicy.v1.ResolveRequest\x1a .kernelpolicy.v1.ResolveResponse\x12L\n\x07\x45xplain\x12\x1f.kernelpolicy.v1.ExplainRequest\x1a .kernelpolicy.v1.ExplainResponse\x12[\n\x0cListFeatures\x12$.kernelpolicy.v1.ListFeaturesRequest\x1a%.kernelpolicy.v1.ListFeaturesResponse\x12J\n\x05Watch\x12\x1d.kernelpolicy.v1.WatchRequest\x1a .kernelpolicy.v1.ResolveResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"kernelpolicy/v1/kernelpolicy.proto\x12\x0fkernelpolicy.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x14\n\x12GetPlatformRequest\" \n\x10PlatformSnapshot\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x02\n\x0eResolveRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12(\n\x07\x63ontext\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05gates\x18\x03 \x03(\t\x12\x15\n\rplatform_json\x18\x04 \x01(\t\x12\x35\n\x03\x65nv\x18\x05 \x03(\x0b\x32(.kernelpolicy.v1.ResolveRequest.EnvEntry\x12\x18\n\x10hypothetical_env\x18\x06 \x01(\x08\x12\x16\n\x0einclude_inputs\x18\x07 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x05\x43heck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0c\n\x04hint\x18\x03 \x01(\t\x12\x11\n\treference\x18\x04 \x01(\t\"\xaf\x01\n\tCandidate\x12\x0c\n\x04impl\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x14\n\x0cswitch_state\x18\x03 \x01(\t\x12\x15\n\rswitch_source\x18\x04 \x01(\t\x12\x0c\n\x04when\x18\x05 \x01(\t\x12\x0e\n\x06guards\x18\x06 \x03(\t\x12(\n\x08\x66\x61ilures\x18\x07 \x03(\x0b\x32\x16.kernelpolicy.v1.Check\x12\r\n\x05notes\x18\x08 \x03(\t\"\xf5\x01\n\x08\x44\x65\x63ision\x12\x0f\n\x07\x66\x65\x61ture\x18\x01 \x01(\t\x12\x0c\n\x04impl\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07reasons\x18\x06 \x03(\t\x12\r\n\x05hints\x18\x07 \x03(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\r\n\x05order\x18\t \x03(\t\x12.\n\ncandidates\x18\n \x03(\x0b\x32\x1a.kernelpolicy.v1.Candidate\x12\x10\n\x08selected\x18\x0b \x01(\t\x12\x14\n\x0cselect_error\x18\x0c \x01(\t\"7\n\tGateValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"*\n\x0cPolicySource\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x93\x03\n\x06Inputs\x12\x15\n\rplatform_json\x18\x01 \x01(\t\x12-\n\x03\x65nv\x18\x02 \x03(\x0b\x32 .kernelpolicy.v1.Inputs.EnvEntry\x12\x39\n\toverrides\x18\x03 \x03(\x0b\x32&.kernelpolicy.v1.Inputs.OverridesEntry\x12/\n\x08policies\x18\x04 \x03(\x0b\x32\x1d.kernelpolicy.v1.PolicySource\x12\x15\n\revidence_json\x18\x05 \x01(\t\x12\x33\n\x06halted\x18\x06 \x03(\x0b\x32#.kernelpolicy.v1.Inputs.HaltedEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eOverridesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bHaltedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd0\x01\n\x0fResolveResponse\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12,\n\tdecisions\x18\x03 \x03(\x0b\x32\x19.kernelpolicy.v1.Decision\x12)\n\x05gates\x18\x04 \x03(\x0b\x32\x1a.kernelpolicy.v1.GateValue\x12\'\n\x06inputs\x18\x05 \x01(\x0b\x32\x17.kernelpolicy.v1.Inputs\x12\x14\n\x0cpolicy_error\x18\x06 \x01(\t\"\xb6\x01\n\x0e\x45xplainRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12\x15\n\rplatform_json\x18\x02 \x01(\t\x12\x35\n\x03\x65nv\x18\x03 \x03(\x0b\x32(.kernelpolicy.v1.ExplainRequest.EnvEntry\x12\x18\n\x10hypothetical_env\x18\x04 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"k\n\x0f\x45xplainResponse\x12\x0c\n\x04json\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12\x14\n\x0cpolicy_error\x18\x04 \x01(\t\x12\x14\n\x0cpolicy_files\x18\x05 \x03(\t\"\x15\n\x13ListFeaturesRequest\"\xc3\x01\n\x0b\x46\x65\x61tureInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fimplementations\x18\x03 \x03(\t\x12:\n\x07\x63ontext\x18\x04 \x03(\x0b\x32).kernelpolicy.v1.FeatureInfo.ContextEntry\x12\x0c\n\x04gate\x18\x05 \x01(\x08\x1a.\n\x0c\x43ontextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x14ListFeaturesResponse\x12.\n\x08\x66\x65\x61tures\x18\x01 \x03(\x0b\x32\x1c.kernelpolicy.v1.FeatureInfo\"8\n\x0cWatchRequest\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x03(\t\x12\x16\n\x0einclude_inputs\x18\x02 \x01(\x08\x32\xaa\x03\n\x0cKernelPolicy\x12U\n\x0bGetPlatform\x12#.kernelpolicy.v1.GetPlatformRequest\x1a!.kernelpolicy.v1.PlatformSnapshot\x12L\n\x07Resolve\x12\x1f.kernelpolicy.v1.ResolveRequest\x1a .kernelpolicy.v1.ResolveResponse\x12L\n\x07\x45xplain\x12\x1f.kernelpolicy.v1.ExplainRequest\x1a .kernelpolicy.v1.ExplainResponse\x12[\n\x0cListFeatures\x12$.kernelpolicy.v1.ListFeaturesRequest\x1a%.kernelpolicy.v1.ListFeaturesResponse\x12J\n\x05Watch\x12\x1d.kernelpolicy.v1.WatchRequest\x1a .kernelpolicy.v1.ResolveResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,6 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INPUTS_ENVENTRY']._serialized_options = b'8\001'
   _globals['_INPUTS_OVERRIDESENTRY']._loaded_options = None
   _globals['_INPUTS_OVERRIDESENTRY']._serialized_options = b'8\001'
+  _globals['_INPUTS_HALTEDENTRY']._loaded_options = None
+  _globals['_INPUTS_HALTEDENTRY']._serialized_options = b'8\001'
   _globals['_EXPLAINREQUEST_ENVENTRY']._loaded_options = None
   _globals['_EXPLAINREQUEST_ENVENTRY']._serialized_options = b'8\001'
   _globals['_FEATUREINFO_CONTEXTENTRY']._loaded_options = None
@@ -62,29 +64,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POLICYSOURCE']._serialized_start=963
   _globals['_POLICYSOURCE']._serialized_end=1005
   _globals['_INPUTS']._serialized_start=1008
-  _globals['_INPUTS']._serialized_end=1311
+  _globals['_INPUTS']._serialized_end=1411
   _globals['_INPUTS_ENVENTRY']._serialized_start=363
   _globals['_INPUTS_ENVENTRY']._serialized_end=405
-  _globals['_INPUTS_OVERRIDESENTRY']._serialized_start=1263
-  _globals['_INPUTS_OVERRIDESENTRY']._serialized_end=1311
-  _globals['_RESOLVERESPONSE']._serialized_start=1314
-  _globals['_RESOLVERESPONSE']._serialized_end=1522
-  _globals['_EXPLAINREQUEST']._serialized_start=1525
-  _globals['_EXPLAINREQUEST']._serialized_end=1707
+  _globals['_INPUTS_OVERRIDESENTRY']._serialized_start=1316
+  _globals['_INPUTS_OVERRIDESENTRY']._serialized_end=1364
+  _globals['_INPUTS_HALTEDENTRY']._serialized_start=1366
+  _globals['_INPUTS_HALTEDENTRY']._serialized_end=1411
+  _globals['_RESOLVERESPONSE']._serialized_start=1414
+  _globals['_RESOLVERESPONSE']._serialized_end=1622
+  _globals['_EXPLAINREQUEST']._serialized_start=1625
+  _globals['_EXPLAINREQUEST']._serialized_end=1807
   _globals['_EXPLAINREQUEST_ENVENTRY']._serialized_start=363
   _globals['_EXPLAINREQUEST_ENVENTRY']._serialized_end=405
-  _globals['_EXPLAINRESPONSE']._serialized_start=1709
-  _globals['_EXPLAINRESPONSE']._serialized_end=1816
-  _globals['_LISTFEATURESREQUEST']._serialized_start=1818
-  _globals['_LISTFEATURESREQUEST']._serialized_end=1839
-  _globals['_FEATUREINFO']._serialized_start=1842
-  _globals['_FEATUREINFO']._serialized_end=2037
-  _globals['_FEATUREINFO_CONTEXTENTRY']._serialized_start=1991
-  _globals['_FEATUREINFO_CONTEXTENTRY']._serialized_end=2037
-  _globals['_LISTFEATURESRESPONSE']._serialized_start=2039
-  _globals['_LISTFEATURESRESPONSE']._serialized_end=2109
-  _globals['_WATCHREQUEST']._serialized_start=2111
-  _globals['_WATCHREQUEST']._serialized_end=2167
-  _globals['_KERNELPOLICY']._serialized_start=2170
-  _globals['_KERNELPOLICY']._serialized_end=2596
+  _globals['_EXPLAINRESPONSE']._serialized_start=1809
+  _globals['_EXPLAINRESPONSE']._serialized_end=1916
+  _globals['_LISTFEATURESREQUEST']._serialized_start=1918
+  _globals['_LISTFEATURESREQUEST']._serialized_end=1939
+  _globals['_FEATUREINFO']._serialized_start=1942
+  _globals['_FEATUREINFO']._serialized_end=2137
+  _globals['_FEATUREINFO_CONTEXTENTRY']._serialized_start=2091
+  _globals['_FEATUREINFO_CONTEXTENTRY']._serialized_end=2137
+  _globals['_LISTFEATURESRESPONSE']._serialized_start=2139
+  _globals['_LISTFEATURESRESPONSE']._serialized_end=2209
+  _globals['_WATCHREQUEST']._serialized_start=2211
+  _globals['_WATCHREQUEST']._serialized_end=2267
+  _globals['_KERNELPOLICY']._serialized_start=2270
+  _globals['_KERNELPOLICY']._serialized_end=2696
 # @@protoc_insertion_point(module_scope)

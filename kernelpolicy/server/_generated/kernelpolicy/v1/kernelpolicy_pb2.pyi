@@ -122,7 +122,7 @@ class PolicySource(_message.Message):
     def __init__(self, name: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Inputs(_message.Message):
-    __slots__ = ("platform_json", "env", "overrides", "policies", "evidence_json")
+    __slots__ = ("platform_json", "env", "overrides", "policies", "evidence_json", "halted")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -137,17 +137,26 @@ class Inputs(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class HaltedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PLATFORM_JSON_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
+    HALTED_FIELD_NUMBER: _ClassVar[int]
     platform_json: str
     env: _containers.ScalarMap[str, str]
     overrides: _containers.ScalarMap[str, str]
     policies: _containers.RepeatedCompositeFieldContainer[PolicySource]
     evidence_json: str
-    def __init__(self, platform_json: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., overrides: _Optional[_Mapping[str, str]] = ..., policies: _Optional[_Iterable[_Union[PolicySource, _Mapping]]] = ..., evidence_json: _Optional[str] = ...) -> None: ...
+    halted: _containers.ScalarMap[str, str]
+    def __init__(self, platform_json: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., overrides: _Optional[_Mapping[str, str]] = ..., policies: _Optional[_Iterable[_Union[PolicySource, _Mapping]]] = ..., evidence_json: _Optional[str] = ..., halted: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ResolveResponse(_message.Message):
     __slots__ = ("fingerprint", "revision", "decisions", "gates", "inputs", "policy_error")
