@@ -248,20 +248,23 @@ def test_every_parser_refuses_abbreviations() -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        pytest.param(["matrix"], {}, "ERROR", id="matrix-with-error-cells"),
-        pytest.param(["matrix", "--json"], {}, '"error_code": "no_implementation"',
-                     id="matrix-json-error-detail"),
-        pytest.param(["explain", "--platform", CPU, "--env", "KERNELPOLICY_FORCE_MHC=aiter"], {},
+        pytest.param(["matrix", "--model-kind", "mla"], {}, "ERROR", id="matrix-with-error-cells"),
+        pytest.param(["matrix", "--json", "--model-kind", "mla"], {},
+                     '"error_code": "no_implementation"', id="matrix-json-error-detail"),
+        pytest.param(["explain", "--platform", CPU, "--env", "KERNELPOLICY_FORCE_MHC=aiter",
+                      "--model-kind", "mla"], {},
                      "KERNELPOLICY_FORCE_MHC=aiter forces aiter, which is not supported here",
                      id="explain-forced-unsupported"),
     ],
 )  # fmt: skip
 def test_error_decisions_exit_1(argv: list[str], env: dict[str, str], expected: str) -> None:
-    """A decision that is an error is a finding (exit 1), shown on stdout, for both commands."""
+    """A decision that is an error is a finding (exit 1), shown on stdout, for both commands,
+    and each error that set the exit status is named on stderr."""
     done = kernelpolicy(*argv, env=env)
     assert done.returncode == 1, done.stderr
     assert expected in done.stdout
-    assert done.stderr == ""
+    assert done.stderr.splitlines()
+    assert all(line.startswith("kernelpolicy: exit 1: ") for line in done.stderr.splitlines())
 
 
 def test_probe_root_that_exists_is_probed(tmp_path: Path) -> None:

@@ -140,14 +140,16 @@ def test_check_reports_located_mistakes(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     """One row per platform fixture, one column per feature."""
-    # mi250x cannot run the required sparse_attn_indexer: an ERROR cell, so exit 1 (as explain).
-    assert main(["matrix", "--env", "VLLM_ROCM_USE_AITER=1", "--json"]) == 1
+    # mi250x cannot run the required sparse_attn_indexer: an ERROR cell, and for MLA models
+    # (--model-kind mla) exit 1, as explain.
+    assert main(["matrix", "--env", "VLLM_ROCM_USE_AITER=1", "--json", "--model-kind", "mla"]) == 1
     cells = json.loads(capsys.readouterr().out)
     assert cells["mi325x"]["sampler.top_k_top_p"]["impl"] == "aiter"
     assert cells["mi300x"]["sampler.top_k_top_p"]["impl"] == "torch"
     assert cells["h100-sxm"]["sampler.top_k_top_p"]["impl"] == "flashinfer"
     assert cells["cpu"]["sparse_attn_indexer"] == {
         "impl": None, "reason": "not_applicable", "error": None, "error_code": None,
+        "model_kind": "mla",
     }  # fmt: skip
     error = cells["mi250x"]["sparse_attn_indexer"]
     assert error["impl"] is None

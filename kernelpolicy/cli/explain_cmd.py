@@ -8,8 +8,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import add_resolve_options
+from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.render import explain_table
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
@@ -22,7 +24,8 @@ def register(commands: Any) -> None:
         description=(
             "Resolve the policies for this machine (or --platform FILE) and show, per feature, "
             "the chosen implementation, every rejected candidate with the check it failed, hints "
-            "and warnings. Exits 1 when any decision is an error."
+            "and warnings. Exits 1 when a decision is an error for every model (or for the "
+            "--model-kind given); each such error is named on stderr."
         ),
         epilog=(
             "examples:\n"
@@ -35,6 +38,7 @@ def register(commands: Any) -> None:
     parser.add_argument("features", nargs="*", metavar="FEATURE", help="only these features")
     add_resolve_options(parser)
     parser.add_argument("--json", action="store_true", help="print the explain JSON document")
+    add_model_kind_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(
-            f"unknown feature {unknown[0]!r}; "
+            f"unknown feature {unknown[0]!r}{did_you_mean(unknown[0], resolution.decisions)}; "
             f"the policies define: {', '.join(resolution.decisions)}"
         )
     chosen = args.features or list(resolution.decisions)
@@ -59,12 +63,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = resolution.to_dict()
         document["decisions"] = {f: document["decisions"][f] for f in chosen}
+        for feature, entry in document["decisions"].items():
+            entry["model_kind"] = scope_of(resolution.policies, feature)
         add_engines_to_document(document, engines)
         json.dump(document, sys.stdout, indent=2)
         print()
     else:
         print(explain_table(resolution, chosen) + engines_section(engines, chosen))
-    return 1 if any(resolution.decisions[f].error for f in chosen) else 0
+    decisions = [(f, resolution.decisions[f]) for f in chosen]
+    return report_exit(resolution.policies, decisions, args.model_kind)
 
 
 def _warn_unimportable(resolution: Resolution, chosen: list[str]) -> None:

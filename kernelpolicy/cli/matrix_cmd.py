@@ -13,10 +13,15 @@ from kernelpolicy.cli.common import (
     policy_load_options,
     policy_paths,
 )
-from kernelpolicy.errors import PlatformFileError
+from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
+from kernelpolicy.errors import PlatformFileError, ResolutionError
+from kernelpolicy.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.model import Decision
+    from kernelpolicy.policy.compiled import PolicySet
+
+OUTPUTS = ("narrow", "wide", "json")
 
 
 def register(commands: Any) -> None:
@@ -25,14 +30,21 @@ def register(commands: Any) -> None:
         help="decisions of every feature on every platform snapshot",
         description=(
             "Resolve every platform snapshot in a directory (default: the shipped fixtures) and "
-            "print feature x platform. CI uses it to know which kernel paths to test. Exits 1 "
-            "when any cell is an error (ERROR), like explain."
+            "print platform x feature. CI uses it to know which kernel paths to test. The "
+            "default table leaves out the features decided alike on every platform (listed "
+            "under it) to fit a terminal; -o wide shows every column. Exits 1 when a cell is "
+            "an error for every model (or for --model-kind), each named on stderr."
         ),
         epilog=(
             "examples:\n  kernelpolicy matrix\n"
-            "  kernelpolicy matrix --env VLLM_ROCM_USE_AITER=1 --json"
+            "  kernelpolicy matrix sampler.top_k_top_p attention.backend\n"
+            "  kernelpolicy matrix -o wide --env VLLM_ROCM_USE_AITER=1\n"
+            "  kernelpolicy matrix -o json"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "features", nargs="*", metavar="FEATURE", help="only these features (columns)"
     )
     parser.add_argument(
         "--platforms", metavar="DIR", type=Path, help="directory of *.json snapshots"
@@ -42,50 +54,99 @@ def register(commands: Any) -> None:
         help="set on every platform (repeatable; K= unsets)",
     )  # fmt: skip
     parser.add_argument(
-        "--policies",
-        metavar="PATH",
-        action="append",
-        type=Path,
+        "--policies", metavar="PATH", action="append", type=Path,
         help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
         "bundled pack)",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print {platform: {feature: {impl, reason, error, error_code}}} as JSON",
-    )
+        "-o", "--output", choices=OUTPUTS, default="narrow",
+        help="narrow (default: the features that differ between platforms), wide (every "
+        "feature), json ({platform: {feature: {impl, reason, error, error_code, model_kind}}})",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="the same as -o json")
+    add_model_kind_option(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.cli.render import table
+
+    policies = load_policies_cached(
+        policy_paths(args, local_environment(args)), **policy_load_options()
+    )
+    features = _features(args.features, list(policies.features))
+    cells = _resolve_all(args, policies)
+    output = "json" if args.json else args.output
+    if output == "json":
+        document = {
+            p: {f: _cell(row[f], scope_of(policies, f)) for f in features}
+            for p, row in cells.items()
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        wide = output == "wide" or bool(args.features)  # columns chosen: all of them shown
+        print(matrix_table(cells, features, policies, wide=wide))
+    return max(
+        (
+            report_exit(policies, [(f, row[f]) for f in features], args.model_kind, f"{p}: ")
+            for p, row in cells.items()
+        ),
+        default=0,
+    )
+
+
+def _features(asked: list[str], known: list[str]) -> list[str]:
+    """The columns: the features asked for (each must exist), else every feature."""
+    for name in asked:
+        if name not in known:
+            raise ResolutionError(
+                f"unknown feature {name!r}{did_you_mean(name, known)}; the policies define: "
+                f"{', '.join(known)}"
+            )
+    return list(dict.fromkeys(asked)) or known
+
+
+def _resolve_all(args: argparse.Namespace, policies: PolicySet) -> dict[str, dict[str, Decision]]:
+    """Platform (the snapshot's file stem) -> its decisions."""
     from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.engine.resolve import resolve_policies
     from kernelpolicy.platform.model import load_platform
     from kernelpolicy.settings import settings_from
 
-    snapshots = _snapshots(args.platforms)
-    policies = load_policies_cached(
-        policy_paths(args, local_environment(args)), **policy_load_options()
-    )
     cells: dict[str, dict[str, Decision]] = {}
-    for path in snapshots:
+    for path in _snapshots(args.platforms):
         platform = load_platform(path)
         env = environment(argparse.Namespace(platform=path, env=args.env), platform)
         overrides = settings_from(env).overrides
         check_forces(policies, env, overrides)
         resolution = resolve_policies(platform, env, policies, overrides)
         cells[path.stem] = dict(resolution.decisions)
-    errors = any(d.error for row in cells.values() for d in row.values())
-    if args.json:
-        print(json.dumps({p: {f: _cell(d) for f, d in row.items()} for p, row in cells.items()},
-                         indent=2))  # fmt: skip
-        return 1 if errors else 0
-    features = list(policies.features)
-    rows = [[p, *(_word(cells[p][f]) for f in features)] for p in cells]
-    print(table(["platform", *features], rows, indent=""))
-    return 1 if errors else 0
+    return cells
+
+
+def matrix_table(
+    cells: dict[str, dict[str, Decision]], features: list[str], policies: PolicySet, *, wide: bool
+) -> str:
+    """Platform x feature; unless ``wide``, the features decided alike everywhere become one
+    line under the table (``-o wide`` shows them as columns)."""
+    from kernelpolicy.cli.render import table
+
+    words = {
+        p: {f: _word(row[f], scope_of(policies, f)) for f in features} for p, row in cells.items()
+    }
+    shown, alike = features, []
+    if not wide and len(cells) > 1:
+        shown = [f for f in features if len({w[f] for w in words.values()}) > 1]
+        alike = [f for f in features if f not in shown]
+    rows = [[p, *(w[f] for f in shown)] for p, w in words.items()]
+    out = table(["platform", *shown], rows, indent="") if shown else ""
+    if alike:
+        import textwrap
+
+        same = ", ".join(f"{f} {next(iter(words.values()))[f]}" for f in alike)
+        line = f"alike on every platform ({len(alike)}; -o wide shows them): {same}"
+        out += "\n\n" + textwrap.fill(line, width=100, subsequent_indent="  ")
+    return out.lstrip("\n")
 
 
 def _snapshots(directory: Path | None) -> list[Path]:
@@ -109,15 +170,19 @@ def _snapshots(directory: Path | None) -> list[Path]:
     return snapshots
 
 
-def _word(decision: Decision) -> str:
-    return decision.impl if decision.impl else ("ERROR" if decision.error else "-")
+def _word(decision: Decision, scope: str | None) -> str:
+    if decision.error:
+        return f"ERROR ({scope})" if scope else "ERROR"
+    return decision.impl or "-"
 
 
-def _cell(decision: Decision) -> dict[str, Any]:
-    """One --json cell: the implementation (or null), the reason, and any error in full."""
+def _cell(decision: Decision, scope: str | None) -> dict[str, Any]:
+    """One JSON cell: the implementation (or null), the reason, any error in full, and the
+    kind of model the feature matters to (null: every model)."""
     return {
         "impl": decision.impl,
         "reason": decision.reason.value,
         "error": decision.error,
         "error_code": decision.error_code.value if decision.error_code else None,
+        "model_kind": scope,
     }

@@ -72,9 +72,10 @@ def platform_table(platform: Platform) -> str:
     return "\n".join(out)
 
 
-def _why(decision: Decision) -> str:
+def _why(decision: Decision, scope: str | None = None) -> str:
     if decision.error:
-        return f"ERROR ({decision.error_code.value if decision.error_code else 'error'})"
+        only = f", {scope} models only" if scope else ""
+        return f"ERROR ({decision.error_code.value if decision.error_code else 'error'}){only}"
     return decision.reasons[0].split(": ", 1)[-1] if decision.reasons else decision.reason.value
 
 
@@ -112,13 +113,14 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
         where += f", {device.arch}, {device.name} x{len(platform.devices)}"
     names = list(features) if features else list(resolution.decisions)
     decisions = [resolution.decisions[n] for n in names]
+    scopes = {n: f.spec.model_kind for n, f in resolution.policies.features.items()}
     out = [
         f"fingerprint {resolution.fingerprint}  "
         f"({where}; {len(resolution.policies.files)} policy files)",
         "",
         table(
             ["feature", "impl", "why"],
-            [[d.feature, d.impl or "-", _why(d)] for d in decisions],
+            [[d.feature, d.impl or "-", _why(d, scopes.get(d.feature))] for d in decisions],
             indent="",
         ),
     ]

@@ -1,0 +1,82 @@
+"""Which decision errors fail a command, and the stderr lines that say why it exits 1.
+
+A feature marked ``model_kind = "mla"`` (DeepSeek's sparse attention indexer, its MHC mixing)
+matters only to that kind of model: its error stops an engine started for such a model
+(``env``/``exec --model-kind mla``), and it is shown everywhere, but it does not fail a node for
+every model. ``explain`` and ``matrix`` exit 1 for the errors that hold for every model, or for
+the kind named with ``--model-kind``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.model import Decision
+    from kernelpolicy.policy.compiled import PolicySet
+
+
+def add_model_kind_option(parser: argparse.ArgumentParser) -> None:
+    """``--model-kind`` for commands whose exit status counts decision errors."""
+    parser.add_argument(
+        "--model-kind", choices=["mha", "mla"], default=None,
+        help="also count the errors of features only this kind of model uses (mla: "
+        "DeepSeek-style); default: exit 1 only for errors that hold for every model",
+    )  # fmt: skip
+
+
+def scope_of(policies: PolicySet, feature: str) -> str | None:
+    """The kind of model ``feature`` matters to (``mla``), or None: every model."""
+    compiled = policies.features.get(feature)
+    return compiled.spec.model_kind if compiled is not None else None
+
+
+def counted(policies: PolicySet, feature: str, model_kind: str | None) -> bool:
+    """Whether an error of ``feature`` fails the command for ``model_kind`` (None: any)."""
+    scope = scope_of(policies, feature)
+    return scope is None or scope == model_kind
+
+
+def report_exit(
+    policies: PolicySet,
+    decisions: Iterable[tuple[str, Decision]],
+    model_kind: str | None,
+    where: str = "",
+) -> int:
+    """1 when a counted decision is an error, else 0; each error is one line on stderr, the
+    counted ones saying they set the exit status, the others why they do not.
+
+    Args:
+        policies: The policies the decisions came from (for each feature's model kind).
+        decisions: (feature, decision) pairs, in the order to report them.
+        model_kind: ``--model-kind`` (None: errors for every model only).
+        where: A prefix naming the platform (``mi300x: ``) for ``matrix``.
+    """
+    code = 0
+    for feature, decision in decisions:
+        if decision.error is None:
+            continue
+        what = decision.error_code.value if decision.error_code else "error"
+        scope = scope_of(policies, feature)
+        if counted(policies, feature, model_kind):
+            code = 1
+            for_whom = f" for {scope} models" if scope else ""
+            print(f"kernelpolicy: exit 1: {where}{feature} is an error{for_whom} ({what})",
+                  file=sys.stderr)  # fmt: skip
+        else:
+            print(f"kernelpolicy: note: {where}{feature} is an error for {scope} models only "
+                  f"({what}); not counted in the exit status (--model-kind {scope} counts it)",
+                  file=sys.stderr)  # fmt: skip
+    return code
+
+
+def scoped_errors(policies: PolicySet, decisions: Mapping[str, Decision]) -> dict[str, str]:
+    """Feature -> its model kind, for each error that holds only for one kind of model."""
+    return {
+        f: scope
+        for f, d in decisions.items()
+        if d.error is not None and (scope := scope_of(policies, f)) is not None
+    }

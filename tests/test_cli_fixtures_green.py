@@ -1,0 +1,85 @@
+"""Stock fixtures are green: explain, matrix and env exit 0 on every bundled platform unless a
+decision is an error for every model there; a non-zero exit is explained on stderr."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernelpolicy.cli import main
+from tests.helpers import FIXTURES
+
+PLATFORMS = sorted(p.stem for p in FIXTURES.glob("*.json"))
+ENGINES = ["vllm", "sglang"]
+
+
+def _path(name: str) -> str:
+    return str(FIXTURES / f"{name}.json")
+
+
+@pytest.mark.parametrize("name", PLATFORMS)
+def test_explain_is_green_on_every_fixture(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """explain exits 0 on each bundled fixture; an error scoped to one kind of model is a note."""
+    assert main(["explain", "--platform", _path(name)]) == 0
+    err = capsys.readouterr().err
+    assert all(line.startswith("kernelpolicy: note: ") for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize(("name", "engine"), [(n, e) for n in PLATFORMS for e in ENGINES])
+def test_env_is_green_on_every_fixture(name: str, engine: str) -> None:
+    """env --engine exits 0 on each bundled fixture for each engine."""
+    assert main(["env", "--engine", engine, "--platform", _path(name)]) == 0
+
+
+def test_matrix_is_green(capsys: pytest.CaptureFixture[str]) -> None:
+    """matrix over the bundled fixtures exits 0; the MLA-only errors show in the cells."""
+    assert main(["matrix"]) == 0
+    captured = capsys.readouterr()
+    assert "ERROR (mla)" in captured.out
+    assert "not counted in the exit status" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        pytest.param(
+            ["explain", "--platform", _path("mi300x"), "--model-kind", "mla"],
+            "kernelpolicy: exit 1: sparse_attn_indexer is an error for mla models",
+            id="explain-mla-counts-the-indexer",
+        ),
+        pytest.param(
+            ["explain", "sampler.greedy", "--platform", _path("cpu"), "--env",
+             "SGLANG_USE_AITER=maybe"],
+            "kernelpolicy: exit 1: sampler.greedy is an error (bad_environment)",
+            id="explain-error-for-every-model",
+        ),
+        pytest.param(
+            ["matrix", "sampler.greedy", "--env", "SGLANG_USE_AITER=maybe"],
+            "kernelpolicy: exit 1: a100: sampler.greedy is an error (bad_environment)",
+            id="matrix-names-platform-and-feature",
+        ),
+        pytest.param(
+            ["matrix", "-o", "json", "--model-kind", "mla"],
+            "kernelpolicy: exit 1: mi300x: sparse_attn_indexer is an error for mla models",
+            id="matrix-json-mla",
+        ),
+    ],
+)  # fmt: skip
+def test_exit_one_is_explained_on_stderr(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 names each error that caused it on stderr, one line each."""
+    assert main(argv) == 1
+    assert any(line.startswith(named) for line in capsys.readouterr().err.splitlines())
+
+
+def test_explain_json_says_which_model_kind_a_feature_is_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """explain --json gains model_kind per decision; the older keys stay."""
+    assert main(["explain", "--platform", _path("mi300x"), "--json"]) == 0
+    decisions = json.loads(capsys.readouterr().out)["decisions"]
+    assert decisions["sparse_attn_indexer"]["model_kind"] == "mla"
+    assert decisions["sampler.top_k_top_p"]["model_kind"] is None
+    assert {"impl", "error", "reasons", "candidates"} <= set(decisions["sparse_attn_indexer"])
