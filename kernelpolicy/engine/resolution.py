@@ -106,8 +106,12 @@ class Resolution:
         try:
             return self.decisions[feature]
         except KeyError:
+            from kernelpolicy.suggest import did_you_mean  # the error path only
+
+            close = did_you_mean(feature, self.decisions) if isinstance(feature, str) else ""
             raise ResolutionError(
-                f"unknown feature {show(feature)}; the policies define: {', '.join(self.decisions)}"
+                f"unknown feature {show(feature)}{close}; "
+                f"the policies define: {', '.join(self.decisions)}"
             ) from None
 
     def impl(self, feature: str) -> Callable[..., Any]:
@@ -350,8 +354,11 @@ class Resolution:
     ) -> bool:
         gate = self.policies.gates.get(name)
         if gate is None or cache is None:
+            from kernelpolicy.suggest import did_you_mean  # the error path only
+
             known = ", ".join(self.policies.gates) or "none"
-            raise ResolutionError(f"unknown gate {show(name)}; the policies define: {known}")
+            close = did_you_mean(name, self.policies.gates) if isinstance(name, str) else ""
+            raise ResolutionError(f"unknown gate {show(name)}{close}; the policies define: {known}")
         variables = self._variables(f"gate({name!r})", gate.spec.context, context)
         static = self._gate_static[name]
         result = (

@@ -1,0 +1,81 @@
+"""The "did you mean" hints for mistyped commands, options, choices, features and gates (error paths)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kernelpolicy.cli import main
+from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import ResolutionError
+from kernelpolicy.suggest import close_names, did_you_mean
+from tests.helpers import FIXTURES, resolve_on
+
+
+@pytest.mark.parametrize(
+    ("word", "choices", "expected"),
+    [
+        pytest.param("explian", ["explain", "env", "exec"], ["explain"], id="transposed"),
+        pytest.param("top_k_top_p", ["sampler.top_k_top_p", "mhc"], ["sampler.top_k_top_p"],
+                     id="suffix"),
+        pytest.param("flashinfr", ["flashinfer", "triton", "torch"], ["flashinfer"], id="typo"),
+        pytest.param("zzz", ["explain", "probe"], [], id="nothing-close"),
+        pytest.param("probe", ["probe", "explain"], [], id="the-name-itself-is-no-suggestion"),
+    ],
+)  # fmt: skip
+def test_close_names(word: str, choices: list[str], expected: list[str]) -> None:
+    """The close names, best first; none when nothing is close."""
+    assert close_names(word, choices) == expected
+    assert bool(did_you_mean(word, choices)) == bool(expected)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["explian"], "did you mean 'explain'?", id="command"),
+        pytest.param(["explain", "--jsn"], "--jsn: did you mean --json?", id="option"),
+        pytest.param(["matrix", "--platfrms", "x"], "did you mean --platforms?",
+                     id="option-of-the-command"),
+        pytest.param(["env", "--engine", "vllm", "--format", "shel"], "did you mean 'shell'?",
+                     id="choice"),
+        pytest.param(["explain", "samplr.greedy", "--platform", str(FIXTURES / "cpu.json")],
+                     "did you mean 'sampler.greedy'?", id="feature"),
+    ],
+)  # fmt: skip
+def test_cli_names_the_close_alternative(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped command, option, choice or feature: exit 2, nothing on stdout, and the close
+    name on stderr."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert message in captured.err
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        pytest.param(lambda r: r.decision("sampler.topk_top_p"),
+                     "did you mean 'sampler.top_k_top_p'?", id="decision"),
+        pytest.param(lambda r: r.select("samplr.greedy", vocab_size=8),
+                     "did you mean 'sampler.greedy'?", id="select"),
+        pytest.param(lambda r: r.gate("allreduce_rmsnorm.onestage"),
+                     "did you mean 'allreduce_rmsnorm.one_stage'?", id="gate"),
+        pytest.param(lambda r: r.decision("zzz"), "the policies define:", id="nothing-close"),
+    ],
+)  # fmt: skip
+def test_resolution_errors_name_the_close_feature(
+    call: Callable[[Resolution], object], message: str
+) -> None:
+    """decision(), select() and gate() errors for an unknown name suggest the close one."""
+    with pytest.raises(ResolutionError, match="unknown") as info:
+        call(resolve_on("cpu"))
+    assert message in str(info.value)
+    if "zzz" in str(info.value):
+        assert "did you mean" not in str(info.value)
