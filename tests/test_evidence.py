@@ -156,7 +156,7 @@ def _document(**changes: object) -> dict:  # type: ignore[type-arg]
         ),
         pytest.param(
             _document(results=[{**RESULT, "status": "great"}]),
-            "results[0].status: expected passed or failed or skipped",
+            "results[0].status: expected passed or differs or failed or skipped",
             id="bad-status",
         ),
         pytest.param(

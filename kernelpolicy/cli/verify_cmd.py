@@ -255,8 +255,10 @@ def _print_table(reports: list[Any], stored: str | None) -> None:
     rows = []
     for r in reports:
         passed = sum(o.passed for o in r.outcomes)
-        failing = next((o for o in r.outcomes if not o.passed), None)
+        failing = next((o for o in r.outcomes if o.status == "failed"), None)
         note = r.skipped or (f"{failing.check}: {failing.detail}" if failing else "")
+        if not note and r.differs:  # right under its own rule, not kernelpolicy's convention
+            note = f"{len(r.differs)} differ: {r.differs[0].convention} ({r.differs[0].check})"
         checks = "-" if r.skipped else f"{passed}/{len(r.outcomes)}"
         rows.append([r.feature, r.impl, r.status, checks, f"{r.seconds:.1f}s", note])
     print(table(["feature", "impl", "status", "checks", "time", "note"], rows, indent=""))

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.conformance.evidence_schema import (
     EVIDENCE_SCHEMA,
+    differences,
     results_summary,
     validate_document,
     validate_wire,
@@ -84,6 +85,8 @@ class EvidenceEntry:
 
     ``dtypes_passed``/``dtypes_failed`` come from the checks that name a dtype;
     ``general_failed`` says a check naming none failed (so no dtype passed as a whole).
+    ``dtypes_differ``/``conventions``: dtypes with a check that only differs by a convention
+    (such as the tie rule), counted as passed unless the feature needs the same draws.
     """
 
     passed: bool
@@ -93,6 +96,21 @@ class EvidenceEntry:
     dtypes_passed: tuple[str, ...] = ()
     dtypes_failed: tuple[str, ...] = ()
     general_failed: bool = False
+    dtypes_differ: tuple[str, ...] = ()
+    conventions: tuple[str, ...] = ()
+
+    def strict(self) -> EvidenceEntry:
+        """This result for a feature that needs the same draws on every implementation
+        (``same_draws = true``): a convention difference counts as a failure."""
+        if not self.conventions:
+            return self
+        failed = tuple(sorted({*self.dtypes_failed, *self.dtypes_differ}))
+        return replace(
+            self, passed=False,
+            dtypes_passed=tuple(d for d in self.dtypes_passed if d not in self.dtypes_differ),
+            dtypes_failed=failed, general_failed=self.general_failed or not self.dtypes_differ,
+            summary=f"{self.summary}; differences count as failures here (same_draws)",
+        )  # fmt: skip
 
     @property
     def names_dtypes(self) -> bool:
@@ -108,8 +126,10 @@ class Evidence:
     entries: Mapping[tuple[str, str], EvidenceEntry] = field(default_factory=dict)
     problem: str | None = None  # why the stored evidence could not be used, if it could not
 
-    def get(self, feature: str, impl: str) -> EvidenceEntry | None:
-        return self.entries.get((feature, impl))
+    def get(self, feature: str, impl: str, *, same_draws: bool = False) -> EvidenceEntry | None:
+        """The result of ``impl``; with ``same_draws``, convention differences as failures."""
+        entry = self.entries.get((feature, impl))
+        return entry.strict() if entry is not None and same_draws else entry
 
     def digest(self) -> str:
         items = sorted(
@@ -178,8 +198,22 @@ def load_evidence(
         return Evidence(key, problem=str(exc))
     if document is None:
         return Evidence(key)
+    differ = {
+        (r["feature"], r["impl"]): differences(r["checks"])
+        for r in document["results"]
+        if r["status"] != "skipped"
+    }
     entries = {
-        name: EvidenceEntry(passed, created, summary, str(path), dtypes_ok, dtypes_bad, general)
+        name: EvidenceEntry(
+            passed,
+            created,
+            summary,
+            str(path),
+            dtypes_ok,
+            dtypes_bad,
+            general,
+            *differ.get(name, ((), ())),
+        )
         for name, (passed, created, summary, dtypes_ok, dtypes_bad, general) in (
             results_summary(document).items()
         )

@@ -13,7 +13,7 @@ from kernelpolicy.errors import EvidenceError
 from kernelpolicy.limits import shown
 
 EVIDENCE_SCHEMA = "kernelpolicy.evidence/v1"
-STATUSES = ("passed", "failed", "skipped")
+STATUSES = ("passed", "differs", "failed", "skipped")
 _SHOWN_FAILURES = 3
 
 
@@ -69,7 +69,8 @@ Summary = tuple[bool, str, str, tuple[str, ...], tuple[str, ...], bool]
 def dtype_results(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
     """(dtypes passed, dtypes failed, whether a check naming no dtype failed) of one result.
 
-    A dtype passed when every check naming it passed (the rule of ``ImplReport.dtypes``);
+    A dtype passed when every check naming it passed or only differs by a convention (the rule
+    of ``ImplReport.dtypes``; :func:`differences` lists those);
     only the names of :data:`~kernelpolicy.conformance.model.DTYPE_NAMES` count, so nothing
     else an evidence file says reaches the engine as a dtype.
     """
@@ -79,15 +80,35 @@ def dtype_results(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[
     general_failed = False
     for check in checks:
         named = check_dtypes(check["check"])
-        general_failed |= not named and not check["passed"]
+        ok = check["passed"] or _differs(check)
+        general_failed |= not named and not ok
         for name in named:
-            found[name] = found.get(name, True) and check["passed"]
+            found[name] = found.get(name, True) and ok
     order = [d for d in DTYPE_NAMES if d in found]
     return (
         tuple(d for d in order if found[d]),
         tuple(d for d in order if not found[d]),
         general_failed,
     )
+
+
+def _differs(check: dict[str, Any]) -> bool:
+    """A failed check that only differs by a convention it names (a string)."""
+    return not check["passed"] and isinstance(check.get("convention"), str)
+
+
+def _conventions(checks: list[dict[str, Any]]) -> str:
+    return "; ".join(sorted({shown(c["convention"]) for c in checks}))
+
+
+def differences(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(dtypes some check of which only differs, the conventions named) of one result."""
+    from kernelpolicy.conformance.model import DTYPE_NAMES, check_dtypes
+
+    differing = [c for c in checks if _differs(c)]
+    dtypes = {d for c in differing for d in check_dtypes(c["check"])}
+    conventions = sorted({shown(c["convention"]) for c in differing})
+    return tuple(d for d in DTYPE_NAMES if d in dtypes), tuple(conventions)
 
 
 def results_summary(document: dict[str, Any]) -> dict[tuple[str, str], Summary]:
@@ -98,14 +119,16 @@ def results_summary(document: dict[str, Any]) -> dict[tuple[str, str], Summary]:
     for result in document["results"]:
         if result["status"] == "skipped":
             continue
-        failing = [shown(c["check"]) for c in result["checks"] if not c["passed"]]
+        checks = result["checks"]
+        failing = [shown(c["check"]) for c in checks if not c["passed"] and not _differs(c)]
+        differing = [c for c in checks if not c["passed"] and _differs(c)]
         text = (
-            "all checks passed"
-            if not failing
-            else f"failed: {', '.join(failing[:_SHOWN_FAILURES])}"
-        )
+            f"failed: {', '.join(failing[:_SHOWN_FAILURES])}" if failing
+            else f"all checks passed; {len(differing)} differ ({_conventions(differing)})"
+            if differing else "all checks passed"
+        )  # fmt: skip
         # A "passed" status with a failed check is not a pass.
-        passed = result["status"] == "passed" and not failing
+        passed = result["status"] in ("passed", "differs") and not failing
         summary[(result["feature"], result["impl"])] = (
             passed, created, text, *dtype_results(result["checks"])
         )  # fmt: skip

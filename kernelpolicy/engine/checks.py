@@ -39,6 +39,7 @@ def check_candidate(
     evidence: Evidence | None = None,
     *,
     by_dtype: bool = False,
+    same_draws: bool = False,
 ) -> CheckResult:
     """Every check ``candidate`` fails on ``platform``; all are reported, not just the first.
 
@@ -47,7 +48,7 @@ def check_candidate(
     """
     result = CheckResult()
     if candidate.spec.verified:
-        _check_evidence(candidate, evidence, result, by_dtype)
+        _check_evidence(candidate, evidence, result, by_dtype, same_draws)
     spec = candidate.spec
     _check_device(candidate, platform, result.failures)
     for key, specifier in candidate.versions.items():
@@ -75,12 +76,16 @@ def check_candidate(
 
 
 def _check_evidence(
-    candidate: CompiledCandidate, evidence: Evidence | None, result: CheckResult, by_dtype: bool
+    candidate: CompiledCandidate,
+    evidence: Evidence | None,
+    result: CheckResult,
+    by_dtype: bool,
+    same_draws: bool = False,
 ) -> None:
     """``verified = true``: only once ``kernelpolicy verify`` passed here, with these versions
     (for a feature routed by dtype: passed for some dtypes, every failure naming a dtype)."""
     feature, impl = candidate.feature, candidate.impl
-    entry = evidence.get(feature, impl) if evidence is not None else None
+    entry = evidence.get(feature, impl, same_draws=same_draws) if evidence is not None else None
     command = f"kernelpolicy verify --feature {feature} --impl {impl}"
     if entry is None:
         why = evidence.problem if evidence is not None and evidence.problem else None
@@ -105,8 +110,14 @@ def _check_evidence(
             )
         )
     else:
+        differs = (
+            f"; differs from kernelpolicy's convention ({'; '.join(entry.conventions)}), which "
+            "this feature does not require"
+            if entry.conventions
+            else ""
+        )
         result.notes.append(
-            Note(f"verified by kernelpolicy verify on {entry.created}", entry.source)
+            Note(f"verified by kernelpolicy verify on {entry.created}{differs}", entry.source)
         )
 
 

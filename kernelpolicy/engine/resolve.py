@@ -148,8 +148,9 @@ def decide(
     env_problem: tuple[ErrorCode, str] | None = None
     for candidate in feature.candidates:
         checked = check_candidate(
-            candidate, platform, policies.disables, evidence, by_dtype=bool(feature.spec.dtypes)
-        )
+            candidate, platform, policies.disables, evidence,
+            by_dtype=bool(feature.spec.dtypes), same_draws=feature.spec.same_draws,
+        )  # fmt: skip
         switch = evaluate_switches(candidate.spec.switches, env)
         if switch.error and env_problem is None:
             env_problem = (ErrorCode.BAD_ENVIRONMENT, switch.error)

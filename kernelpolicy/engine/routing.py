@@ -98,7 +98,11 @@ def _dtype_rules(
     lines: list[str] = []
     unlimited: list[str] = []
     for impl in order:
-        entry = evidence.get(feature.name, impl) if evidence is not None else None
+        entry = (
+            evidence.get(feature.name, impl, same_draws=feature.spec.same_draws)
+            if evidence is not None
+            else None
+        )
         if entry is None or not entry.names_dtypes:
             if impl != feature.spec.fallback:
                 unlimited.append(impl)

@@ -212,6 +212,10 @@ class Feature(Strict):
     # Engine-only decisions (an attention backend, a MoE GEMM path): kernelpolicy decides and
     # tells the engine, but ships no in-process implementation for them.
     in_process: bool = True
+    # Every implementation must give the same draws (a feature whose results are compared
+    # across implementations): a check that only differs by a convention (the tie rule) then
+    # counts as a failure of ``kernelpolicy verify`` evidence; otherwise it does not.
+    same_draws: bool = False
     # Settings that only matter for one kind of model (an MLA backend); the bridge tells the
     # engine only when asked for that kind (``--model-kind mla``).
     model_kind: Literal["mha", "mla"] | None = None
