@@ -123,68 +123,48 @@ def _rotating(
     return call
 
 
-def _override(parser: argparse.ArgumentParser, items: list[str]) -> Callable[[], None]:
-    """A function applying NAME=INT settings to the Triton sampler's module constants (checked
-    now: an unknown name is an error)."""
-    from kernelpolicy.kernels import sampling_triton
+def _tuning(parser: argparse.ArgumentParser, items: list[str], base: Any) -> Any:
+    """``base`` (a sampling_triton.Tuning) with NAME=INT settings (a field name, in any case;
+    checked now: an unknown name is an error)."""
+    from kernelpolicy.kernels.sampling_triton.tuning import field_names
 
-    values = []
+    changes = {}
     for item in items:
         name, _, value = item.partition("=")
-        if not hasattr(sampling_triton, name):
+        if name.lower() not in field_names():
             parser.error(f"--set/--versus: the Triton sampler has no constant {name}")
         try:
-            values.append((name, int(value)))
+            changes[name.lower()] = int(value)
         except ValueError:
             parser.error(f"--set/--versus: {item!r} is not NAME=INT")
-
-    def apply() -> None:
-        for name, number in values:
-            setattr(sampling_triton, name, number)
-
-    return apply
+    return base.replace(**changes)
 
 
 def _settings(
     parser: argparse.ArgumentParser, fixed: list[str], versus: list[str]
-) -> list[Callable[[], None]]:
-    """Apply --set; returns the settings each case is timed with: one, or with --versus two
-    (--set alone, then --set and --versus), each restoring what the other changed."""
-    from kernelpolicy.kernels import sampling_triton
-    from kernelpolicy.kernels.sampling_triton import graphs
+) -> tuple[list[Callable[[], None]], Callable[..., Any]]:
+    """The Triton sampler timed with --set, and with --versus a second one (--set, then
+    --versus on top); returns a function per sampler that makes it the one the returned
+    sampling function calls. Each sampler keeps its own captured graphs and work buffers: a
+    graph bakes in the constants it was captured with."""
+    from kernelpolicy.kernels.sampling_triton import Sampler, Tuning
 
-    base = _override(parser, fixed)
-    base()
+    tunings = [_tuning(parser, fixed, Tuning())]
     if fixed:
         print("settings:", " ".join(fixed))
-    if not versus:
-        return [base]
-    other = _override(parser, versus)
-    names = [item.partition("=")[0] for item in versus]
-    restore = _override(parser, [f"{n}={int(getattr(sampling_triton, n))}" for n in names])
-    print("versus:", " ".join(versus))
+    if versus:
+        tunings.append(_tuning(parser, versus, tunings[0]))
+        print("versus:", " ".join(versus))
+    samplers = [Sampler(tuning) for tuning in tunings]
+    current = [samplers[0]]
 
-    # each setting keeps its own captured graphs and work buffers: a graph bakes in the
-    # constants it was captured with, so replaying one across settings compares nothing
-    caches: list[tuple[graphs.GraphCache[Any], dict[tuple[object, ...], Any]]] = [
-        (graphs.GraphCache(), {}),
-        (graphs.GraphCache(), {}),
-    ]
+    def sample(*args: Any, **kwargs: Any) -> Any:
+        return current[0](*args, **kwargs)
 
-    def use(i: int) -> None:
-        sampling_triton.GRAPHS, sampling_triton._Scratch._cache = caches[i]
+    def use(i: int) -> Callable[[], None]:
+        return lambda: current.__setitem__(0, samplers[i])
 
-    def first() -> None:
-        restore()
-        base()
-        use(0)
-
-    def second() -> None:
-        base()
-        other()
-        use(1)
-
-    return [first, second]
+    return [use(i) for i in range(len(samplers))], sample
 
 
 def _python_profile(fns: dict[str, Callable[..., Any]], vocab: int) -> None:
@@ -245,9 +225,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.timeline:
         args.timeline.mkdir(parents=True, exist_ok=True)
-    settings = _settings(parser, args.set, args.versus)
+    settings, triton_sample = _settings(parser, args.set, args.versus)
     fns = {
-        impl: _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
+        impl: triton_sample
+        if impl == "triton"
+        else _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
         for impl in args.impls.split(",")
     }
     print("impl path batch scale: host us | idle-GPU latency us | back-to-back us per call")
@@ -257,7 +239,7 @@ def main() -> None:
             dtype = getattr(torch, args.dtype)
             # the last case's buffers go first, so that one of this shape lands where they
             # were: a serving loop's few addresses, not three more per case (the sampler
-            # caps its in-place graphs per shape: sampling_triton.IN_PLACE_CAPTURES)
+            # caps its in-place graphs per shape: Tuning.in_place_captures)
             logits.clear()
             logits += [
                 (torch.randn(batch, args.vocab, device="cuda") * scale).to(dtype) for _ in range(3)

@@ -27,13 +27,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels.sampling_triton import Kernels, Sampler, jit, launch, variants
+from kernelpolicy.kernels.sampling_triton.scratch import Scratch
 
-KERNELS = [
-    "group_kernel", "bounds_kernel", "select_kernel", "finish_kernel", "row_kernel",
-    "wide_tile_kernel", "wide_narrow_kernel", "wide_compact_kernel", "wide_resolve_kernel",
-    "wide_draw_kernel", "propose_kernel", "reject_tile_kernel", "reject_pick_kernel",
-]  # fmt: skip
 TYPES = {
     torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
     torch.int32: "i32", torch.int64: "i64",
@@ -60,22 +56,18 @@ Launch = tuple[str, Any, tuple[Any, ...], dict[str, Any]]
 def _launches(dtype: torch.dtype, path: str) -> list[Launch]:
     """The kernel launches of one call at serving sizes (vocab 128256, k 50, p 0.9)."""
     seen: list[Launch] = []
-    saved = {name: getattr(sampling_triton, name) for name in KERNELS}
-    try:
-        for name, kernel in saved.items():
-            setattr(sampling_triton, name, _Recorder(name, kernel, seen))
-        has_k, has_p = PATHS[path]
-        x = torch.zeros(4, 128256, dtype=dtype)
-        size = sampling_triton._group_size(128256, 50 if has_k else 0)
-        w = sampling_triton._Scratch(4, 128256, size, x.device)
-        k = torch.full((4,), 50)
-        p = torch.full((4,), 0.9)
-        out = torch.empty(4, dtype=torch.int64)
-        # rows with p may lack k (a mixed batch): the wide-row kernels launch whenever p does
-        sampling_triton._launch(x, w, size, k, p, (p, p), out, (has_k, has_p, has_p))
-    finally:
-        for name, kernel in saved.items():
-            setattr(sampling_triton, name, kernel)
+    real = Kernels()
+    recorders = {name: _Recorder(name, getattr(real, name), seen) for name in jit.names()}
+    sampler = Sampler(kernels=real.replace(**recorders))
+    has_k, has_p = PATHS[path]
+    x = torch.zeros(4, 128256, dtype=dtype)
+    size = variants.group_size(sampler.tuning, 128256, 50 if has_k else 0)
+    w = Scratch(4, 128256, size, x.device, sampler.tuning)
+    k = torch.full((4,), 50)
+    p = torch.full((4,), 0.9)
+    out = torch.empty(4, dtype=torch.int64)
+    # rows with p may lack k (a mixed batch): the wide-row kernels launch whenever p does
+    launch.launch(sampler, x, w, size, k, p, (p, p), out, (has_k, has_p, has_p))
     return seen
 
 

@@ -10,7 +10,6 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import pytest
 
 from kernelpolicy import Platform, load_platform
 from kernelpolicy.engine import Resolution, resolve_policies
@@ -54,20 +53,43 @@ def resolve_on(platform: Platform | str, **env: str) -> Resolution:
     return resolve_policies(platform, env, bundled())
 
 
-SMALL_TRITON_KERNELS = {
-    "GROUP": 4, "GROUP_BLOCK": 256, "TOP_GROUPS": 64, "REGION": 64, "SMALL": 32,
-    "W_BLOCK": 256, "W_SUB": 128, "LARGE": 64, "CAP": 256, "ROW_BLOCK": 256,
-    "SELECT_CHUNK": 64, "PROPOSE_BLOCK": 64,
+SMALL_TRITON_TUNING: dict[str, int | bool] = {
+    "group": 4, "group_block": 256, "top_groups": 64, "region": 64, "small": 32,
+    "w_block": 256, "w_sub": 128, "large": 64, "cap": 256, "row_block": 256,
+    "select_chunk": 64, "propose_block": 64,
 }  # fmt: skip
 """The Triton sampler's tiles and buffers, shrunk (they are constexprs the host chooses) so that
 the interpreter's sorts stay cheap; the kernel tests' vocabularies are small to match."""
 
 
-def use_small_triton_kernels(monkeypatch: pytest.MonkeyPatch, sampling_triton: ModuleType) -> None:
-    """Set :data:`SMALL_TRITON_KERNELS` on the sampler for one test, with fresh work buffers."""
-    for name, value in SMALL_TRITON_KERNELS.items():
-        monkeypatch.setattr(sampling_triton, name, value)
-    sampling_triton._Scratch._cache.clear()
+class TritonSampler:
+    """A Triton sampler for one test, built on its first call from what the test and its
+    fixtures set before: tuning changes (small tiles on CPU), kernels replaced by spies, draws.
+    Calling it samples (``Sampler.__call__``)."""
+
+    def __init__(self, *, small: bool, **tuning: int | bool) -> None:
+        self.tuning: dict[str, int | bool] = {**(SMALL_TRITON_TUNING if small else {}), **tuning}
+        self.kernels: dict[str, Any] = {}
+        self.draws: Any = None
+        self.options: dict[str, Any] = {}
+        self._sampler: Any = None
+
+    @property
+    def sampler(self) -> Any:
+        """The :class:`~kernelpolicy.kernels.sampling_triton.Sampler` (built once)."""
+        if self._sampler is None:
+            from kernelpolicy.kernels.sampling_triton import Draws, Kernels, Sampler, Tuning
+
+            self._sampler = Sampler(
+                Tuning().replace(**self.tuning),
+                kernels=Kernels().replace(**self.kernels),
+                draws=self.draws or Draws(),
+                **self.options,
+            )
+        return self._sampler
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.sampler(*args, **kwargs)
 
 
 def _swap(owner: Any, name: str, replacement: Any) -> Callable[[], None]:

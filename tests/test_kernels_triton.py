@@ -10,6 +10,7 @@ rows, where a chi-square test needs 50,000."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -21,19 +22,18 @@ pytest.importorskip("triton")
 from kernelpolicy.conformance.distribution import CASES as DIST_CASES
 from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
 from kernelpolicy.conformance.reference import filtered_probs
-from kernelpolicy.kernels import sampling_triton
-from tests.helpers import use_small_triton_kernels
+from kernelpolicy.kernels.sampling_triton import Draws, Kernels, Sampler, Tuning, variants
+from tests.helpers import SMALL_TRITON_TUNING, TritonSampler
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-sample = sampling_triton.top_k_top_p
 
 
-@pytest.fixture(autouse=True)
-def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same kernels with small tiles and buffers (they are constexprs chosen by the host),
-    so that the interpreter's sorts stay cheap; vocabularies here are small to match."""
-    if DEVICE == "cpu":
-        use_small_triton_kernels(monkeypatch, sampling_triton)
+@pytest.fixture
+def sample() -> TritonSampler:
+    """A sampler of its own for the test: the same kernels with small tiles and buffers on CPU
+    (they are constexprs chosen by the host), so that the interpreter's sorts stay cheap;
+    vocabularies here are small to match."""
+    return TritonSampler(small=DEVICE == "cpu")
 
 
 def full(value: float | None, batch: int) -> torch.Tensor | None:
@@ -41,10 +41,10 @@ def full(value: float | None, batch: int) -> torch.Tensor | None:
 
 
 @pytest.fixture
-def slow_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+def slow_rows(sample: TritonSampler) -> list[list[int]]:
     """The rows each call hands to the per-row kernel (its ``slow`` flags)."""
     seen: list[list[int]] = []
-    kernel = sampling_triton.row_kernel
+    kernel = Kernels().row_kernel
 
     class Spy:
         def __getitem__(self, grid: tuple[int, ...]) -> object:
@@ -54,12 +54,12 @@ def slow_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
 
             return launch
 
-    monkeypatch.setattr(sampling_triton, "row_kernel", Spy())
+    sample.kernels["row_kernel"] = Spy()
     return seen
 
 
 @pytest.fixture
-def even_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
+def even_uniforms(sample: TritonSampler) -> None:
     """Row i draws with u = (i + 0.5) / rows instead of a random uniform, by the exact paths:
     no proposals for the wide rows (their rejection sampling, which draws several uniforms a
     row, has its own tests in test_kernels_triton_reject.py)."""
@@ -67,8 +67,8 @@ def even_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
     def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
         return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
 
-    monkeypatch.setattr(sampling_triton, "_uniform", grid)
-    monkeypatch.setattr(sampling_triton, "PROPOSALS", 0)
+    sample.draws = Draws(uniform=grid)
+    sample.tuning["proposals"] = 0
 
 
 def assert_quadrature(ids: torch.Tensor, expected: torch.Tensor) -> None:
@@ -82,13 +82,13 @@ def assert_quadrature(ids: torch.Tensor, expected: torch.Tensor) -> None:
 def test_exact_distribution_on_the_fast_path(
     even_uniforms: None,
     slow_rows: list[list[int]],
-    monkeypatch: pytest.MonkeyPatch,
+    sample: TritonSampler,
     k: int | None,
     p: float | None,
 ) -> None:
     """The conformance suite's (k, p) cases: the filtered softmax, exactly. With groups of one
     logit the group maxima bound every nucleus, so no row leaves the fast path."""
-    monkeypatch.setattr(sampling_triton, "GROUP", 1)
+    sample.tuning["group"] = 1
     row = torch.randn(1, 32, generator=torch.Generator().manual_seed(0)) * 2.0
     rows = 100
     ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), full(k, rows), full(p, rows))
@@ -96,7 +96,9 @@ def test_exact_distribution_on_the_fast_path(
     assert not any(any(flags) for flags in slow_rows)
 
 
-def test_plain_sampling_draws_from_the_group_masses(even_uniforms: None) -> None:
+def test_plain_sampling_draws_from_the_group_masses(
+    even_uniforms: None, sample: TritonSampler
+) -> None:
     """Neither k nor p: a group by its mass, then a token inside it; still the softmax."""
     row = torch.randn(1, 300, generator=torch.Generator().manual_seed(1)) * 3.0
     ids = sample(row.expand(200, -1).contiguous().to(DEVICE), None, None)
@@ -113,7 +115,7 @@ def test_plain_sampling_draws_from_the_group_masses(even_uniforms: None) -> None
 def test_wide_nucleus_takes_the_exact_search(
     even_uniforms: None,
     slow_rows: list[list[int]],
-    monkeypatch: pytest.MonkeyPatch,
+    sample: TritonSampler,
     rounds: int,
     scale: float,
     row_kernel_rows: list[int],
@@ -121,7 +123,7 @@ def test_wide_nucleus_takes_the_exact_search(
     """A nucleus of ~500 tokens is wider than the candidate buffer (here; 1,024 on a GPU):
     the wide kernels narrow its boundary over the whole grid, or, when their rounds leave more
     than the buffer holds, the per-row kernel searches it; both exact."""
-    monkeypatch.setattr(sampling_triton, "W_ROUNDS", rounds)
+    sample.tuning["w_rounds"] = rounds
     row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * scale
     ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
     expected = filtered_probs(row, None, 0.9)[0]
@@ -132,7 +134,7 @@ def test_wide_nucleus_takes_the_exact_search(
 
 
 def test_wide_nucleus_with_ties_at_its_boundary(
-    even_uniforms: None, slow_rows: list[list[int]]
+    even_uniforms: None, slow_rows: list[list[int]], sample: TritonSampler
 ) -> None:
     """Logits on a coarse grid (as after rounding): the boundary value is shared by tokens in
     every tile, and the lowest ids of that group stay, counted across the tiles."""
@@ -143,13 +145,13 @@ def test_wide_nucleus_with_ties_at_its_boundary(
     boundary = float(row[0][expected > 0].min())
     tied = (row[0] == boundary).nonzero().flatten()
     assert 0 < int((expected[tied] > 0).sum()) < tied.numel()  # the cut falls inside the ties
-    assert int(tied.max()) >= sampling_triton.W_BLOCK  # ... spread over several tiles
+    assert int(tied.max()) >= sample.sampler.tuning.w_block  # ... spread over several tiles
     assert_quadrature(ids, expected)
     assert slow_rows == [[0] * rows]
 
 
 def test_ties_at_the_top_k_boundary_keep_the_lowest_ids(
-    even_uniforms: None, slow_rows: list[list[int]]
+    even_uniforms: None, slow_rows: list[list[int]], sample: TritonSampler
 ) -> None:
     """All logits equal: top-10 is the first 10 tokens, each drawn equally often."""
     ids = sample(torch.zeros(40, 1000, device=DEVICE), full(10, 40), None)
@@ -162,7 +164,9 @@ def test_ties_at_the_top_k_boundary_keep_the_lowest_ids(
 @pytest.mark.parametrize(
     ("k", "p"), [(20, None), (None, 0.9), (20, 0.9), (None, None)], ids=["k", "p", "kp", "none"]
 )
-def test_pathological_logits(pattern: str, k: int | None, p: float | None) -> None:
+def test_pathological_logits(
+    sample: TritonSampler, pattern: str, k: int | None, p: float | None
+) -> None:
     """NaN, +/-inf and flat rows: ids in range; clean rows inside their own support."""
     logits = make_logits(pattern, 4, 1024, device=DEVICE)
     ids = sample(logits, full(k, 4), full(p, 4)).cpu()
@@ -174,7 +178,7 @@ def test_pathological_logits(pattern: str, k: int | None, p: float | None) -> No
         assert bool(support[row, ids[row]])
 
 
-def test_special_rows() -> None:
+def test_special_rows(sample: TritonSampler) -> None:
     """+inf logits share the mass; nothing finite gives token 0."""
     logits = torch.randn(3, 1000)
     logits[0, [7, 300, 999]] = float("inf")
@@ -186,7 +190,7 @@ def test_special_rows() -> None:
         assert ids[1:] == [0, 0]
 
 
-def test_rows_with_and_without_k_in_one_batch() -> None:
+def test_rows_with_and_without_k_in_one_batch(sample: TritonSampler) -> None:
     """k <= 0 or >= vocab makes a row top-p (or plain) while the others are top-k."""
     logits = make_logits("clean", 4, 1000, device=DEVICE)
     k = torch.tensor([0, 5, 1000, 1])
@@ -197,7 +201,7 @@ def test_rows_with_and_without_k_in_one_batch() -> None:
     assert int(ids[3]) == int(logits[3].argmax())
 
 
-def test_seeded_rows_are_reproducible() -> None:
+def test_seeded_rows_are_reproducible(sample: TritonSampler) -> None:
     """A seeded row draws the same token whatever the other rows hold."""
 
     def seeded_draw(other: int) -> int:
@@ -210,17 +214,19 @@ def test_seeded_rows_are_reproducible() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_half_precision_logits_are_read_as_they_are(dtype: torch.dtype) -> None:
+def test_half_precision_logits_are_read_as_they_are(
+    sample: TritonSampler, dtype: torch.dtype
+) -> None:
     logits = make_logits("clean", 4, 1000, device=DEVICE)
     ids = sample(logits.to(dtype), full(20, 4), full(0.9, 4)).cpu()
     support = filtered_probs(logits.to(dtype).float().cpu(), 20, 0.9) > 0
     assert bool(support[torch.arange(4), ids].all())
 
 
-def test_large_k_and_strided_logits() -> None:
+def test_large_k_and_strided_logits(sample: TritonSampler) -> None:
     """k above MAX_K goes to the torch implementation; a strided view is copied first."""
     logits = make_logits("clean", 2, 1000, device=DEVICE)
-    too_big = sampling_triton.MAX_K + 1
+    too_big = sample.sampler.tuning.max_k + 1
     big = sample(logits, full(too_big, 2), None).cpu()
     assert bool((filtered_probs(logits.cpu(), too_big, None)[[0, 1], big] > 0).all())
     strided = torch.cat([logits, logits], dim=1)[:, ::2]
@@ -230,7 +236,9 @@ def test_large_k_and_strided_logits() -> None:
         sample(logits[0], None, None)
 
 
-def test_two_top_logits_in_one_group_stay_on_the_fast_path(slow_rows: list[list[int]]) -> None:
+def test_two_top_logits_in_one_group_stay_on_the_fast_path(
+    slow_rows: list[list[int]], sample: TritonSampler
+) -> None:
     """The second maxima of the groups count in the top-p bound: when a row's two largest
     logits share a group, their mass still bounds the nucleus."""
     logits = torch.randn(2, 1000, generator=torch.Generator().manual_seed(5))
@@ -257,7 +265,7 @@ def tied_row(vocab: int, high: int, low: int) -> torch.Tensor:
 )
 def test_ties_across_the_nucleus_boundary_are_drawn_evenly(
     even_uniforms: None,
-    monkeypatch: pytest.MonkeyPatch,
+    sample: TritonSampler,
     vocab: int,
     high: int,
     low: int,
@@ -267,7 +275,7 @@ def test_ties_across_the_nucleus_boundary_are_drawn_evenly(
     it (the lowest ids stay) and every kept token drawn in proportion, none of them taking the
     mass outside the group (the last tied token got 11 of 40 draws before)."""
     if DEVICE == "cpu":
-        monkeypatch.setattr(sampling_triton, "ROW_BLOCK", 4096)  # fewer interpreted blocks
+        sample.tuning["row_block"] = 4096  # fewer interpreted blocks
     row = tied_row(vocab, high, low)
     ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), None, full(0.5, rows)).cpu()
     expected = filtered_probs(row, None, 0.5)[0]
@@ -275,22 +283,20 @@ def test_ties_across_the_nucleus_boundary_are_drawn_evenly(
     assert_quadrature(ids, expected)
 
 
-def test_a_dtype_whose_kernels_fail_to_build_is_read_as_float32(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_dtype_whose_kernels_fail_to_build_is_read_as_float32(sample: TritonSampler) -> None:
     """A compile failure for bfloat16 (as Triton's layout pass once failed on an H100): the call
     converts the logits to float32 instead of raising, and later calls do so at once."""
-    monkeypatch.setattr(sampling_triton, "UPCAST", {})
-    pipeline = sampling_triton._pipeline
     dtypes: list[torch.dtype] = []
 
-    def fails_for_half(x: torch.Tensor, *args: object) -> torch.Tensor:
-        dtypes.append(x.dtype)
-        if x.dtype != torch.float32:
-            raise RuntimeError("PassManager::run failed (planted)")
-        return pipeline(x, *args)  # type: ignore[arg-type]
+    class FailsForHalf(Sampler):
+        def pipeline(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
+            dtypes.append(x.dtype)
+            if x.dtype != torch.float32:
+                raise RuntimeError("PassManager::run failed (planted)")
+            return super().pipeline(x, *args)
 
-    monkeypatch.setattr(sampling_triton, "_pipeline", fails_for_half)
+    tuning = Tuning().replace(**sample.tuning)
+    sample._sampler = FailsForHalf(tuning)
     logits = make_logits("clean", 4, 1000, device=DEVICE).bfloat16()
     for _ in range(2):
         ids = sample(logits, full(20, 4), None).cpu()
@@ -298,15 +304,14 @@ def test_a_dtype_whose_kernels_fail_to_build_is_read_as_float32(
             (filtered_probs(logits.float().cpu(), 20, None)[torch.arange(4), ids] > 0).all()
         )
     assert dtypes == [torch.bfloat16, torch.float32, torch.float32]
-    assert "planted" in sampling_triton.UPCAST[torch.bfloat16]
+    assert "planted" in sample.sampler.failures.upcast[torch.bfloat16]
 
 
 def test_wide_kernels_that_fail_to_build_leave_their_rows_to_the_row_kernel(
-    even_uniforms: None, slow_rows: list[list[int]], monkeypatch: pytest.MonkeyPatch
+    even_uniforms: None, slow_rows: list[list[int]], sample: TritonSampler
 ) -> None:
     """A build failure of the wide kernels (as Triton's layout pass once failed on an H100)
     costs speed, not the call: the per-row kernel takes the wide rows, exactly."""
-    monkeypatch.setattr(sampling_triton, "WIDE_FAILED", {})
 
     class Broken:
         def __getitem__(self, grid: object) -> object:
@@ -315,30 +320,30 @@ def test_wide_kernels_that_fail_to_build_leave_their_rows_to_the_row_kernel(
 
             return launch
 
-    monkeypatch.setattr(sampling_triton, "wide_narrow_kernel", Broken())
+    sample.kernels["wide_narrow_kernel"] = Broken()
     row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
     for _ in range(2):
         ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, full(0.9, 24))
         assert_quadrature(ids, filtered_probs(row, None, 0.9)[0])
     assert slow_rows == [[1] * 24, [1] * 24]
-    assert "planted" in sampling_triton.WIDE_FAILED[torch.float32]
+    assert "planted" in sample.sampler.failures.wide_failed[torch.float32]
 
 
 def test_wide_rows_beside_top_k_rows(
-    even_uniforms: None, slow_rows: list[list[int]], monkeypatch: pytest.MonkeyPatch
+    even_uniforms: None, slow_rows: list[list[int]], sample: TritonSampler
 ) -> None:
     """k on the host with a 0 for some rows: those rows are top-p alone and may be wide, so the
     wide kernels run for them while the other rows take top-k. When every row has a k, the
     wide kernels are not launched at all."""
     launched: list[int] = []
-    kernel = sampling_triton.wide_tile_kernel
+    kernel = Kernels().wide_tile_kernel
 
     class Count:
         def __getitem__(self, grid: tuple[int, ...]) -> object:
             launched.append(grid[0])
             return kernel[grid]
 
-    monkeypatch.setattr(sampling_triton, "wide_tile_kernel", Count())
+    sample.kernels["wide_tile_kernel"] = Count()
     row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
     rows = 16
     logits = row.expand(rows, -1).contiguous().to(DEVICE)
@@ -347,9 +352,10 @@ def test_wide_rows_beside_top_k_rows(
     assert_quadrature(ids[0::2], filtered_probs(row, None, 0.9)[0])
     assert_quadrature(ids[1::2], filtered_probs(row, 5, 0.9)[0])
     assert slow_rows == [[0] * rows]  # the wide rows were finished by the wide kernels
-    assert launched == [rows] * sampling_triton.W_ROUNDS
+    rounds = sample.sampler.tuning.w_rounds
+    assert launched == [rows] * rounds
     sample(logits, torch.full((rows,), 5), full(0.9, rows))
-    assert launched == [rows] * sampling_triton.W_ROUNDS  # every row has a k: none launched
+    assert launched == [rows] * rounds  # every row has a k: none launched
 
 
 @pytest.mark.parametrize(
@@ -369,21 +375,21 @@ def test_k_bound_reads_k_on_the_host_in_one_reduction(
     """The host reads only the bound and whether every row has k; the kernels read a k outside
     (0, vocab) as no top-k themselves (see test_rows_with_and_without_k_in_one_batch)."""
     for dtype in (torch.int64, torch.int32):
-        assert sampling_triton._k_bound(torch.tensor(k, dtype=dtype), vocab, None) == expected
+        assert variants.k_bound_of(torch.tensor(k, dtype=dtype), vocab, None) == expected
 
 
 def _group_pass(x: torch.Tensor, one_reduce: bool, gs: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The group kernel's maxima and second maxima ([batch, 2, groups]) and sums, in one form."""
     batch, vocab = x.shape
-    block = sampling_triton.GROUP_BLOCK
+    block = int(SMALL_TRITON_TUNING["group_block"]) if DEVICE == "cpu" else Tuning().group_block
     tiles = -(-vocab // block)
     groups = tiles * (block // gs)
     gmax = torch.full((batch, 2 * groups), -1.0, device=x.device)
     gsum = torch.full((batch, 2 * groups), -1.0, device=x.device)  # rows 2 * groups apart
     counts = torch.ones(batch, tiles, dtype=torch.int32, device=x.device)
-    sampling_triton.group_kernel[(batch, tiles)](
-        x, x.stride(0), vocab, gmax, gsum, 2 * groups, groups, counts, tiles,
-        BLOCK=block, GS=gs, ONE_REDUCE=one_reduce,
+    Kernels().group_kernel[(batch, tiles)](
+        logits=x, stride=x.stride(0), V=vocab, gmax=gmax, gsum=gsum, g_stride=2 * groups,
+        G=groups, counts=counts, n_tiles=tiles, BLOCK=block, GS=gs, ONE_REDUCE=one_reduce,
     )  # fmt: skip
     assert int(counts.sum()) == 0
     return gmax.view(batch, 2, groups), gsum[:, :groups]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -19,14 +20,11 @@ pytest.importorskip("triton")
 
 from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.engine import Reason, resolve_policies
-from kernelpolicy.kernels import sampling_triton
-from kernelpolicy.kernels.degraded import Degradations
-from kernelpolicy.kernels.sampling_triton import graphs, replay
+from kernelpolicy.kernels.sampling_triton import Draws, graphs, replay
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
+from kernelpolicy.kernels.sampling_triton.sampler import graph_uniforms
 from kernelpolicy.policy import load_policy_text
-from tests.helpers import fixture, use_small_triton_kernels
-
-GRAPH_UNIFORMS = sampling_triton._graph_uniforms  # the real draw, before any fixture replaces it
+from tests.helpers import TritonSampler, fixture
 
 BASE = {
     "device_type": "cuda",
@@ -126,6 +124,7 @@ class FakeGraphs:
     """Stands in for CUDA graph capture: records each capture and replays the launch."""
 
     def __init__(self, fail: bool = False, fail_at: int | None = None) -> None:
+        self.sample: TritonSampler | None = None  # the sampler whose graphs these are
         self.fail = fail
         self.fail_at = fail_at  # fail only the capture attempt with this index
         self.attempts = 0
@@ -160,13 +159,17 @@ class FakeGraphs:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
-    """Small kernels (cheap in the interpreter), every call planned as if on CUDA, and the fake
-    capture; even uniforms, so each draw checks the exact filtered distribution."""
+def sample() -> TritonSampler:
+    """The test's own sampler, with small kernels (cheap in the interpreter)."""
+    return TritonSampler(small=True)
+
+
+@pytest.fixture
+def fake(sample: TritonSampler, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
+    """Every call planned as if on CUDA, and the fake capture; even uniforms, so each draw
+    checks the exact filtered distribution."""
     if torch.cuda.is_available():
         pytest.skip("the fake capture stands in for CUDA graphs on CPU only")
-    use_small_triton_kernels(monkeypatch, sampling_triton)
-    monkeypatch.setattr(sampling_triton, "GRAPHS", GraphCache())
     real_plan = graphs.plan
 
     def as_on_cuda(**kwargs: object) -> Mode:
@@ -177,13 +180,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
     def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
         return (torch.arange(batch, dtype=torch.float32, device=device) + 0.5) / batch
 
-    monkeypatch.setattr(sampling_triton, "_uniform", grid)
-    monkeypatch.setattr(  # a graph draws its uniforms into one buffer (no proposals here)
-        sampling_triton, "_graph_uniforms", lambda uq: uq.copy_(grid(uq.numel(), uq.device, None))
+    sample.draws = Draws(  # a graph draws its uniforms into one buffer (no proposals here)
+        uniform=grid, graph=lambda uq: uq.copy_(grid(uq.numel(), uq.device, None))
     )
-    monkeypatch.setattr(sampling_triton, "PROPOSALS", 0)  # the wide rows by the exact path
+    sample.tuning["proposals"] = 0  # the wide rows by the exact path
     capture = FakeGraphs()
-    monkeypatch.setattr(sampling_triton, "CAPTURE", capture)
+    capture.sample = sample
+    sample.options["capture"] = capture
     return capture
 
 
@@ -210,7 +213,7 @@ def assert_exact(ids: torch.Tensor, logits: torch.Tensor, k: int | None, p: floa
     ("k", "p"), [(20, None), (None, 0.8), (20, 0.8), (None, None)], ids=["k", "p", "kp", "none"]
 )
 def test_a_copy_graph_replays_new_logits_k_and_p(
-    fake: FakeGraphs, k: int | None, p: float | None
+    fake: FakeGraphs, k: int | None, p: float | None, sample: TritonSampler
 ) -> None:
     """The first call runs eagerly; then one capture serves every call of the shape: new
     logits, k and p go through its buffers."""
@@ -218,7 +221,7 @@ def test_a_copy_graph_replays_new_logits_k_and_p(
     for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5, 0.8], strict=True)):
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
-        ids = sampling_triton.top_k_top_p(logits, kk, pp)
+        ids = sample(logits, kk, pp)
         assert_exact(
             ids, logits, None if k is None else k - 5 * call, None if p is None else p * scale
         )
@@ -226,17 +229,17 @@ def test_a_copy_graph_replays_new_logits_k_and_p(
     assert fake.replays == 2
 
 
-def test_strided_logits_are_copied_into_the_graph(fake: FakeGraphs) -> None:
+def test_strided_logits_are_copied_into_the_graph(fake: FakeGraphs, sample: TritonSampler) -> None:
     wide = torch.cat([rows(3), rows(4)], dim=1)
     logits = wide[:, ::2]
     for _ in range(3):  # eager, capture, replay
-        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 7), None)
+        ids = sample(logits, torch.full((20,), 7), None)
         assert_exact(ids, logits.contiguous(), 7, None)
     assert fake.replays == 1
 
 
 def test_large_logits_are_read_in_place_once_their_address_repeats(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """Above COPY_BYTES the first call at an address runs eagerly, the second captures, the
     third replays reading the caller's tensor where it is (new contents included)."""
@@ -246,20 +249,22 @@ def test_large_logits_are_read_in_place_once_their_address_repeats(
     for call in range(3):
         for i, logits in enumerate(buffers):
             logits.copy_(rows(10 * call + i))
-            ids = sampling_triton.top_k_top_p(logits, None, p)
+            ids = sample(logits, None, p)
             assert_exact(ids, logits, None, 0.9)
     assert fake.captures == [b.data_ptr() for b in buffers]
     assert fake.replays == 2
 
 
-def test_small_logits_are_read_in_place_once_their_address_repeats(fake: FakeGraphs) -> None:
+def test_small_logits_are_read_in_place_once_their_address_repeats(
+    fake: FakeGraphs, sample: TritonSampler
+) -> None:
     """Small logits at one address: the first call runs eagerly, the second captures a graph
     reading them where they are, which then replays for new contents: no copying graph at
     all, so no copy into a graph's buffer."""
     logits, k = rows(0), torch.full((20,), 9)  # k stays where it is, read in place too
     for call in range(4):
         logits.copy_(rows(call))
-        ids = sampling_triton.top_k_top_p(logits, k, None)
+        ids = sample(logits, k, None)
         assert_exact(ids, logits, 9, None)
     assert fake.captures == [logits.data_ptr()]
     assert fake.replays == 2
@@ -267,18 +272,18 @@ def test_small_logits_are_read_in_place_once_their_address_repeats(fake: FakeGra
 
 @pytest.mark.parametrize("limit", [0, 1, 2])
 def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, limit: int
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, limit: int, sample: TritonSampler
 ) -> None:
     """A caller whose small logits move among more addresses than the cap: the first
     ``IN_PLACE_CAPTURES`` repeated addresses get in-place graphs (replayed when they come
     back), the rest the shape's copying graph; one eager call, then never a capture per
     call."""
-    monkeypatch.setattr(sampling_triton, "IN_PLACE_CAPTURES", limit)
+    sample.tuning["in_place_captures"] = limit
     buffers, p = distinct(rows(seed) for seed in range(4)), torch.full((20,), 0.8)
     order = [b for b in buffers for _ in range(2)] + buffers  # each twice, then each again
     for call, logits in enumerate(order):
         logits.copy_(rows(10 + call))
-        assert_exact(sampling_triton.top_k_top_p(logits, None, p), logits, None, 0.8)
+        assert_exact(sample(logits, None, p), logits, None, 0.8)
     addresses = [b.data_ptr() for b in buffers]
     assert [c for c in fake.captures if c in addresses] == addresses[:limit]
     assert len(fake.captures) == limit + 1  # and the copying graph
@@ -286,99 +291,98 @@ def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
 
 
 def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """The in-place capture at an address fails: calls there replay the shape's copying
     graph from then on (not eager ones), and the failure is remembered for that address."""
     failing = FakeGraphs(fail_at=0)  # eager, the in-place capture fails, then the copying one
-    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    sample.options["capture"] = failing
     logits, k = rows(0), torch.full((20,), 9)
     for call in range(5):
         logits.copy_(rows(call))
-        assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+        assert_exact(sample(logits, k, None), logits, 9, None)
     assert len(failing.captures) == 1  # eager, failed in place, copying capture, 2 replays
     assert failing.replays == 2
-    (why,) = sampling_triton.GRAPHS._failed.items.values()
+    (why,) = sample.sampler.graphs._failed.items.values()
     assert "planted" in why
 
 
-def test_a_cached_in_place_graph_serves_once_sightings_are_forgotten(fake: FakeGraphs) -> None:
+def test_a_cached_in_place_graph_serves_once_sightings_are_forgotten(
+    fake: FakeGraphs, sample: TritonSampler
+) -> None:
     logits, k = rows(0), torch.full((20,), 9)
     for call in range(3):  # eager, capture in place, replay
         logits.copy_(rows(call))
-        sampling_triton.top_k_top_p(logits, k, None)
-    sampling_triton.GRAPHS._seen.items.clear()
+        sample(logits, k, None)
+    sample.sampler.graphs._seen.items.clear()
     logits.copy_(rows(3))
-    assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+    assert_exact(sample(logits, k, None), logits, 9, None)
     assert fake.captures == [logits.data_ptr()]
     assert fake.replays == 2
 
 
 def test_replacing_an_in_place_graph_whose_k_moved_spends_no_capture_of_the_shape(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """Cap 1: the in-place graph reads k in place; k moves, a graph that copies it replaces it
     at the same key (not counted), and a second address, seen twice, still finds the shape's
     share spent and replays the copying graph."""
-    monkeypatch.setattr(sampling_triton, "IN_PLACE_CAPTURES", 1)
+    sample.tuning["in_place_captures"] = 1
     first, second = distinct(rows(seed) for seed in range(2))
     k1, k2 = distinct([torch.full((20,), 9), torch.full((20,), 9)])
     for logits, k in [(first, k1), (first, k1), (first, k2), (second, k2), (second, k2)]:
-        assert_exact(sampling_triton.top_k_top_p(logits, k, None), logits, 9, None)
+        assert_exact(sample(logits, k, None), logits, 9, None)
     in_place, replacement, copying = fake.captures
     assert in_place == replacement == first.data_ptr()
     assert copying != second.data_ptr()
-    assert list(sampling_triton.GRAPHS._in_place.items.values()) == [1]
+    assert list(sample.sampler.graphs._in_place.items.values()) == [1]
     assert fake.replays == 1
 
 
 def test_a_failed_capture_leaves_the_shape_eager(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     failing = FakeGraphs(fail=True)
-    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    sample.options["capture"] = failing
     for logits in distinct(rows(seed) for seed in range(3)):
-        assert_exact(
-            sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None), logits, 9, None
-        )
-    (why,) = sampling_triton.GRAPHS._failed.items.values()
+        assert_exact(sample(logits, torch.full((20,), 9), None), logits, 9, None)
+    (why,) = sample.sampler.graphs._failed.items.values()
     assert "planted" in why
-    assert len(sampling_triton.GRAPHS) == 0
+    assert len(sample.sampler.graphs) == 0
 
 
-TRITON_FIRST = """
+ENTRY: object = None
+"""The sampler a test's Resolution loads (its policy's entry point names it)."""
+
+TRITON_FIRST = f"""
 schema = "kernelpolicy.policy/v1"
 [features."sampler.top_k_top_p"]
 description = "the Triton sampler, run here by Triton's interpreter"
 fallback = "torch"
 [[features."sampler.top_k_top_p".candidates]]
 impl = "triton"
-entry = "kernelpolicy.kernels.sampling_triton:top_k_top_p"
+entry = "{__name__}:ENTRY"
 [[features."sampler.top_k_top_p".candidates]]
 impl = "torch"
 """
 
 
 def test_a_failed_capture_is_reported_as_a_degradation(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """Through a Resolution: every call is still exact, triton stays the choice, and
     runtime_fallbacks, the warnings and explain say once per dtype that shapes whose capture
     failed launch eagerly; each failed shape is remembered (it is not captured again)."""
-    channel = Degradations()
-    record = sampling_triton.CAPTURE_FAILED
-    monkeypatch.setattr(sampling_triton, "DEGRADATIONS", channel)
-    monkeypatch.setattr(
-        sampling_triton, "CAPTURE_FAILED", channel.record(record.what, record.effect)
-    )
     failing = FakeGraphs(fail=True)
-    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    sample.options["capture"] = failing
+    sample.options["start"] = lambda run, name: run()  # each variant built at its first call
+    monkeypatch.setattr(sys.modules[__name__], "ENTRY", sample.sampler)
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(TRITON_FIRST))
-    sample = resolution.impl("sampler.top_k_top_p")
+    kernel = resolution.impl("sampler.top_k_top_p")
     shapes = [(0, 20), (1, 20), (2, 10), (3, 10)]  # each batch eager first, then its capture
     for logits in distinct(rows(seed, batch) for seed, batch in shapes):
         batch = logits.shape[0]
-        assert_exact(sample(logits, torch.full((batch,), 9), None), logits, 9, None)
+        assert_exact(kernel(logits, torch.full((batch,), 9), None), logits, 9, None)
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
     assert note == (
         "triton degraded at run time: CUDA-graph capture failed for a float32 call shape "
@@ -393,31 +397,31 @@ def test_a_failed_capture_is_reported_as_a_degradation(
         (note,),
     )
     assert resolution.to_dict()["decisions"]["sampler.top_k_top_p"]["warnings"] == [note]
-    assert len(sampling_triton.GRAPHS._failed.items) == 2  # batch 20 and batch 10
+    assert len(sample.sampler.graphs._failed.items) == 2  # batch 20 and batch 10
     assert fake.captures == []
-    assert len(sampling_triton.GRAPHS) == 0
+    assert len(sample.sampler.graphs) == 0
 
 
-def test_seeded_calls_run_eagerly(fake: FakeGraphs) -> None:
+def test_seeded_calls_run_eagerly(fake: FakeGraphs, sample: TritonSampler) -> None:
     logits = rows(7, batch=3)
     generators = {1: torch.Generator().manual_seed(42)}
     for _ in range(2):
-        sampling_triton.top_k_top_p(logits, torch.full((3,), 20), None, generators)
+        sample(logits, torch.full((3,), 20), None, generators)
     assert fake.captures == []
-    assert len(sampling_triton.GRAPHS) == 0
+    assert len(sample.sampler.graphs) == 0
 
 
 def test_each_replay_draws_fresh_uniforms(
-    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """The uniforms are drawn before each replay, outside the graph: replays of the same
     logits draw new tokens (frozen uniforms would repeat the first call's draws row by row)."""
-    monkeypatch.setattr(sampling_triton, "_graph_uniforms", GRAPH_UNIFORMS)
+    sample.draws = Draws(uniform=sample.draws.uniform, graph=graph_uniforms)
     torch.manual_seed(0)
     logits = torch.zeros(20, 200)  # every token equally likely
     # a copying graph's first run, an in-place graph's first run, then two replays of it
     p = torch.full((20,), 0.999)  # one p: a new one each call could land where the last was
-    draws = [sampling_triton.top_k_top_p(logits, None, p) for _ in range(4)]
+    draws = [sample(logits, None, p) for _ in range(4)]
     assert fake.replays == 2
     assert not torch.equal(draws[2], draws[3])
     assert not torch.equal(draws[1], draws[2])
@@ -425,10 +429,12 @@ def test_each_replay_draws_fresh_uniforms(
 
 
 @pytest.fixture
-def groups_first(fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
+def groups_first(
+    fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
+) -> FakeGraphs:
     """Every shape replays its group pass as a graph of its own (as large logits do on CUDA);
     the copies of k and p and the draw of the uniforms are logged beside the replays."""
-    monkeypatch.setattr(sampling_triton, "GROUPS_FIRST_BYTES", 0)
+    sample.tuning["groups_first_bytes"] = 0
     real_copy = replay.transfer.copy_into
 
     def logged_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -436,19 +442,19 @@ def groups_first(fake: FakeGraphs, monkeypatch: pytest.MonkeyPatch) -> FakeGraph
         real_copy(dst, src)
 
     monkeypatch.setattr(replay.transfer, "copy_into", logged_copy)
-    draw = sampling_triton._graph_uniforms
+    draw = sample.draws.graph
 
     def logged_draw(uq: torch.Tensor) -> None:
         fake.events.append("uniforms")
         draw(uq)
 
-    monkeypatch.setattr(sampling_triton, "_graph_uniforms", logged_draw)
+    sample.draws = Draws(uniform=sample.draws.uniform, graph=logged_draw)
     return fake
 
 
 @pytest.mark.parametrize(("k", "p"), [(20, None), (None, 0.8), (20, 0.8)], ids=["k", "p", "kp"])
 def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
-    groups_first: FakeGraphs, k: int | None, p: float | None
+    groups_first: FakeGraphs, k: int | None, p: float | None, sample: TritonSampler
 ) -> None:
     """Large logits: two graphs a shape. Each replay starts the group pass before the host
     copies k and p and draws the uniforms (they overlap the full read), and every draw is
@@ -458,7 +464,7 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
         kk = None if k is None else torch.full((20,), k - 5 * call)
         pp = None if p is None else torch.full((20,), p * scale)
         groups_first.events.clear()
-        ids = sampling_triton.top_k_top_p(logits, kk, pp)
+        ids = sample(logits, kk, pp)
         assert_exact(
             ids, logits, None if k is None else k - 5 * call, None if p is None else p * scale
         )
@@ -473,28 +479,28 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
     assert groups_first.replays == 4
 
 
-def test_small_logits_keep_one_graph(fake: FakeGraphs) -> None:
+def test_small_logits_keep_one_graph(fake: FakeGraphs, sample: TritonSampler) -> None:
     for logits in distinct(rows(seed) for seed in range(2)):
-        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), 9), None)
+        ids = sample(logits, torch.full((20,), 9), None)
         assert_exact(ids, logits, 9, None)
     assert fake.parts == ["launch"]
 
 
 def test_a_failed_second_capture_leaves_the_shape_eager(
-    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch
+    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch, sample: TritonSampler
 ) -> None:
     """The group pass captured, the rest not: the shape runs eagerly from then on, never
     replaying half a call."""
     failing = FakeGraphs(fail_at=1)
-    monkeypatch.setattr(sampling_triton, "CAPTURE", failing)
+    sample.options["capture"] = failing
     for logits in distinct(rows(seed) for seed in range(3)):
-        ids = sampling_triton.top_k_top_p(logits, None, torch.full((20,), 0.8))
+        ids = sample(logits, None, torch.full((20,), 0.8))
         assert_exact(ids, logits, None, 0.8)
     assert failing.parts == ["groups_pass"]
     assert failing.replays == 0
-    (why,) = sampling_triton.GRAPHS._failed.items.values()
+    (why,) = sample.sampler.graphs._failed.items.values()
     assert "planted" in why
-    assert len(sampling_triton.GRAPHS) == 0
+    assert len(sample.sampler.graphs) == 0
 
 
 @pytest.mark.parametrize(
@@ -538,7 +544,8 @@ def _calls(
         p.fill_(0.9 - 0.1 * call)
         logits.copy_(rows(call))
         fake.events.clear()
-        ids = sampling_triton.top_k_top_p(logits, k, p)
+        assert fake.sample is not None
+        ids = fake.sample(logits, k, p)
         assert_exact(ids, logits, 20 - 3 * call, 0.9 - 0.1 * call)
         copies.append(fake.events.count("copy"))
     return copies
@@ -549,28 +556,30 @@ def _params(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.zeros(20, dtype=torch.int64), torch.zeros(20)) for _ in range(n)]
 
 
-def test_a_graph_reads_k_and_p_where_the_caller_keeps_them(in_place: FakeGraphs) -> None:
+def test_a_graph_reads_k_and_p_where_the_caller_keeps_them(
+    in_place: FakeGraphs, sample: TritonSampler
+) -> None:
     """vLLM keeps k and p in persistent buffers: once they repeat with the logits, the graph
     reads them there (no copy per call) and sees each call's new values."""
     (pair,) = _params(1)
     logits = rows(0)
     assert _calls(logits, [pair] * 4, in_place) == [0, 0, 0, 0]  # eager, capture, replays
     assert len(in_place.captures) == 2  # the group pass and the rest, once
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (pair[0].data_ptr(), pair[1].data_ptr())
 
 
-def test_k_and_p_that_move_are_copied(in_place: FakeGraphs) -> None:
+def test_k_and_p_that_move_are_copied(in_place: FakeGraphs, sample: TritonSampler) -> None:
     logits = rows(0)
     assert _calls(logits, _params(4), in_place)[1:] == [2, 2, 2]
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (0, 0)
     assert len(in_place.captures) == 2
 
 
 @pytest.mark.parametrize("moved", ["k", "p", "both"])
 def test_a_graph_whose_k_or_p_moved_is_replaced_once_by_one_that_copies(
-    in_place: FakeGraphs, moved: str
+    in_place: FakeGraphs, moved: str, sample: TritonSampler
 ) -> None:
     first, *others = _params(4)
 
@@ -582,24 +591,24 @@ def test_a_graph_whose_k_or_p_moved_is_replaced_once_by_one_that_copies(
     copies = _calls(logits, [first, first, move(0), first, move(1), move(2)], in_place)
     assert copies == [0, 0, 2, 2, 2, 2]
     assert len(in_place.captures) == 4  # in place, then copying: two graphs of two parts
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (0, 0)
 
 
 @pytest.mark.parametrize("skip", [True, False], ids=["skipped", "always-copied"])
 def test_a_host_parameter_is_copied_only_when_its_values_change(
-    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch, skip: bool
+    groups_first: FakeGraphs, monkeypatch: pytest.MonkeyPatch, skip: bool, sample: TritonSampler
 ) -> None:
     """Small logits (copied into the graph): k and p from the host are copied again only when
     their values differ from those copied last, a new tensor of the same values included."""
-    monkeypatch.setattr(sampling_triton, "SKIP_UNCHANGED", skip)
+    sample.tuning["skip_unchanged"] = skip
     settings = [(20, 0.8), (20, 0.8), (20, 0.5), (20, 0.5), (9, 0.5), (9, 0.5)]
     copies = []
     batches = distinct(rows(call) for call in range(7))
-    sampling_triton.top_k_top_p(batches.pop(), torch.full((20,), 20), torch.full((20,), 0.8))
+    sample(batches.pop(), torch.full((20,), 20), torch.full((20,), 0.8))
     for (k, p), logits in zip(settings, batches, strict=True):  # the shape's first call was eager
         groups_first.events.clear()
-        ids = sampling_triton.top_k_top_p(logits, torch.full((20,), k), torch.full((20,), p))
+        ids = sample(logits, torch.full((20,), k), torch.full((20,), p))
         assert_exact(ids, logits, k, p)
         copies.append(groups_first.events.count("copy"))
     assert copies == ([2, 0, 1, 0, 1, 0] if skip else [2] * 6)
@@ -607,7 +616,7 @@ def test_a_host_parameter_is_copied_only_when_its_values_change(
 
 @pytest.mark.parametrize("moved", ["k", "p", "both"])
 def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgotten(
-    in_place: FakeGraphs, moved: str
+    in_place: FakeGraphs, moved: str, sample: TritonSampler
 ) -> None:
     """The sightings are a bounded cache of their own: once they forget a logits address, new
     k or p addresses can count as repeated while the graph captured with the old ones is still
@@ -617,30 +626,33 @@ def test_a_graph_is_not_replayed_with_k_or_p_elsewhere_once_sightings_are_forgot
     now = (other[0] if moved != "p" else first[0], other[1] if moved != "k" else first[1])
     logits = rows(0)
     assert _calls(logits, [first, first], in_place) == [0, 0]  # captured in place
-    sampling_triton.GRAPHS._seen.items.clear()
+    sample.sampler.graphs._seen.items.clear()
     assert _calls(logits, [now, now, now], in_place) == [2, 2, 2]
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (0, 0)
 
 
-def test_an_in_place_graph_outlives_the_sightings_of_its_parameters(in_place: FakeGraphs) -> None:
+def test_an_in_place_graph_outlives_the_sightings_of_its_parameters(
+    in_place: FakeGraphs, sample: TritonSampler
+) -> None:
     """The sightings of k and p share a bounded cache with the logits'. Where it forgets
     theirs but the logits' survive, k and p are still where the graph reads them: it keeps
     serving in place (it was replaced for good by one that copies them)."""
     (pair,) = _params(1)
     logits = rows(0)
     assert _calls(logits, [pair] * 2, in_place) == [0, 0]  # eager, then captured in place
-    seen = sampling_triton.GRAPHS._seen.items
+    seen = sample.sampler.graphs._seen.items
     for key in [key for key in seen if len(key) > min(len(k) for k in seen)]:
         del seen[key]  # the parameters' sightings alone
     assert _calls(logits, [pair] * 3, in_place) == [0, 0, 0]
     assert len(in_place.captures) == 2
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (pair[0].data_ptr(), pair[1].data_ptr())
 
 
 def test_a_graph_copying_p_keeps_serving_once_p_could_be_read_in_place(
     in_place: FakeGraphs,
+    sample: TritonSampler,
 ) -> None:
     """A graph captured while p could not be read in place (here float64, as a p on the host
     cannot) reads k in place and copies p. When p then comes where it could be read in place,
@@ -650,11 +662,11 @@ def test_a_graph_copying_p_keeps_serving_once_p_could_be_read_in_place(
     p64, p32 = torch.zeros(20, dtype=torch.float64), torch.zeros(20)
     logits = rows(0)
     assert _calls(logits, [(k, p64)] * 3, in_place) == [0, 1, 1]  # eager, capture, replay
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (k.data_ptr(), 0)
     assert _calls(logits, [(k, p32)] * 3, in_place) == [1, 1, 1]
     assert len(in_place.captures) == 2
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sample.sampler.graphs._graphs.items.values()
     assert graph.params == (k.data_ptr(), 0)
 
 
@@ -691,13 +703,14 @@ def test_one_value_for_all_rows_is_broadcast(
     k: torch.Tensor | None,
     p: torch.Tensor | None,
     eager: bool,
+    sample: TritonSampler,
 ) -> None:
     """The kernels read k[row] and p[row]: one value is broadcast, never read past its end."""
     if eager:
         monkeypatch.setattr(graphs, "plan", lambda **_: Mode.EAGER)
     # a graph: first run and capture, then replays
     for logits in distinct(rows(seed) for seed in range(3)):
-        ids = sampling_triton.top_k_top_p(logits, k, p)
+        ids = sample(logits, k, p)
         assert_exact(ids, logits, None if k is None else 7, None if p is None else 0.8)
 
 
@@ -709,7 +722,7 @@ def test_one_value_for_all_rows_is_broadcast(
     ],
 )
 def test_parameters_of_another_shape_are_refused(
-    k: torch.Tensor | None, p: torch.Tensor | None, words: str
+    k: torch.Tensor | None, p: torch.Tensor | None, words: str, sample: TritonSampler
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):
-        sampling_triton.top_k_top_p(rows(0), k, p)
+        sample(rows(0), k, p)

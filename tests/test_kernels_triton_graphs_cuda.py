@@ -19,8 +19,7 @@ if not torch.cuda.is_available():
     )
 pytest.importorskip("triton")
 
-from kernelpolicy.kernels import sampling_triton
-from kernelpolicy.kernels.sampling_triton import graphs
+from kernelpolicy.kernels.sampling_triton import Draws, Sampler, Tuning, graphs
 
 VOCAB = 128256
 LARGE = 256  # 131 MB of float32 logits: read in place, two graphs (group pass first)
@@ -31,41 +30,53 @@ def _grid(n: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(n, dtype=torch.float32, device=device) + 0.5) / n
 
 
-@pytest.fixture
-def fixed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Even uniforms on every path, and an empty graph cache."""
-    monkeypatch.setattr(sampling_triton, "GRAPHS", graphs.GraphCache())
-    monkeypatch.setattr(
-        sampling_triton, "_uniform", lambda batch, device, generators: _grid(batch, device)
-    )
-    proposals = sampling_triton.PROPOSALS
+_CURRENT: list[Sampler] = []  # the test's sampler (fixed sets it)
 
-    def proposal_uniforms(batch: int, device: torch.device, generators: object) -> torch.Tensor:
-        return _grid(batch * proposals, device).view(batch, proposals)
+
+def sampler() -> Sampler:
+    return _CURRENT[-1]
+
+
+def _draws(proposals: int) -> Draws:
+    """Even uniforms on every path."""
+
+    def proposal_uniforms(
+        batch: int, count: int, device: torch.device, generators: object
+    ) -> torch.Tensor:
+        return _grid(batch * count, device).view(batch, count)
 
     def graph_uniforms(uq: torch.Tensor) -> None:  # the draws, then the proposals (replay.py)
         batch = uq.numel() // (1 + proposals) if uq.numel() % (1 + proposals) == 0 else uq.numel()
         uq[:batch].copy_(_grid(batch, uq.device))
         uq[batch:].copy_(_grid(uq.numel() - batch, uq.device))
 
-    monkeypatch.setattr(sampling_triton, "_proposal_uniforms", proposal_uniforms)
-    monkeypatch.setattr(sampling_triton, "_graph_uniforms", graph_uniforms)
+    return Draws(
+        uniform=lambda batch, device, generators: _grid(batch, device),
+        proposals=proposal_uniforms,
+        graph=graph_uniforms,
+    )
+
+
+@pytest.fixture
+def fixed() -> Iterator[None]:
+    """A sampler of the test's own (an empty graph cache), with even uniforms."""
+    _CURRENT.append(Sampler(draws=_draws(Tuning().proposals)))
     yield
     torch.cuda.synchronize()
+    _CURRENT.pop()
 
 
 def _eager(
     logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor, k_max: int | None
 ) -> torch.Tensor:
-    """The same call with no graph: a cache of its own, no logits small enough to copy into a
-    graph, and no address ever counted as repeated."""
-    saved = sampling_triton.GRAPHS, graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES
-    sampling_triton.GRAPHS = graphs.GraphCache()
+    """The same call with no graph: a sampler of its own, no logits small enough to copy into
+    a graph, and no address ever counted as repeated."""
+    saved = graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES
     graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES = 1 << 30, -1
     try:
-        return sampling_triton.top_k_top_p(logits, k, p, k_max=k_max)
+        return Sampler(draws=_draws(Tuning().proposals))(logits, k, p, k_max=k_max)
     finally:
-        sampling_triton.GRAPHS, graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES = saved
+        graphs.POINTER_SIGHTINGS, graphs.COPY_BYTES = saved
 
 
 def _check(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor, step: int) -> None:
@@ -74,12 +85,12 @@ def _check(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor, step: int) ->
     logits.copy_(torch.randn(logits.shape, device="cuda", generator=gen) * 3)
     k.fill_(40 - step)
     p.copy_(torch.linspace(0.5, 0.95, p.numel()) - 0.01 * step)
-    got = sampling_triton.top_k_top_p(logits, k, p, k_max=50)
+    got = sampler()(logits, k, p, k_max=50)
     assert torch.equal(got, _eager(logits, k, p, 50)), f"step {step}: a replay drew other tokens"
 
 
 def _graph() -> object:
-    (graph,) = sampling_triton.GRAPHS._graphs.items.values()
+    (graph,) = sampler().graphs._graphs.items.values()
     return graph
 
 
@@ -97,7 +108,7 @@ def test_k_and_p_in_persistent_buffers_are_read_in_place_then_copied_once_they_m
     for step in range(3, 5):  # moved: replaced by a graph that copies them, then replayed
         _check(logits, *moved, step)
     assert _graph().params == (0, 0)  # type: ignore[attr-defined]
-    sampling_triton.GRAPHS._seen.items.clear()  # forgotten: the copying graph still serves
+    sampler().graphs._seen.items.clear()  # forgotten: the copying graph still serves
     for step in range(5, 8):
         _check(logits, *first, step)
     assert _graph().params == (0, 0)  # type: ignore[attr-defined]
@@ -111,10 +122,10 @@ def test_a_host_k_is_copied_when_its_values_change() -> None:
         k = torch.full((SMALL,), 30 - 10 * (step // 2))  # on the host; new values every 2 steps
         gen = torch.Generator(device="cuda").manual_seed(step)
         logits.copy_(torch.randn(logits.shape, device="cuda", generator=gen) * 3)
-        got = sampling_triton.top_k_top_p(logits, k, p)
+        got = sampler()(logits, k, p)
         assert torch.equal(got, _eager(logits, k, p, None)), f"step {step}"
     # eager, then a graph reading the logits where they are (their address repeats), replayed
-    assert len(sampling_triton.GRAPHS) == 1
+    assert len(sampler().graphs) == 1
 
 
 @pytest.mark.usefixtures("fixed")
@@ -127,13 +138,13 @@ def test_small_logits_at_a_repeated_address_are_read_in_place() -> None:
     p = torch.zeros(SMALL, device="cuda")
     for step in range(4):
         _check(logits, k, p, step)
-    (in_place,) = sampling_triton.GRAPHS._graphs.items.values()
+    (in_place,) = sampler().graphs._graphs.items.values()
     assert in_place.x is None  # no buffer of its own: it reads the caller's logits
     assert in_place.params == (k.data_ptr(), p.data_ptr())
     _check(other, k, p, 4)
-    assert len(sampling_triton.GRAPHS) == 2
+    assert len(sampler().graphs) == 2
     _check(other, k, p, 5)
-    assert len(sampling_triton.GRAPHS) == 3
+    assert len(sampler().graphs) == 3
 
 
 @pytest.mark.usefixtures("fixed")
@@ -151,7 +162,7 @@ def test_p_moving_onto_the_gpu_keeps_the_graph_that_copies_it() -> None:
     for step in range(3, 6):
         _check(logits, k, p_gpu, step)
     assert _graph().params == captured  # type: ignore[attr-defined]
-    sampling_triton.GRAPHS._seen.items.clear()  # forgotten: the same graph still serves
+    sampler().graphs._seen.items.clear()  # forgotten: the same graph still serves
     for step in range(6, 8):
         _check(logits, k, p_gpu, step)
     assert _graph().params == captured  # type: ignore[attr-defined]

@@ -17,31 +17,31 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from kernelpolicy.conformance.reference import filtered_probs
-from kernelpolicy.kernels import sampling_triton
-from tests.helpers import use_small_triton_kernels
+from kernelpolicy.kernels.sampling_triton import Draws
+from tests.helpers import TritonSampler
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def small_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    if DEVICE == "cpu":
-        use_small_triton_kernels(monkeypatch, sampling_triton)
-    sampling_triton._Scratch._cache.clear()
+@pytest.fixture
+def sample() -> TritonSampler:
+    """A sampler of its own for the test, with small tiles on CPU."""
+    return TritonSampler(small=DEVICE == "cpu")
 
 
-def _grid_proposals(monkeypatch: pytest.MonkeyPatch, proposals: int) -> torch.Tensor:
+def _grid_proposals(sample: TritonSampler, proposals: int) -> list[torch.Tensor]:
     """Proposal r of row i at u = (i + (r + 1) / (proposals + 1)) / rows, for every row."""
-    monkeypatch.setattr(sampling_triton, "PROPOSALS", proposals)
+    sample.tuning["proposals"] = proposals
     seen: list[torch.Tensor] = []
 
-    def grid(batch: int, device: torch.device, generators: object) -> torch.Tensor:
+    def grid(batch: int, count: int, device: torch.device, generators: object) -> torch.Tensor:
+        assert count == proposals
         r = (torch.arange(proposals, dtype=torch.float64) + 1) / (proposals + 1)
         q = ((torch.arange(batch, dtype=torch.float64)[:, None] + r[None, :]) / batch).float()
         seen.append(q)
         return q.to(device)
 
-    monkeypatch.setattr(sampling_triton, "_proposal_uniforms", grid)
+    sample.draws = Draws(proposals=grid)
     return seen
 
 
@@ -74,16 +74,14 @@ CASES = [
 
 @pytest.mark.parametrize(("scale", "p", "proposals", "second_step"), CASES)
 def test_the_first_proposal_inside_the_nucleus_is_kept(
-    monkeypatch: pytest.MonkeyPatch, scale: float, p: float, proposals: int, second_step: bool
+    sample: TritonSampler, scale: float, p: float, proposals: int, second_step: bool
 ) -> None:
-    seen = _grid_proposals(monkeypatch, proposals)
+    seen = _grid_proposals(sample, proposals)
     row = torch.randn(1000, generator=torch.Generator().manual_seed(11)) * scale
     rows = 32
-    ids = sampling_triton.top_k_top_p(
-        row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)
-    ).cpu()
+    ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)).cpu()
     nucleus = filtered_probs(row[None], None, p)[0] > 0
-    assert int(nucleus.sum()) > sampling_triton.SMALL  # wide here: the rows take this path
+    assert int(nucleus.sum()) > sample.sampler.tuning.small  # wide here: the rows take this path
     assert bool(nucleus[ids].all())  # kept or drawn by the exact kernels: inside either way
     rejected = 0
     for i in range(rows):
@@ -95,7 +93,8 @@ def test_the_first_proposal_inside_the_nucleus_is_kept(
     assert rejected < rows
     if second_step:  # some rows kept none of the first step's proposals
         steps = [
-            _reference(row, p, seen[0][i, : sampling_triton.REJECT_FIRST]) for i in range(rows)
+            _reference(row, p, seen[0][i, : sample.sampler.tuning.reject_first])
+            for i in range(rows)
         ]
         assert any(kept is None for kept in steps)
 
@@ -124,18 +123,16 @@ def test_reject_steps(proposals: int, first: int, step: int, steps: list[tuple[i
     ],
 )
 def test_ties_at_the_boundary_keep_the_lowest_ids(
-    monkeypatch: pytest.MonkeyPatch, tied: int, p: float
+    sample: TritonSampler, tied: int, p: float
 ) -> None:
     """A tied group across the cut: only its lowest ids are inside, so a proposal on one of its
     higher ids is rejected; the kept tokens are an even quadrature of the nucleus."""
-    seen = _grid_proposals(monkeypatch, 1)
+    seen = _grid_proposals(sample, 1)
     row = torch.full((512,), -30.0)
     row[:tied] = 1.0
     row[tied : tied + 200] = 0.0
     rows = 160
-    ids = sampling_triton.top_k_top_p(
-        row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)
-    ).cpu()
+    ids = sample(row.expand(rows, -1).contiguous().to(DEVICE), None, torch.full((rows,), p)).cpu()
     expected = filtered_probs(row[None], None, p)[0]
     assert 0 < int((expected[:tied] > 0).sum()) < tied  # the cut falls inside the ties
     counts = torch.zeros(512, dtype=torch.float64)
@@ -152,16 +149,13 @@ def test_ties_at_the_boundary_keep_the_lowest_ids(
 
 
 def test_proposal_kernels_that_fail_to_build_leave_the_rows_to_the_exact_kernels(
-    monkeypatch: pytest.MonkeyPatch,
+    sample: TritonSampler,
 ) -> None:
     """A build failure of the proposal kernels costs speed, not the call: the wide rows go to
     the exact wide kernels (checked here as an even quadrature of the nucleus), and the failure
     is remembered per dtype so the next call does not try again."""
-    monkeypatch.setattr(sampling_triton, "REJECT_FAILED", {})
-    monkeypatch.setattr(
-        sampling_triton,
-        "_uniform",
-        lambda batch, device, generators: (torch.arange(batch, device=device) + 0.5) / batch,
+    sample.draws = Draws(
+        uniform=lambda batch, device, generators: (torch.arange(batch, device=device) + 0.5) / batch
     )
     tries: list[int] = []
 
@@ -173,14 +167,12 @@ def test_proposal_kernels_that_fail_to_build_leave_the_rows_to_the_exact_kernels
 
             return launch
 
-    monkeypatch.setattr(sampling_triton, "propose_kernel", Broken())
+    sample.kernels["propose_kernel"] = Broken()
     row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(2)) * 0.3
     expected = filtered_probs(row, None, 0.9)[0]
     for _ in range(2):
-        ids = sampling_triton.top_k_top_p(
-            row.expand(24, -1).contiguous().to(DEVICE), None, torch.full((24,), 0.9)
-        ).cpu()
+        ids = sample(row.expand(24, -1).contiguous().to(DEVICE), None, torch.full((24,), 0.9)).cpu()
         counts = torch.bincount(ids, minlength=1000).double()
         assert float((counts - 24 * expected.double()).abs().max()) <= 1.0 + 1e-6
     assert tries == [1]
-    assert "planted" in sampling_triton.REJECT_FAILED[torch.float32]
+    assert "planted" in sample.sampler.failures.reject_failed[torch.float32]

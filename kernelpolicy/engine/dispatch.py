@@ -19,6 +19,10 @@ those calls go to the next candidate of their row (the fallback last), recorded 
 That holds for the decision's own choice too: the choice becomes the next candidate of the
 order (a broken FlashInfer install leaves the Triton sampler serving its batches, where the
 whole feature used to go to torch).
+
+A call whose kernel variant is still compiling in the background (the kernel raises
+``Compiling``) is served by the next ready candidate of its row, the fallback last, and counted
+(``engine.runtime.served_elsewhere``); its row keeps the kernel, which serves once built.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.engine.model import Decision, DtypeRule
+from kernelpolicy.engine.runtime import EntryUnloadable
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.kernels.builds import Compiling
 from kernelpolicy.limits import shown
 
 if TYPE_CHECKING:
@@ -72,8 +78,35 @@ class Routed:
             impl, function = self._choose((logits.shape[0], logits.dtype))
         try:
             return function(logits, *args, **kwargs)
+        except Compiling as compiling:  # its variant builds in the background: not this call
+            return self._meanwhile(impl, compiling, (logits, *args), kwargs)
         except Exception as exc:  # a compile or launch failure inside the kernel
             return self._failed(impl, logits.dtype, exc, (logits, *args), kwargs)
+
+    def _meanwhile(
+        self, impl: str, compiling: Compiling, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``impl`` is compiling this call's variant: the next ready candidate of the call's
+        row serves it (the fallback last); the table keeps ``impl``, so the calls after the
+        build run it."""
+        from kernelpolicy.engine.runtime import served_elsewhere
+
+        logits = args[0]
+        decision = self._resolution.decisions[self._feature]
+        order = list(decision.order_for(logits.shape[0], dtype_name(logits.dtype)))
+        rest = order[order.index(impl) + 1 :] if impl in order else order
+        if self._fallback is not None and self._fallback not in rest:
+            rest.append(self._fallback)
+        loaded = [self._function(name) for name in rest if name != impl]
+        candidates = [function for function in loaded if function is not None]
+        return served_elsewhere(
+            self._resolution,
+            self._feature,
+            impl,
+            compiling,
+            candidates=candidates,
+            call=(args, kwargs),
+        )
 
     def reset(self) -> None:
         """Forget every choice: the decision changed."""
@@ -112,16 +145,22 @@ class Routed:
         except ResolutionError as exc:
             if self._fallback is None or impl == self._fallback:
                 raise
-            decision = resolution.decisions[self._feature]
-            rest = [name for name in decision.order if name != impl]
-            if impl == decision.impl and rest == [self._fallback]:
-                # nothing but the fallback is left: the feature falls back as a whole
-                resolution._fall_back(self._feature, decision, self._fallback, str(exc))
-            else:
-                refuse_impl(resolution, self._feature, impl, str(exc))
+            self._refuse(impl, str(exc))
             return None
         self._loaded[impl] = function
         return function
+
+    def _refuse(self, impl: str, why: str) -> None:
+        """``impl`` cannot be loaded: it leaves the order (with nothing but the fallback left,
+        the feature falls back as a whole)."""
+        assert self._fallback is not None
+        resolution = self._resolution
+        decision = resolution.decisions[self._feature]
+        rest = [name for name in decision.order if name != impl]
+        if impl == decision.impl and rest == [self._fallback]:
+            resolution._fall_back(self._feature, decision, self._fallback, why)
+        else:
+            refuse_impl(resolution, self._feature, impl, why)
 
     def _fallback_function(self) -> Callable[..., Any]:
         assert self._fallback is not None
@@ -146,7 +185,10 @@ class Routed:
         why = shown(f"{type(error).__name__} when called: {error}", _REASON_CHARS)
         resolution = self._resolution
         decision = resolution.decisions[self._feature]
-        if decision.dtypes:
+        if isinstance(error, EntryUnloadable):  # imported on its first call, and it failed
+            self._loaded.pop(impl, None)
+            self._refuse(impl, str(error))
+        elif decision.dtypes:
             refuse_dtype(resolution, self._feature, impl, dtype_name(dtype), why)
         else:
             resolution._fall_back(self._feature, decision, self._fallback, why)

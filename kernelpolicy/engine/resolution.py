@@ -7,7 +7,6 @@ answer, so a repeated call is one dictionary lookup. Platform facts are bound on
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,6 +73,10 @@ class Resolution:
         self.reporter: RuntimeReporter | None = None
         self._impls: dict[str, Callable[..., Any]] = {}
         self._listening: set[tuple[str, str]] = set()  # (feature, impl) told of degradations
+        # calls served by another candidate while their kernel variant compiled, by feature;
+        # and the (feature, impl, variant) said so already (engine.runtime.served_elsewhere)
+        self.compiling_calls: dict[str, int] = {}
+        self.compiling_noted: set[tuple[str, str, str]] = set()
         self.fingerprint = fingerprint
         self.env = dict(env or {})
         self.overrides = dict(overrides or {})
@@ -174,7 +177,7 @@ class Resolution:
         return function
 
     def _load(self, feature: str, impl: str, *, wrap: bool = True) -> Callable[..., Any]:
-        from kernelpolicy.policy.names import PREPARE, builtin_entry
+        from kernelpolicy.policy.names import builtin_entry
 
         candidate = self.policies.features[feature].candidate(impl)
         entry = (candidate.spec.entry if candidate else None) or builtin_entry(feature, impl)
@@ -183,13 +186,8 @@ class Resolution:
                 f"{feature}: no callable ships for implementation {impl!r}; "
                 "give the candidate an 'entry = \"module:function\"'"
             )
-        try:
-            if candidate is not None and candidate.spec.entry is None and impl in PREPARE:
-                _resolve_entry(PREPARE[impl])()
-            function = _resolve_entry(entry)
-        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
-            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
-        self._listen(feature, impl, entry)
+        builtin = candidate is None or candidate.spec.entry is None
+        function = self._import_entry(feature, impl, entry, builtin=builtin)
         if wrap and impl != self.policies.features[feature].spec.fallback:
             from kernelpolicy.engine.runtime import CallTimeFallback
 
@@ -204,15 +202,46 @@ class Resolution:
             self.reporter.loaded(feature, impl, function)
         return function
 
-    def _listen(self, feature: str, impl: str, entry: str) -> None:
-        """Record the degradations of ``entry``'s module (``DEGRADATIONS``, see
-        :mod:`kernelpolicy.kernels.degraded`): those so far, and each new one."""
+    def _import_entry(
+        self, feature: str, impl: str, entry: str, *, builtin: bool
+    ) -> Callable[..., Any]:
+        """``entry``'s callable, as it serves calls: its serving form where it has one (a
+        variant not built yet is served elsewhere); a built-in accelerated implementation is
+        imported on its first call (:class:`~kernelpolicy.engine.runtime.LazyEntry`)."""
+        from kernelpolicy.engine.runtime import LazyEntry, resolve_entry
+        from kernelpolicy.kernels.builds import nonblocking_form
+        from kernelpolicy.policy.names import PREPARE, REQUIRES
+
+        prepare = PREPARE.get(impl) if builtin else None
+
+        def loaded(function: Callable[..., Any]) -> None:
+            self._listen(feature, impl, entry, function)
+
+        try:
+            if builtin and impl in REQUIRES:
+                return LazyEntry(entry, prepare, REQUIRES[impl], loaded)
+            if prepare is not None:
+                resolve_entry(prepare)()
+            function = resolve_entry(entry)
+        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
+            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+        loaded(function)
+        return nonblocking_form(function) or function
+
+    def _listen(
+        self, feature: str, impl: str, entry: str, function: Callable[..., Any] | None = None
+    ) -> None:
+        """Record the degradations of ``entry`` (its callable's ``degradations``, else its
+        module's ``DEGRADATIONS``; see :mod:`kernelpolicy.kernels.degraded`): those so far,
+        and each new one."""
         import sys
 
         from kernelpolicy.kernels.degraded import Degradations
 
-        module = sys.modules.get(entry.partition(":")[0])
-        channel = getattr(module, "DEGRADATIONS", None)
+        channel = getattr(function, "degradations", None)
+        if not isinstance(channel, Degradations):
+            module = sys.modules.get(entry.partition(":")[0])
+            channel = getattr(module, "DEGRADATIONS", None)
         if isinstance(channel, Degradations) and (feature, impl) not in self._listening:
             self._listening.add((feature, impl))
             channel.listen(self._degraded, feature, impl)
@@ -240,6 +269,15 @@ class Resolution:
         log_runtime_fallback(feature, note, self.log_format)
         if failed is not None and self.reporter is not None:
             self.reporter.report("runtime_failure", feature, failed, detail=note)
+
+    def note_compiling(self, feature: str, note: str) -> None:
+        """A kernel variant compiling in the background, or built: a note in
+        ``runtime_fallbacks`` and a reason (not a warning: nothing is wrong, and it passes)."""
+        self.note_runtime(feature, note)
+        decision = self.decisions[feature]
+        self.decisions[feature] = dataclasses.replace(
+            decision, reasons=(*decision.reasons, f"compiling: {note}")
+        )
 
     def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
         note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
@@ -421,6 +459,6 @@ class Resolution:
 
 
 def _resolve_entry(entry: str) -> Callable[..., Any]:
-    module, _, attr = entry.partition(":")
-    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
-    return function
+    from kernelpolicy.engine.runtime import resolve_entry
+
+    return resolve_entry(entry)

@@ -2,8 +2,12 @@
 
 Each library is imported on first use (``prepare()``), never by ``import kernelpolicy``; a failure
 there is reported to the Resolution, which switches the feature to its fallback for the rest of
-the process. Seeded requests and the cases the policies route per call to torch are delegated to
-the torch implementation here too, so a caller that skips ``select()`` still gets correct output.
+the process. FlashInfer JIT-builds each function on its first call: its serving form
+(``flashinfer_top_k_top_p.nonblocking``, which the engine uses) makes that first call in the
+background, a build of :data:`FLASHINFER_BUILDS`, while the next candidate serves.
+
+Seeded requests and the cases the policies route per call to torch are delegated to the torch
+implementation here too, so a caller that skips ``select()`` still gets correct output.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import torch
 
 from kernelpolicy.kernels import torch_impl, transfer
+from kernelpolicy.kernels.builds import Builds
 from kernelpolicy.kernels.torch_impl import Generators
 
 
@@ -59,8 +64,77 @@ def _seeded_and_unfiltered_to_torch(
     return sampler
 
 
+def _flashinfer_function(k: torch.Tensor | None, p: torch.Tensor | None) -> str:
+    """The FlashInfer function a call runs (each JIT-builds on its first call)."""
+    if k is None:
+        return "top_p_sampling_from_probs"
+    return "top_k_sampling_from_probs" if p is None else "top_k_top_p_sampling_from_logits"
+
+
+FlashInferVariant = tuple[str, str, str]
+"""(function, dtype it is given, device): what one FlashInfer JIT build covers."""
+
+
+def _flashinfer_variant(
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+) -> FlashInferVariant:
+    function = _flashinfer_function(k, p)
+    dtype = logits.dtype if function.endswith("_logits") else torch.float32  # probs: float32
+    return function, str(dtype).removeprefix("torch."), str(logits.device)
+
+
+def _build_flashinfer(variant: FlashInferVariant) -> None:
+    """Import FlashInfer and make its first call of ``variant`` (its JIT build), on one row."""
+    function, dtype, device = variant
+    logits = torch.zeros(1, 128, dtype=getattr(torch, dtype), device=device)
+    k = torch.ones(1, dtype=torch.int32) if "top_k" in function else None
+    p = torch.full((1,), 0.5) if "top_p" in function else None
+    _flashinfer(logits, k, p)
+
+
+def describe_flashinfer(variant: FlashInferVariant) -> str:
+    """``top_k_sampling_from_probs for float32 on cuda:0``."""
+    return f"{variant[0]} for {variant[1]} on {variant[2]}"
+
+
+FLASHINFER_BUILDS: Builds[FlashInferVariant] = Builds(
+    "flashinfer", _build_flashinfer, describe=describe_flashinfer
+)
+"""FlashInfer's JIT builds in this process: the serving form below starts each in the background
+(the next candidate serves meanwhile); ``warm`` builds them now."""
+
+
+def flashinfer_variants(dtypes: list[str], device: str = "cuda:0") -> list[FlashInferVariant]:
+    """Every FlashInfer variant the sampler's calls can need for ``dtypes`` (for ``warm``)."""
+    found = {("top_p_sampling_from_probs", "float32", device)}
+    found.add(("top_k_sampling_from_probs", "float32", device))
+    found |= {("top_k_top_p_sampling_from_logits", dtype, device) for dtype in dtypes}
+    return sorted(found)
+
+
+@_seeded_and_unfiltered_to_torch
+def _flashinfer_nonblocking(
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+) -> torch.Tensor:
+    """As :func:`flashinfer_top_k_top_p`; a variant whose JIT build has not run raises
+    ``Compiling`` after starting it in the background (``FLASHINFER_BUILDS``)."""
+    FLASHINFER_BUILDS.require(_flashinfer_variant(logits, k, p))
+    return _flashinfer(logits, k, p)
+
+
 @_seeded_and_unfiltered_to_torch
 def flashinfer_top_k_top_p(
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+) -> torch.Tensor:
+    ids = _flashinfer(logits, k, p)
+    FLASHINFER_BUILDS.mark_built(_flashinfer_variant(logits, k, p))
+    return ids
+
+
+flashinfer_top_k_top_p.nonblocking = _flashinfer_nonblocking  # type: ignore[attr-defined]  # builds.nonblocking_form
+
+
+def _flashinfer(
     logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
 ) -> torch.Tensor:
     sampling = _module("flashinfer.sampling")

@@ -66,6 +66,15 @@ PREPARE: dict[str, str] = {
 }
 
 
+# The libraries each accelerated implementation imports: its built-in entry is imported on its
+# first call (engine.runtime.LazyEntry), and impl() only checks that these are installed.
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "flashinfer": ("flashinfer.sampling",),
+    "aiter": ("aiter.ops.sampling",),
+    "triton": ("triton",),
+}
+
+
 def builtin_entry(feature: str, impl: str) -> str | None:
     """The built-in callable for ``impl`` of ``feature``, if kernelpolicy ships one."""
     return BUILTIN_ENTRIES.get((feature, impl))

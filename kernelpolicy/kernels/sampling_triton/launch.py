@@ -1,29 +1,29 @@
 """The launch sequence of one call (the steps of the package doc), without a host
 synchronisation or an allocation that outlives it, so that a CUDA graph can hold it.
 
-The kernels and the tuning constants are read from the package at call time: tests, the GPU
-tuning script and the compile check replace them there.
+Every function takes the :class:`~kernelpolicy.kernels.sampling_triton.sampler.Sampler` whose
+kernels, tuning and failure records it uses; every kernel argument is passed by its name.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
 import triton
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton import _Scratch as Scratch
+    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    from kernelpolicy.kernels.sampling_triton.scratch import Scratch
 
-
-def _package() -> ModuleType:
-    return sys.modules["kernelpolicy.kernels.sampling_triton"]
+Flags = tuple[bool, bool, bool]
+"""Some row has k, some row has p, some row may have p without k (only those can need the
+wide kernels)."""
 
 
 def launch(
+    s: Sampler,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -31,40 +31,68 @@ def launch(
     p_dev: torch.Tensor,
     uniforms: tuple[torch.Tensor, torch.Tensor],
     out: torch.Tensor,
-    rows: tuple[bool, bool, bool],
+    rows: Flags,
 ) -> None:
-    """The launches of the module doc, without a host synchronisation or an allocation
-    that outlives them (so that a CUDA graph can hold them). ``uniforms``: one per row for the
-    draw, and the wide rows' proposals. ``rows``: some row has k, some row has p, some row may
-    have p without k (only those can need the wide kernels)."""
-    groups_pass(x, w, size)
-    after_groups(x, w, size, k_dev, p_dev, uniforms, out, rows)
+    """The launches of the module doc. ``uniforms``: one per row for the draw, and the wide
+    rows' proposals."""
+    groups_pass(s, x, w, size)
+    after_groups(s, x, w, size, k_dev, p_dev, uniforms, out, rows)
 
 
-def groups_pass(x: torch.Tensor, w: Scratch, size: int) -> None:
+def groups_pass(s: Sampler, x: torch.Tensor, w: Scratch, size: int) -> None:
     """Step 1, the full read of the logits: it reads neither k, p nor the uniforms, so a graph
     of it alone can start before the host has copied them (see ``replay.py``)."""
-    pkg = _package()
+    t = s.tuning
     batch, vocab = x.shape
-    groups, tiles = w.groups, w.tiles
-    pkg.group_kernel[(batch, tiles)](
-        x,
-        x.stride(0),
-        vocab,
-        w.gmax,
-        w.gsum,
-        2 * groups,
-        groups,
-        w.counts,
-        tiles,
-        BLOCK=pkg.GROUP_BLOCK,
-        GS=size,
-        ONE_REDUCE=pkg.GROUP_ONE_REDUCE,
-        num_warps=pkg.GROUP_WARPS,
-    )
+    s.kernels.group_kernel[(batch, w.tiles)](
+        logits=x, stride=x.stride(0), V=vocab, gmax=w.gmax, gsum=w.gsum,
+        g_stride=2 * w.groups, G=w.groups, counts=w.counts, n_tiles=w.tiles,
+        BLOCK=t.group_block, GS=size, ONE_REDUCE=t.group_one_reduce, num_warps=t.group_warps,
+    )  # fmt: skip
+
+
+def _bounds_and_select(
+    s: Sampler, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
+    flags: dict[str, bool],
+) -> None:  # fmt: skip
+    """Steps 2 and 3: each row's bound, then the candidates at or above it."""
+    t, kn = s.tuning, s.kernels
+    batch, vocab = x.shape
+    kn.bounds_kernel[(batch,)](
+        gmax=w.gmax, gsum=w.gsum, g_stride=2 * w.groups, G=w.groups, V=vocab, k_ptr=k_dev,
+        p_ptr=p_dev, mode_ptr=w.mode, bound_ptr=w.bound, z_ptr=w.z, m_ptr=w.m,
+        TG=t.top_groups, BLOCK=1024, FAN=t.fan_bound, CH=t.chunk, PASSES=t.passes,
+        SLACK=t.slack, num_warps=t.bounds_warps, **flags,
+    )  # fmt: skip
+    kn.select_kernel[(batch, w.tiles)](
+        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound,
+        gmax=w.gmax, g_stride=2 * w.groups, regions=w.regions, counts=w.counts,
+        n_tiles=w.tiles, BLOCK=t.group_block, GS=size,
+        CHUNK=max(min(t.select_chunk, t.group_block), size), R=t.region,
+        num_warps=t.select_warps,
+    )  # fmt: skip
+
+
+def _finish(
+    s: Sampler, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
+    u: torch.Tensor, out: torch.Tensor, flags: dict[str, bool], wide: bool, p_rows: bool,
+) -> None:  # fmt: skip
+    """Step 4: sort and draw each row's candidates, or flag the row for the slower paths."""
+    t = s.tuning
+    batch, vocab = x.shape
+    s.kernels.finish_kernel[(batch,)](
+        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, z_ptr=w.z, m_ptr=w.m,
+        gmax=w.gmax, gsum=w.gsum, g_stride=2 * w.groups, G=w.groups, regions=w.regions,
+        counts=w.counts, n_tiles=w.tiles, dense=w.dense, k_ptr=k_dev, p_ptr=p_dev, u_ptr=u,
+        out=out, slow=w.slow, bound_ptr=w.bound, states=w.states, GS=size,
+        TILES=triton.next_power_of_2(w.tiles), R=t.region, SMALL=t.small, LARGE=t.large,
+        BLOCK=1024, WR=t.w_rounds, NR=254, WIDE=wide,
+        num_warps=t.finish_warps_p if p_rows else t.finish_warps, **flags,
+    )  # fmt: skip
 
 
 def after_groups(
+    s: Sampler,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -72,129 +100,38 @@ def after_groups(
     p_dev: torch.Tensor,
     uniforms: tuple[torch.Tensor, torch.Tensor],
     out: torch.Tensor,
-    rows: tuple[bool, bool, bool],
+    rows: Flags,
 ) -> None:
     """Steps 2-6, after :func:`groups_pass` (same arguments as :func:`launch`)."""
-    pkg = _package()
+    t, failures = s.tuning, s.failures
     has_k, has_p, p_rows = rows
     u, q = uniforms
-    batch, vocab = x.shape
-    stride, groups, tiles = x.stride(0), w.groups, w.tiles
     flags = {"HAS_K": has_k, "HAS_P": has_p}
-    pkg.bounds_kernel[(batch,)](
-        w.gmax,
-        w.gsum,
-        2 * groups,
-        groups,
-        vocab,
-        k_dev,
-        p_dev,
-        w.mode,
-        w.bound,
-        w.z,
-        w.m,
-        TG=pkg.TOP_GROUPS,
-        BLOCK=1024,
-        FAN=pkg.FAN_BOUND,
-        CH=pkg.CHUNK,
-        PASSES=pkg.PASSES,
-        SLACK=pkg.SLACK,
-        num_warps=pkg.BOUNDS_WARPS,
-        **flags,
-    )
-    pkg.select_kernel[(batch, tiles)](
-        x,
-        stride,
-        vocab,
-        w.mode,
-        w.bound,
-        w.gmax,
-        2 * groups,
-        w.regions,
-        w.counts,
-        tiles,
-        BLOCK=pkg.GROUP_BLOCK,
-        GS=size,
-        CHUNK=max(min(pkg.SELECT_CHUNK, pkg.GROUP_BLOCK), size),
-        R=pkg.REGION,
-        num_warps=pkg.SELECT_WARPS,
-    )
-
-    def finish(wide: bool) -> None:
-        pkg.finish_kernel[(batch,)](
-            x,
-            stride,
-            vocab,
-            w.mode,
-            w.z,
-            w.m,
-            w.gmax,
-            w.gsum,
-            2 * groups,
-            groups,
-            w.regions,
-            w.counts,
-            tiles,
-            w.dense,
-            k_dev,
-            p_dev,
-            u,
-            out,
-            w.slow,
-            w.bound,
-            w.states,
-            GS=size,
-            TILES=triton.next_power_of_2(tiles),
-            R=pkg.REGION,
-            SMALL=pkg.SMALL,
-            LARGE=pkg.LARGE,
-            BLOCK=1024,
-            WR=pkg.W_ROUNDS,
-            NR=254,
-            WIDE=wide,
-            num_warps=pkg.FINISH_WARPS_P if p_rows else pkg.FINISH_WARPS,
-            **flags,
-        )
-
-    wide = p_rows and x.dtype not in pkg.WIDE_FAILED
-    finish(wide)
-    if wide and pkg.PROPOSALS and x.dtype not in pkg.REJECT_FAILED:
+    _bounds_and_select(s, x, w, size, k_dev, p_dev, flags)
+    wide = p_rows and x.dtype not in failures.wide_failed
+    _finish(s, x, w, size, k_dev, p_dev, u, out, flags, wide, p_rows)
+    if wide and t.proposals and x.dtype not in failures.reject_failed:
         try:
-            _reject(x, w, size, p_dev, q, out)
+            _reject(s, x, w, size, p_dev, q, out)
         except Exception as exc:  # a build failure: the exact wide kernels take every wide row
-            pkg.REJECT_FAILED[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            failures.reject_failed[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
     if wide:
         try:
-            _wide(x, w, p_dev, u, out)
-        except Exception as exc:  # a build failure: pkg.row_kernel takes the rows (finish again)
-            pkg.WIDE_FAILED[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            finish(False)
-    pkg.row_kernel[(batch,)](
-        x,
-        stride,
-        vocab,
-        w.mode,
-        w.bound,
-        w.z,
-        w.m,
-        k_dev,
-        p_dev,
-        u,
-        out,
-        w.buffers,
-        math.log(vocab),
-        slow=w.slow,
-        BLOCK=pkg.ROW_BLOCK,
-        CAP=pkg.CAP,
-        SMALL=pkg.SMALL,
-        FAN=pkg.FAN,
-        ROUNDS=pkg.ROUNDS,
-        num_warps=pkg.ROW_WARPS,
-        **flags,
-    )
+            _wide(s, x, w, p_dev, u, out)
+        except Exception as exc:  # a build failure: row_kernel takes the rows (finish again)
+            failures.wide_failed[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            _finish(s, x, w, size, k_dev, p_dev, u, out, flags, False, p_rows)
+    batch, vocab = x.shape
+    s.kernels.row_kernel[(batch,)](
+        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound, z_ptr=w.z,
+        m_ptr=w.m, k_ptr=k_dev, p_ptr=p_dev, u_ptr=u, out=out, buffers=w.buffers,
+        log_v=math.log(vocab), slow=w.slow, BLOCK=t.row_block, CAP=t.cap, SMALL=t.small,
+        FAN=t.fan, ROUNDS=t.rounds, num_warps=t.row_warps, **flags,
+    )  # fmt: skip
 
 
 def _reject(
+    s: Sampler,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -204,36 +141,25 @@ def _reject(
 ) -> None:
     """The wide rows' proposals, checked against their nucleus in one read (reject.py); the
     rows whose proposals all fall outside stay for the exact wide kernels."""
-    pkg = _package()
+    t, kn = s.tuning, s.kernels
     batch, vocab = x.shape
-    stride, groups, tiles = x.stride(0), w.groups, w.tiles
-    pkg.propose_kernel[(batch,)](
-        x,
-        stride,
-        vocab,
-        w.slow,
-        w.m,
-        w.z,
-        w.gmax,
-        w.gsum,
-        2 * groups,
-        groups,
-        q,
-        w.proposals,
-        GS=size,
-        P=pkg.PROPOSALS,
-        PP=triton.next_power_of_2(pkg.PROPOSALS),
-        BLOCK=pkg.PROPOSE_BLOCK,
-        num_warps=pkg.PROPOSE_WARPS,
-    )
-    for first, step in reject_steps(pkg.PROPOSALS, pkg.REJECT_FIRST, pkg.REJECT_STEP):
-        pkg.reject_tile_kernel[(batch, tiles)](
-            x, stride, vocab, w.slow, w.m, w.proposals, w.before, tiles, first,
-            P=pkg.PROPOSALS, STEP=step, BLOCK=pkg.GROUP_BLOCK, num_warps=pkg.REJECT_WARPS,
+    stride, tiles = x.stride(0), w.tiles
+    kn.propose_kernel[(batch,)](
+        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, z_ptr=w.z, gmax=w.gmax,
+        gsum=w.gsum, g_stride=2 * w.groups, G=w.groups, q_ptr=q, proposals=w.proposals,
+        GS=size, P=t.proposals, PP=triton.next_power_of_2(t.proposals), BLOCK=t.propose_block,
+        num_warps=t.propose_warps,
+    )  # fmt: skip
+    for first, step in reject_steps(t.proposals, t.reject_first, t.reject_step):
+        kn.reject_tile_kernel[(batch, tiles)](
+            logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, proposals=w.proposals,
+            before=w.before, n_tiles=tiles, first=first, P=t.proposals, STEP=step,
+            BLOCK=t.group_block, num_warps=t.reject_warps,
         )  # fmt: skip
-        pkg.reject_pick_kernel[(batch,)](
-            w.slow, w.z, p_dev, w.proposals, w.before, tiles, out, first, HAS_P=True,
-            P=pkg.PROPOSALS, STEP=step, num_warps=1,
+        kn.reject_pick_kernel[(batch,)](
+            slow=w.slow, z_ptr=w.z, p_ptr=p_dev, proposals=w.proposals, before=w.before,
+            n_tiles=tiles, out=out, first=first, HAS_P=True, P=t.proposals, STEP=step,
+            num_warps=1,
         )  # fmt: skip
 
 
@@ -247,105 +173,41 @@ def reject_steps(proposals: int, first: int, step: int) -> list[tuple[int, int]]
 
 
 def _wide(
-    x: torch.Tensor,
-    w: Scratch,
-    p_dev: torch.Tensor,
-    u: torch.Tensor,
-    out: torch.Tensor,
+    s: Sampler, x: torch.Tensor, w: Scratch, p_dev: torch.Tensor, u: torch.Tensor, out: torch.Tensor
 ) -> None:
-    """The wide kernels (wide.py), for the top-p rows pkg.finish_kernel handed them; every launch
+    """The wide kernels (wide.py), for the top-p rows finish_kernel handed them; every launch
     returns at once for the other rows."""
-    pkg = _package()
+    t, kn = s.tuning, s.kernels
     batch, vocab = x.shape
     stride, tiles = x.stride(0), w.w_tiles
     pow_tiles = triton.next_power_of_2(tiles)
     tile_grid, rows = (batch, tiles), (batch,)
-    sizes = {"BLOCK": pkg.W_BLOCK, "SUB": pkg.W_SUB}
-    for depth in range(pkg.W_ROUNDS):
-        pkg.wide_tile_kernel[tile_grid](
-            x,
-            stride,
-            vocab,
-            w.slow,
-            w.m,
-            w.states,
-            w.hists,
-            w.part_above,
-            tiles,
-            DEPTH=depth,
-            R=pkg.W_ROUNDS,
-            num_warps=pkg.W_WARPS,
-            **sizes,
-        )
-        pkg.wide_narrow_kernel[rows](
-            w.slow,
-            w.m,
-            w.z,
-            p_dev,
-            w.states,
-            w.hists,
-            w.part_above,
-            tiles,
-            w.n_in,
-            w.wide_n,
-            HAS_P=True,
-            DEPTH=depth,
-            R=pkg.W_ROUNDS,
-            TILES=pow_tiles,
-            CAP=pkg.CAP,
-            num_warps=4,
-        )
-    pkg.wide_compact_kernel[tile_grid](
-        x,
-        stride,
-        vocab,
-        w.slow,
-        w.m,
-        w.states,
-        w.buffers,
-        w.wide_n,
-        w.part_above,
-        tiles,
-        R=pkg.W_ROUNDS,
-        CAP=pkg.CAP,
-        num_warps=pkg.W_WARPS,
-        **sizes,
-    )
-    for n, smaller in ((pkg.LARGE, 0), (pkg.CAP, pkg.LARGE)):  # sort LARGE slots where they suffice
-        pkg.wide_resolve_kernel[rows](
-            w.slow,
-            w.m,
-            w.z,
-            p_dev,
-            w.n_in,
-            w.buffers,
-            w.part_above,
-            tiles,
-            w.tile_mass,
-            w.tile_eq,
-            w.thr,
-            w.ties,
-            HAS_P=True,
-            BLOCK=pkg.W_BLOCK,
-            N=n,
-            SMALLER=smaller,
-            CAP=pkg.CAP,
-            num_warps=pkg.ROW_WARPS,
-        )
-    pkg.wide_draw_kernel[rows](
-        x,
-        stride,
-        vocab,
-        w.slow,
-        w.m,
-        w.thr,
-        w.ties,
-        u,
-        w.tile_mass,
-        w.tile_eq,
-        tiles,
-        out,
-        TILES=pow_tiles,
-        num_warps=pkg.W_WARPS,
-        **sizes,
-    )
+    sizes = {"BLOCK": t.w_block, "SUB": t.w_sub}
+    for depth in range(t.w_rounds):
+        kn.wide_tile_kernel[tile_grid](
+            logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
+            hists=w.hists, part_above=w.part_above, n_tiles=tiles, DEPTH=depth, R=t.w_rounds,
+            num_warps=t.w_warps, **sizes,
+        )  # fmt: skip
+        kn.wide_narrow_kernel[rows](
+            slow=w.slow, m_ptr=w.m, z_ptr=w.z, p_ptr=p_dev, states=w.states, hists=w.hists,
+            part_above=w.part_above, n_tiles=tiles, n_ptr=w.n_in, wide_n=w.wide_n, HAS_P=True,
+            DEPTH=depth, R=t.w_rounds, TILES=pow_tiles, CAP=t.cap, num_warps=4,
+        )  # fmt: skip
+    kn.wide_compact_kernel[tile_grid](
+        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
+        buffers=w.buffers, wide_n=w.wide_n, part_above=w.part_above, n_tiles=tiles,
+        R=t.w_rounds, CAP=t.cap, num_warps=t.w_warps, **sizes,
+    )  # fmt: skip
+    for n, smaller in ((t.large, 0), (t.cap, t.large)):  # sort LARGE slots where they suffice
+        kn.wide_resolve_kernel[rows](
+            slow=w.slow, m_ptr=w.m, z_ptr=w.z, p_ptr=p_dev, n_ptr=w.n_in, buffers=w.buffers,
+            part_above=w.part_above, n_tiles=tiles, tile_mass=w.tile_mass, tile_eq=w.tile_eq,
+            thr_ptr=w.thr, ties_ptr=w.ties, HAS_P=True, BLOCK=t.w_block, N=n, SMALLER=smaller,
+            CAP=t.cap, num_warps=t.row_warps,
+        )  # fmt: skip
+    kn.wide_draw_kernel[rows](
+        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, thr_ptr=w.thr, ties_ptr=w.ties,
+        u_ptr=u, tile_mass=w.tile_mass, tile_eq=w.tile_eq, n_tiles=tiles, out=out,
+        TILES=pow_tiles, num_warps=t.w_warps, **sizes,
+    )  # fmt: skip

@@ -7,28 +7,23 @@ buffers and the draw of the uniforms. For large logits the group pass (step 1 of
 doc, the one full read) is captured as a graph of its own and replayed first, since it reads
 none of them: the host does that work while the GPU reads the logits, instead of before.
 
-The package's ``CAPTURE``, ``GRAPHS``, ``_graph_uniforms`` and tuning constants are read at
-call time, where the tests replace them.
+A graph belongs to one :class:`~kernelpolicy.kernels.sampling_triton.sampler.Sampler`: its
+capture, graph cache, uniforms' draw and tuning are the sampler's.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
 
 from kernelpolicy.kernels import transfer
 from kernelpolicy.kernels.sampling_triton import graphs, launch
+from kernelpolicy.kernels.sampling_triton.scratch import Scratch
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton import _Scratch as Scratch
-
-
-def _package() -> ModuleType:
-    return sys.modules["kernelpolicy.kernels.sampling_triton"]
+    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
 
 
 def _drop(device: torch.device, graphs: list[Graph | None]) -> None:
@@ -47,6 +42,7 @@ class Graph:
 
     def __init__(
         self,
+        s: Sampler,
         x: torch.Tensor,
         k: torch.Tensor | None,
         size: int,
@@ -55,12 +51,12 @@ class Graph:
         groups_first: bool,
         params: tuple[int, int] = (0, 0),
     ) -> None:
-        pkg = _package()
         batch, vocab = x.shape
         device = x.device
+        self.s = s
         self.size = size
-        self.has_k, self.has_p, self.p_rows = flags  # see launch.launch
-        self.w: Scratch = pkg._Scratch(batch, vocab, size, device)
+        self.has_k, self.has_p, self.p_rows = flags  # see launch.Flags
+        self.w = Scratch(batch, vocab, size, device, s.tuning)
         copy = mode is graphs.Mode.COPY
         self.x = torch.empty(batch, vocab, dtype=x.dtype, device=device) if copy else None
         # the group pass as a graph of its own, replayed before the host's copies and draws
@@ -75,8 +71,8 @@ class Graph:
         self.params = params  # k's and p's addresses where read in place, else 0
         self.copied: dict[str, torch.Tensor] = {}
         # the draw's uniforms, then the proposals' (wide rows only), in one buffer filled by
-        # _graph_uniforms before each replay, outside the graph
-        proposals = pkg.PROPOSALS if self.p_rows else 0
+        # the sampler's draws.graph before each replay, outside the graph
+        proposals = s.tuning.proposals if self.p_rows else 0
         self.uq = torch.empty(batch * (1 + proposals), dtype=torch.float32, device=device)
         self.u = self.uq[:batch]
         self.q = self.uq[batch:].view(batch, proposals) if proposals else self.u
@@ -103,12 +99,12 @@ class Graph:
                 self.p = p
             else:
                 self._copy("p", self.p, p)
-        _package()._graph_uniforms(self.uq)
+        self.s.draws.graph(self.uq)
 
     def _copy(self, name: str, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Copy without waiting for the stream (a blocking copy would sync the host); a host
         ``src`` equal to the one copied last is not copied again."""
-        if src.device.type == "cpu" and _package().SKIP_UNCHANGED:
+        if src.device.type == "cpu" and self.s.tuning.skip_unchanged:
             last = self.copied.get(name)
             if last is not None and last.dtype == src.dtype and torch.equal(last, src):
                 return
@@ -116,14 +112,15 @@ class Graph:
         transfer.copy_into(dst, src)
 
     def groups_pass(self, x: torch.Tensor) -> None:
-        launch.groups_pass(x, self.w, self.size)
+        launch.groups_pass(self.s, x, self.w, self.size)
 
     def after_groups(self, x: torch.Tensor) -> None:
         """Every kernel after the group pass (captured): the uniforms are drawn before."""
         k_dev = self.k if self.has_k else self.u
         p_dev = self.p if self.has_p else self.u
         flags = (self.has_k, self.has_p, self.p_rows)
-        launch.after_groups(x, self.w, self.size, k_dev, p_dev, (self.u, self.q), self.out, flags)
+        uniforms = (self.u, self.q)
+        launch.after_groups(self.s, x, self.w, self.size, k_dev, p_dev, uniforms, self.out, flags)
 
     def launch(self, x: torch.Tensor) -> None:
         """The whole call's kernels, as one graph."""
@@ -143,20 +140,21 @@ class Graph:
     ) -> torch.Tensor:
         """Run the call shape eagerly on the graph's own buffers (Triton compiles what it
         needs), then capture it; a failed capture makes the shape eager from then on."""
-        pkg = _package()
+        s = self.s
         source = self.load_logits(x)
         self.load_rest(k_rows, p)
         self.launch(source)
         result = self.out.clone()
         try:
-            self.replays = [pkg.CAPTURE(part, source, x.device) for part in self.parts()]
+            self.replays = [s.capture(part, source, x.device) for part in self.parts()]
         except Exception as exc:  # a capture failure costs this shape its graph, nothing else
             why = f"{type(exc).__name__}: {str(exc)[:300]}"
-            _drop(x.device, [pkg.GRAPHS.fail(key, why)])
-            if x.dtype not in pkg.CAPTURE_FAILED:  # said once per dtype: shapes are unbounded
-                pkg.CAPTURE_FAILED[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
+            _drop(x.device, [s.graphs.fail(key, why)])
+            failed = s.failures.capture_failed
+            if x.dtype not in failed:  # said once per dtype: shapes are unbounded
+                failed[x.dtype] = f"batch {x.shape[0]}, vocab {x.shape[1]}: {why}"
             return result
-        _drop(x.device, pkg.GRAPHS.put(key, self))
+        _drop(x.device, [*s.graphs.put(key, self)])
         return result
 
     def run(

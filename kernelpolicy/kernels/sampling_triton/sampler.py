@@ -1,0 +1,241 @@
+"""The Triton sampler as an object: its tuning, its kernels, its random draws, and the state
+it builds while serving (compiled variants, CUDA graphs, work buffers, failure records).
+
+``sampling_triton.top_k_top_p`` calls the process's default :class:`Sampler`; a test, a tuning
+script or a second configuration builds its own, which shares nothing with the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import torch
+
+from kernelpolicy.kernels import transfer
+from kernelpolicy.kernels.builds import Builds, start_thread
+from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, replay, variants
+from kernelpolicy.kernels.sampling_triton.failures import Failures
+from kernelpolicy.kernels.sampling_triton.jit import Kernels
+from kernelpolicy.kernels.sampling_triton.scratch import Scratch, ScratchCache, stream_id
+from kernelpolicy.kernels.sampling_triton.tuning import Tuning
+from kernelpolicy.kernels.sampling_triton.variants import Call, Variant
+from kernelpolicy.kernels.torch_impl import Generators
+
+Capture = Callable[
+    [Callable[[torch.Tensor], None], torch.Tensor, torch.device], Callable[..., None]
+]
+"""Captures a launch into a graph and returns its replay (a fake stands in on CPU tests)."""
+
+
+def uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
+    """One uniform a row (seeded rows from their own generator)."""
+    u = torch.rand(batch, device=device)
+    for row, generator in (generators or {}).items():
+        u[row : row + 1].uniform_(generator=generator)
+    return u
+
+
+def proposal_uniforms(
+    batch: int, proposals: int, device: torch.device, generators: Generators
+) -> torch.Tensor:
+    """``[batch, proposals]`` uniforms for the wide rows' proposals (seeded rows from their own
+    generator, after their main uniform)."""
+    q = torch.rand(batch, proposals, device=device)
+    for row, generator in (generators or {}).items():
+        q[row].uniform_(generator=generator)
+    return q
+
+
+def graph_uniforms(uq: torch.Tensor) -> None:
+    """Fill a graph's uniforms (each row's draw, then the wide rows' proposals) in one launch,
+    before its replay: a graph that holds torch's random-number kernels makes each replay
+    launch two more kernels to advance the generator's seed and offset."""
+    uq.uniform_()
+
+
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """Where a sampler's uniforms come from (tests put even grids in: a quadrature)."""
+
+    uniform: Callable[[int, torch.device, Generators], torch.Tensor] = uniform
+    proposals: Callable[[int, int, torch.device, Generators], torch.Tensor] = proposal_uniforms
+    graph: Callable[[torch.Tensor], None] = graph_uniforms
+
+
+class Sampler:
+    """Sort-free top-k/top-p sampling (the package doc), with everything it keeps.
+
+    Args:
+        tuning: Tile sizes, buffers, warps and switches (``Tuning()``: the H100's choice).
+        kernels: The kernels it launches (``Kernels()``: the package's).
+        draws: Its uniforms (``Draws()``: torch's generator).
+        capture: Captures a CUDA graph (``graphs.capture_cuda``).
+        failures: Its failure records (fresh ones unless given; the default sampler's are
+            the package's ``UPCAST``, ``WIDE_FAILED``, ...).
+        build: Builds one variant (``variants.build``: one eager call on a small input of the
+            variant, in its own work buffers); the tests' fake blocks on an Event.
+        start: Runs a build in the background (``builds.start_thread``; tests may run it
+            inline: the call that needs the variant then builds it first).
+        name: The sampler's name in build notes and ``builds.stats()``.
+    """
+
+    def __init__(
+        self,
+        tuning: Tuning | None = None,
+        *,
+        kernels: Kernels | None = None,
+        draws: Draws | None = None,
+        capture: Capture = graphs.capture_cuda,
+        failures: Failures | None = None,
+        build: Callable[[Sampler, Variant], None] = variants.build,
+        start: Callable[[Callable[[], None], str], None] = start_thread,
+        name: str = "triton sampler",
+    ) -> None:
+        self.tuning = tuning or Tuning()
+        self.kernels = kernels or Kernels()
+        self.draws = draws or Draws()
+        self.capture = capture
+        self.failures = failures or Failures()
+        self.degradations = self.failures.degradations  # what a Resolution listens to
+        self.graphs: graphs.GraphCache[replay.Graph] = graphs.GraphCache()
+        self.scratch = ScratchCache(self.tuning)
+        self.builds: Builds[Variant] = Builds(
+            name, lambda variant: build(self, variant), describe=Variant.describe, start=start
+        )
+
+    def __repr__(self) -> str:
+        return f"<Sampler {self.builds.name}: {self.builds.stats()}>"
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        k: torch.Tensor | None,
+        p: torch.Tensor | None,
+        generators: Generators = None,
+        *,
+        k_max: int | None = None,
+    ) -> torch.Tensor:
+        """Sample one token per row after top-k and then top-p filtering (the package doc),
+        building the kernels the call needs inline when they are not built yet.
+
+        ``k`` on the host costs nothing; on the GPU, pass ``k_max`` or its maximum is read with
+        a device synchronisation. Rows whose ``k`` is ``<= 0`` or ``>= vocab`` are top-p (or
+        plain) rows. A ``k`` above ``tuning.max_k`` goes through the torch implementation.
+        """
+        call = variants.prepare(self, logits, k, p, k_max)
+        if call.variant is None:
+            return _torch(logits, call, generators, k_max)
+        result = self._run(call, generators)
+        self.builds.mark_built(call.variant)
+        return result
+
+    def nonblocking(
+        self,
+        logits: torch.Tensor,
+        k: torch.Tensor | None,
+        p: torch.Tensor | None,
+        generators: Generators = None,
+        *,
+        k_max: int | None = None,
+    ) -> torch.Tensor:
+        """As a call of the sampler, but a call whose variant is not built yet starts its build
+        in the background and raises instead of waiting (the engine serves it elsewhere).
+
+        Raises:
+            kernelpolicy.kernels.builds.Compiling: the call's variant is building.
+            kernelpolicy.kernels.builds.BuildFailed: it failed to build in this process.
+        """
+        call = variants.prepare(self, logits, k, p, k_max)
+        if call.variant is None:
+            return _torch(logits, call, generators, k_max)
+        self.builds.require(call.variant)
+        return self._run(call, generators)
+
+    def variant(
+        self,
+        logits: torch.Tensor,
+        k: torch.Tensor | None,
+        p: torch.Tensor | None,
+        *,
+        k_max: int | None = None,
+    ) -> Variant | None:
+        """The variant a call needs built (None: it goes to the torch implementation)."""
+        return variants.prepare(self, logits, k, p, k_max).variant
+
+    def warm(self, wanted: Iterable[Variant]) -> dict[Variant, str]:
+        """Build each variant now, in this thread (``variants.of`` lists them for a model).
+
+        Returns:
+            The variants that failed to build, with why (their calls go to the fallback).
+        """
+        return self.builds.warm(wanted)
+
+    def _run(self, call: Call, generators: Generators) -> torch.Tensor:
+        """The kernels, on the logits as they are, or as float32 once their dtype failed."""
+        x = call.logits.float() if call.logits.dtype in self.failures.upcast else call.logits
+        try:
+            return self.pipeline(x, call, generators)
+        except Exception as exc:  # the kernels do not build for this dtype here: read float32
+            if x.dtype == torch.float32:
+                raise
+            self.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            return self.pipeline(x.float(), call, generators)
+
+    def pipeline(self, x: torch.Tensor, call: Call, generators: Generators) -> torch.Tensor:
+        """One call: replayed from a CUDA graph where ``graphs.plan`` allows it, else eager."""
+        batch, vocab = x.shape
+        nbytes = x.numel() * x.element_size()
+        groups_first = nbytes >= self.tuning.groups_first_bytes
+        shape: tuple[object, ...] = (x.device, stream_id(x.device), batch, vocab, x.dtype)
+        shape = (*shape, call.size, call.k_dtype, *call.rows, groups_first)
+        with self.graphs.lock:
+            mode, key, where, params = choose.plan(self, shape, x, call.k, call.p, bool(generators))
+            if mode is not graphs.Mode.EAGER and self.graphs.failure(key) is None:
+                graph = self.graphs.get(key)
+                replacing = graph is not None and not graphs.serves(graph.params, where)
+                if replacing:  # k or p moved: a graph that copies them takes over
+                    graph, params = None, (0, 0)
+                if graph is not None:
+                    return graph.run(x, call.k, call.p)
+                small = nbytes <= graphs.COPY_BYTES
+                if mode is graphs.Mode.IN_PLACE and small and not replacing:
+                    self.graphs.captured_in_place(shape)
+                graph = replay.Graph(
+                    self, x, call.k, call.size, call.rows, mode, groups_first, params
+                )
+                return graph.first_run(key, x, call.k, call.p)
+        return self.eager(x, call, generators)
+
+    def eager(
+        self,
+        x: torch.Tensor,
+        call: Call,
+        generators: Generators,
+        scratch: Scratch | None = None,
+    ) -> torch.Tensor:
+        """One call launched kernel by kernel (``scratch``: else the cached work buffers)."""
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        batch, vocab = x.shape
+        device = x.device
+        w = scratch or self.scratch.get(batch, vocab, call.size, device)
+        launch.groups_pass(self, x, w, call.size)  # first: it needs neither k, p nor uniforms
+        u = self.draws.uniform(batch, device, generators)
+        proposals = self.tuning.proposals if call.rows[2] else 0
+        q = self.draws.proposals(batch, proposals, device, generators) if proposals else u
+        # non-blocking: a blocking host-to-device copy waits for the whole stream
+        k_dev = u if call.k is None else transfer.to_device(call.k, device).contiguous()
+        p_dev = u if call.p is None else transfer.to_device(call.p, device, torch.float32)
+        p_dev = p_dev.contiguous()
+        out = torch.empty(batch, dtype=torch.int64, device=device)
+        launch.after_groups(self, x, w, call.size, k_dev, p_dev, (u, q), out, call.rows)
+        return out
+
+
+def _torch(
+    logits: torch.Tensor, call: Call, generators: Generators, k_max: int | None
+) -> torch.Tensor:
+    """A call the kernels do not take (k above ``max_k``): the torch implementation."""
+    from kernelpolicy.kernels import torch_impl
+
+    return torch_impl.top_k_top_p(logits, call.k, call.p, generators, k_max=k_max)

@@ -1,0 +1,197 @@
+"""What a call of the sampler needs compiled (its :class:`Variant`), the host's reading of a
+call (:func:`prepare`), and how a variant is built ahead of the calls that need it.
+
+Triton compiles a kernel per set of ``constexpr`` values and argument dtypes, so the sampler's
+variants are: the logits' dtype and device, k's dtype, which of top-k / top-p / top-p-without-k
+rows a call has (they choose the kernels and their flags), the vocabulary (it sizes the tile
+counts the kernels take as constants) and the group size (chosen from the vocabulary and the
+largest k). The batch size is not one: it only sizes the grids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+
+from kernelpolicy.kernels.sampling_triton.scratch import Scratch
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    from kernelpolicy.kernels.sampling_triton.tuning import Tuning
+
+Rows = tuple[bool, bool, bool]
+"""Some row has k, some row has p, some row may have p without k."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One compiled form of the sampler's kernels (see the module doc)."""
+
+    device: str
+    dtype: torch.dtype
+    k_dtype: torch.dtype | None
+    rows: Rows
+    vocab: int
+    size: int
+
+    def describe(self) -> str:
+        """In words: ``bfloat16 top-k top-p, vocab 128256 (groups of 32) on cuda:0``."""
+        has_k, has_p, p_rows = self.rows
+        paths = [name for name, on in (("top-k", has_k), ("top-p", has_p)) if on] or ["plain"]
+        paths += ["wide rows"] if p_rows else []
+        dtype = str(self.dtype).removeprefix("torch.")
+        where = f"vocab {self.vocab} (groups of {self.size}) on {self.device}"
+        return f"{dtype} {' '.join(paths)}, {where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The host's reading of one call: what the kernels get, and the variant they need (None:
+    the call goes to the torch implementation, with ``k`` as given)."""
+
+    logits: torch.Tensor
+    k: torch.Tensor | None
+    p: torch.Tensor | None
+    size: int
+    rows: Rows
+    variant: Variant | None
+
+    @property
+    def k_dtype(self) -> torch.dtype | None:
+        return None if self.k is None else self.k.dtype
+
+
+def prepare(
+    s: Sampler,
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    k_max: int | None,
+) -> Call:
+    """Check the call's shapes and read what the host must know (see ``Sampler.__call__``).
+
+    Raises:
+        ValueError: logits not ``[batch, vocab]``, or k or p of another shape than one value
+            a row or one for all.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
+    batch, vocab = logits.shape
+    k, p = per_row(k, "k", batch), per_row(p, "p", batch)
+    k_bound, every_row_k = (0, False) if k is None else k_bound_of(k, vocab, k_max)
+    if k_bound > s.tuning.max_k:
+        return Call(logits, k, p, 0, (True, p is not None, False), None)
+    k_rows = k if k_bound > 0 else None
+    # a row with p and no k may need the wide kernels
+    rows = (k_rows is not None, p is not None, p is not None and not every_row_k)
+    size = group_size(s.tuning, vocab, k_bound)
+    k_dtype = None if k_rows is None else k_rows.dtype
+    variant = Variant(str(logits.device), logits.dtype, k_dtype, rows, vocab, size)
+    return Call(logits, k_rows, p, size, rows, variant)
+
+
+def per_row(t: torch.Tensor | None, name: str, batch: int) -> torch.Tensor | None:
+    """``t`` with one value a row: one value for all is broadcast (as the torch implementation
+    does); the kernels read ``t[row]``, so any other shape is refused, not read past its end."""
+    if t is None or tuple(t.shape) == (batch,):
+        return t
+    if t.numel() == 1:
+        return t.reshape(1).expand(batch)
+    raise ValueError(
+        f"{name} must hold one value per row ([{batch}]) or one for all, got shape {tuple(t.shape)}"
+    )
+
+
+def group_size(tuning: Tuning, vocab: int, k_bound: int) -> int:
+    """The largest power of two <= ``tuning.group`` that leaves at least k_bound groups and
+    room for the (k_bound - 1 + slack) * size + k_bound candidates of a top-k row (bounds.py)."""
+    size = tuning.group
+    while size > 1 and (
+        -(-vocab // size) < k_bound or (k_bound - 1 + tuning.slack) * size + k_bound > tuning.cap
+    ):
+        size //= 2
+    return size
+
+
+def k_bound_of(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[int, bool]:
+    """An upper bound of the rows' top-k (0: no row has one), and whether every row has one.
+
+    A row's ``k`` outside ``(0, vocab)`` means "no top-k"; the kernels read it so themselves,
+    so ``k`` goes to them as the caller passed it. On the host this costs one reduction; on the
+    GPU without ``k_max`` it reads ``k`` with a device synchronisation.
+    """
+    if k.device.type != "cpu" and k_max is not None:
+        return max(min(int(k_max), vocab - 1), 0), False
+    if not k.numel():
+        return 0, False
+    low, high = (int(v) for v in torch.aminmax(k))
+    every_row = low > 0 and high < vocab
+    if high >= vocab:  # vLLM passes k = vocab for the rows without top-k
+        high = int(torch.where(k < vocab, k, 0).max())
+    return max(high, 0), every_row
+
+
+def build(s: Sampler, variant: Variant) -> None:
+    """Compile ``variant``: one eager call of one row of it, on a side stream (off CUDA, the
+    caller's), in work buffers of its own, so that the calls being served meanwhile share
+    nothing with it. A dtype whose kernels fail is read as float32, as a call would be.
+
+    Raises:
+        Exception: the compiler's error, when even float32 fails.
+    """
+    device = torch.device(variant.device)
+    has_p = variant.rows[1]
+    k = None if variant.k_dtype is None else torch.ones(1, dtype=variant.k_dtype)
+    p = torch.full((1,), 0.5) if has_p else None
+    logits = torch.zeros(1, variant.vocab, dtype=variant.dtype, device=device)
+    call = Call(logits, k, p, variant.size, variant.rows, variant)
+    w = Scratch(1, variant.vocab, variant.size, device, s.tuning)
+    with _side_stream(device):
+        x = logits.float() if logits.dtype in s.failures.upcast else logits
+        try:
+            s.eager(x, call, None, w)
+        except Exception as exc:  # as a call: this dtype is read as float32 from now on
+            if x.dtype == torch.float32:
+                raise
+            s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            s.eager(x.float(), call, None, w)
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
+
+
+def _side_stream(device: torch.device) -> contextlib.ExitStack:
+    """A stream of its own for a build on CUDA (with its device current); nothing elsewhere."""
+    stack = contextlib.ExitStack()
+    if device.type == "cuda":
+        stack.enter_context(torch.cuda.device(device))
+        stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))  # type: ignore[no-untyped-call]
+    return stack
+
+
+def of(
+    s: Sampler,
+    dtypes: Iterable[torch.dtype],
+    vocabs: Iterable[int],
+    *,
+    device: str = "cuda:0",
+    k_dtype: torch.dtype = torch.int64,
+    k_bounds: Iterable[int] = (50,),
+) -> list[Variant]:
+    """The variants a model's calls can need: each dtype and vocabulary, every path (top-k,
+    top-p, both, plain; p with and without every row having k), with k in ``k_dtype`` up to
+    each of ``k_bounds`` (which choose the group size). For ``Sampler.warm``."""
+    found: dict[Variant, None] = {}
+    paths = [(True, False, False), (False, True, True), (True, True, False), (True, True, True)]
+    paths += [(False, False, False)]
+    for dtype in dtypes:
+        for vocab in vocabs:
+            for bound in k_bounds:
+                for rows in paths:
+                    size = group_size(s.tuning, vocab, bound if rows[0] else 0)
+                    kd = k_dtype if rows[0] else None
+                    found[Variant(device, dtype, kd, rows, vocab, size)] = None
+    return list(found)
