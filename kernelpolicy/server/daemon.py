@@ -247,8 +247,9 @@ class Daemon:
             if prepared is None or self.state.commit(prepared) is None:
                 return
             self.fleet.write_labels()
-            self._log("warning", "kernelpolicy.halts", revision=self.state.snapshot.revision,
-                      halted=sorted(self.state.halts.inputs()))  # fmt: skip
+            halted = sorted(self.state.halts.inputs())
+            self._client_log("warning" if halted else "info", "kernelpolicy.halts",
+                             revision=self.state.snapshot.revision, halted=halted)  # fmt: skip
 
     async def _set_health(self, status: Any) -> None:
         for service in ("", *SERVICES):

@@ -27,6 +27,7 @@ def running_daemon(
     default_socket: str | None = None,
     http: str | None = None,
     labels_dir: Path | None = None,
+    ready_requires_current_policy: bool = False,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
@@ -36,7 +37,8 @@ def running_daemon(
     (``json`` or ``console``) and ``log_stream`` turn the daemon's log on; ``default_socket``
     names the listen address treated as the default socket (its directory is made private).
     ``http`` (such as ``"127.0.0.1:0"``) adds the HTTP listener, whose URL is then
-    ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there.
+    ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
+    ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing.
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -54,6 +56,7 @@ def running_daemon(
                 state, list(listen), tls=tls, log_format=log_format, watch=watch,
                 reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
                 http=http, labels_dir=labels_dir,
+                ready_requires_current_policy=ready_requires_current_policy,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)

@@ -1,0 +1,284 @@
+"""The loop closed on the node, with real processes: two daemons (two nodes) on unix sockets,
+workers that trip a kernel's output guard through one of them, the halt on that node only (its
+answers, /metrics, labels, status), ``status --clear-halt``; reports from another user refused;
+run-time failures halting through an in-process resolve(); readiness while a reload fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelpolicy.server.reports import Rejection, report_socket_path
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import FIXTURES, ROOT, fixture
+from tests.http_helpers import call
+
+FEATURE = "sampler.greedy"
+POLICY = """schema = "kernelpolicy.policy/v1"
+[features."sampler.greedy"]
+description = "greedy with a guarded planted kernel (the aiter greedy bug)"
+fallback = "torch"
+[[features."sampler.greedy".candidates]]
+impl = "planted"
+entry = "kernelpolicy.testing.buggy_kernels:greedy_out_of_range"
+halt_on = { guard_trips = 2 }
+[[features."sampler.greedy".candidates.known_issues]]
+reason = "returns vocab_size for all-NaN rows"
+action = "guard"
+guard = "clamp_token_ids"
+[[features."sampler.greedy".candidates]]
+impl = "torch"
+"""
+FAILING = """schema = "kernelpolicy.policy/v1"
+[features."sampler.top_k_top_p"]
+description = "a kernel that fails when called"
+fallback = "torch"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "planted"
+entry = "kernelpolicy.testing.buggy_kernels:sampler_fails_when_called"
+halt_on = { runtime_failures = 1 }
+[[features."sampler.top_k_top_p".candidates]]
+impl = "torch"
+"""
+
+
+def wait_for(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
+    while not check():
+        assert time.monotonic() < deadline, "no change seen"
+        time.sleep(0.05)
+
+
+@dataclass
+class Node:
+    """A ``kernelpolicy serve`` process: its socket, HTTP URL, labels and log."""
+
+    process: subprocess.Popen[str]
+    address: str
+    url: str
+    labels: Path
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        text = call(self.url, "GET", "/metrics").body.decode()
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def label_file(self) -> str:
+        return (self.labels / "kernelpolicy").read_text()
+
+
+def _env() -> dict[str, str]:
+    keep = ("PYTHON", "HOME", "VIRTUAL_ENV", "LANG", "PATH")
+    return {k: v for k, v in os.environ.items() if k.startswith(keep)} | {
+        "KERNELPOLICY_LOG_FORMAT": "json", "KERNELPOLICY_PACK_CACHE": "0",
+    }  # fmt: skip
+
+
+def start_node(root: Path, name: str, policies: Path) -> Node:
+    home = root / name
+    (home / "labels").mkdir(parents=True)
+    port = home / "port"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--listen", f"unix:{home}/kp.sock",
+         "--http", "127.0.0.1:0", "--labels-dir", str(home / "labels"), "--port-file", str(port),
+         "--policies", str(policies), "--platform", str(FIXTURES / "cpu.json"),
+         "--no-watch"],
+        stdout=subprocess.DEVNULL, stderr=(home / "log").open("w"), text=True, env=_env(), cwd=ROOT,
+    )  # fmt: skip
+    wait_for(lambda: port.exists() and len(port.read_text().split()) == 2)
+    address, url = port.read_text().split()
+    return Node(process, address, url, home / "labels")
+
+
+@pytest.fixture
+def nodes() -> Iterator[tuple[Node, Node]]:
+    # Short paths: a unix socket's path holds at most 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    (root / "policies").mkdir()
+    (root / "policies" / "greedy.toml").write_text(POLICY)
+    started: list[Node] = []
+    try:
+        started = [start_node(root, "a", root / "policies")]
+        started.append(start_node(root, "b", root / "policies"))
+        yield started[0], started[1]
+    finally:
+        for node in started:
+            node.process.terminate()
+            node.process.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def worker(node: Node, rows: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.halt_worker", node.address, str(rows)], cwd=ROOT,
+        capture_output=True, text=True, timeout=120, check=False,
+        env=_env() | {"KERNELPOLICY_LOG_FORMAT": "off"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def status(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "status", "--address", node.address, *args],
+        capture_output=True, text=True, timeout=60, check=False, env=_env(), cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node]) -> None:
+    """Workers on node a trip the guard twice (the policy's halt_on): a resolves without the
+    kernel, says so in status, /metrics and its labels; b keeps it; --clear-halt lifts it."""
+    a, b = nodes
+    first = worker(a, 1)
+    assert (first["impl"], first["ids"], first["delivered"]) == ("planted", [0], True)
+    wait_for(lambda: a.metric("kernelpolicy_worker_events_total", kind="guard_trip") == 1.0)
+    assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
+    worker(a, 1)  # the second trip reaches guard_trips = 2
+    wait_for(lambda: worker(a, 0)["impl"] == "torch")
+    assert worker(b, 0)["impl"] == "planted"  # the other node is untouched
+    assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 1.0
+    assert a.metric("kernelpolicy_halts_total", feature=FEATURE, impl="planted") == 1.0
+    assert a.metric("kernelpolicy_worker_events_total", kind="served", impl="planted") == 2.0
+    assert b.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
+    prefix = "kernelpolicy.feature.node.kubernetes.io"
+    assert f"{prefix}/halted.sampler.greedy.planted=true" in a.label_file()
+    assert f"{prefix}/impl.sampler.greedy=torch" in a.label_file()
+    assert "halted." not in b.label_file()
+    report = json.loads(status(a, "--json").stdout)
+    assert "halt_on.guard_trips = 2" in report["halted"][FEATURE]["planted"]
+    assert "HALTED: sampler.greedy/planted" in status(a).stdout
+    cleared = status(a, "--clear-halt", FEATURE)
+    assert (cleared.returncode, cleared.stdout.strip()) == (
+        0, f"{a.address}: cleared sampler.greedy/planted",
+    )  # fmt: skip
+    assert worker(a, 0)["impl"] == "planted"  # answered once the daemon resolved again
+    assert "halted." not in a.label_file()
+    assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
+    unknown = status(a, "--clear-halt", "no.such")
+    assert unknown.returncode == 2
+    assert "unknown feature 'no.such'" in unknown.stderr
+    log = (a.labels.parent / "log").read_text()
+    assert '"event": "kernelpolicy.halt"' in log
+    assert '"event": "kernelpolicy.halt.cleared"' in log
+
+
+def _report_as(uid: int, path: Path, line: bytes) -> int:
+    """Send ``line`` to ``path`` from a child process running as ``uid``; its exit status."""
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid, then speak
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(path))
+        except BaseException:
+            os._exit(3)  # could not even connect
+        try:
+            sock.sendall(line)
+            sock.recv(1)  # until the daemon closes the connection
+        except OSError:
+            pass  # the daemon hung up first (a refused peer): as expected
+        os._exit(0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
+def test_a_report_from_another_user_is_refused(tmp_path: Path) -> None:
+    """Even where the operator opened the report socket to everyone (mode 0666), a process of
+    another user is refused by its peer credentials: counted, and no kernel halted."""
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    directory.chmod(0o755)
+    (tmp_path / "p.toml").write_text(POLICY)
+    trips = json.dumps({"events": [{"kind": "guard_trip", "feature": FEATURE, "impl": "planted",
+                                    "count": 5}]}).encode() + b"\n"  # fmt: skip
+    try:
+        with running_daemon(
+            fixture("cpu"), [tmp_path / "p.toml"], listen=[f"unix:{directory}/kp.sock"],
+            watch=False,
+        ) as daemon:  # fmt: skip
+            report = report_socket_path(directory / "kp.sock")
+            report.chmod(0o666)
+            assert _report_as(65534, report, trips) == 0  # connected, then closed unread
+            assert daemon.state.halts.rejected[Rejection.PEER_UID] == 1
+            assert daemon.state.halts.inputs() == {}
+            assert _report_as(0, report, trips + b'{"clear_halt": "nope"}\n') == 0  # root may
+            assert daemon.state.halts.inputs() == {
+                f"{FEATURE}/planted": "its output guard repaired 5 output(s) in this node's "
+                "workers (halt_on.guard_trips = 2)"
+            }
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_runtime_failures_halt_through_an_in_process_resolve(tmp_path: Path) -> None:
+    """A worker using kernelpolicy.resolve() with KERNELPOLICY_SOCKET: a kernel failing at call
+    time falls back in the worker and, at runtime_failures = 1, is halted on the node."""
+    import torch
+
+    from kernelpolicy.api import resolve
+
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    (tmp_path / "p.toml").write_text(FAILING)
+    feature = "sampler.top_k_top_p"
+    try:
+        with running_daemon(
+            fixture("cpu"), [tmp_path / "p.toml"], listen=[f"unix:{directory}/kp.sock"],
+            watch=False,
+        ) as daemon:  # fmt: skip
+            env = {"KERNELPOLICY_SOCKET": f"unix:{directory}/kp.sock", "KERNELPOLICY_LOG_FORMAT":
+                   "off", "KERNELPOLICY_POLICY_PATHS": str(tmp_path / "p.toml")}  # fmt: skip
+            resolution = resolve(fixture("cpu"), env=env)
+            assert resolution.reporter is not None
+            kernel = resolution.impl(feature)
+            assert kernel(torch.randn(2, 50), torch.full((2,), 5), None).shape == (2,)
+            assert resolution.decision(feature).impl == "torch"  # fell back in the worker
+            assert resolution.reporter.flush(30.0) is True
+            wait_for(lambda: daemon.state.snapshot.resolution.decision(feature).impl == "torch")
+            halted = daemon.state.halts.inputs()[f"{feature}/planted"]
+            assert "halt_on.runtime_failures = 1" in halted
+            assert "PassManager::run failed (planted)" in halted
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [pytest.param(False, 200, id="default-ready"), pytest.param(True, 503, id="requires-current")],
+)
+def test_readiness_while_a_reload_fails(tmp_path: Path, option: bool, expected: int) -> None:
+    """By default /readyz stays 200 on a failed reload (the last good set serves); with
+    --ready-requires-current-policy it is 503 saying why, and 200 again once fixed."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "greedy.toml").write_text(POLICY)
+    with running_daemon(
+        fixture("cpu"), [policies], watch=False, http="127.0.0.1:0",
+        ready_requires_current_policy=option,
+    ) as daemon:  # fmt: skip
+        url = daemon.fleet.url
+        assert call(url, "GET", "/readyz").status == 200
+        (policies / "bad.toml").write_text("schema = 1\n")
+        daemon.call(daemon.reload())
+        assert daemon.state.snapshot.policy_error is not None
+        reply = call(url, "GET", "/readyz")
+        assert reply.status == expected
+        if option:
+            assert reply.json()["why"].startswith("serving stale policies: the last reload failed")
+        (policies / "bad.toml").unlink()
+        daemon.call(daemon.reload())
+        assert call(url, "GET", "/readyz").status == 200
