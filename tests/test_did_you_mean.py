@@ -1,4 +1,4 @@
-"""The "did you mean" hints for mistyped commands, options, choices, features and gates (error paths)."""
+"""The "did you mean" hints: commands, options, choices, features and gates (error paths)."""
 
 from __future__ import annotations
 
