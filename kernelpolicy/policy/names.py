@@ -6,9 +6,13 @@ A candidate whose implementation is not listed here must name its own ``entry`` 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.policy.locate import locate
-from kernelpolicy.policy.schema import PolicyFile
+
+if TYPE_CHECKING:  # pydantic: a Resolution loading an implementation reads only the tables
+    from kernelpolicy.policy.schema import PolicyFile
 
 KNOWN_IMPLEMENTATIONS: dict[str, frozenset[str]] = {
     "sampler.top_k_top_p": frozenset({"flashinfer", "aiter", "triton", "torch"}),
