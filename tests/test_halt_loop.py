@@ -155,6 +155,7 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     assert a.metric("kernelpolicy_halts_total", feature=FEATURE, impl="planted") == 1.0
     assert a.metric("kernelpolicy_worker_events_total", kind="served", impl="planted") == 2.0
     assert b.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
+    promtool_check_metrics(call(a.url, "GET", "/metrics").body.decode())
     prefix = "kernelpolicy.feature.node.kubernetes.io"
     assert f"{prefix}/halted.sampler.greedy.planted=true" in a.label_file()
     assert f"{prefix}/impl.sampler.greedy=torch" in a.label_file()
@@ -175,6 +176,19 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     log = (a.labels.parent / "log").read_text()
     assert '"event": "kernelpolicy.halt"' in log
     assert '"event": "kernelpolicy.halt.cleared"' in log
+
+
+def promtool_check_metrics(text: str) -> None:
+    """promtool accepts the exposition with the halt series in it, lint included."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "", done.stdout
 
 
 def _report_as(uid: int, path: Path, line: bytes) -> int:
