@@ -79,3 +79,44 @@ def test_resolution_errors_name_the_close_feature(
     assert message in str(info.value)
     if "zzz" in str(info.value):
         assert "did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param({"KERNELPOLICY_FORCE_SAMPLER_GREEDDY": "torch"},
+                     "did you mean 'KERNELPOLICY_FORCE_SAMPLER_GREEDY'?", id="force-variable"),
+        pytest.param({"KERNELPOLICY_OVERRIDES": '{"samplr.greedy": "torch"}'},
+                     "did you mean 'sampler.greedy'?", id="override-feature"),
+        pytest.param({"KERNELPOLICY_OVERRIDES": '{"mhc": "aitr"}'},
+                     "is not an implementation of mhc; did you mean 'aiter'?",
+                     id="override-implementation"),
+        pytest.param({"KERNELPOLICY_OVERRIDES": '{"mhc": "zzz"}'}, "expected one of aiter, torch",
+                     id="override-nothing-close"),
+    ],
+)  # fmt: skip
+def test_force_and_override_errors_name_the_close_name(
+    env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped force variable, overridden feature or implementation: exit 2, nothing on
+    stdout, the close name on stderr (none offered when nothing is close)."""
+    argv = ["explain", "--platform", str(FIXTURES / "cpu.json")]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
+    assert ("did you mean" in captured.err) == ("zzz" not in message and "zzz" not in str(env))
+
+
+def test_forced_implementation_error_names_the_close_one() -> None:
+    """KERNELPOLICY_FORCE_<FEATURE> with a mistyped implementation: the decision's error
+    suggests the close implementation."""
+    decision = resolve_on("h100-sxm", KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P="flashinfr").decision(
+        "sampler.top_k_top_p"
+    )
+    assert decision.error is not None
+    assert "is not an implementation of sampler.top_k_top_p; did you mean 'flashinfer'?" in (
+        decision.error
+    )

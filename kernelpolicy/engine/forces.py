@@ -14,6 +14,7 @@ from kernelpolicy.engine.switches import FORCE_PREFIX, force_variable
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import shown
 from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.suggest import close_names, did_you_mean
 
 
 def check_forces(policies: PolicySet, env: Mapping[str, str], overrides: Mapping[str, str]) -> None:
@@ -37,17 +38,30 @@ def check_forces(policies: PolicySet, env: Mapping[str, str], overrides: Mapping
         ):
             known = ", ".join(f"{v} ({name})" for v, name in sorted(variables.items()))
             raise SettingsError(
-                f"{shown(variable)} names no feature of the policies; known: {known}"
+                f"{shown(variable)} names no feature of the policies"
+                f"{_close_force(variable, variables)}; known: {known}"
             )
     for feature, impl in sorted(overrides.items()):
         compiled = policies.features.get(feature)
         if compiled is None:
             raise SettingsError(
-                f"KERNELPOLICY_OVERRIDES names unknown feature {shown(feature)!r}; the policies "
-                f"define: {', '.join(policies.features)}"
+                f"KERNELPOLICY_OVERRIDES names unknown feature {shown(feature)!r}"
+                f"{did_you_mean(feature, policies.features)}; the policies define: "
+                f"{', '.join(policies.features)}"
             )
         if compiled.candidate(impl) is None:
+            names = [c.impl for c in compiled.candidates]
             raise SettingsError(
                 f"KERNELPOLICY_OVERRIDES[{feature!r}] = {shown(impl)!r} is not an implementation "
-                f"of {feature}; expected one of {', '.join(c.impl for c in compiled.candidates)}"
+                f"of {feature}{did_you_mean(impl, names)}; expected one of {', '.join(names)}"
             )
+
+
+def _close_force(variable: str, variables: Mapping[str, str]) -> str:
+    """The did-you-mean of a force variable, compared by the part after the common prefix (the
+    prefix alone would make every force look close)."""
+    tails = {v.removeprefix(FORCE_PREFIX): v for v in variables}
+    found = close_names(variable.removeprefix(FORCE_PREFIX), tails)
+    if not found:
+        return ""
+    return "; did you mean " + " or ".join(repr(tails[f]) for f in found) + "?"

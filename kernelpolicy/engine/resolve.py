@@ -32,6 +32,7 @@ from kernelpolicy.limits import shown
 from kernelpolicy.platform.envvars import carried, carried_env
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
+from kernelpolicy.suggest import did_you_mean
 
 
 def resolve_policies(
@@ -261,8 +262,8 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
     if match is None:
         names = ", ".join(r.impl for r in results)
         message = over_limit_message(variable, forced, f"one of {names}") or (
-            f"{variable}={shown(forced)!r} is not an implementation of {feature.name}; "
-            f"expected one of {names}"
+            f"{variable}={shown(forced)!r} is not an implementation of {feature.name}"
+            f"{did_you_mean(forced, (r.impl for r in results))}; expected one of {names}"
         )
         return _error(feature, results, ErrorCode.UNKNOWN_IMPLEMENTATION, message, ())
     if not match.supported:
