@@ -206,3 +206,65 @@ def test_serve_probes_the_libraries_its_policies_name(tmp_path: Path) -> None:
         proc.terminate()
         proc.communicate(timeout=30)
     assert "x.y      fancy" in table
+
+
+def _taken() -> socket.socket:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param(["--http", "notaport"], "--http 'notaport': expected PORT", id="http-no-port"),
+        pytest.param(["--http", "127.0.0.1:99999"], "with a port from 0 to 65535",
+                     id="http-port-range"),
+        pytest.param(["--labels-dir", "/nonexistent/features.d"], "not a directory",
+                     id="labels-dir-missing"),
+        pytest.param(["--port-file", "/nonexistent/kp.port"], "no directory /nonexistent",
+                     id="port-file-directory-missing"),
+        pytest.param(["--listen", "TAKEN"], "the address is in use", id="grpc-address-in-use"),
+        pytest.param(["--http", "TAKEN"], "in use", id="http-address-in-use"),
+    ],
+)  # fmt: skip
+def test_exit_2_prints_nothing_on_stdout(options: list[str], message: str) -> None:
+    """Without --quiet, an option that cannot work is exit 2 with one line on stderr and
+    nothing on stdout: the explain table is printed only once every address is bound."""
+    taken = _taken()
+    address = f"127.0.0.1:{taken.getsockname()[1]}"
+    argv = [address if o == "TAKEN" else o for o in options]
+    if "--listen" not in argv:
+        argv += ["--listen", "127.0.0.1:0"]
+    try:
+        proc = _serve(*argv)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        taken.close()
+    assert (proc.returncode, out) == (2, ""), err
+    assert message in err
+    assert err.count("\n") == 1, err
+
+
+def test_a_second_serve_on_the_same_address_prints_nothing_on_stdout(tmp_path: Path) -> None:
+    """A second serve on the address a running one holds: exit 2, one line, empty stdout."""
+    port_file = tmp_path / "port"
+    first = _serve("--quiet", "--listen", "127.0.0.1:0", "--port-file", str(port_file))
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert first.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        address = port_file.read_text().split()[0]
+        second = _serve("--listen", address)
+        out, err = second.communicate(timeout=60)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
+    assert (second.returncode, out) == (2, "")
+    assert err == (
+        f"kernelpolicy: error: cannot listen on {address}: the address is in use (another "
+        "kernelpolicy serve?) or not valid here; pick another with --listen\n"
+    )

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli import status_cmd
 from kernelpolicy.cli.common import add_platform_option, environment, obtain_platform
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
+
+if TYPE_CHECKING:
+    from kernelpolicy.server.state import ServingState
+    from kernelpolicy.settings import Settings
 
 
 def register(commands: Any) -> None:
@@ -87,29 +91,59 @@ def _serve(args: argparse.Namespace) -> int:
     from kernelpolicy.server.signals import take_pending
 
     _quiet_grpc()
-    from kernelpolicy.api import load_policies_cached
     from kernelpolicy.cli.render import explain_table
-    from kernelpolicy.cli.resolving import probe_inputs
-    from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.server.daemon import (
         DEFAULT_PORT,
         Daemon,
         check_listen_address,
         default_unix_socket,
     )
-    from kernelpolicy.server.state import ServingState
     from kernelpolicy.server.tls import tls_from_settings
     from kernelpolicy.settings import settings_from
 
     listen = args.listen or [f"127.0.0.1:{DEFAULT_PORT}", default_unix_socket()]
     for address in listen:  # settings mistakes first, before anything slow
         check_listen_address(address)
-    base_env = environment(args, None)
-    settings = settings_from(base_env)
+    _check_options(args)
+    settings = settings_from(environment(args, None))
     tls = tls_from_settings(settings)
+    state = _serving_state(args, settings)
+    daemon = Daemon(
+        state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
+        default_socket=default_unix_socket(), quiet=args.quiet, http=args.http,
+        labels_dir=args.labels_dir,
+        ready_requires_current_policy=args.ready_requires_current_policy,
+    )  # fmt: skip
+
+    def started() -> None:
+        # Only once every address is bound: an address in use is exit 2 with nothing on stdout.
+        addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
+        if args.port_file:
+            args.port_file.write_text("\n".join(addresses) + "\n")
+        if not args.quiet:
+            print(explain_table(state.snapshot.resolution), flush=True)
+            print(flush=True)
+            print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+
+    import asyncio  # here, not at the top: every other command would pay ~20 ms for it
+
+    asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
+    return 0
+
+
+def _serving_state(args: argparse.Namespace, settings: Settings) -> ServingState:
+    """Probe what the policies read (their libraries and variables), as explain and resolve()
+    do, so that the daemon answers what they answer on this node; then resolve.
+
+    Raises:
+        SettingsError: A force or override names nothing the policies define.
+    """
+    from kernelpolicy.api import load_policies_cached
+    from kernelpolicy.cli.resolving import probe_inputs
+    from kernelpolicy.engine.forces import check_forces
+    from kernelpolicy.server.state import ServingState
+
     paths = args.policies or list(settings.policy_paths)
-    # Probe what the policies read (their libraries and variables), as explain and resolve()
-    # do, so the daemon answers what they answer on this node.
     libraries, patterns = probe_inputs(
         load_policies_cached(
             paths,
@@ -127,24 +161,26 @@ def _serve(args: argparse.Namespace) -> int:
     # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the
     # operator believes a kernel is forced: refuse to start, as explain and resolve() do.
     check_forces(state.snapshot.resolution.policies, env, settings.overrides)
-    if not args.quiet:
-        print(explain_table(state.snapshot.resolution), flush=True)
-        print(flush=True)
-    daemon = Daemon(
-        state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
-        default_socket=default_unix_socket(), quiet=args.quiet, http=args.http,
-        labels_dir=args.labels_dir,
-        ready_requires_current_policy=args.ready_requires_current_policy,
-    )  # fmt: skip
+    return state
 
-    def started() -> None:
-        addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
-        if args.port_file:
-            args.port_file.write_text("\n".join(addresses) + "\n")
-        if not args.quiet:
-            print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
 
-    import asyncio  # here, not at the top: every other command would pay ~20 ms for it
+def _check_options(args: argparse.Namespace) -> None:
+    """The options checked before anything is probed, resolved or printed.
 
-    asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
-    return 0
+    Raises:
+        DaemonError: ``--http`` is no address, ``--labels-dir`` no directory, or the directory
+            of ``--port-file`` does not exist.
+    """
+    from kernelpolicy.errors import DaemonError
+
+    if args.http is not None:
+        from kernelpolicy.server.http import parse_http_address
+
+        parse_http_address(args.http)
+    if args.labels_dir is not None and not args.labels_dir.is_dir():
+        raise DaemonError(
+            f"--labels-dir {args.labels_dir}: not a directory; expected Node Feature "
+            "Discovery's features.d (/etc/kubernetes/node-feature-discovery/features.d)"
+        )
+    if args.port_file is not None and not args.port_file.parent.is_dir():
+        raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")
