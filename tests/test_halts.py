@@ -19,7 +19,6 @@ from kernelpolicy.labels import PREFIX, node_labels
 from kernelpolicy.limits import MAX_REPORT_LINE_BYTES, REPORT_BATCH_EVENTS, REPORT_QUEUE_EVENTS
 from kernelpolicy.policy import load_policy_text
 from kernelpolicy.server.halts import Halts
-from kernelpolicy.server.report_listener import peer_credentials
 from kernelpolicy.server.reporter import Reporter, report_path
 from kernelpolicy.server.reports import (
     Event,
@@ -28,6 +27,7 @@ from kernelpolicy.server.reports import (
     ReportError,
     encode_events,
     parse_line,
+    peer_credentials,
     report_socket_path,
 )
 from tests.helpers import fixture

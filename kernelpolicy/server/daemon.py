@@ -233,8 +233,7 @@ class Daemon:
             await listener.stop()
 
     def _halts_changed(self) -> asyncio.Future[None]:
-        """A halt was added or cleared: resolve again once (reports coalesce); the future is
-        done when the answers say so."""
+        """A halt was added or cleared: resolve again once (done when the answers say so)."""
         if self._halts_task is None or not self._halts_pending:
             self._halts_pending = True
             self._halts_task = asyncio.ensure_future(self._apply_halts())

@@ -17,27 +17,16 @@ import contextlib
 import json
 import os
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.limits import MAX_REPORT_CONNECTIONS, MAX_REPORT_LINE_BYTES
 from kernelpolicy.server.halts import Halts
-from kernelpolicy.server.reports import Rejection, ReportError, parse_line
+from kernelpolicy.server.reports import Rejection, ReportError, parse_line, peer_credentials
 from kernelpolicy.trust import owner_ok
 
-__all__ = ["ReportListener", "peer_credentials", "start_report_listeners"]
-
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the process at the other end of a connected unix socket."""
-    pid, uid, gid = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    )
-    return int(pid), int(uid), int(gid)
+__all__ = ["ReportListener", "start_report_listeners"]
 
 
 class ReportListener:

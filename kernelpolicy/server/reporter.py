@@ -36,7 +36,13 @@ from kernelpolicy.limits import (
     REPORT_BATCH_EVENTS,
     REPORT_QUEUE_EVENTS,
 )
-from kernelpolicy.server.reports import Event, EventKind, encode_events, report_socket_path
+from kernelpolicy.server.reports import (
+    Event,
+    EventKind,
+    encode_events,
+    peer_credentials,
+    report_socket_path,
+)
 from kernelpolicy.trust import owner_ok
 
 __all__ = ["FLUSH_SECONDS", "Reporter", "report_path", "reporter_for", "request_clear"]
@@ -196,8 +202,6 @@ def _connect(path: Path, timeout: float) -> socket.socket:
         DaemonError: Another user's process listens there (the message starts "refusing").
         OSError: Nothing answers.
     """
-    from kernelpolicy.server.report_listener import peer_credentials
-
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:

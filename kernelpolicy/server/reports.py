@@ -19,6 +19,8 @@ Nothing here imports grpc: workers load it with ``import kernelpolicy``'s report
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +44,7 @@ __all__ = [
     "ReportError",
     "encode_events",
     "parse_line",
+    "peer_credentials",
     "report_socket_path",
 ]
 
@@ -93,6 +96,17 @@ class Event:
             "count": self.count,
             "detail": self.detail,
         }
+
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a connected unix socket."""
+    pid, uid, gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return int(pid), int(uid), int(gid)
 
 
 def report_socket_path(grpc_socket: Path) -> Path:
