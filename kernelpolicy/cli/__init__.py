@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         probe_cmd,
         serve_cmd,
         verify_cmd,
+        warm_cmd,
     )
     from kernelpolicy.cli.common import disable_abbreviations
     from kernelpolicy.cli.parsing import SuggestingParser
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     labels_cmd.register(commands)
     diff_cmd.register(commands)
     completion_cmd.register(commands)
+    warm_cmd.register(commands)
     disable_abbreviations(parser)
     return parser
 

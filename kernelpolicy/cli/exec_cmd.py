@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         args.engine, env, settings.fingerprint, snapshot, args.policies
     ).items():
         child.setdefault(key, value)  # KERNELPOLICY_VLLM_PLUGIN=0 set by you keeps it off
+    child.update(_kernel_cache(environ, child))
     try:
         os.execvpe(argv[0], argv, child)
     except FileNotFoundError:
@@ -101,6 +102,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernelpolicy: error: {argv[0]}: permission denied", file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execvpe does not return
+
+
+def _kernel_cache(environ: dict[str, str], child: dict[str, str]) -> dict[str, str]:
+    """The node's kernel cache for the engine (kernelpolicy warm fills it), where trusted; a
+    cache that is there but untrusted is said and not used."""
+    from kernelpolicy.kernel_cache import cache_environment, kernel_cache_dir
+    from kernelpolicy.settings import default_cache_dir, settings_from
+
+    cache = settings_from(environ).cache_dir or default_cache_dir()
+    extra, problem = cache_environment(cache, child)
+    if problem is not None and kernel_cache_dir(cache).exists():
+        print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
+    return extra
 
 
 def _local_engine(args: argparse.Namespace) -> str | None:

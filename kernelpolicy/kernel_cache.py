@@ -1,0 +1,86 @@
+"""The node's compiled-kernel cache: where ``kernelpolicy warm`` builds the Triton sampler's and
+FlashInfer's kernels, and where the workers that ``kernelpolicy exec`` starts find them.
+
+``<cache dir>/kernels/triton`` is Triton's cache (``TRITON_CACHE_DIR``) and
+``<cache dir>/kernels/flashinfer`` FlashInfer's JIT workspace (``FLASHINFER_WORKSPACE_BASE``).
+A compiled kernel is code, so the cache is trusted under the evidence store's rules: the
+directories and every entry in them owned by root or the current user, writable by nobody
+else, and no symbolic link anywhere in them. A cache that fails any check is not used (its
+variables are not set; the kernels build where they are first needed, in the background) and
+the reason is said once. A variable you set yourself is never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from kernelpolicy.trust import owner_ok, private_dir
+
+KERNELS = "kernels"
+# Variable -> the cache's subdirectory it points to.
+VARIABLES: dict[str, str] = {
+    "TRITON_CACHE_DIR": "triton",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+}
+MAX_ENTRIES_CHECKED = 100_000  # more than any real cache holds: past it, it is not trusted
+
+
+def kernel_cache_dir(cache_dir: Path) -> Path:
+    """``<cache dir>/kernels``."""
+    return cache_dir / KERNELS
+
+
+def prepare_kernel_cache(cache_dir: Path) -> Path:
+    """Create the cache private to this user (0700), with its subdirectories; returns it.
+
+    Raises:
+        UntrustedFileError: It exists and belongs to someone else, or is a link.
+    """
+    root = private_dir(kernel_cache_dir(cache_dir), "kernel cache")
+    for name in VARIABLES.values():
+        private_dir(root / name, "kernel cache")
+    return root
+
+
+def cache_problem(root: Path) -> str | None:
+    """Why the kernel cache at ``root`` may not be used, or None: a missing cache, a symbolic
+    link, an entry owned by another user or writable by group or others, or too many entries."""
+    if not root.is_dir() or root.is_symlink():
+        return f"{root}: no kernel cache (run kernelpolicy warm)"
+    for seen, path in enumerate((root, *_walk(root)), start=1):
+        if seen > MAX_ENTRIES_CHECKED:
+            return f"{root}: over {MAX_ENTRIES_CHECKED} entries"
+        info = path.lstat()
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISLNK(info.st_mode):
+            return f"{path}: a symbolic link (it could point anywhere)"
+        if not owner_ok(info.st_uid):
+            return f"{path}: owned by uid {info.st_uid}, expected root or uid {os.geteuid()}"
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path}: writable by group or others (mode {mode:04o})"
+    return None
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for directory, names, files in os.walk(root, followlinks=False):
+        found += [Path(directory, n) for n in (*names, *files)]
+        if len(found) > MAX_ENTRIES_CHECKED:
+            break
+    return found
+
+
+def cache_environment(
+    cache_dir: Path, environ: Mapping[str, str]
+) -> tuple[dict[str, str], str | None]:
+    """(variables to add, why the cache is not used): the cache's variables that ``environ``
+    does not set already, where the cache is trusted."""
+    root = kernel_cache_dir(cache_dir)
+    problem = cache_problem(root)
+    if problem is not None:
+        return {}, problem
+    wanted = {name: str(root / sub) for name, sub in VARIABLES.items()}
+    return {k: v for k, v in wanted.items() if not environ.get(k, "").strip()}, None

@@ -1,0 +1,138 @@
+"""The node's kernel cache: trusted as the evidence store is, handed to the engines exec starts,
+filled by kernelpolicy warm (nothing to build without a GPU here; the GPU visit builds it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.cli.warm_cmd import tasks_for
+from kernelpolicy.kernel_cache import (
+    cache_environment,
+    cache_problem,
+    kernel_cache_dir,
+    prepare_kernel_cache,
+)
+from tests.helpers import resolve_on
+
+NOBODY = 65534
+FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy/fixtures/platforms"
+
+
+def _entry(root: Path) -> Path:
+    entry = root / "triton" / "ABCDEF" / "kernel.cubin"
+    entry.parent.mkdir(parents=True, mode=0o700)
+    entry.write_bytes(b"\0code")
+    entry.chmod(0o644)
+    return entry
+
+
+def test_a_prepared_cache_is_trusted(tmp_path: Path) -> None:
+    root = prepare_kernel_cache(tmp_path)
+    _entry(root)
+    assert cache_problem(root) is None
+    extra, problem = cache_environment(tmp_path, {})
+    assert problem is None
+    assert extra == {
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer"),
+    }
+
+
+def test_your_own_variables_are_kept(tmp_path: Path) -> None:
+    prepare_kernel_cache(tmp_path)
+    extra, _ = cache_environment(tmp_path, {"TRITON_CACHE_DIR": "/mine"})
+    assert "TRITON_CACHE_DIR" not in extra
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a foreign owner needs root")
+@pytest.mark.parametrize(
+    ("how", "problem"),
+    [
+        pytest.param("foreign-entry", "owned by uid 65534", id="foreign-owned-entry"),
+        pytest.param("group-writable-entry", "writable by group or others", id="group-writable"),
+        pytest.param("symlinked-entry", "a symbolic link", id="symlinked-entry"),
+        pytest.param("planted-directory", "owned by uid 65534", id="planted-directory"),
+        pytest.param("world-writable-root", "writable by group or others", id="open-root"),
+    ],
+)
+def test_an_untrusted_cache_is_not_used(tmp_path: Path, how: str, problem: str) -> None:
+    root = prepare_kernel_cache(tmp_path)
+    entry = _entry(root)
+    if how == "foreign-entry":
+        os.chown(entry, NOBODY, NOBODY)
+    elif how == "group-writable-entry":
+        entry.chmod(0o664)
+    elif how == "symlinked-entry":
+        entry.unlink()
+        entry.symlink_to("/etc/hostname")
+    elif how == "planted-directory":
+        planted = root / "flashinfer" / "planted"
+        planted.mkdir()
+        os.chown(planted, NOBODY, NOBODY)
+    elif how == "world-writable-root":
+        root.chmod(0o777)
+    extra, found = cache_environment(tmp_path, {})
+    assert extra == {}
+    assert found is not None
+    assert problem in found
+
+
+def test_no_cache_no_variables(tmp_path: Path) -> None:
+    extra, problem = cache_environment(tmp_path, {})
+    assert extra == {}
+    assert problem is not None
+    assert "run kernelpolicy warm" in problem
+
+
+def _exec(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    code = "import os; print(os.environ.get('TRITON_CACHE_DIR'))"
+    env = {**os.environ, "KERNELPOLICY_CACHE_DIR": str(tmp_path), "KERNELPOLICY_LOG_FORMAT": "off"}
+    env.pop("TRITON_CACHE_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "exec", "--engine", "vllm", "--platform",
+         str(FIXTURES / "t4.json"), "--", sys.executable, "-c", code],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+
+
+def test_exec_hands_a_trusted_cache_to_the_engine(tmp_path: Path) -> None:
+    root = prepare_kernel_cache(tmp_path)
+    assert _exec(tmp_path).stdout.strip() == str(root / "triton")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a foreign owner needs root")
+def test_exec_says_so_and_leaves_an_untrusted_cache_out(tmp_path: Path) -> None:
+    root = prepare_kernel_cache(tmp_path)
+    os.chown(_entry(root), NOBODY, NOBODY)
+    done = _exec(tmp_path)
+    assert done.stdout.strip() == "None"
+    assert "kernelpolicy: warning: kernel cache not used:" in done.stderr
+
+
+def test_warm_builds_what_the_decisions_route_to() -> None:
+    """h100-sxm: FlashInfer and the Triton sampler, each dtype, each vocabulary class."""
+    tasks = tasks_for(resolve_on("h100-sxm"), [32000, 128256])
+    impls = {(t["impl"], t["dtype"], t["vocab"]) for t in tasks}
+    assert ("triton", "bfloat16", 128256) in impls
+    assert ("flashinfer", "float16", None) in impls
+    assert len([t for t in tasks if t["impl"] == "triton"]) == 3 * 2
+    assert tasks_for(resolve_on("mi300x"), [32000]) == []
+
+
+def test_warm_without_a_gpu_builds_nothing_and_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "KERNELPOLICY_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "warm", "--platform",
+         str(FIXTURES / "h100-sxm.json"), "--json"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["note"].endswith("nothing to build")
+    assert report["tasks"] > 0
+    assert cache_problem(kernel_cache_dir(tmp_path)) is None
