@@ -177,8 +177,12 @@ def node_reporter(settings: Settings, address: str | None = None) -> RuntimeRepo
     default private path. Costs one ``stat`` when nothing listens; starts no thread."""
     if not settings.report:
         return None
-    from kernelpolicy.server.reporter import report_path, reporter_for
+    from kernelpolicy.server.sockets import report_path
 
     given = address or settings.socket
     path = report_path(given, explicit=given is not None)
-    return reporter_for(path) if path is not None else None
+    if path is None:
+        return None
+    from kernelpolicy.server.reporter import reporter_for  # a daemon is there: now, not before
+
+    return reporter_for(path)

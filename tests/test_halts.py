@@ -19,7 +19,7 @@ from kernelpolicy.labels import PREFIX, node_labels
 from kernelpolicy.limits import MAX_REPORT_LINE_BYTES, REPORT_BATCH_EVENTS, REPORT_QUEUE_EVENTS
 from kernelpolicy.policy import load_policy_text
 from kernelpolicy.server.halts import Halts
-from kernelpolicy.server.reporter import Reporter, report_path
+from kernelpolicy.server.reporter import Reporter
 from kernelpolicy.server.reports import (
     Event,
     EventKind,
@@ -30,6 +30,7 @@ from kernelpolicy.server.reports import (
     peer_credentials,
     report_socket_path,
 )
+from kernelpolicy.server.sockets import report_path
 from tests.helpers import fixture
 
 FEATURE = "sampler.greedy"

@@ -22,7 +22,6 @@ import errno
 import json
 import os
 import socket
-import stat
 import threading
 import time
 from pathlib import Path
@@ -41,8 +40,8 @@ from kernelpolicy.server.reports import (
     EventKind,
     encode_events,
     peer_credentials,
-    report_socket_path,
 )
+from kernelpolicy.server.sockets import report_path
 from kernelpolicy.trust import owner_ok
 
 __all__ = ["FLUSH_SECONDS", "Reporter", "report_path", "reporter_for", "request_clear"]
@@ -236,25 +235,6 @@ def reporter_for(path: Path) -> Reporter:
     if reporter is None:
         reporter = _REPORTERS.setdefault(path, Reporter(path))
     return reporter
-
-
-def report_path(address: str | None, *, explicit: bool) -> Path | None:
-    """The report socket of the daemon at ``address`` (``unix:/p`` or a path; None: this user's
-    default socket), or None where no report goes: a TCP address, or a default socket with no
-    report socket beside it (no daemon there). An ``explicit`` one is used even before its
-    daemon starts (the reporter tries again at each flush)."""
-    from kernelpolicy.server.sockets import default_socket_path, socket_path
-
-    if address is not None and not address.startswith("unix:") and not address.startswith("/"):
-        return None
-    grpc_path = default_socket_path() if address is None else socket_path(address)
-    path = report_socket_path(grpc_path)
-    if explicit:
-        return path
-    try:
-        return path if stat.S_ISSOCK(os.stat(path).st_mode) else None
-    except OSError:
-        return None
 
 
 def request_clear(address: str, feature: str, timeout: float) -> dict[str, Any]:

@@ -23,7 +23,6 @@ import socket
 import struct
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import KernelPolicyError
@@ -35,6 +34,7 @@ from kernelpolicy.limits import (
     REPORT_BATCH_EVENTS,
 )
 from kernelpolicy.safeio import parse_json
+from kernelpolicy.server.sockets import report_socket_path
 
 __all__ = [
     "EVENT_KINDS",
@@ -107,11 +107,6 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
         sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     )
     return int(pid), int(uid), int(gid)
-
-
-def report_socket_path(grpc_socket: Path) -> Path:
-    """The report socket beside a gRPC socket: ``x.sock`` -> ``x.report.sock``."""
-    return grpc_socket.with_name(f"{grpc_socket.stem}.report{grpc_socket.suffix}")
 
 
 def encode_events(events: list[Event]) -> bytes:

@@ -13,9 +13,7 @@ themselves (the peer credentials of the socket, ``SO_PEERCRED``).
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
-import socket
 import stat
 import struct
 from pathlib import Path
@@ -47,6 +45,28 @@ def default_socket_address() -> str:
     return f"unix:{default_socket_path()}"
 
 
+def report_socket_path(grpc_socket: Path) -> Path:
+    """The report socket beside a gRPC socket: ``x.sock`` -> ``x.report.sock`` (see
+    :mod:`kernelpolicy.server.reports`)."""
+    return grpc_socket.with_name(f"{grpc_socket.stem}.report{grpc_socket.suffix}")
+
+
+def report_path(address: str | None, *, explicit: bool) -> Path | None:
+    """The report socket of the daemon at ``address`` (``unix:/p`` or a path; None: this user's
+    default socket), or None where no report goes: a TCP address, or a default socket with no
+    report socket beside it (no daemon there). An ``explicit`` one is used even before its
+    daemon starts (the reporter tries again at each flush)."""
+    if address is not None and not address.startswith(("unix:", "/")):
+        return None
+    path = report_socket_path(default_socket_path() if address is None else socket_path(address))
+    if explicit:
+        return path
+    try:
+        return path if stat.S_ISSOCK(os.stat(path).st_mode) else None
+    except OSError:
+        return None
+
+
 def socket_path(address: str) -> Path:
     """The file of a ``unix:`` address (``unix:relative``, ``unix:/abs``, ``unix:///abs``)."""
     path = address.removeprefix("unix:")
@@ -59,6 +79,8 @@ def is_loopback_host(host: str) -> bool:
     """Whether a TCP host (name or address, without brackets) stays on this machine."""
     if host == "localhost":
         return True
+    import ipaddress  # here: a worker that only looks for its daemon's socket need not pay
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -79,6 +101,8 @@ def _describe(mode: int) -> str:
 
 def _answers(path: Path) -> bool:
     """Whether something listens on the socket file ``path``."""
+    import socket  # here: resolve() looks for a report socket with os.stat alone
+
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -162,6 +186,8 @@ def peer_uid(path: Path, timeout: float = 2.0) -> int:
     Raises:
         DaemonError: Nothing answers there (the message says so).
     """
+    import socket  # here: resolve() looks for a report socket with os.stat alone
+
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(timeout)
     try:
