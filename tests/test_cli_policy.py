@@ -20,13 +20,18 @@ def platform(name: str) -> str:
 
 
 def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
-    """The table: feature, implementation, why; then rejected candidates with hints."""
+    """The table: feature, what runs in-process, why (naming the rejected candidates); then
+    rejected candidates with hints and where each switch's value came from."""
     assert (
         main(["explain", "--platform", platform("mi300x"), "--env", "VLLM_ROCM_USE_AITER=1"]) == 0
     )
     out = capsys.readouterr().out
     squeezed = re.sub(r" {2,}", "  ", out)  # column widths follow the longest feature name
-    assert "sampler.top_k_top_p  torch  fallback, 3 preferred candidate(s) rejected" in squeezed
+    assert (
+        "sampler.top_k_top_p  torch  fallback: flashinfer, aiter, triton rejected (below)"
+        in squeezed
+    )
+    assert "switch: VLLM_ROCM_USE_AITER=1 from --env: auto" in out
     assert (
         "allreduce_rmsnorm  aiter  first supported candidate (VLLM_ROCM_USE_AITER=1: auto)"
         in squeezed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -213,6 +214,10 @@ class EngineSettings:
         errors: Decision errors (explain's text) and conflicting settings; non-empty means the
             engine must not be started.
         kept: Variables the user set to something else than the policy would: never overwritten.
+        feature_warnings: (feature, warning) for each warning of :attr:`warnings` about one
+            feature, so a view of some features shows only theirs.
+        release_note: The warning of :attr:`warnings` that says which release the rules were
+            matched as (the engine is not installed here, or newer than the tables).
     """
 
     engine: str
@@ -226,6 +231,17 @@ class EngineSettings:
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     kept: dict[str, str] = field(default_factory=dict)
+    feature_warnings: tuple[tuple[str, str], ...] = ()
+    release_note: str | None = None
+
+    def warnings_for(self, features: Sequence[str], *, rows: bool = True) -> list[str]:
+        """The warnings that concern ``features``: those about one feature only where it is
+        one of them, the release note only where ``rows`` (a row of this engine is shown)."""
+        about = {text: name for name, text in self.feature_warnings}
+        return [
+            w for w in self.warnings
+            if about.get(w) in (None, *features) and (rows or w != self.release_note)
+        ]  # fmt: skip
 
     @property
     def ok(self) -> bool:

@@ -110,7 +110,11 @@ def engine_settings(
         for name, decision in resolution.decisions.items()
     }
     warnings, errors = teller.warnings, teller.errors
-    warnings += [_inexpressible_warning(engine, t) for t in told.values() if t.inexpressible]
+    about = list(teller.about)
+    for t in told.values():
+        if t.inexpressible:
+            warnings.append(_inexpressible_warning(engine, t))
+            about.append((t.feature, warnings[-1]))
     versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
     if versioned and release.note:
         warnings.insert(0, release.note)
@@ -127,7 +131,8 @@ def engine_settings(
     return EngineSettings(
         engine=engine, version=version, release=release.shown, fingerprint=resolution.fingerprint,
         model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
-        warnings=tuple(warnings), errors=tuple(errors), kept=kept,
+        warnings=tuple(warnings), errors=tuple(errors), kept=kept, feature_warnings=tuple(about),
+        release_note=release.note if versioned else None,
     )  # fmt: skip
 
 
@@ -206,6 +211,13 @@ class _Release:
         return warnings
 
 
+def _tells_any_engine(feature: CompiledFeature) -> bool:
+    """Whether some policy rule tells some engine about ``feature``."""
+    return any(feature.engines.values()) or any(
+        rules for c in feature.candidates for rules in c.engines.values()
+    )
+
+
 def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule]:
     rules = list(feature.engines.get(engine, ()))
     for candidate in feature.candidates:
@@ -222,6 +234,11 @@ class _Teller:
         self.model_kind = model_kind
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        self.about: list[tuple[str, str]] = []  # (feature, warning) of the warnings about one
+
+    def warn(self, feature: str, text: str) -> None:
+        self.warnings.append(text)
+        self.about.append((feature, text))
 
     def tell(self, feature: CompiledFeature, decision: Decision) -> Told:
         name, impl, engine = feature.name, decision.impl, self.engine
@@ -233,11 +250,14 @@ class _Teller:
             if relevant:
                 self.errors.append(f"{name}: {decision.error}")
                 return Told(name, None, Status.ERROR, note=decision.error)
-            # e.g. a vLLM-only kernel switch while SGLang is started
-            self.warnings.append(
-                f"{name} is an error ({decision.error}), but no policy tells {engine} anything "
-                "about it: not blocking"
-            )
+            # A feature another engine is told about (a vLLM-only kernel switch while SGLang
+            # is started) is that engine's business: its error and switches are not this one's.
+            if not _tells_any_engine(feature):
+                self.warn(
+                    name,
+                    f"{name} is an error ({decision.error}), but no policy tells {engine} "
+                    "anything about it: not blocking",
+                )
             return Told(name, None, Status.NOT_FOR_ENGINE, note=decision.error)
         if not relevant:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
@@ -275,10 +295,11 @@ class _Teller:
         )
         rule = next((r for r in rules or () if self.context.matches(r)), None)
         if rule is None:
-            self.warnings.append(
+            self.warn(
+                name,
                 f"{name}: the policy does not say how to tell {engine} to run {impl}"
                 if rules is None
-                else f"{name}: no {engine} rule for {impl} matches this platform and version"
+                else f"{name}: no {engine} rule for {impl} matches this platform and version",
             )
             return Told(name, impl, Status.UNDECLARED)
         spec = rule.spec

@@ -22,7 +22,8 @@ def all_engine_settings(
 
 
 def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[str]) -> str:
-    """A table feature x engine of what each is told, then the engines' warnings and errors."""
+    """A table feature x engine of what each is told, then the engines' errors and the
+    warnings about ``features`` (an engine's release note only where it has a row)."""
     if not settings:
         return ""
     quiet = {Status.NOT_FOR_ENGINE, Status.DEFAULT, Status.NOT_APPLICABLE}
@@ -31,13 +32,18 @@ def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[s
         f for f in features
         if any(s.decisions[f].status not in quiet for s in settings.values())
     ]  # fmt: skip
-    headers = ["feature"] + [s.label for s in settings.values()]
-    rows = [[f, *(s.decisions[f].summary() for s in settings.values())] for f in shown]
-    out = ["", "", "engines: what each is told (kernelpolicy env --engine NAME prints it)"]
-    out.append(table(headers, rows, indent=""))
+    out = [""]
+    if shown:
+        headers = ["feature"] + [s.label for s in settings.values()]
+        rows = [[f, *(s.decisions[f].summary() for s in settings.values())] for f in shown]
+        out += ["", "engines: what each is told (kernelpolicy env --engine NAME prints it)"]
+        out.append(table(headers, rows, indent=""))
+    else:
+        out += ["", "engines: nothing to tell for these features (the engines' defaults)"]
     for s in settings.values():
+        has_rows = any(s.decisions[f].status not in quiet for f in shown)
         out += [f"  {s.engine}: error: {e}" for e in s.errors]
-        out += [f"  {s.engine}: warning: {w}" for w in s.warnings]
+        out += [f"  {s.engine}: warning: {w}" for w in s.warnings_for(features, rows=has_rows)]
     return "\n".join(out)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import KernelPolicyError, SettingsError
+from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
 
@@ -49,21 +49,11 @@ def obtain_platform(args: argparse.Namespace, **probe_kwargs: Any) -> Platform:
 
 def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str, str]:
     """The environment an answer uses: the snapshot's (with --platform) or this process's,
-    then each ``--env K=V``."""
-    env = (
-        dict(platform.env)
-        if getattr(args, "platform", None) is not None and platform
-        else dict(os.environ)
-    )
-    for item in getattr(args, "env", []):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SettingsError(f"--env {shown(item)!r}: expected KEY=VALUE (KEY= unsets KEY)")
-        if value:
-            env[key] = value
-        else:
-            env.pop(key, None)
-    return env
+    then each ``--env K=V`` (:func:`kernelpolicy.cli.provenance.answer_env` says where each
+    value came from)."""
+    from kernelpolicy.cli.provenance import answer_env
+
+    return answer_env(args, platform).env
 
 
 def policy_load_options() -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import add_resolve_options
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
-from kernelpolicy.cli.render import explain_table
+from kernelpolicy.cli.provenance import value_sources
+from kernelpolicy.cli.render import explain_table, in_process
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.suggest import did_you_mean
 
@@ -48,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
         all_engine_settings,
         engines_section,
     )
-    from kernelpolicy.cli.resolving import resolve_args
+    from kernelpolicy.cli.resolving import resolve_explained
 
-    resolution, env = resolve_args(args)
+    resolution, inputs = resolve_explained(args)
+    env = inputs.env
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
         raise ResolutionError(
@@ -65,11 +67,20 @@ def run(args: argparse.Namespace) -> int:
         document["decisions"] = {f: document["decisions"][f] for f in chosen}
         for feature, entry in document["decisions"].items():
             entry["model_kind"] = scope_of(resolution.policies, feature)
+            entry["in_process"] = in_process(resolution.decisions[feature])
+            sources = value_sources(resolution, feature, inputs)
+            entry["sources"] = [source.to_dict() for source in sources]
         add_engines_to_document(document, engines)
         json.dump(document, sys.stdout, indent=2)
         print()
     else:
-        print(explain_table(resolution, chosen) + engines_section(engines, chosen))
+        said = {
+            feature: [(s.line(inputs.snapshot), s.worth_showing)
+                      for s in value_sources(resolution, feature, inputs)]
+            for feature in chosen
+        }  # fmt: skip
+        section = engines_section(engines, chosen).removeprefix("\n")
+        print(explain_table(resolution, chosen, engines=section, sources=said))
     decisions = [(f, resolution.decisions[f]) for f in chosen]
     return report_exit(resolution.policies, decisions, args.model_kind)
 

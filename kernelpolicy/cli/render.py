@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kernelpolicy.platform.model import Platform
@@ -76,7 +77,30 @@ def _why(decision: Decision, scope: str | None = None) -> str:
     if decision.error:
         only = f", {scope} models only" if scope else ""
         return f"ERROR ({decision.error_code.value if decision.error_code else 'error'}){only}"
+    if decision.reason.value == "fallback":
+        rejected = [c for c in decision.candidates if c.impl != decision.impl and c.failures]
+        names = ", ".join(c.impl for c in rejected)
+        if _only_other_vendors(decision):
+            return f"fallback: {names} rejected (for another vendor's GPU)"
+        return f"fallback: {names} rejected (below)" if names else "fallback"
     return decision.reasons[0].split(": ", 1)[-1] if decision.reasons else decision.reason.value
+
+
+def in_process(decision: Decision) -> str:
+    """What ``resolve().select()`` runs first, per batch range where the feature routes by
+    batch: ``triton (batch 1+), flashinfer without a batch``; ``-`` for none."""
+    first = decision.order[0] if decision.order else decision.impl
+    if first is None:
+        return "-"
+    routes = sorted(decision.routes, key=lambda r: r.low)
+    parts = [f"{r.order[0]} (batch {r.label})" for r in routes if r.order]
+    if not parts or all(r.order[:1] == (first,) for r in routes):
+        return first
+    contiguous = all(
+        a.high is not None and b.low == a.high + 1 for a, b in itertools.pairwise(routes)
+    )
+    covers = routes[0].low <= 1 and routes[-1].high is None and contiguous
+    return ", ".join(parts) + f", {first} {'without a batch' if covers else 'otherwise'}"
 
 
 def _candidate_hints(decision: Decision) -> list[str]:
@@ -104,8 +128,17 @@ def _only_other_vendors(decision: Decision) -> bool:
     )
 
 
-def explain_table(resolution: Resolution, features: Sequence[str] | None = None) -> str:
-    """Summary table, then each feature's rejected candidates, hints and warnings."""
+def explain_table(
+    resolution: Resolution,
+    features: Sequence[str] | None = None,
+    *,
+    engines: str = "",
+    sources: Mapping[str, Sequence[tuple[str, bool]]] | None = None,
+) -> str:
+    """Summary table (what runs in-process, and why), ``engines`` (what each engine is told),
+    then each feature's rejected candidates, hints, warnings and ``sources`` (feature ->
+    (line, worth showing even where the feature's details are not)): where its values came
+    from."""
     platform = resolution.platform
     device = platform.primary
     where = f"vendor {platform.vendor}"
@@ -119,21 +152,19 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
         f"({where}; {len(resolution.policies.files)} policy files)",
         "",
         table(
-            ["feature", "impl", "why"],
-            [[d.feature, d.impl or "-", _why(d, scopes.get(d.feature))] for d in decisions],
+            ["feature", "in-process", "why"],
+            [[d.feature, in_process(d), _why(d, scopes.get(d.feature))] for d in decisions],
             indent="",
         ),
     ]
+    if engines:
+        out.append(engines)
     for decision in decisions:
-        if _only_other_vendors(decision):
-            continue
-        detail = [f"  {line}" for line in decision.reasons[1:]]
-        if decision.error:
-            detail.insert(0, f"  error: {decision.error}")
-        detail += [f"  hint: {hint}" for hint in decision.hints]
-        if not decision.error:
-            detail += [f"  hint: {hint}" for hint in _candidate_hints(decision)]
-        detail += [f"  warning: {w}" for w in decision.warnings]
+        said = (sources or {}).get(decision.feature, ())
+        # A feature decided only by the vendor (rocm.* on NVIDIA) shows just what was set.
+        quiet = _only_other_vendors(decision)
+        lines = [line for line, notable in said if notable or not quiet]
+        detail = [f"  {line}" for line in lines] if quiet else _detail(decision, lines)
         if detail:
             out += [
                 "",
@@ -141,3 +172,16 @@ def explain_table(resolution: Resolution, features: Sequence[str] | None = None)
                 *dict.fromkeys(detail),
             ]
     return "\n".join(out)
+
+
+def _detail(decision: Decision, sources: Sequence[str]) -> list[str]:
+    """A feature's detail lines: error, rejected candidates, per-call routes, hints, warnings,
+    then where its switches' values came from."""
+    detail = [f"  {line}" for line in decision.reasons[1:]]
+    if decision.error:
+        detail.insert(0, f"  error: {decision.error}")
+    detail += [f"  hint: {hint}" for hint in decision.hints]
+    if not decision.error:
+        detail += [f"  hint: {hint}" for hint in _candidate_hints(decision)]
+    detail += [f"  warning: {w}" for w in decision.warnings]
+    return detail + [f"  {line}" for line in sources]

@@ -8,12 +8,12 @@ import argparse
 from collections.abc import Mapping
 
 from kernelpolicy.cli.common import (
-    environment,
     local_environment,
     obtain_platform,
     policy_load_options,
     policy_paths,
 )
+from kernelpolicy.cli.provenance import AnswerEnv, answer_env
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.policy.compiled import PolicySet
 
@@ -48,6 +48,20 @@ def resolve_args(
         args: Parsed options with ``platform``, ``policies`` and (optionally) ``env``.
         env: Use this environment instead of the snapshot's or this process's.
     """
+    resolution, inputs = _resolve(args, env)
+    return resolution, inputs.env if inputs is not None else dict(env or {})
+
+
+def resolve_explained(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
+    """As :func:`resolve_args`, with where each variable of the environment came from."""
+    resolution, inputs = _resolve(args, None)
+    assert inputs is not None  # only an explicit env has none
+    return resolution, inputs
+
+
+def _resolve(
+    args: argparse.Namespace, env: Mapping[str, str] | None
+) -> tuple[Resolution, AnswerEnv | None]:
     from kernelpolicy.api import load_policies_cached
     from kernelpolicy.engine.forces import check_forces
     from kernelpolicy.engine.resolve import resolve_policies
@@ -59,9 +73,10 @@ def resolve_args(
     policies = load_policies_cached(policy_paths(args, local_env), **policy_load_options())
     libraries, patterns = probe_inputs(policies)
     platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
-    answer_env = dict(env) if env is not None else environment(args, platform)
-    answer_settings = settings_from(answer_env)
-    check_forces(policies, answer_env, answer_settings.overrides)
+    inputs = None if env is not None else answer_env(args, platform)
+    used = inputs.env if inputs is not None else dict(env or {})
+    answer_settings = settings_from(used)
+    check_forces(policies, used, answer_settings.overrides)
     evidence = None
     if policies.needs_evidence:
         from kernelpolicy.conformance.evidence import load_evidence
@@ -69,10 +84,8 @@ def resolve_args(
         evidence = load_evidence(
             platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
         )
-    resolution = resolve_policies(
-        platform, answer_env, policies, answer_settings.overrides, evidence
-    )
-    return resolution, answer_env
+    resolution = resolve_policies(platform, used, policies, answer_settings.overrides, evidence)
+    return resolution, inputs
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
