@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""From a cold node to the first sample, measured the way a serving engine meets it (issue 27).
+
+Usage (on the GPU machine, after scripts/gpu_visit.sh's install): python scripts/gpu_cold_start.py
+    --out DIR [--runs 3] [--stage all|worker|cold|warm]
+
+Every measure runs in fresh processes (--runs of each), with torch imported and CUDA initialised
+before kernelpolicy, as in an inference worker:
+
+* ``worker``: the first ``resolve()`` (probe included) with the node's hardware cache cold, then
+  warm, and ``impl("sampler.top_k_top_p")``, against the 50 ms budget;
+* ``cold``: empty Triton and FlashInfer caches: the first sampler call (which must be served by
+  the fallback while the chosen kernel builds in the background), the calls served by a
+  fallback while building, and the time until the calls switch to the built kernel;
+* ``warm``: ``kernelpolicy warm`` into a fresh kernel cache (timed), then a fresh process given
+  that cache: the first sample after ``impl()`` (target: within 0.5 s).
+
+Results: one JSON object per line in DIR/cold_start.jsonl, and a summary on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORKER = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t_cuda = time.perf_counter()
+import kernelpolicy
+from kernelpolicy import api
+t_import = time.perf_counter()
+res = kernelpolicy.resolve()
+t_resolve = time.perf_counter()
+sample = res.impl("sampler.top_k_top_p")
+t_impl = time.perf_counter()
+t = time.perf_counter(); kernelpolicy.probe(); probe_again_ms = (time.perf_counter() - t) * 1e3
+print(json.dumps({"cuda_init_s": t_cuda - t0, "import_ms": (t_import - t_cuda) * 1e3,
+                  "probe_uncached_ms": probe_again_ms,
+                  "resolve_ms": (t_resolve - t_import) * 1e3,
+                  "first_resolve_with_import_ms": (t_resolve - t_cuda) * 1e3,
+                  "impl_ms": (t_impl - t_resolve) * 1e3,
+                  "impl_chosen": res.decision("sampler.top_k_top_p").impl}))
+"""
+
+FIRST_SAMPLE = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+import kernelpolicy
+from kernelpolicy.kernels import builds
+res = kernelpolicy.resolve()
+t_impl0 = time.perf_counter()
+sample = res.impl("sampler.top_k_top_p")
+logits = torch.randn(32, 128256, device="cuda") * 5
+k = torch.full((32,), 50); p = torch.full((32,), 0.9, device="cuda")
+t_impl = time.perf_counter()
+ids = sample(logits, k, p); torch.cuda.synchronize()
+t_first = time.perf_counter()
+first = {"since_start_s": t_first - t0, "after_impl_s": t_first - t_impl0,
+         "first_call_ms": (t_first - t_impl) * 1e3,
+         "compiling_calls": dict(getattr(res, "compiling_calls", {}))}
+switch = None
+calls = 1
+deadline = time.perf_counter() + float(os.environ.get("WAIT_S", "0"))
+while time.perf_counter() < deadline:
+    before = dict(getattr(res, "compiling_calls", {}))
+    sample(logits, k, p); torch.cuda.synchronize(); calls += 1
+    after = dict(getattr(res, "compiling_calls", {}))
+    if after == before and calls > 2:
+        switch = time.perf_counter() - t_impl
+        break
+    time.sleep(0.05)
+timed = []
+for _ in range(5):
+    torch.cuda.synchronize(); t = time.perf_counter()
+    sample(logits, k, p); torch.cuda.synchronize()
+    timed.append((time.perf_counter() - t) * 1e3)
+print(json.dumps(default=str, obj={**first, "calls_until_switch": calls if switch else None,
+                  "switch_after_s": switch, "later_call_ms": min(timed),
+                  "builds": builds.stats() if hasattr(builds, "stats") else None,
+                  "compiling_calls_end": dict(getattr(res, "compiling_calls", {})),
+                  "runtime_fallbacks": [str(x)[:200] for x in res.runtime_fallbacks][:6]}))
+"""
+
+
+def child(code: str, env: dict[str, str], timeout: int = 560) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)  # fmt: skip
+    line = done.stdout.strip().splitlines()[-1:] or [""]
+    try:
+        return json.loads(line[0])  # type: ignore[no-any-return]
+    except json.JSONDecodeError:
+        return {"error": (done.stderr or done.stdout)[-1500:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--stage", default="all", choices=["all", "worker", "cold", "warm"])
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "cold_start.jsonl"
+    base = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR",)}
+
+    def record(stage: str, run: int, data: dict[str, object]) -> None:
+        row = {"stage": stage, "run": run, **data}
+        with results.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+    if args.stage in ("all", "worker"):
+        cache = tempfile.mkdtemp(prefix="kp-hw-")
+        for run in range(args.runs):  # run 0: hardware cache cold; later runs: warm
+            env = {**base, "KERNELPOLICY_CACHE_DIR": cache}
+            record("worker", run, child(WORKER, env))
+    if args.stage in ("all", "cold"):
+        for run in range(args.runs):
+            fresh = tempfile.mkdtemp(prefix="kp-cold-")
+            env = {**base, "KERNELPOLICY_CACHE_DIR": fresh, "TRITON_CACHE_DIR": f"{fresh}/triton",
+                   "FLASHINFER_WORKSPACE_BASE": f"{fresh}/fi", "XDG_CACHE_HOME": f"{fresh}/xdg",
+                   "WAIT_S": os.environ.get("COLD_WAIT_S", "150")}  # fmt: skip
+            record("cold", run, child(FIRST_SAMPLE, env))
+    if args.stage in ("all", "warm"):
+        cache = os.environ.get("KP_WARM_CACHE") or tempfile.mkdtemp(prefix="kp-warm-")
+        env = {**base, "KERNELPOLICY_CACHE_DIR": cache}
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "kernelpolicy", "warm", "--vocab", "128256", "--jobs", "16",
+             "--json"], env=env, capture_output=True, text=True, timeout=560, check=False,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+        report = {"seconds": seconds, "rc": done.returncode, "report": done.stdout[-2000:]}
+        record("warm-build", 0, {**report, "stderr": done.stderr[-1500:]})
+        kernels = Path(cache) / "kernels"
+        for run in range(args.runs):
+            warm_env = {**env, "TRITON_CACHE_DIR": str(kernels / "triton"), "WAIT_S": "0"}
+            warm_env["FLASHINFER_WORKSPACE_BASE"] = str(kernels / "flashinfer")
+            record("warm", run, child(FIRST_SAMPLE, warm_env))
+
+
+if __name__ == "__main__":
+    main()
