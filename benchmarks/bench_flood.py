@@ -78,7 +78,7 @@ def run(connections: int, file_limit: int, sources: int, settle: float) -> dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--connections", type=int, default=5000)
     parser.add_argument("--file-limit", type=int, default=1024)
     parser.add_argument("--sources", type=int, default=32, help="loopback source addresses")

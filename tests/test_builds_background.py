@@ -39,11 +39,13 @@ class SlowBuild:
 
     def __init__(self, fails: bool = False) -> None:
         self.release = threading.Event()
+        self.began = threading.Event()  # the background thread has entered the build
         self.fails = fails
         self.started: list[object] = []
 
     def __call__(self, *args: Any) -> None:
         self.started.append(args[-1])
+        self.began.set()
         assert self.release.wait(timeout=60), "the test never released the build"
         if self.fails:
             raise RuntimeError("PassManager::run failed (planted)")
@@ -159,6 +161,7 @@ def test_calls_go_to_torch_while_the_variant_builds_then_switch(
         call(kernel)
     assert launches == []  # torch served them
     assert resolution.compiling_calls == {FEATURE: 3}
+    assert build.began.wait(60)  # the build's thread has started
     (variant,) = build.started
     assert isinstance(variant, Variant)
     note = resolution.runtime_fallbacks[FEATURE]
@@ -189,6 +192,7 @@ def test_a_failed_build_sends_its_calls_to_the_fallback_for_good(
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(policy(routed)))
     kernel = resolution.impl(FEATURE)
     call(kernel)
+    assert build.began.wait(60)  # the build's thread has started
     (variant,) = build.started
     build.release.set()
     assert sampler.builds.wait(variant, timeout=60)
@@ -267,6 +271,7 @@ def test_flashinfer_builds_in_the_background(
     kernel = resolution.impl(FEATURE)
     for _ in range(2):
         call(kernel)
+    assert build.began.wait(60)  # the build runs in a thread: wait for it to start, not a time
     assert build.started == ["top_k_sampling_from_probs"]
     assert calls == []
     assert resolution.compiling_calls == {FEATURE: 2}

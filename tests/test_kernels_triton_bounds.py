@@ -54,7 +54,8 @@ def _run(values: torch.Tensor, k: int, p: float, slack: int) -> tuple[int, float
     bounds_kernel[(1,)](
         gmax, gsum, 2 * G, G, 10**6, k_t, p_t, *out,
         HAS_K=k > 0, HAS_P=p < 1.0, TG=TG, BLOCK=128,
-        FAN=sampling_triton.FAN_BOUND, CH=64, PASSES=sampling_triton.PASSES, SLACK=slack,
+        FAN=sampling_triton.DEFAULT.tuning.fan_bound, CH=64,
+        PASSES=sampling_triton.DEFAULT.tuning.passes, SLACK=slack,
     )  # fmt: skip
     mode, bound, z, m = (t.item() for t in out)
     return int(mode), float(bound), float(z), float(m)

@@ -224,13 +224,13 @@ class EngineSettings:
     version: str | None
     fingerprint: str
     model_kind: str
-    release: str | None
     env: dict[str, str]
     flags: tuple[str, ...]
     decisions: dict[str, Told]
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     kept: dict[str, str] = field(default_factory=dict)
+    release: str | None = None
     feature_warnings: tuple[tuple[str, str], ...] = ()
     release_note: str | None = None
 

@@ -19,8 +19,10 @@ Pure Python: importing this module imports neither torch nor a kernel library.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
@@ -65,9 +67,42 @@ class BuildStats:
     served_while_building: int
 
 
+EXIT_WAIT_SECONDS = 30.0
+"""How long a process that exits waits for the builds in flight: torch or a compiler killed in
+the middle of a call by the interpreter's shutdown aborts the process ("terminate called
+without an active exception"), so an exit lets a short build finish; a longer one is cut."""
+
+_RUNNING: set[threading.Thread] = set()
+_RUNNING_LOCK = threading.Lock()
+_EXIT_HOOK: list[bool] = []  # registered once per process
+
+
 def start_thread(run: Callable[[], None], name: str) -> None:
-    """Run ``run`` in a daemon thread (a build never keeps the process alive)."""
-    threading.Thread(target=run, name=name, daemon=True).start()
+    """Run ``run`` in a daemon thread (a build never keeps the process alive for long: at exit
+    it is waited for up to :data:`EXIT_WAIT_SECONDS`)."""
+
+    def tracked() -> None:
+        try:
+            run()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(thread)
+
+    thread = threading.Thread(target=tracked, name=name, daemon=True)
+    with _RUNNING_LOCK:
+        if not _EXIT_HOOK:
+            atexit.register(_wait_at_exit)
+            _EXIT_HOOK.append(True)
+        _RUNNING.add(thread)
+    thread.start()
+
+
+def _wait_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 _ALL: weakref.WeakValueDictionary[str, Builds[Any]] = weakref.WeakValueDictionary()
