@@ -8,7 +8,9 @@ request (a switch set to on, a force) still wins, as for a switch left on auto.
 
 from __future__ import annotations
 
-from kernelpolicy.engine.model import Check, CheckKind, Note, RolloutResult
+from collections.abc import Iterator, Mapping
+
+from kernelpolicy.engine.model import Check, CheckKind, Decision, Note, RolloutResult
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort, CompiledRollout
 
@@ -36,6 +38,30 @@ def rollout_check(result: RolloutResult) -> Check | Note:
         )
     joins = _percent(((result.bucket or 0) + 1) * 100 / ROLLOUT_BUCKETS)
     return Check(CheckKind.ROLLOUT, f"not in the {share} ({where}; in from {joins}%)")
+
+
+def rollouts_of(
+    decisions: Mapping[str, Decision],
+) -> Iterator[tuple[str, str, RolloutResult]]:
+    """``(feature, impl, where the node stands)`` for every candidate with a rollout, in the
+    policies' order: what the resolution decided, for front-ends to show, never to recompute."""
+    for feature, decision in decisions.items():
+        for candidate in decision.candidates:
+            if candidate.rollout is not None:
+                yield feature, candidate.impl, candidate.rollout
+
+
+def rollout_metadata(decision: Decision) -> dict[str, str | float | int]:
+    """Flat flag metadata for OFREP and flagd (values are strings or numbers there):
+    ``rollout.<impl>.cohort`` (in, out, off, no-identity), ``.percent`` and ``.bucket`` (absent
+    without an identity) for each of the decision's candidates with a rollout."""
+    metadata: dict[str, str | float | int] = {}
+    for _, impl, result in rollouts_of({"": decision}):
+        metadata[f"rollout.{impl}.cohort"] = result.cohort.value
+        metadata[f"rollout.{impl}.percent"] = result.percent
+        if result.bucket is not None:
+            metadata[f"rollout.{impl}.bucket"] = result.bucket
+    return metadata
 
 
 def _percent(value: float) -> str:

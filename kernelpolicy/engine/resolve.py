@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.checks import check_candidate
-from kernelpolicy.engine.cohort import place, rollout_check
+from kernelpolicy.engine.cohort import place, rollout_check, rollouts_of
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
     CandidateResult,
@@ -97,12 +97,7 @@ def resolve_policies(
 
 def cohorts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
     """``feature/impl`` -> the node's cohort, for every candidate with a rollout."""
-    return {
-        f"{name}/{c.impl}": c.rollout.cohort.value
-        for name, decision in decisions.items()
-        for c in decision.candidates
-        if c.rollout is not None
-    }
+    return {f"{name}/{impl}": result.cohort.value for name, impl, result in rollouts_of(decisions)}
 
 
 def halts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:

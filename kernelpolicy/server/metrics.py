@@ -86,6 +86,41 @@ class ResolutionCollector(Collector):
         info = InfoMetricFamily("kernelpolicy_resolution", "The resolution's fingerprint.")
         info.add_metric([], {"fingerprint": resolution.fingerprint})
         yield from (decisions, errors, fallbacks, info)
+        yield from rollout_metrics(resolution)
+
+
+def rollout_metrics(resolution: Resolution) -> tuple[Metric, ...]:
+    """Where the node stands in each candidate's staged rollout, and why, as the resolution
+    decided it: ``kernelpolicy_rollout_cohort`` (1 for the node's cohort, 0 for the rest of
+    the closed set), ``kernelpolicy_rollout_percent`` and ``kernelpolicy_rollout_bucket_index``
+    (absent without an identity). Labelled by feature and implementation of the policy set."""
+    from kernelpolicy.engine.cohort import rollouts_of
+    from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort
+
+    cohort = GaugeMetricFamily(
+        "kernelpolicy_rollout_cohort",
+        "1 for this node's cohort in a candidate's staged rollout (in, out, off: percent 0, "
+        "no-identity: nothing to place the node by), 0 for the others.",
+        labels=["feature", "impl", "cohort"],
+    )
+    percent = GaugeMetricFamily(
+        "kernelpolicy_rollout_percent",
+        "The share of nodes a candidate's staged rollout gives it to (the policy's percent).",
+        labels=["feature", "impl"],
+    )
+    bucket = GaugeMetricFamily(
+        "kernelpolicy_rollout_bucket_index",
+        f"This node's bucket in a candidate's rollout (0-{ROLLOUT_BUCKETS - 1}); it is in below "
+        f"percent * {ROLLOUT_BUCKETS // 100}.",
+        labels=["feature", "impl"],
+    )
+    for feature, impl, result in rollouts_of(resolution.decisions):
+        for value in Cohort:
+            cohort.add_metric([feature, impl, value.value], 1 if value is result.cohort else 0)
+        percent.add_metric([feature, impl], result.percent)
+        if result.bucket is not None:
+            bucket.add_metric([feature, impl], result.bucket)
+    return (cohort, percent, bucket)
 
 
 class SnapshotCollector(Collector):

@@ -112,8 +112,18 @@ def parse_context(body: bytes) -> dict[str, Any]:
     return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in context.items()}
 
 
-def _metadata(snapshot: Snapshot) -> dict[str, Any]:
-    return {"fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision}
+def _metadata(snapshot: Snapshot, feature: str | None = None) -> dict[str, Any]:
+    """The fingerprint and revision; for a feature, where the node stands in each of its
+    candidates' rollouts too (as the resolution decided it)."""
+    from kernelpolicy.engine.cohort import rollout_metadata
+
+    metadata: dict[str, Any] = {
+        "fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision,
+    }  # fmt: skip
+    decision = snapshot.resolution.decisions.get(feature) if feature is not None else None
+    if decision is not None:
+        metadata.update(rollout_metadata(decision))
+    return metadata
 
 
 def _declared(declared: Mapping[str, str], context: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +145,7 @@ def evaluate(snapshot: Snapshot, key: str, context: dict[str, Any]) -> dict[str,
             404, "FLAG_NOT_FOUND",
             f"flag key of {len(key)} characters, over MAX_FLAG_KEY_CHARS ({MAX_FLAG_KEY_CHARS})",
         )  # fmt: skip
-    base = {"key": key, "metadata": _metadata(snapshot)}
+    base = {"key": key, "metadata": _metadata(snapshot, key)}
     gate = resolution.policies.gates.get(key)
     if gate is not None:
         try:

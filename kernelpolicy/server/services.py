@@ -11,6 +11,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from kernelpolicy.cli.render import explain_table
+from kernelpolicy.engine.cohort import rollout_metadata
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.engine.rules import call_variables
@@ -185,9 +186,14 @@ async def _resolution_for(
 # flagd: every feature is a string flag (value: the implementation), every gate a boolean flag.
 
 
-def _metadata(snapshot: Snapshot) -> struct_pb2.Struct:
+def _metadata(snapshot: Snapshot, feature: str | None = None) -> struct_pb2.Struct:
+    """The fingerprint and revision; for a feature, its candidates' rollout cohorts too
+    (``rollout.<impl>.cohort``, ``.percent``, ``.bucket``), as the resolution decided them."""
     metadata = struct_pb2.Struct()
     metadata.update({"fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision})
+    decision = snapshot.resolution.decisions.get(feature) if feature is not None else None
+    if decision is not None:
+        metadata.update(rollout_metadata(decision))
     return metadata
 
 
@@ -231,7 +237,7 @@ class _Flagd:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{name}: {decision.error}")
         if decision.impl is None:  # not applicable here: the caller's default applies
             return self.m.ResolveStringResponse(
-                value="", reason="DISABLED", metadata=_metadata(snapshot)
+                value="", reason="DISABLED", metadata=_metadata(snapshot, name)
             )
         value = decision.impl
         if with_context:
@@ -244,8 +250,9 @@ class _Flagd:
                     await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Not STATIC: a reload can change the value, and STATIC values are cached by providers.
         return self.m.ResolveStringResponse(
-            value=value, reason="TARGETING_MATCH", variant=value, metadata=_metadata(snapshot)
-        )
+            value=value, reason="TARGETING_MATCH", variant=value,
+            metadata=_metadata(snapshot, name),
+        )  # fmt: skip
 
     async def _boolean(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
@@ -343,7 +350,10 @@ class FlagdV1(_FlagdMethods, f1_grpc.ServiceServicer):  # type: ignore[misc]
                     value = resolution.select(name, **call)
                 except CALL_ERRORS:
                     continue
-            flags[name] = f1.AnyFlag(reason="TARGETING_MATCH", variant=value, string_value=value)
+            flags[name] = f1.AnyFlag(
+                reason="TARGETING_MATCH", variant=value, string_value=value,
+                metadata=_metadata(snapshot, name),
+            )  # fmt: skip
         for name, gate in resolution.policies.gates.items():
             call = context_for(gate.spec.context, given)
             if len(call) != len(gate.spec.context):
