@@ -23,11 +23,14 @@ def register(commands: Any) -> None:
             "the sampling distribution (chi-square) for samplers, float64 accuracy for RMSNorm "
             "and all-reduce + RMSNorm (one process and a 2-process gloo group), exact agreement "
             "for top-k per row. Results are stored as evidence for this platform and these "
-            "library versions; policies with 'verified = true' use them. Exits 1 on a failure."
+            "library versions; policies with 'verified = true' use them. Exits 1 on a failure. "
+            "On a terminal, stderr shows the checks done of the total and an ETA; elsewhere "
+            "one 'verifying FEATURE/IMPL ...' line per implementation."
         ),
         epilog=(
             "examples:\n"
             "  kernelpolicy verify\n"
+            "  kernelpolicy verify --quick                  a smoke run, never stored\n"
             "  kernelpolicy verify --feature sampler.top_k_top_p --json\n"
             "  kernelpolicy verify --feature sampler.greedy --entry mypkg.kernels:greedy "
             "--guard clamp_token_ids"
@@ -43,6 +46,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--guard", help="wrap --entry in an output guard (clamp_token_ids)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--no-store", action="store_true", help="do not write evidence")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="a fast smoke run: fewer samples, patterns and (k, p) cases; labelled 'quick' in "
+        "the table and the JSON, and never stored as evidence (implies --no-store)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--out", type=Path, metavar="FILE",
@@ -61,15 +69,18 @@ def run(args: argparse.Namespace) -> int:
             f"kernelpolicy verify cannot import {exc.name or 'its dependencies'}: {exc}"
         ) from None
 
+    from kernelpolicy.conformance.profile import FULL, QUICK
+
     device = _device(args.device)
     out = _output_file(args.out)
-    storing = not args.no_store and not args.entry
+    profile = QUICK if args.quick else FULL
+    storing = profile.evidence and not args.no_store and not args.entry
     if storing:  # refuse an untrusted store now, not after the suite has run
         from kernelpolicy.conformance.evidence import prepare_store
 
         settings = _settings()
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
-    reports = _reports(args, suite, device, out)
+    reports = _reports(args, suite, device, out, profile)
     results = [r.to_dict() for r in reports]
     stored = None
     if storing:
@@ -83,18 +94,25 @@ def run(args: argparse.Namespace) -> int:
                 allow_untrusted=settings.allow_untrusted_files,
             )
         )  # fmt: skip
-    document = {"evidence": stored, "complete": True, "results": results}
+    document = _document(profile.name, stored, True, results)
     if out is not None:
         _write_json(out, document)
     if args.json:
         print(json.dumps(document, indent=2))
     else:
-        _print_table(reports, stored)
+        _print_table(reports, stored, profile.name)
     return 1 if any(r.status == "failed" for r in reports) else 0
 
 
+def _document(
+    profile: str, stored: str | None, complete: bool, results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What --json prints and --out holds; ``profile`` says "quick" for a smoke run."""
+    return {"profile": profile, "evidence": stored, "complete": complete, "results": results}
+
+
 def _reports(
-    args: argparse.Namespace, suite: Any, device: str | None, out: Path | None
+    args: argparse.Namespace, suite: Any, device: str | None, out: Path | None, profile: Any
 ) -> list[Any]:
     """Run what the arguments select; with ``out``, rewrite it as each implementation ends."""
     if args.entry:
@@ -104,16 +122,29 @@ def _reports(
         _check_guard(args.guard)
         _check_entry(args.entry)
         impl = (args.impl or ["custom"])[0]
-        return [suite.run_one(args.feature[0], impl, args.entry, device=device, guard=args.guard)]
+        return [
+            suite.run_one(
+                args.feature[0], impl, args.entry, device=device, guard=args.guard, profile=profile
+            )
+        ]
     if args.guard:
         raise KernelPolicyError("--guard applies to --entry only")
     _check_selection(suite, args.feature, args.impl)
+    from kernelpolicy.cli.progress import for_stream
+
     reports = []
-    for report in suite.iter_run(args.feature, args.impl, device=device, progress=_progress):
-        reports.append(report)
-        if out is not None:
-            results = [r.to_dict() for r in reports]
-            _write_json(out, {"evidence": None, "complete": False, "results": results})
+    progress = for_stream(sys.stderr)
+    runs = suite.iter_run(
+        args.feature, args.impl, device=device, progress=progress, profile=profile
+    )
+    try:
+        for report in runs:
+            reports.append(report)
+            if out is not None:
+                results = [r.to_dict() for r in reports]
+                _write_json(out, _document(profile.name, None, False, results))
+    finally:  # an interrupted run ends its progress line too, so the shell's prompt is clean
+        progress.close()
     return reports
 
 
@@ -245,12 +276,11 @@ def _settings() -> Any:
     return load_settings()
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _print_table(reports: list[Any], stored: str | None) -> None:
+def _print_table(reports: list[Any], stored: str | None, profile: str) -> None:
     from kernelpolicy.cli.render import table
+
+    if profile != "full":
+        print(f"profile: {profile} (fewer samples and patterns: a smoke run, not evidence)")
 
     rows = []
     for r in reports:
@@ -264,3 +294,5 @@ def _print_table(reports: list[Any], stored: str | None) -> None:
     print(table(["feature", "impl", "status", "checks", "time", "note"], rows, indent=""))
     if stored:
         print(f"\nevidence stored: {stored}")
+    elif profile != "full":
+        print(f"\nnot stored: a {profile} run is never evidence; run without --{profile} to store")

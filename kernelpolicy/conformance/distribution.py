@@ -69,10 +69,17 @@ def _run(name: str, sampler: Sampler, *args: Any) -> torch.Tensor | Outcome:
 
 
 def _same_row(
-    sampler: Sampler, name: str, row: torch.Tensor, *, k: int | None, p: float | None, device: str
+    sampler: Sampler,
+    name: str,
+    row: torch.Tensor,
+    *,
+    k: int | None,
+    p: float | None,
+    device: str,
+    samples: int = SAMPLES,
 ) -> Outcome:
-    logits = row.expand(SAMPLES, -1).contiguous().to(device)
-    kt, pt = _full(SAMPLES, k, torch.int64, device), _full(SAMPLES, p, torch.float32, device)
+    logits = row.expand(samples, -1).contiguous().to(device)
+    kt, pt = _full(samples, k, torch.int64, device), _full(samples, p, torch.float32, device)
     ids = _run(name, sampler, logits, kt, pt)
     if isinstance(ids, Outcome):
         return ids
@@ -110,33 +117,44 @@ def tie_row() -> torch.Tensor:
     return values[torch.randperm(VOCAB, generator=torch.Generator().manual_seed(11))][None]
 
 
-def distribution(sampler: Sampler, device: str = "cpu", seed: int = 0) -> Iterator[Outcome]:
+Case = tuple[int | None, float | None]
+
+
+def distribution(
+    sampler: Sampler,
+    device: str = "cpu",
+    seed: int = 0,
+    *,
+    samples: int = SAMPLES,
+    wide_samples: int = WIDE_SAMPLES,
+    cases: tuple[Case, ...] = CASES,
+    tie_cases: tuple[Case, ...] = TIE_CASES,
+) -> Iterator[Outcome]:
+    """Every distribution check, ``samples`` draws per case (the full suite's sizes unless a
+    profile passes its own: :mod:`kernelpolicy.conformance.profile`)."""
     generator = torch.Generator().manual_seed(seed)
     base = torch.randn(1, VOCAB, generator=generator) * 2.0
     wide = torch.randn(1, WIDE_VOCAB, generator=torch.Generator().manual_seed(seed + 1))
     for dtype in DTYPES:
         row = base.to(dtype)
-        for k, p in CASES:
+        for k, p in cases:
             name = f"distribution/{_name(dtype)}/k={k or '-'},p={p or '-'}"
-            yield _same_row(sampler, name, row, k=k, p=p, device=device)
-        yield _mixed(sampler, row, device)
-        yield wide_nucleus(sampler, wide.to(dtype), device)
+            yield _same_row(sampler, name, row, k=k, p=p, device=device, samples=samples)
+        yield _mixed(sampler, row, device, samples)
+        yield wide_nucleus(sampler, wide.to(dtype), device, wide_samples)
     rounded = (1.0 + 0.05 * torch.randn(1, VOCAB, generator=generator)).bfloat16()
-    for k, p in TIE_CASES:
+    for k, p in tie_cases:
         tag = f"k={k or '-'},p={p or '-'}"
-        yield _same_row(
-            sampler, f"ties/bfloat16/bf16-rounded/{tag}", rounded, k=k, p=p, device=device
-        )
-        yield _same_row(
-            sampler, f"ties/float32/tied-groups/{tag}", tie_row(), k=k, p=p, device=device
-        )
+        for name, row in ((f"ties/bfloat16/bf16-rounded/{tag}", rounded),
+                          (f"ties/float32/tied-groups/{tag}", tie_row())):  # fmt: skip
+            yield _same_row(sampler, name, row, k=k, p=p, device=device, samples=samples)
     yield from _shapes(sampler, device)
 
 
-def _mixed(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
+def _mixed(sampler: Sampler, row: torch.Tensor, device: str, samples: int = SAMPLES) -> Outcome:
     """Rows of one batch with different k/p (0 and 1.0 meaning none), as vLLM passes them."""
     name = f"distribution/{_name(row.dtype)}/mixed-rows"
-    per = SAMPLES // len(MIXED)
+    per = samples // len(MIXED)
     logits = row.expand(per * len(MIXED), -1).contiguous().to(device)
     k = torch.tensor([m[0] for m in MIXED]).repeat_interleave(per)
     p = torch.tensor([m[1] for m in MIXED], dtype=torch.float32).repeat_interleave(per)
@@ -154,14 +172,16 @@ def _mixed(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
     return Outcome(name, True, "; ".join(details))
 
 
-def wide_nucleus(sampler: Sampler, row: torch.Tensor, device: str) -> Outcome:
+def wide_nucleus(
+    sampler: Sampler, row: torch.Tensor, device: str, samples: int = WIDE_SAMPLES
+) -> Outcome:
     """A nucleus of most of the vocabulary (see WIDE_VOCAB): no draw outside it, and the
     filtered softmax by chi-square over bins of tokens ranked by probability. In bfloat16 and
     float16 the row has many exact ties, the boundary's among them."""
     name = f"distribution/{_name(row.dtype)}/wide-nucleus"
     parts = []
-    for start in range(0, WIDE_SAMPLES, WIDE_CHUNK):
-        rows = min(WIDE_CHUNK, WIDE_SAMPLES - start)
+    for start in range(0, samples, WIDE_CHUNK):
+        rows = min(WIDE_CHUNK, samples - start)
         logits = row.expand(rows, -1).contiguous().to(device)
         ids = _run(name, sampler, logits, None, _full(rows, WIDE_P, torch.float32, device))
         if isinstance(ids, Outcome):

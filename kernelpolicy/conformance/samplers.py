@@ -23,10 +23,14 @@ DIST_VOCAB, DIST_SAMPLES, DIST_ALPHA = 32, 50_000, 1e-6
 DIST_CASES = ((8, None), (16, None), (None, 0.5), (None, 0.7), (None, 0.99), (8, 0.9), (4, 0.5))
 
 
-def distribution(sampler: Sampler, device: str = "cpu", seed: int = 0) -> Iterator[Outcome]:
+def distribution(
+    sampler: Sampler, device: str = "cpu", seed: int = 0, **sizes: Any
+) -> Iterator[Outcome]:
+    """:func:`kernelpolicy.conformance.distribution.distribution`; ``sizes`` are its keyword
+    arguments (a profile's samples and cases)."""
     from kernelpolicy.conformance.distribution import distribution as checks
 
-    yield from checks(sampler, device, seed)
+    yield from checks(sampler, device, seed, **sizes)
 
 
 def _params(batch: int, k: int | None, p: float | None, device: str) -> tuple[Any, Any]:
@@ -39,12 +43,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def robustness(sampler: Sampler, device: str = "cpu") -> Iterator[Outcome]:
+def robustness(
+    sampler: Sampler, device: str = "cpu", patterns: tuple[str, ...] = PATTERNS
+) -> Iterator[Outcome]:
     """Every pattern on every path and dtype: no crash, one id per row, ids in range, clean
     rows inside their own top-k/top-p support, rows with nothing finite at token 0."""
     for dtype in DTYPES:
         for path, (use_k, use_p) in PATHS.items():
-            for pattern in PATTERNS:
+            for pattern in patterns:
                 name = f"robustness/{dtype_name(dtype)}/{path}/{pattern}"
                 logits = make_logits(
                     pattern, ROBUST_BATCH, ROBUST_VOCAB, device=device, dtype=dtype
@@ -91,9 +97,11 @@ def _judge(
     return Outcome(name, True, "ok")
 
 
-def greedy_robustness(greedy: Sampler, device: str = "cpu") -> Iterator[Outcome]:
+def greedy_robustness(
+    greedy: Sampler, device: str = "cpu", patterns: tuple[str, ...] = PATTERNS
+) -> Iterator[Outcome]:
     """Every pattern: one id per row, in range, and clean rows get their argmax."""
-    for pattern in PATTERNS:
+    for pattern in patterns:
         name = f"robustness/greedy/{pattern}"
         logits = make_logits(pattern, ROBUST_BATCH, ROBUST_VOCAB, device=device)
         try:

@@ -4,31 +4,74 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from kernelpolicy.conformance import accuracy, samplers
+from kernelpolicy.conformance import accuracy, distribution, samplers
 from kernelpolicy.conformance.model import ImplReport, Outcome
+from kernelpolicy.conformance.profile import FULL, Profile
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.kernels.guards import GUARDS
 from kernelpolicy.policy.names import BUILTIN_ENTRIES, PREPARE
 
-Checks = Callable[[Callable[..., Any], str], Iterator[Outcome]]
+Checks = Callable[[Callable[..., Any], str, Profile], Iterator[Outcome]]
 
 
-def _sampler_checks(impl: Callable[..., Any], device: str) -> Iterator[Outcome]:
-    yield from samplers.robustness(impl, device)
-    yield from samplers.distribution(impl, device)
+def _sampler_checks(impl: Callable[..., Any], device: str, profile: Profile) -> Iterator[Outcome]:
+    yield from samplers.robustness(impl, device, profile.patterns)
+    yield from samplers.distribution(
+        impl, device, samples=profile.samples, wide_samples=profile.wide_samples,
+        cases=profile.cases, tie_cases=profile.tie_cases,
+    )  # fmt: skip
+
+
+def _sampler_count(profile: Profile) -> int:
+    robust = len(samplers.DTYPES) * len(samplers.PATHS) * len(profile.patterns)
+    per_dtype = len(profile.cases) + 2  # the mixed rows and the wide nucleus
+    shapes = len(distribution.SHAPES) + 2 * len(distribution.BIG_K)  # BIG_K: without p, with p
+    return robust + len(distribution.DTYPES) * per_dtype + 2 * len(profile.tie_cases) + shapes
+
+
+def _greedy(impl: Callable[..., Any], device: str, profile: Profile) -> Iterator[Outcome]:
+    return samplers.greedy_robustness(impl, device, profile.patterns)
+
+
+def _same_in_every_profile(
+    checks: Callable[[Callable[..., Any], str], Iterator[Outcome]],
+) -> Checks:
+    return lambda impl, device, profile: checks(impl, device)
 
 
 CHECKS: dict[str, Checks] = {
     "sampler.top_k_top_p": _sampler_checks,
-    "sampler.greedy": samplers.greedy_robustness,
-    "rmsnorm": accuracy.rmsnorm,
-    "allreduce_rmsnorm": accuracy.allreduce_rmsnorm,
-    "topk_per_row": accuracy.topk_per_row,
+    "sampler.greedy": _greedy,
+    "rmsnorm": _same_in_every_profile(accuracy.rmsnorm),
+    "allreduce_rmsnorm": _same_in_every_profile(accuracy.allreduce_rmsnorm),
+    "topk_per_row": _same_in_every_profile(accuracy.topk_per_row),
 }
+# How many outcomes CHECKS[feature] yields under a profile: the progress display's total.
+COUNTS: dict[str, Callable[[Profile], int]] = {
+    "sampler.top_k_top_p": _sampler_count,
+    "sampler.greedy": lambda profile: len(profile.patterns),
+    "rmsnorm": lambda profile: 2 * len(accuracy.TOLERANCE),  # with and without the residual
+    "allreduce_rmsnorm": lambda profile: len(accuracy.TOLERANCE) + 1,  # and 2-process gloo
+    "topk_per_row": lambda profile: len(accuracy._topk_cases()),
+}
+
+
+class Progress(Protocol):
+    """What a run reports as it goes (the CLI draws it): the total number of checks first, then
+    each implementation as it starts, each check as it ends, and the checks of an
+    implementation skipped here (which count as done)."""
+
+    def begin(self, total: int) -> None: ...
+
+    def target(self, feature: str, impl: str) -> None: ...
+
+    def check(self, outcome: Outcome) -> None: ...
+
+    def skipped(self, checks: int) -> None: ...
 
 
 def _cuda() -> bool:
@@ -79,9 +122,17 @@ def targets(
 
 
 def run_one(
-    feature: str, impl: str, entry: str, *, device: str | None = None, guard: str | None = None
+    feature: str,
+    impl: str,
+    entry: str,
+    *,
+    device: str | None = None,
+    guard: str | None = None,
+    profile: Profile = FULL,
+    on_check: Callable[[Outcome], None] | None = None,
 ) -> ImplReport:
-    """Load ``entry`` (skipping when it cannot run here) and run ``feature``'s checks on it."""
+    """Load ``entry`` (skipping when it cannot run here) and run ``feature``'s checks on it,
+    sized by ``profile``; ``on_check`` is called as each check ends."""
     report = ImplReport(feature, impl)
     device = device or default_device()
     if impl in _NEEDS:
@@ -99,7 +150,10 @@ def run_one(
     if guard is not None:
         function = GUARDS[guard](function)
     start = time.perf_counter()
-    report.outcomes = list(CHECKS[feature](function, device))
+    for outcome in CHECKS[feature](function, device, profile):
+        report.outcomes.append(outcome)
+        if on_check is not None:
+            on_check(outcome)
     report.seconds = time.perf_counter() - start
     return report
 
@@ -109,10 +163,11 @@ def run(
     impls: Iterable[str] | None = None,
     *,
     device: str | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    profile: Profile = FULL,
 ) -> list[ImplReport]:
     """Every selected built-in implementation that can run here, checked."""
-    return list(iter_run(features, impls, device=device, progress=progress))
+    return list(iter_run(features, impls, device=device, progress=progress, profile=profile))
 
 
 def iter_run(
@@ -120,11 +175,22 @@ def iter_run(
     impls: Iterable[str] | None = None,
     *,
     device: str | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    profile: Profile = FULL,
 ) -> Iterator[ImplReport]:
     """:func:`run`, one report at a time as each implementation finishes (so a caller can
     keep what finished when a long run is cut short)."""
-    for feature, impl, entry in targets(features, impls):
-        if progress:
-            progress(f"verifying {feature}/{impl} ...")
-        yield run_one(feature, impl, entry, device=device)
+    selected = targets(features, impls)
+    if progress is None:
+        for feature, impl, entry in selected:
+            yield run_one(feature, impl, entry, device=device, profile=profile)
+        return
+    progress.begin(sum(COUNTS[feature](profile) for feature, _, _ in selected))
+    for feature, impl, entry in selected:
+        progress.target(feature, impl)
+        report = run_one(
+            feature, impl, entry, device=device, profile=profile, on_check=progress.check
+        )
+        if report.skipped:
+            progress.skipped(COUNTS[feature](profile))
+        yield report
