@@ -140,6 +140,8 @@ MAX_FEATURE_FILE_BYTES = 64 * KIB
 """One Node Feature Discovery feature file: nfd-worker ignores bigger ones."""
 
 # Fleet inventories (kernelpolicy diff).
+DAEMON_TIMEOUT_SECONDS = 5.0
+"""``kernelpolicy diff --daemons``: seconds each daemon has to connect, and again to answer."""
 MAX_INVENTORY_NODES = 100_000
 """Nodes in one inventory: snapshots in a directory, or Node objects in ``kubectl get nodes``."""
 MAX_INVENTORY_FILE_BYTES = 512 * MIB

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.limits import MAX_ROLLOUT_STEPS
+from kernelpolicy.limits import DAEMON_TIMEOUT_SECONDS, MAX_ROLLOUT_STEPS
 
 _EPILOG = """\
 examples:
@@ -17,9 +18,15 @@ examples:
   kernelpolicy diff --against +policies.d/ --platforms snapshots/ --exit-code
   kubectl get nodes -o json > nodes.json
   kernelpolicy diff --against +policies.d/ --platforms nodes.json --json
+  kernelpolicy diff --against +policies.d/ --daemons 10.0.0.7:50051,10.0.0.8:50051
+  kernelpolicy diff --against +policies.d/ --daemons @daemons.txt --daemon-timeout 2
+
+with --daemons, each daemon's platform snapshot is read over gRPC (unix:PATH or HOST:PORT,
+without TLS); one that does not answer within --daemon-timeout is named on stderr and
+counted, not fatal, unless none answers (exit 2)
 
 exit status: 0 (with --exit-code: no node changes), 1 (--exit-code: some node changes),
-2 bad input (a bad snapshot is named)
+2 bad input (a bad snapshot is named), or no daemon of --daemons answered
 """
 
 
@@ -45,10 +52,21 @@ def register(commands: Any) -> None:
         help="the policies the fleet runs now (default: KERNELPOLICY_POLICY_PATHS or the "
         "bundled pack)",
     )  # fmt: skip
-    parser.add_argument(
+    inventory = parser.add_mutually_exclusive_group()
+    inventory.add_argument(
         "--platforms", metavar="DIR|FILE", type=Path,
         help="the inventory: a directory of 'probe --json' snapshots, one snapshot, or "
         "'kubectl get nodes -o json' output (default: the bundled platform fixtures)",
+    )  # fmt: skip
+    inventory.add_argument(
+        "--daemons", metavar="ADDR,...|@FILE",
+        help="the inventory: live daemons (unix:PATH or HOST:PORT, comma-separated, or @FILE "
+        "with one a line), each one's platform snapshot read over gRPC",
+    )  # fmt: skip
+    parser.add_argument(
+        "--daemon-timeout", metavar="SECONDS", type=float, default=DAEMON_TIMEOUT_SECONDS,
+        help=f"seconds each daemon has to connect and to answer (default "
+        f"{DAEMON_TIMEOUT_SECONDS:g})",
     )  # fmt: skip
     parser.add_argument(
         "--steps", metavar="P,P,...", default="1,5,25,50,100",
@@ -84,20 +102,39 @@ def parse_steps(text: str) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.api import existing_policy_paths, load_policies_cached
     from kernelpolicy.cli.common import local_environment, policy_load_options, policy_paths
-    from kernelpolicy.fleet import diff_fleet, load_inventory
-    from kernelpolicy.testing.machines import fixture_dir
+    from kernelpolicy.fleet import diff_fleet
 
     steps = parse_steps(args.steps)
     options = policy_load_options()
     old = load_policies_cached(policy_paths(args, local_environment(args)), **options)
     new = load_policies_cached(existing_policy_paths(args.against, "--against"), **options)
-    inventory = load_inventory(args.platforms or fixture_dir() / "platforms")
-    result = diff_fleet(inventory.nodes, old, new, steps=steps, skipped=inventory.skipped)
+    inventory = _inventory(args)
+    result = diff_fleet(
+        inventory.nodes, old, new, steps=steps, skipped=inventory.skipped,
+        unreachable=inventory.unreachable,
+    )  # fmt: skip
+    for why in inventory.unreachable:
+        sys.stderr.write(f"kernelpolicy diff: {why}\n")
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render(result, inventory.source if args.platforms else "bundled fixtures"))
+        source = "bundled fixtures" if args.platforms is None and args.daemons is None else None
+        sys.stdout.write(render(result, source or inventory.source))
     return 1 if args.exit_code and result.changed else 0
+
+
+def _inventory(args: argparse.Namespace) -> Any:
+    """The inventory ``--platforms`` or ``--daemons`` names, else the bundled fixtures."""
+    from kernelpolicy.fleet import daemon_addresses, load_daemons, load_inventory
+    from kernelpolicy.testing.machines import fixture_dir
+
+    if args.daemons is not None:
+        if not args.daemon_timeout > 0:
+            raise SettingsError(f"--daemon-timeout {args.daemon_timeout:g}: expected seconds > 0")
+        addresses = daemon_addresses(args.daemons)
+        inventory = load_daemons(addresses, args.daemon_timeout)
+        return replace(inventory, source=f"{len(addresses)} daemon{'s' * (len(addresses) != 1)}")
+    return load_inventory(args.platforms or fixture_dir() / "platforms")
 
 
 def _count(n: int, total: int, noun: str = "node") -> str:
@@ -113,6 +150,9 @@ def render(result: Any, source: str) -> str:
     ]
     if result.skipped:
         lines.append(f"skipped {len(result.skipped)} nodes without kernelpolicy labels")
+    if result.unreachable:
+        lines.append(f"unreachable: {len(result.unreachable)} daemon(s), not counted")
+        lines += [f"  {why}" for why in result.unreachable]
     totals = result.totals()
     if totals:
         lines += ["", "changes across the fleet:"]

@@ -83,6 +83,7 @@ class FleetDiff:
     changed_nodes: int
     rollouts: list[RolloutSteps]
     skipped: tuple[str, ...] = ()
+    unreachable: tuple[str, ...] = ()  # daemons that did not answer, each message names it
 
     @property
     def changed(self) -> bool:
@@ -102,6 +103,7 @@ class FleetDiff:
             "nodes": self.nodes,
             "changed_nodes": self.changed_nodes,
             "skipped_nodes": list(self.skipped),
+            "unreachable_daemons": list(self.unreachable),
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in self.totals()],
             "classes": [_class_dict(cls) for cls in self.classes],
             "rollouts": [
@@ -273,6 +275,7 @@ def diff_fleet(
     *,
     steps: Sequence[float] = DEFAULT_STEPS,
     skipped: Sequence[str] = (),
+    unreachable: Sequence[str] = (),
 ) -> FleetDiff:
     """Compare ``old`` and ``new`` over ``nodes``.
 
@@ -283,6 +286,7 @@ def diff_fleet(
         steps: Percents at which to count each staged rollout of ``new`` (its own percent is
             always counted).
         skipped: Node names the inventory skipped, reported as such.
+        unreachable: Daemons of the inventory that did not answer, reported as such.
     """
     fleet = _Fleet.build(nodes)
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
@@ -295,7 +299,9 @@ def diff_fleet(
             cls.changes[change] = cls.changes.get(change, 0) + count
         changed += count if found else 0
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
-    return FleetDiff(len(fleet.members), fleet.summaries, changed, counted, tuple(skipped))
+    return FleetDiff(
+        len(fleet.members), fleet.summaries, changed, counted, tuple(skipped), tuple(unreachable)
+    )
 
 
 def _steps(

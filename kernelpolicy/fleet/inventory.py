@@ -59,11 +59,13 @@ class Node:
 
 @dataclass(frozen=True)
 class Inventory:
-    """The nodes read, where from, and the Node objects skipped (no kernelpolicy labels)."""
+    """The nodes read, where from, the Node objects skipped (no kernelpolicy labels) and the
+    daemons that did not answer (each message names its address)."""
 
     source: str
     nodes: tuple[Node, ...]
     skipped: tuple[str, ...] = ()
+    unreachable: tuple[str, ...] = ()
 
 
 def _fail(message: str) -> InventoryError:

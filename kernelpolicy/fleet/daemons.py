@@ -1,0 +1,92 @@
+"""Live daemons as a fleet's inventory: each ``kernelpolicy serve``'s platform snapshot, read
+over gRPC (``GetPlatform``, the snapshot the daemon resolves for).
+
+Each daemon has its own timeout and is asked in parallel; one that does not answer (nothing
+listening, a daemon of another user behind a unix socket, a timeout, a bad snapshot) is
+reported with its address and counted, not fatal, unless none answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kernelpolicy.errors import InventoryError, KernelPolicyError
+from kernelpolicy.fleet.inventory import Inventory, Node
+from kernelpolicy.limits import (
+    DAEMON_TIMEOUT_SECONDS,
+    MAX_INVENTORY_NODES,
+    MAX_PLATFORM_FILE_BYTES,
+)
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.safeio import parse_json, read_bytes_bounded
+
+__all__ = ["daemon_addresses", "load_daemons"]
+
+_PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
+
+
+def _fail(message: str) -> InventoryError:
+    return InventoryError(message)
+
+
+def daemon_addresses(text: str) -> tuple[str, ...]:
+    """``ADDR,ADDR`` or ``@FILE`` (one address a line, ``#`` comments) -> the addresses.
+
+    Raises:
+        InventoryError: No address, more than ``MAX_INVENTORY_NODES``, or an unreadable file.
+    """
+    if text.startswith("@"):
+        data = read_bytes_bounded(
+            Path(text[1:]), limit=MAX_INVENTORY_NODES * 256, limit_name="--daemons @FILE",
+            fail=_fail,
+        )  # fmt: skip
+        lines = (line.split("#", 1)[0] for line in data.decode("utf-8", "replace").splitlines())
+        parts = [line.strip() for line in lines]
+    else:
+        parts = [part.strip() for part in text.split(",")]
+    addresses = tuple(dict.fromkeys(part for part in parts if part))  # in order, once each
+    if not addresses:
+        raise _fail(f"--daemons {text[:80]!r}: no address (expected ADDR,ADDR,... or @FILE)")
+    if len(addresses) > MAX_INVENTORY_NODES:
+        raise _fail(f"--daemons: {len(addresses)} addresses, over MAX_INVENTORY_NODES")
+    return addresses
+
+
+def _snapshot(address: str, timeout: float) -> Platform:
+    from kernelpolicy.server.client import connect
+
+    with connect(address, timeout=timeout, connect_timeout=timeout) as client:
+        text = client.platform_json()
+    if len(text) > MAX_PLATFORM_FILE_BYTES:
+        raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")
+    return Platform.from_dict(parse_json(text, address, _fail), source=address)
+
+
+def _ask(address: str, timeout: float) -> Node | str:
+    """The daemon's node, or why it gave none (a message naming the address)."""
+    try:
+        return Node.of(address, _snapshot(address, timeout))
+    except KernelPolicyError as exc:
+        message = str(exc)
+        return message if address in message else f"{address}: {message}"
+
+
+def load_daemons(addresses: Sequence[str], timeout: float = DAEMON_TIMEOUT_SECONDS) -> Inventory:
+    """Each daemon's platform snapshot as one node named by its address.
+
+    Returns:
+        The nodes of the daemons that answered; ``unreachable`` names each that did not, and
+        why.
+
+    Raises:
+        InventoryError: No daemon answered (every address and why in the message).
+    """
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(addresses)) or 1) as pool:
+        answers = list(pool.map(lambda address: _ask(address, timeout), addresses))
+    nodes = tuple(a for a in answers if isinstance(a, Node))
+    unreachable = tuple(a for a in answers if isinstance(a, str))
+    if not nodes:
+        raise _fail("no daemon answered:\n  " + "\n  ".join(unreachable))
+    return Inventory(", ".join(addresses), nodes, unreachable=unreachable)
