@@ -22,17 +22,17 @@ from kernelpolicy.bridge.model import (
     Told,
 )
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
+from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE, KnobTable, knob_table
+from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema_engines import flag_options
 from kernelpolicy.settings import parse_bool
-from kernelpolicy.versions import StackVersion, parse_version
 
 # Engine -> the distribution whose installed version the rules' ``versions`` ranges read.
 # Any other engine a policy names is looked up under its own name.
@@ -101,7 +101,7 @@ def engine_settings(
     """
     platform = resolution.platform
     version = engine_version or platform.libraries.get(distribution(engine))
-    release = _Release(engine, version)
+    release = MatchedRelease(engine, version)
     context = _Context(platform, env, release.matched)
     teller = _Teller(engine, context, model_kind)
     features = resolution.policies.features
@@ -134,81 +134,6 @@ def engine_settings(
         warnings=tuple(warnings), errors=tuple(errors), kept=kept, feature_warnings=tuple(about),
         release_note=release.note if versioned else None,
     )  # fmt: skip
-
-
-class _Release:
-    """Which release of ``engine`` the rules are matched for: the version given or installed;
-    the newest release of the knob tables where there is none or it is newer than the tables
-    (:mod:`kernelpolicy.knobs`); and the operator's variables that release does not read."""
-
-    def __init__(self, engine: str, version: str | None) -> None:
-        self.engine = engine
-        self.table = knob_table(engine)
-        parsed = parse_version(version) if version else None
-        given = parsed.value if isinstance(parsed, StackVersion) else None
-        self.matched: Version | None = given
-        self.known: str | None = None  # the table's release whose knobs are checked
-        self.note: str | None = None
-        if version is not None and given is None:
-            self.note = (
-                f"{engine} version {shown(version)!r} unreadable: its rules are matched as for "
-                "the newest release they list; pass --engine-version to choose"
-            )
-        elif self.table is not None:
-            self._match(version, given, self.table)
-        elif given is None:
-            self.note = (
-                f"{engine} not installed here: its rules are matched as for the newest release "
-                "they list; pass --engine-version to choose"
-            )
-
-    def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
-        newest = Version(table.newest)
-        known, _ = table.matched_release(given)
-        exact = given is not None and Version(known) == Version(given.base_version)
-        self.known = known if given is None or exact or given > newest else None
-        if given is None:
-            self.matched = newest
-            self.note = (
-                f"{self.engine} not installed here: matched as {self.engine} {table.newest}, the "
-                "newest release kernelpolicy's knob tables know; pass --engine-version to choose"
-            )
-        elif given > newest:
-            self.matched = newest
-            self.note = (
-                f"{self.engine} {shown(version or '')} is newer than the newest release "
-                f"kernelpolicy's knob tables know: matched as {table.newest} (regenerate the "
-                "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
-            )
-
-    @property
-    def shown(self) -> str | None:
-        """The release the rules were matched as, where it is not the version given."""
-        if self.matched is None or self.known is None:
-            return None
-        return self.known
-
-    def unread(self, env: Mapping[str, str]) -> list[str]:
-        """One warning per variable of this engine set in ``env`` that the release does not
-        define, or defines and reads nowhere, with its replacement where the tables know it."""
-        table, release = self.table, self.known
-        if table is None or release is None:
-            return []
-        warnings = []
-        for name in sorted(n for n in env if table.prefixed(n)):
-            knob = table.env(name, release)
-            if knob is not None and knob.defined and knob.read_in is not None:
-                continue
-            what = (
-                "does not define it: it is ignored"
-                if knob is None or not knob.defined
-                else "defines it but reads it nowhere: it has no effect"
-            )
-            text = f"{name} is set, but {self.engine} {release} {what}"
-            if name in table.replaced:
-                text += f"; its replacement: {table.replaced[name]}"
-            warnings.append(text)
-        return warnings
 
 
 def _tells_any_engine(feature: CompiledFeature) -> bool:

@@ -1,0 +1,87 @@
+"""Which release of an inference engine the bridge's rules are matched for, and the operator's
+variables that release does not read (from the knob tables, :mod:`kernelpolicy.knobs`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from packaging.version import Version
+
+from kernelpolicy.knobs import KnobTable, knob_table
+from kernelpolicy.limits import shown
+from kernelpolicy.versions import StackVersion, parse_version
+
+
+class MatchedRelease:
+    """Which release of ``engine`` the rules are matched for: the version given or installed;
+    the newest release of the knob tables where there is none or it is newer than the tables
+    (:mod:`kernelpolicy.knobs`); and the operator's variables that release does not read."""
+
+    def __init__(self, engine: str, version: str | None) -> None:
+        self.engine = engine
+        self.table = knob_table(engine)
+        parsed = parse_version(version) if version else None
+        given = parsed.value if isinstance(parsed, StackVersion) else None
+        self.matched: Version | None = given
+        self.known: str | None = None  # the table's release whose knobs are checked
+        self.note: str | None = None
+        if version is not None and given is None:
+            self.note = (
+                f"{engine} version {shown(version)!r} unreadable: its rules are matched as for "
+                "the newest release they list; pass --engine-version to choose"
+            )
+        elif self.table is not None:
+            self._match(version, given, self.table)
+        elif given is None:
+            self.note = (
+                f"{engine} not installed here: its rules are matched as for the newest release "
+                "they list; pass --engine-version to choose"
+            )
+
+    def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
+        newest = Version(table.newest)
+        known, _ = table.matched_release(given)
+        exact = given is not None and Version(known) == Version(given.base_version)
+        self.known = known if given is None or exact or given > newest else None
+        if given is None:
+            self.matched = newest
+            self.note = (
+                f"{self.engine} not installed here: matched as {self.engine} {table.newest}, the "
+                "newest release kernelpolicy's knob tables know; pass --engine-version to choose"
+            )
+        elif given > newest:
+            self.matched = newest
+            self.note = (
+                f"{self.engine} {shown(version or '')} is newer than the newest release "
+                f"kernelpolicy's knob tables know: matched as {table.newest} (regenerate the "
+                "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
+            )
+
+    @property
+    def shown(self) -> str | None:
+        """The release the rules were matched as, where it is not the version given."""
+        if self.matched is None or self.known is None:
+            return None
+        return self.known
+
+    def unread(self, env: Mapping[str, str]) -> list[str]:
+        """One warning per variable of this engine set in ``env`` that the release does not
+        define, or defines and reads nowhere, with its replacement where the tables know it."""
+        table, release = self.table, self.known
+        if table is None or release is None:
+            return []
+        warnings = []
+        for name in sorted(n for n in env if table.prefixed(n)):
+            knob = table.env(name, release)
+            if knob is not None and knob.defined and knob.read_in is not None:
+                continue
+            what = (
+                "does not define it: it is ignored"
+                if knob is None or not knob.defined
+                else "defines it but reads it nowhere: it has no effect"
+            )
+            text = f"{name} is set, but {self.engine} {release} {what}"
+            if name in table.replaced:
+                text += f"; its replacement: {table.replaced[name]}"
+            warnings.append(text)
+        return warnings
