@@ -371,6 +371,11 @@ engines.vllm = [{}]
             "covered by both rule 1 and rule 2",
             id="doubly-covered",
         ),
+        pytest.param(
+            '{ versions = ">=0.10", facts = { no_such_fact = true } }, { versions = "<0.10" }',
+            "vllm rule 1: fact 'no_such_fact' is not in the knob tables (aiter_sampler,",
+            id="unknown-fact",
+        ),
     ],
 )
 def test_check_proves_rules_against_the_releases(tmp_path: Path, rules: str, message: str) -> None:

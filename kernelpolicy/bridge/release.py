@@ -23,7 +23,9 @@ class MatchedRelease:
         parsed = parse_version(version) if version else None
         given = parsed.value if isinstance(parsed, StackVersion) else None
         self.matched: Version | None = given
-        self.known: str | None = None  # the table's release whose knobs are checked
+        # the table's release the rules were matched as, whose knobs are checked; None where
+        # that is no release of the tables
+        self.known: str | None = None
         self.note: str | None = None
         if version is not None and given is None:
             self.note = (
@@ -40,29 +42,21 @@ class MatchedRelease:
 
     def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
         newest = Version(table.newest)
-        known, _ = table.matched_release(given)
-        exact = given is not None and Version(known) == Version(given.base_version)
-        self.known = known if given is None or exact or given > newest else None
+        if given is not None and given <= newest:
+            self.known = table.known_release(given)  # None: between known releases, no check
+            return
+        self.matched, self.known = newest, table.newest
         if given is None:
-            self.matched = newest
             self.note = (
                 f"{self.engine} not installed here: matched as {self.engine} {table.newest}, the "
                 "newest release kernelpolicy's knob tables know; pass --engine-version to choose"
             )
-        elif given > newest:
-            self.matched = newest
+        else:
             self.note = (
                 f"{self.engine} {shown(version or '')} is newer than the newest release "
                 f"kernelpolicy's knob tables know: matched as {table.newest} (regenerate the "
                 "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
             )
-
-    @property
-    def shown(self) -> str | None:
-        """The release the rules were matched as, where it is not the version given."""
-        if self.matched is None or self.known is None:
-            return None
-        return self.known
 
     def unread(self, env: Mapping[str, str]) -> list[str]:
         """One warning per variable of this engine set in ``env`` that the release does not

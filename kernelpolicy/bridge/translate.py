@@ -129,7 +129,7 @@ def engine_settings(
         )
     merged_env.update(kept)
     return EngineSettings(
-        engine=engine, version=version, release=release.shown, fingerprint=resolution.fingerprint,
+        engine=engine, version=version, release=release.known, fingerprint=resolution.fingerprint,
         model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
         warnings=tuple(warnings), errors=tuple(errors), kept=kept, feature_warnings=tuple(about),
         release_note=release.note if versioned else None,

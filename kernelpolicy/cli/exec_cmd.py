@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
     for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
         print(f"kernelpolicy: note: {note}", file=sys.stderr)
-    _log(settings_from(environ).log_format, settings, argv, warnings)
+    local = settings_from(environ)
+    _log(local.log_format, settings, argv, warnings)
     if not settings.ok:
         report_errors(resolution, settings.errors)
         print("kernelpolicy: not starting the engine", file=sys.stderr)
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         args.engine, env, settings.fingerprint, snapshot, args.policies
     ).items():
         child.setdefault(key, value)  # KERNELPOLICY_VLLM_PLUGIN=0 set by you keeps it off
-    child.update(_kernel_cache(environ, child))
+    child.update(_kernel_cache(local.cache_dir, child))
     try:
         os.execvpe(argv[0], argv, child)
     except FileNotFoundError:
@@ -104,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover - execvpe does not return
 
 
-def _kernel_cache(environ: dict[str, str], child: dict[str, str]) -> dict[str, str]:
+def _kernel_cache(cache_dir: Path | None, child: dict[str, str]) -> dict[str, str]:
     """The node's kernel cache for the engine (kernelpolicy warm fills it), where trusted; a
     cache that is there but untrusted is said and not used."""
     from kernelpolicy.kernel_cache import cache_environment, kernel_cache_dir
-    from kernelpolicy.settings import default_cache_dir, settings_from
+    from kernelpolicy.settings import default_cache_dir
 
-    cache = settings_from(environ).cache_dir or default_cache_dir()
+    cache = cache_dir or default_cache_dir()
     extra, problem = cache_environment(cache, child)
     if problem is not None and kernel_cache_dir(cache).exists():
         print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)

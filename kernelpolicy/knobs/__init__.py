@@ -134,22 +134,13 @@ class KnobTable:
     def fact_names(self) -> tuple[str, ...]:
         return tuple(sorted(self._data["facts"]))
 
-    def matched_release(self, version: Version | None) -> tuple[str, str | None]:
-        """The known release whose knobs ``version`` is matched with, and a note where that is
-        not ``version`` itself: none given (the newest), newer than the tables (the newest),
-        or between two known releases (the one before)."""
-        if version is None:
-            return self.newest, f"the newest release kernelpolicy's tables know ({self.newest})"
-        if version > self._versions[-1]:
-            return self.newest, (
-                f"newer than the newest release kernelpolicy's tables know: matched as "
-                f"{self.newest}"
-            )
-        known = [r for r, v in zip(self.releases, self._versions, strict=True) if v <= version]
-        if not known:
-            return self.releases[0], f"older than the tables: matched as {self.releases[0]}"
-        exact = Version(known[-1]) == Version(version.base_version)  # 0.32.0+cpu is 0.32.0
-        return known[-1], None if exact else f"not in the tables: matched as {known[-1]}"
+    def known_release(self, version: Version) -> str | None:
+        """The release of the tables that ``version`` is (``0.32.0+cpu`` is 0.32.0); None
+        where the tables do not list it."""
+        base = Version(version.base_version)
+        return next(
+            (r for r, v in zip(self.releases, self._versions, strict=True) if v == base), None
+        )
 
     def prefixed(self, name: str) -> bool:
         """``name`` is one of this engine's own variables (``VLLM_*`` for vLLM)."""

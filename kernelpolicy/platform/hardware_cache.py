@@ -23,14 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.platform.pci import NVIDIA_VENDOR, nvidia_proc_driver_version, pci_gpus
+from kernelpolicy.platform.pci import (
+    AMD_VENDOR,
+    NVIDIA_VENDOR,
+    nvidia_proc_driver_version,
+    pci_gpus,
+)
 from kernelpolicy.safeio import parse_json, read_text_bounded, write_atomic
 from kernelpolicy.trust import private_dir, trust_problem
 
 SCHEMA = "kernelpolicy.hardware-cache/v1"
 RELATIVE = Path("node/hardware.json")
 MAX_HARDWARE_CACHE_BYTES = 256 * 1024
-AMD_VENDOR = 0x1002
 VISIBILITY = (
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER",
@@ -57,7 +61,7 @@ def hardware_key(root: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
         "boot_id": boot,
         "nvidia_driver": nvidia_proc_driver_version(root),
         "amdgpu": _small(root / "sys/module/amdgpu/version"),
-        "pci": pci_gpus(root, NVIDIA_VENDOR) + pci_gpus(root, AMD_VENDOR),
+        "pci": pci_gpus(root, NVIDIA_VENDOR, AMD_VENDOR),
         "visible": {name: env[name] for name in VISIBILITY if name in env},
     }
 

@@ -14,6 +14,7 @@ from kernelpolicy.limits import MAX_SYSFS_FILE_BYTES
 from kernelpolicy.safeio import read_bytes_bounded
 
 NVIDIA_VENDOR = 0x10DE
+AMD_VENDOR = 0x1002
 # PCI classes of GPUs: VGA (0x0300), 3D controller (0x0302), processing accelerator (0x1200).
 _GPU_CLASSES = {0x0300, 0x0302, 0x1200}
 
@@ -31,8 +32,9 @@ def _read(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def pci_gpus(root: Path, vendor: int) -> list[str]:
-    """Bus addresses of GPU-class PCI functions of ``vendor``; unreadable entries are skipped."""
+def pci_gpus(root: Path, *vendors: int) -> list[str]:
+    """Bus addresses of GPU-class PCI functions of any of ``vendors`` (one scan of the bus);
+    unreadable entries are skipped."""
     base = root / "sys/bus/pci/devices"
     try:
         entries = sorted(os.listdir(base))
@@ -45,7 +47,7 @@ def pci_gpus(root: Path, vendor: int) -> list[str]:
             dev_class = int(_read(base / entry / "class").strip(), 16) >> 8
         except (KernelPolicyError, ValueError):
             continue
-        if dev_vendor == vendor and dev_class in _GPU_CLASSES:
+        if dev_vendor in vendors and dev_class in _GPU_CLASSES:
             found.append(entry)
     return found
 

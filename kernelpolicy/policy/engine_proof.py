@@ -109,6 +109,9 @@ class _Prover:
 
     def rule(self, index: int, rule: CompiledEngineRule, releases: list[str]) -> list[PolicyIssue]:
         problems: list[Problem] = []
+        known = self.table.fact_names()
+        for name in (n for n in rule.spec.facts if n not in known and releases):
+            problems.append((None, f"fact {name!r} is not in the knob tables ({', '.join(known)})"))
         for release in releases:
             problems += [(release, p) for p in self._at(rule, release)]
         required = FEATURE_FACTS.get((self.engine, self.feature.name), ())
@@ -135,10 +138,7 @@ class _Prover:
             yield from self._option(option, values, release)
         for name, expected in spec.facts.items():
             actual, where = self.table.fact(name, release)
-            if name not in self.table.fact_names():
-                known = ", ".join(self.table.fact_names())
-                yield f"fact {name!r} is not in the knob tables ({known})"
-            elif actual != expected:
+            if name in self.table.fact_names() and actual != expected:
                 yield f"the rule expects {name} = {expected!r}; it has {actual!r} ({where})"
 
     def _variable(self, name: str, value: str, release: str) -> Iterator[str]:
