@@ -71,10 +71,11 @@ def dtype_results(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[
 
     A dtype passed when every check naming it passed or only differs by a convention (the rule
     of ``ImplReport.dtypes``; :func:`differences` lists those);
-    only the names of :data:`~kernelpolicy.conformance.model.DTYPE_NAMES` count, so nothing
+    only the names of :data:`~kernelpolicy.dtypes.DTYPE_NAMES` count, so nothing
     else an evidence file says reaches the engine as a dtype.
     """
-    from kernelpolicy.conformance.model import DTYPE_NAMES, check_dtypes
+    from kernelpolicy.conformance.model import check_dtypes
+    from kernelpolicy.dtypes import DTYPE_NAMES
 
     found: dict[str, bool] = {}
     general_failed = False
@@ -103,7 +104,8 @@ def _conventions(checks: list[dict[str, Any]]) -> str:
 
 def differences(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(dtypes some check of which only differs, the conventions named) of one result."""
-    from kernelpolicy.conformance.model import DTYPE_NAMES, check_dtypes
+    from kernelpolicy.conformance.model import check_dtypes
+    from kernelpolicy.dtypes import DTYPE_NAMES
 
     differing = [c for c in checks if _differs(c)]
     dtypes = {d for c in differing for d in check_dtypes(c["check"])}
@@ -171,7 +173,7 @@ def validate_wire(data: Any, source: str) -> None:
 def _wire_dtypes(extra: list[Any]) -> bool:
     """[dtypes passed, dtypes failed, general failure]: two lists of known dtype names and a
     bool (a daemon's evidence, before the engine generates code naming those dtypes)."""
-    from kernelpolicy.conformance.model import DTYPE_NAMES
+    from kernelpolicy.dtypes import DTYPE_NAMES
 
     passed, failed, general = extra
     return type(general) is bool and all(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelpolicy.dtypes import DTYPE_NAMES
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -24,9 +26,6 @@ class Outcome:
     @property
     def status(self) -> str:
         return "passed" if self.passed else "differs" if self.convention else "failed"
-
-
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def check_dtypes(check: str) -> list[str]:

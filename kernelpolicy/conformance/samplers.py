@@ -13,6 +13,7 @@ import torch
 from kernelpolicy.conformance.model import Outcome
 from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
 from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.dtypes import dtype_name
 
 Sampler = Callable[..., torch.Tensor]
 
@@ -37,10 +38,6 @@ def _params(batch: int, k: int | None, p: float | None, device: str) -> tuple[An
     kt = None if k is None else torch.full((batch,), k, dtype=torch.int64)  # host-side k
     pt = None if p is None else torch.full((batch,), p, dtype=torch.float32, device=device)
     return kt, pt
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def robustness(

@@ -31,6 +31,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.engine.model import Decision, DtypeRule
 from kernelpolicy.engine.runtime import EntryUnloadable
 from kernelpolicy.errors import ResolutionError
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
 TABLE_LIMIT = 8192
 """(rows, dtype) pairs remembered before the table starts over (a server sees a few hundred)."""
 _REASON_CHARS = 300  # of the kernel's error kept in runtime_fallbacks and the decision
-
-
-def dtype_name(dtype: object) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"`` (what policies and evidence call it)."""
-    return str(dtype).removeprefix("torch.")
 
 
 class Routed:

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelpolicy.dtypes import ROUTING_VARIABLES
 from kernelpolicy.engine.hotpath import (
     convert,
     hot_path,
@@ -24,7 +25,6 @@ from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
-from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 
 class Resolution:

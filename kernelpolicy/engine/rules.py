@@ -13,11 +13,11 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from kernelpolicy.dtypes import ROUTING_VARIABLES
 from kernelpolicy.engine.hotpath import type_guard
 from kernelpolicy.engine.model import Decision, DtypeRule
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
-from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 
 def routing_variables(feature: CompiledFeature) -> dict[str, str]:

@@ -18,12 +18,9 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+from kernelpolicy.dtypes import dtype_name
+
 K = TypeVar("K", bound=Hashable)
-
-
-def key_name(key: object) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``: what policies, evidence and notes call a dtype."""
-    return str(key).removeprefix("torch.")
 
 
 class Degraded(dict[K, str]):
@@ -64,7 +61,7 @@ class Degraded(dict[K, str]):
 
     def note(self, key: K, why: str) -> str:
         """The sentence a user reads."""
-        name = key_name(key)
+        name = dtype_name(key)
         return f"{self.what.format(key=name)} ({why}); {self.effect.format(key=name)}"
 
 

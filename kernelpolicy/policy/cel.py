@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelpolicy.dtypes import DTYPE_SIZES
 from kernelpolicy.limits import shown
 
 # Platform facts bound once per resolution, usable in every expression.
@@ -27,13 +28,6 @@ STATIC_VARIABLES: dict[str, str] = {
 }
 
 _SAMPLES: dict[str, object] = {"bool": False, "int": 0, "double": 0.0, "string": ""}
-
-# Element sizes for ``dtype_size()``, by the names torch gives its dtypes.
-DTYPE_SIZES: dict[str, int] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4,
-    "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1, "float8_e5m2fnuz": 1,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-}  # fmt: skip
 
 
 def dtype_size(dtype: str) -> int:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from kernelpolicy.dtypes import DTYPE_SIZES
 from kernelpolicy.errors import PolicyIssue
-from kernelpolicy.policy.cel import DTYPE_SIZES
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
 
 # `dtype == "x"`, `"x" != dtype`, `dtype in ["x", "y"]`: the names a condition compares with.

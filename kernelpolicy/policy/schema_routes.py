@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from kernelpolicy.conformance.model import DTYPE_NAMES
+from kernelpolicy.dtypes import DTYPE_NAMES, ROUTING_VARIABLES
 from kernelpolicy.limits import MAX_BATCH_BOUND
-from kernelpolicy.policy.routing_names import ROUTING_VARIABLES
 
 if TYPE_CHECKING:
     from kernelpolicy.policy.schema import Feature
