@@ -1,4 +1,5 @@
-"""Whether a candidate's ``entry = "module:function"`` can be imported, without importing it.
+"""A candidate's ``entry = "module:function"``: whether it can be imported, without importing
+it, and the callable it names, imported (:func:`load_entry`).
 
 ``check`` and ``explain`` report an entry whose module cannot be found. Finding a module must
 not run it (nor its parent packages, which may import torch or a kernel library), so the search
@@ -7,10 +8,12 @@ goes one package level at a time through the import system's finders, never thro
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def entry_problem(entry: str, path: Sequence[str] | None = None) -> str | None:
@@ -47,3 +50,15 @@ def entry_problem(entry: str, path: Sequence[str] | None = None) -> str | None:
                 return f"{name!r} is a module, not a package (from entry {entry!r})"
             search = list(locations)
     return None
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """The callable at ``module:attribute``, imported (what the engine and ``verify`` run).
+
+    Raises:
+        ImportError, AttributeError: the module or the attribute is missing (and whatever the
+            module raises while it is imported: a kernel library may fail in many ways).
+    """
+    module, _, attr = entry.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return function
