@@ -14,7 +14,7 @@ import pytest
 from kernelpolicy.bridge import EngineSettings, Status, engine_settings
 from kernelpolicy.knobs import KnobTable, knob_table, refused
 from kernelpolicy.policy.engine_proof import prove_engines
-from kernelpolicy.policy.schema_engines import flag_options
+from kernelpolicy.policy.schema.bridge import flag_options
 from kernelpolicy.testing.machines import fixture_dir
 from tests.helpers import bundled, resolve_on
 

@@ -96,8 +96,9 @@ def test_a_hit_imports_no_validation_stack(tmp_path: Path) -> None:
     code = (
         "import sys, kernelpolicy; kernelpolicy.resolve(); "
         "print(sorted(m for m in ('pydantic', 'tomllib', 'structlog', 'cel', "
-        "'kernelpolicy.policy.schema', 'kernelpolicy.policy.schema_conditions', "
-        "'kernelpolicy.policy.schema_engines', 'kernelpolicy.policy.loader') if m in sys.modules))"
+        "'kernelpolicy.policy.schema', 'kernelpolicy.policy.schema.model', "
+        "'kernelpolicy.policy.schema.conditions', 'kernelpolicy.policy.schema.bridge', "
+        "'kernelpolicy.policy.loader') if m in sys.modules))"
     )
     run = [sys.executable, "-c", code]
     first = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
@@ -206,8 +207,8 @@ def test_a_code_change_is_a_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     same files under changed validation code are loaded again."""
     before = cache_key(_sources())
     stamp = packcache._code_stamp()
-    assert "policy/schema.py:" in stamp
-    monkeypatch.setattr(packcache, "_code_stamp", lambda: stamp + "\0policy/schema.py:edited")
+    assert "policy/schema/model.py:" in stamp
+    monkeypatch.setattr(packcache, "_code_stamp", lambda: stamp + "\0policy/schema/model.py:edited")
     assert cache_key(_sources()) != before
 
 

@@ -11,7 +11,7 @@ import pytest
 from kernelpolicy.cli import main
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.policy import load_policy_text
-from kernelpolicy.policy.schema_conditions import DISTRIBUTION, ENV_NAME, IDENT
+from kernelpolicy.policy.schema.conditions import DISTRIBUTION, ENV_NAME, IDENT
 
 SCHEMA = 'schema = "kernelpolicy.policy/v1"\n'
 

@@ -16,7 +16,7 @@ from kernelpolicy.bridge.translate import (
     distribution,
     engine_settings,
 )
-from kernelpolicy.policy.schema_engines import flag_options
+from kernelpolicy.policy.schema.bridge import flag_options
 
 __all__ = [
     "ENGINE_DISTRIBUTIONS",

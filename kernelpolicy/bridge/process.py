@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from kernelpolicy.bridge.model import EngineSettings
-from kernelpolicy.policy.schema_engines import flag_options
+from kernelpolicy.policy.schema.bridge import flag_options
 
 
 def child_environment(environ: Mapping[str, str], settings: EngineSettings) -> dict[str, str]:

@@ -31,7 +31,7 @@ from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
-from kernelpolicy.policy.schema_engines import flag_options
+from kernelpolicy.policy.schema.bridge import flag_options
 from kernelpolicy.settings import parse_bool
 
 # Engine -> the distribution whose installed version the rules' ``versions`` ranges read.

@@ -23,7 +23,7 @@ from kernelpolicy.platform.envvars import carried
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.platform.model import Platform
-    from kernelpolicy.policy.schema_conditions import Switch
+    from kernelpolicy.policy.schema.conditions import Switch
 
 
 class Origin(StrEnum):

@@ -20,7 +20,7 @@ from packaging.version import Version
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.knobs import PLUGIN_SINCE, KnobTable, knob_table, refused, truthy
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature, PolicySet
-from kernelpolicy.policy.schema_engines import flag_options
+from kernelpolicy.policy.schema.bridge import flag_options
 
 # (engine, feature) -> the facts every rule of that feature must declare: where they change
 # between releases, what the engine can be told changes with them.

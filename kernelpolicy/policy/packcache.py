@@ -54,7 +54,7 @@ PACK_CACHE_ENTRIES = 16
 # The code that decides what a cached entry means: the policy package (schema, validators,
 # compiled form, records) and the modules its validation reads. Stamped by size and mtime, as
 # Python stamps its own bytecode cache: an edit or a reinstall is a miss.
-_CODE_DIRS = ("policy",)
+_CODE_DIRS = ("policy", "policy/schema")
 _CODE_FILES = ("__init__.py", "limits.py", "versions.py", "conformance/model.py")
 
 

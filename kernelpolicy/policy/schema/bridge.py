@@ -1,7 +1,7 @@
-"""The engine bridge's part of a policy: how an unmodified engine is told to run a choice.
+"""The bridge's part of a policy: how an unmodified inference engine is told to run a choice.
 
-``engines`` tables of a candidate or a feature (see :mod:`kernelpolicy.policy.schema`); read by
-``kernelpolicy env`` and ``kernelpolicy exec``.
+The ``engines`` tables of a candidate or a feature (see :mod:`kernelpolicy.policy.schema`); read
+by the bridge (``kernelpolicy env``, ``kernelpolicy exec``) and proven by ``kernelpolicy check``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pydantic import Field, field_validator, model_validator
 
 from kernelpolicy.limits import MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
-from kernelpolicy.policy.schema_conditions import (
+from kernelpolicy.policy.schema.conditions import (
     ENV_NAME,
     IDENT,
     LibrarySpec,

@@ -1,13 +1,8 @@
-"""The policy language: what a ``policies/*.toml`` file may say, validated with pydantic.
+"""The policy document: a file, its features, their candidates, gates and disables.
 
-Every key is known (unknown keys are errors), every version range is a PEP 440 specifier checked
-at load time, and every CEL expression is compiled and type-checked against the variables its
-feature declares. Evaluation later only evaluates.
-
-This module holds the document and its features, candidates and gates; the leaves a candidate's
-conditions are made of live in :mod:`~kernelpolicy.policy.schema_conditions`, the engine
-bridge's rules in :mod:`~kernelpolicy.policy.schema_engines` and the per-call routing keys in
-:mod:`~kernelpolicy.policy.schema_routes`. Every name stays importable from here.
+Part of the policy language (:mod:`kernelpolicy.policy.schema`); the leaves of a candidate's
+conditions are in :mod:`.conditions`, the bridge's rules in :mod:`.bridge` and the per-call
+routing keys in :mod:`.routes`.
 """
 
 from __future__ import annotations
@@ -20,23 +15,20 @@ from pydantic import Field, field_validator, model_validator
 
 from kernelpolicy.limits import MAX_BATCH_ROUTES, MAX_HALT_THRESHOLD
 from kernelpolicy.policy.record import candidate_unconditional
-from kernelpolicy.policy.schema_conditions import (
+from kernelpolicy.policy.schema.bridge import EngineRule, check_engines
+from kernelpolicy.policy.schema.conditions import (
     IDENT,
     KnownIssue,
-    LibraryRequirement,
     LibrarySpec,
-    LiftCondition,
     Strict,
     Switch,
-    SwitchState,
     Vendor,
     Workaround,
     check_arch_list,
     check_libraries,
     check_specifier,
 )
-from kernelpolicy.policy.schema_engines import EngineRule, check_engines
-from kernelpolicy.policy.schema_routes import (
+from kernelpolicy.policy.schema.routes import (
     BatchRoute,
     ContextType,
     check_routes,
@@ -45,28 +37,15 @@ from kernelpolicy.policy.schema_routes import (
 
 __all__ = [
     "POLICY_SCHEMA",
-    "BatchRoute",
     "Candidate",
-    "ContextType",
     "Disable",
-    "EngineRule",
     "Feature",
     "Gate",
     "GateRequires",
     "HaltOn",
-    "KnownIssue",
-    "LibraryRequirement",
-    "LibrarySpec",
-    "LiftCondition",
     "PolicyFile",
     "Requirement",
     "Rollout",
-    "Switch",
-    "SwitchState",
-    "Vendor",
-    "Workaround",
-    "check_routes",
-    "dtype_names",
 ]
 
 POLICY_SCHEMA = "kernelpolicy.policy/v1"
@@ -238,7 +217,7 @@ class Feature(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Feature:
         names = [c.impl for c in self.candidates]
-        check_routes(self, names)
+        check_routes(self.by_batch, self.dtypes, self.context, names)
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"implementation {duplicates[0]!r} listed twice")

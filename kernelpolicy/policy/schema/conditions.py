@@ -1,7 +1,7 @@
 """What a candidate's conditions may say: library ranges, switches, known issues, workarounds.
 
 The leaves of the policy language (see :mod:`kernelpolicy.policy.schema`) and the field checks
-that the feature, candidate and engine-rule models share: names, PEP 440 ranges, architectures.
+that the feature, candidate and bridge-rule models share: names, PEP 440 ranges, architectures.
 """
 
 from __future__ import annotations

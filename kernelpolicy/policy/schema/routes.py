@@ -1,16 +1,18 @@
-"""The policy keys of per-call routing: ``by_batch`` rows and ``dtypes`` (see ``Feature``)."""
+"""The policy keys of per-call routing: a feature's ``by_batch`` rows and ``dtypes``.
+
+Checked from the values of those keys alone (the feature model calls :func:`check_routes`), so
+this module needs nothing of :mod:`.model`.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from kernelpolicy.dtypes import DTYPE_NAMES, ROUTING_VARIABLES
 from kernelpolicy.limits import MAX_BATCH_BOUND
-
-if TYPE_CHECKING:
-    from kernelpolicy.policy.schema import Feature
 
 ContextType = Literal["bool", "int", "double", "string"]
 
@@ -60,18 +62,24 @@ def dtype_names(value: list[str]) -> list[str]:
     return value
 
 
-def check_routes(feature: Feature, names: list[str]) -> None:
-    """``by_batch`` names only candidates; a declared ``batch``/``dtype`` has the right type."""
-    for index, row in enumerate(feature.by_batch):
+def check_routes(
+    by_batch: Sequence[BatchRoute],
+    dtypes: Sequence[str],
+    context: Mapping[str, ContextType],
+    names: list[str],
+) -> None:
+    """A feature's ``by_batch`` rows name only its candidates (``names``), and a ``batch`` or
+    ``dtype`` its ``context`` declares has the type routing gives it."""
+    for index, row in enumerate(by_batch):
         unknown = [n for n in row.prefer if n not in names]
         if unknown:
             raise ValueError(
                 f"by_batch[{index}].prefer: {unknown[0][:40]!r} is not one of the candidates "
                 f"{names}"
             )
-    used = {"batch": bool(feature.by_batch), "dtype": bool(feature.dtypes)}
+    used = {"batch": bool(by_batch), "dtype": bool(dtypes)}
     for variable, kind in ROUTING_VARIABLES.items():
-        declared = feature.context.get(variable)
+        declared = context.get(variable)
         if used[variable] and declared is not None and declared != kind:
             key = "by_batch" if variable == "batch" else "dtypes"
             raise ValueError(
