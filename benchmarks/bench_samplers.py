@@ -37,12 +37,12 @@ PATHS = {"top_k": (50, None), "top_p": (None, 0.9), "top_k_top_p": (50, 0.9)}
 
 
 def _loadable(impl: str, entry: str) -> Callable[..., Any] | None:
-    from kernelpolicy.engine.resolution import _resolve_entry
+    from kernelpolicy.policy.entries import load_entry
 
     try:
         if impl in PREPARE:
-            _resolve_entry(PREPARE[impl])()
-        return _resolve_entry(entry)
+            load_entry(PREPARE[impl])()
+        return load_entry(entry)
     except Exception:  # not on this machine
         return None
 

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_samplers import copy_bandwidth, interleaved
 
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import torch_sampling as sampling
 from kernelpolicy.kernels.torch_impl import top_k_top_p
 from kernelpolicy.kernels.torch_sampling import blocks
+from kernelpolicy.verify.reference import filtered_probs
 
 VOCAB = int(os.environ.get("VOCAB", "128256"))
 SETTINGS = [(4096, 255), (4096, 15), (2048, 255), (1024, 255), (1024, 15)]

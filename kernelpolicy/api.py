@@ -158,7 +158,7 @@ def resolve(
         )
     evidence = None
     if policy_set.needs_evidence:
-        from kernelpolicy.conformance.evidence import load_evidence
+        from kernelpolicy.evidence.store import load_evidence
 
         evidence = load_evidence(
             platform, settings.cache_dir, allow_untrusted=settings.allow_untrusted_files

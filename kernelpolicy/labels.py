@@ -29,8 +29,8 @@ from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
 from kernelpolicy.safeio import write_atomic
 
 if TYPE_CHECKING:
-    from kernelpolicy.conformance.evidence import Evidence
     from kernelpolicy.engine.resolution import Resolution
+    from kernelpolicy.evidence.store import Evidence
 
 PREFIX = "kernelpolicy.feature.node.kubernetes.io"
 """The label prefix: a sub-namespace of NFD's own, allowed by every nfd-master by default."""

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from kernelpolicy.engine.resolution import _resolve_entry
+from kernelpolicy.policy.entries import load_entry
 from kernelpolicy.policy.names import BUILTIN_ENTRIES
 
 # the paths and the CUDA-event timing of benchmarks/bench_samplers.py, so that "idle-GPU
@@ -229,7 +229,7 @@ def main() -> None:
     fns = {
         impl: triton_sample
         if impl == "triton"
-        else _resolve_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
+        else load_entry(BUILTIN_ENTRIES[("sampler.top_k_top_p", impl)])
         for impl in args.impls.split(",")
     }
     print("impl path batch scale: host us | idle-GPU latency us | back-to-back us per call")

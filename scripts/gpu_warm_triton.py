@@ -30,8 +30,8 @@ def _job(spec: tuple[str, str, str]) -> tuple[str, int, list[str], float, str]:
     kind, dtype_name, arg = spec
     import torch
 
-    from kernelpolicy.conformance import distribution, samplers
     from kernelpolicy.kernels import sampling_triton
+    from kernelpolicy.verify import distribution, samplers
 
     dtype = getattr(torch, dtype_name)
     sample = sampling_triton.top_k_top_p
@@ -86,7 +86,7 @@ def _replays(sample: Any, dtype: Any, vocabs: list[int]) -> Iterator[Any]:
     which must read the new logits, k and p."""
     import torch
 
-    from kernelpolicy.conformance.model import Outcome
+    from kernelpolicy.evidence.model import Outcome
 
     for vocab in vocabs:
         for k, p in ((50, None), (None, 0.9), (50, 0.9), (None, None)):
@@ -116,7 +116,7 @@ def _specs(
     dtypes: list[str], bench_dtypes: list[str], bench_vocabs: str
 ) -> list[tuple[str, str, str]]:
     """The bench and the slow robustness jobs first: a pool starts jobs in order."""
-    from kernelpolicy.conformance import distribution, samplers
+    from kernelpolicy.verify import distribution, samplers
 
     specs = [("bench", d, bench_vocabs) for d in bench_dtypes]
     specs += [("robustness", d, path) for d in dtypes for path in samplers.PATHS]

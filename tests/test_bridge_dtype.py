@@ -15,9 +15,9 @@ import pytest
 
 from kernelpolicy.bridge import engine_settings
 from kernelpolicy.bridge.model import NO_IMPL, DtypeChoice
-from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry, store_evidence
 from kernelpolicy.engine import Resolution, resolve_policies
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.evidence.store import Evidence, EvidenceEntry, store_evidence
 from kernelpolicy.platform import load_platform
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture

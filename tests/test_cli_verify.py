@@ -71,7 +71,7 @@ def test_verify_out_keeps_what_finished_when_a_run_is_cut_short(
 ) -> None:
     """A run stopped during its second implementation (a timeout, Ctrl-C) leaves the first's
     results in --out, marked incomplete, with no evidence stored."""
-    from kernelpolicy.conformance import suite
+    from kernelpolicy.verify import suite
 
     real = suite.run_one
     calls: list[str] = []

@@ -18,9 +18,9 @@ import pytest
 
 from kernelpolicy.cli import main
 from kernelpolicy.cli.progress import LineProgress, TerminalProgress, for_stream
-from kernelpolicy.conformance import suite
-from kernelpolicy.conformance.model import Outcome
-from kernelpolicy.conformance.profile import FULL, QUICK
+from kernelpolicy.evidence.model import Outcome
+from kernelpolicy.verify import suite
+from kernelpolicy.verify.profile import FULL, QUICK
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = Outcome("x", True, "ok")

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from kernelpolicy.conformance import distribution, suite
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.kernels import torch_impl
+from kernelpolicy.verify import distribution, suite
+from kernelpolicy.verify.reference import filtered_probs
 
 BUGGY = "kernelpolicy.testing.buggy_kernels"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpolicy.conformance.distribution import TIE_RULE, _same_row, tie_row
-from kernelpolicy.conformance.evidence import load_evidence, store_evidence
-from kernelpolicy.conformance.model import ImplReport, Outcome
 from kernelpolicy.engine import CheckKind, resolve_policies
+from kernelpolicy.evidence.model import ImplReport, Outcome
+from kernelpolicy.evidence.store import load_evidence, store_evidence
 from kernelpolicy.kernels import torch_impl
 from kernelpolicy.policy import load_policy_text
+from kernelpolicy.verify.distribution import TIE_RULE, _same_row, tie_row
 from tests.helpers import fixture
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.conformance.evidence import (
+from kernelpolicy.engine import CheckKind, resolve_policies
+from kernelpolicy.errors import EvidenceError
+from kernelpolicy.evidence.store import (
     Evidence,
     evidence_from_json,
     evidence_to_json,
@@ -17,8 +19,6 @@ from kernelpolicy.conformance.evidence import (
     platform_key,
     store_evidence,
 )
-from kernelpolicy.engine import CheckKind, resolve_policies
-from kernelpolicy.errors import EvidenceError
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, with_libraries
@@ -310,7 +310,7 @@ def test_key_ignores_libraries_only_some_probes_read(fixtures: Path) -> None:
     """verify probes the kernel stack; explain, resolve() and serve also probe what their
     policies name. The key must be the same for all of them, and change with the stack."""
     from kernelpolicy import load_platform
-    from kernelpolicy.conformance.evidence import platform_key
+    from kernelpolicy.evidence.store import platform_key
 
     base = load_platform(fixtures / "platforms/h100-sxm.json")
     extra = base.replace(**{"libraries": {**base.libraries, "deep_gemm": "2.1.0"}})

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.api import resolve
-from kernelpolicy.conformance.evidence import (
+from kernelpolicy.errors import UntrustedFileError
+from kernelpolicy.evidence.store import (
     evidence_path,
     load_evidence,
     store_evidence,
     temp_path,
 )
-from kernelpolicy.errors import UntrustedFileError
 from tests.helpers import FIXTURES, ROOT, fixture
 from tests.test_evidence import POLICY, RESULT
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelpolicy.conformance.patterns import PATTERNS, make_logits
-from kernelpolicy.conformance.reference import filtered_probs, rmsnorm64
 from kernelpolicy.kernels.torch_impl import (
     allreduce_rmsnorm,
     greedy,
@@ -14,6 +12,8 @@ from kernelpolicy.kernels.torch_impl import (
     top_k_top_p,
     topk_per_row,
 )
+from kernelpolicy.verify.patterns import PATTERNS, make_logits
+from kernelpolicy.verify.reference import filtered_probs, rmsnorm64
 
 DTYPES = [
     pytest.param(d, id=str(d).removeprefix("torch."))

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels import torch_sampling
 from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
 from kernelpolicy.kernels.torch_sampling import binned, blocks, boundary
+from kernelpolicy.verify.reference import filtered_probs
 
 DTYPES = [
     pytest.param(d, id=str(d).removeprefix("torch."))

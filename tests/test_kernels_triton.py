@@ -19,10 +19,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from kernelpolicy.conformance.distribution import CASES as DIST_CASES
-from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels.sampling_triton import Draws, Kernels, Sampler, Tuning, variants
+from kernelpolicy.verify.distribution import CASES as DIST_CASES
+from kernelpolicy.verify.patterns import PATTERNS, damaged_rows, make_logits
+from kernelpolicy.verify.reference import filtered_probs
 from tests.helpers import SMALL_TRITON_TUNING, TritonSampler
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -18,12 +18,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.kernels.sampling_triton import Draws, graphs, replay
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
 from kernelpolicy.kernels.sampling_triton.sampler import graph_uniforms
 from kernelpolicy.policy import load_policy_text
+from kernelpolicy.verify.reference import filtered_probs
 from tests.helpers import TritonSampler, fixture
 
 BASE = {

@@ -16,8 +16,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.kernels.sampling_triton import Draws
+from kernelpolicy.verify.reference import filtered_probs
 from tests.helpers import TritonSampler
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.api import resolve
-from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry
+from kernelpolicy.evidence.store import Evidence, EvidenceEntry
 from kernelpolicy.labels import (
     PREFIX,
     LabelError,

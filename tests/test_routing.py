@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpolicy.conformance.evidence import Evidence, EvidenceEntry
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.engine.dispatch import TABLE_LIMIT, Routed
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.evidence.store import Evidence, EvidenceEntry
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture, with_libraries
 
@@ -290,7 +290,7 @@ def test_explain_routes_by_stored_evidence(
     """After verify stored a float16 failure for triton, `explain` on that machine serves
     float16 with flashinfer at every batch, and says why."""
     from kernelpolicy.cli import main
-    from kernelpolicy.conformance.evidence import store_evidence
+    from kernelpolicy.evidence.store import store_evidence
 
     monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(tmp_path))
     checks = {"robustness/float32/nan": True, "robustness/bfloat16/nan": True}

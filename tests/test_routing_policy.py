@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.conformance.evidence import (
+from kernelpolicy.errors import EvidenceError, PolicyError
+from kernelpolicy.evidence.store import (
     evidence_from_json,
     evidence_to_json,
     load_evidence,
     store_evidence,
 )
-from kernelpolicy.errors import EvidenceError, PolicyError
 from kernelpolicy.limits import MAX_BATCH_BOUND, MAX_BATCH_ROUTES
 from kernelpolicy.policy import load_policy_text
 from kernelpolicy.policy.lint import lint

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelpolicy.conformance import accuracy
-from kernelpolicy.conformance.reference import topk_per_row_reference
 from kernelpolicy.kernels.torch_impl import topk_per_row
+from kernelpolicy.verify import accuracy
+from kernelpolicy.verify.reference import topk_per_row_reference
 
 INF, NAN = float("inf"), float("nan")
 LOWEST = torch.finfo(torch.float32).min

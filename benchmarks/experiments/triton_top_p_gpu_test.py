@@ -9,8 +9,8 @@ sys.path.insert(0, "benchmarks/experiments")
 import torch
 from triton_top_p import top_p
 
-from kernelpolicy.conformance import samplers
 from kernelpolicy.kernels import torch_impl
+from kernelpolicy.verify import samplers
 
 
 def sampler(logits, k, p, generators=None, **kw):

@@ -54,9 +54,9 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.conformance.evidence import load_evidence
     from kernelpolicy.engine.resolve import resolve_policies
     from kernelpolicy.engine.switches import read_variables
+    from kernelpolicy.evidence.store import load_evidence
     from kernelpolicy.labels import PREFIX, node_labels
     from kernelpolicy.settings import settings_from
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from kernelpolicy.conformance.model import Outcome
+from kernelpolicy.evidence.model import Outcome
 
 Clock = Callable[[], float]
 _ERASE = "\r\x1b[K"  # back to the start of the line, clear to its end

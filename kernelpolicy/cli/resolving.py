@@ -79,7 +79,7 @@ def _resolve(
     check_forces(policies, used, answer_settings.overrides)
     evidence = None
     if policies.needs_evidence:
-        from kernelpolicy.conformance.evidence import load_evidence
+        from kernelpolicy.evidence.store import load_evidence
 
         evidence = load_evidence(
             platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files

@@ -63,20 +63,20 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     _require_verify_extra()
     try:
-        from kernelpolicy.conformance import suite
+        from kernelpolicy.verify import suite
     except ImportError as exc:  # installed but broken (a wrong CUDA build, a missing .so)
         raise KernelPolicyError(
             f"kernelpolicy verify cannot import {exc.name or 'its dependencies'}: {exc}"
         ) from None
 
-    from kernelpolicy.conformance.profile import FULL, QUICK
+    from kernelpolicy.verify.profile import FULL, QUICK
 
     device = _device(args.device)
     out = _output_file(args.out)
     profile = QUICK if args.quick else FULL
     storing = profile.evidence and not args.no_store and not args.entry
     if storing:  # refuse an untrusted store now, not after the suite has run
-        from kernelpolicy.conformance.evidence import prepare_store
+        from kernelpolicy.evidence.store import prepare_store
 
         settings = _settings()
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     results = [r.to_dict() for r in reports]
     stored = None
     if storing:
-        from kernelpolicy.conformance.evidence import store_evidence
+        from kernelpolicy.evidence.store import store_evidence
         from kernelpolicy.platform.probing import probe
 
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

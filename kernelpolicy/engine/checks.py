@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.model import Check, CheckKind, Note
+from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import (
     CompiledCandidate,

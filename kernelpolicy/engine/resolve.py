@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.checks import check_candidate
 from kernelpolicy.engine.cohort import place, rollout_check, rollouts_of
 from kernelpolicy.engine.fingerprint import fingerprint
@@ -28,6 +27,7 @@ from kernelpolicy.engine.switches import (
     over_limit_message,
     read_variables,
 )
+from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.envvars import carried, carried_env
 from kernelpolicy.platform.model import Platform

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from kernelpolicy.conformance.evidence import Evidence
 from kernelpolicy.engine.model import BatchRoute, Decision, DtypeRule, Reason
+from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.policy.compiled import CompiledFeature
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from kernelpolicy.conformance.evidence import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import halts_of
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 
 

@@ -125,8 +125,8 @@ class Fleet:
         if self.labels_dir is None:
             return
         from kernelpolicy.cli.labels_cmd import nfd_text
-        from kernelpolicy.conformance.evidence import load_evidence
         from kernelpolicy.errors import KernelPolicyError
+        from kernelpolicy.evidence.store import load_evidence
         from kernelpolicy.labels import node_labels, write_feature_file
 
         state = self.state

@@ -14,10 +14,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelpolicy.conformance.evidence import Evidence, load_evidence
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.evidence.store import Evidence, load_evidence
 from kernelpolicy.limits import (
     MAX_ANSWER_CACHE_BYTES,
     MAX_ANSWER_CACHE_ENTRIES,

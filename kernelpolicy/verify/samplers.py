@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from kernelpolicy.conformance.model import Outcome
-from kernelpolicy.conformance.patterns import PATTERNS, damaged_rows, make_logits
-from kernelpolicy.conformance.reference import filtered_probs
 from kernelpolicy.dtypes import dtype_name
+from kernelpolicy.evidence.model import Outcome
+from kernelpolicy.verify.patterns import PATTERNS, damaged_rows, make_logits
+from kernelpolicy.verify.reference import filtered_probs
 
 Sampler = Callable[..., torch.Tensor]
 
@@ -27,9 +27,9 @@ DIST_CASES = ((8, None), (16, None), (None, 0.5), (None, 0.7), (None, 0.99), (8,
 def distribution(
     sampler: Sampler, device: str = "cpu", seed: int = 0, **sizes: Any
 ) -> Iterator[Outcome]:
-    """:func:`kernelpolicy.conformance.distribution.distribution`; ``sizes`` are its keyword
+    """:func:`kernelpolicy.verify.distribution.distribution`; ``sizes`` are its keyword
     arguments (a profile's samples and cases)."""
-    from kernelpolicy.conformance.distribution import distribution as checks
+    from kernelpolicy.verify.distribution import distribution as checks
 
     yield from checks(sampler, device, seed, **sizes)
 

@@ -8,12 +8,13 @@ from typing import Any, Protocol
 
 import torch
 
-from kernelpolicy.conformance import accuracy, distribution, samplers
-from kernelpolicy.conformance.model import ImplReport, Outcome
-from kernelpolicy.conformance.profile import FULL, Profile
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.evidence.model import ImplReport, Outcome
 from kernelpolicy.kernels.guards import GUARDS
+from kernelpolicy.policy.entries import load_entry
 from kernelpolicy.policy.names import BUILTIN_ENTRIES, PREPARE
+from kernelpolicy.verify import accuracy, distribution, samplers
+from kernelpolicy.verify.profile import FULL, Profile
 
 Checks = Callable[[Callable[..., Any], str, Profile], Iterator[Outcome]]
 
@@ -94,12 +95,6 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _load(entry: str) -> Callable[..., Any]:
-    from kernelpolicy.engine.resolution import _resolve_entry
-
-    return _resolve_entry(entry)
-
-
 def targets(
     features: Iterable[str] | None = None, impls: Iterable[str] | None = None
 ) -> list[tuple[str, str, str]]:
@@ -142,8 +137,8 @@ def run_one(
             return report
     try:
         if impl in PREPARE:
-            _load(PREPARE[impl])()
-        function = _load(entry)
+            load_entry(PREPARE[impl])()
+        function = load_entry(entry)
     except Exception as exc:  # cannot run here: say why, do not fail the suite
         report.skipped = f"cannot load {entry}: {exc}"
         return report

@@ -74,8 +74,8 @@ def dtype_results(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[
     only the names of :data:`~kernelpolicy.dtypes.DTYPE_NAMES` count, so nothing
     else an evidence file says reaches the engine as a dtype.
     """
-    from kernelpolicy.conformance.model import check_dtypes
     from kernelpolicy.dtypes import DTYPE_NAMES
+    from kernelpolicy.evidence.model import check_dtypes
 
     found: dict[str, bool] = {}
     general_failed = False
@@ -104,8 +104,8 @@ def _conventions(checks: list[dict[str, Any]]) -> str:
 
 def differences(checks: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(dtypes some check of which only differs, the conventions named) of one result."""
-    from kernelpolicy.conformance.model import check_dtypes
     from kernelpolicy.dtypes import DTYPE_NAMES
+    from kernelpolicy.evidence.model import check_dtypes
 
     differing = [c for c in checks if _differs(c)]
     dtypes = {d for c in differing for d in check_dtypes(c["check"])}

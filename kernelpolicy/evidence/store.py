@@ -20,15 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.conformance.evidence_schema import (
+from kernelpolicy.digest import sha256
+from kernelpolicy.errors import EvidenceError, KernelPolicyError
+from kernelpolicy.evidence.schema import (
     EVIDENCE_SCHEMA,
     differences,
     results_summary,
     validate_document,
     validate_wire,
 )
-from kernelpolicy.digest import sha256
-from kernelpolicy.errors import EvidenceError, KernelPolicyError
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json, read_text_bounded, temp_path, write_atomic

@@ -1,5 +1,5 @@
 """Distribution checks of samplers: chi-square of 50,000 draws against the exact filtered
-softmax (kernelpolicy.conformance.reference), per dtype, for per-row mixes of k/p/None in one
+softmax (kernelpolicy.verify.reference), per dtype, for per-row mixes of k/p/None in one
 batch, and for tie-heavy rows (logits rounded through bfloat16; tied groups straddling the top-k
 and top-p boundaries, where the lowest ids must stay), and a nucleus of most of a large
 vocabulary per dtype (the path a sampler takes when the nucleus outgrows its candidate buffers).
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from kernelpolicy.conformance.model import Outcome
-from kernelpolicy.conformance.reference import filtered_probs
+from kernelpolicy.evidence.model import Outcome
+from kernelpolicy.verify.reference import filtered_probs
 
 Sampler = Callable[..., torch.Tensor]
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -131,7 +131,7 @@ def distribution(
     tie_cases: tuple[Case, ...] = TIE_CASES,
 ) -> Iterator[Outcome]:
     """Every distribution check, ``samples`` draws per case (the full suite's sizes unless a
-    profile passes its own: :mod:`kernelpolicy.conformance.profile`)."""
+    profile passes its own: :mod:`kernelpolicy.verify.profile`)."""
     generator = torch.Generator().manual_seed(seed)
     base = torch.randn(1, VOCAB, generator=generator) * 2.0
     wide = torch.randn(1, WIDE_VOCAB, generator=torch.Generator().manual_seed(seed + 1))

@@ -1,7 +1,7 @@
 """How much of the suite runs: the full profile (what evidence is made of) or a quick smoke run.
 
 A profile is a value threaded through the checks; the module constants of
-:mod:`~kernelpolicy.conformance.distribution` and :mod:`~kernelpolicy.conformance.patterns`
+:mod:`~kernelpolicy.verify.distribution` and :mod:`~kernelpolicy.verify.patterns`
 stay the full suite's sizes, and :data:`FULL` is built from them so the two cannot drift apart.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelpolicy.conformance import distribution
-from kernelpolicy.conformance.patterns import PATTERNS
+from kernelpolicy.verify import distribution
+from kernelpolicy.verify.patterns import PATTERNS
 
 Case = tuple[int | None, float | None]
 

@@ -1,4 +1,4 @@
-"""Results of the conformance suite."""
+"""Results of the verify suite: what ``kernelpolicy verify`` reports and the evidence store keeps."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from kernelpolicy.conformance.model import Outcome
-from kernelpolicy.conformance.reference import rmsnorm64, topk_per_row_reference
+from kernelpolicy.evidence.model import Outcome
+from kernelpolicy.verify.reference import rmsnorm64, topk_per_row_reference
 
 # Tolerances relative to the largest reference magnitude, per dtype (output rounding included).
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -73,10 +73,10 @@ def rank_main(argv: list[str]) -> None:
     """One rank of the gloo check: ``rank store result_dir module:function``."""
     import torch.distributed as dist
 
-    from kernelpolicy.engine.resolution import _resolve_entry
+    from kernelpolicy.policy.entries import load_entry
 
     rank, store, result_dir, entry = int(argv[0]), argv[1], argv[2], argv[3]
-    impl = _resolve_entry(entry)
+    impl = load_entry(entry)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         x, residual, weight = _inputs(torch.float32, rank)
@@ -101,7 +101,7 @@ def _two_ranks(impl: Callable[..., Any]) -> Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         code = (
-            "import sys; from kernelpolicy.conformance.accuracy import rank_main; "
+            "import sys; from kernelpolicy.verify.accuracy import rank_main; "
             "rank_main(sys.argv[1:])"
         )
         procs = [
