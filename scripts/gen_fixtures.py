@@ -13,7 +13,8 @@ import argparse
 import shutil
 from pathlib import Path
 
-from kernelpolicy.testing.machines import MACHINES, fixture_dir, probe_machine, write_root
+from kernelpolicy.platform.fixtures import fixture_dir
+from kernelpolicy.testing.machines import MACHINES, probe_machine, write_root
 
 
 def generate(out: Path) -> list[Path]:

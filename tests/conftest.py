@@ -17,7 +17,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest
 from hypothesis import HealthCheck, settings
 
-from kernelpolicy.testing.machines import fixture_dir
+from kernelpolicy.platform.fixtures import fixture_dir
 from tests.helpers import patch_lang_once_per_launch, reduce_by_slices, reduce_xor_with_numpy
 
 # The fuzz suite (tests/test_fuzz_*.py): a fast, deterministic profile for CI, a long one for

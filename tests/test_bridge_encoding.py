@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernelpolicy.cli import main
-from kernelpolicy.testing.machines import fixture_dir
+from kernelpolicy.platform.fixtures import fixture_dir
 from tests.consumers import BAIT, bash_read, dotenv_read, json_read, yaml_read
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -13,9 +13,9 @@ import pytest
 
 from kernelpolicy.bridge import EngineSettings, Status, engine_settings
 from kernelpolicy.knobs import KnobTable, knob_table, refused
+from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.policy.engine_proof import prove_engines
 from kernelpolicy.policy.schema.bridge import flag_options
-from kernelpolicy.testing.machines import fixture_dir
 from tests.helpers import bundled, resolve_on
 
 ROOT = Path(__file__).resolve().parent.parent

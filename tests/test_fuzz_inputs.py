@@ -28,9 +28,10 @@ from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import PlatformFileError, SettingsError, VersionError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS, shown
 from kernelpolicy.platform.envvars import capture_env, carried
+from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import Platform, load_platform
 from kernelpolicy.settings import parse_bool, settings_from
-from kernelpolicy.testing import FakeNVML, fixture_dir, write_kfd_tree
+from kernelpolicy.testing import FakeNVML, write_kfd_tree
 from kernelpolicy.testing.machines import H100_SXM, MI300X
 from kernelpolicy.versions import StackVersion, UnreadableVersion, parse_specifier, parse_version
 

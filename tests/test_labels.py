@@ -26,7 +26,7 @@ from kernelpolicy.labels import (
     write_feature_file,
 )
 from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
-from kernelpolicy.testing.machines import fixture_dir
+from kernelpolicy.platform.fixtures import fixture_dir
 from tests.helpers import ROOT, fixture
 
 FIXTURES = sorted(p.stem for p in (fixture_dir() / "platforms").glob("*.json"))

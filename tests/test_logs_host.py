@@ -108,7 +108,7 @@ _HOST = """\
 import sys
 {configure}
 import kernelpolicy
-from kernelpolicy.testing.machines import fixture_dir
+from kernelpolicy.platform.fixtures import fixture_dir
 p = lambda n: kernelpolicy.load_platform(fixture_dir() / f'platforms/{{n}}.json')
 kernelpolicy.resolve(p('cpu'), env={{}})
 kernelpolicy.resolve(p('mi300x'), env={{'VLLM_ROCM_USE_AITER': '1'}})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.testing.machines import fixture_dir
+from kernelpolicy.platform.fixtures import fixture_dir
 from tests.helpers import ROOT
 
 pytest.importorskip("openfeature.contrib.provider.ofrep", reason="needs openfeature-provider-ofrep")

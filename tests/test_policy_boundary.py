@@ -338,7 +338,7 @@ def test_odd_paths_are_policy_errors(path: str, message: str) -> None:
     """Paths that are not paths are PolicyErrors, through resolve() as well (its cache stamps
     files before loading them)."""
     import kernelpolicy
-    from kernelpolicy.testing.machines import fixture_dir
+    from kernelpolicy.platform.fixtures import fixture_dir
 
     platform = kernelpolicy.load_platform(fixture_dir() / "platforms" / "cpu.json")
     with pytest.raises(PolicyError, match=message):

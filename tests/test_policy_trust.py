@@ -12,9 +12,9 @@ import pytest
 
 import kernelpolicy
 from kernelpolicy.errors import UntrustedFileError
+from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.policy import load_policies, read_policy_sources
 from kernelpolicy.settings import bundled_policy_dir
-from kernelpolicy.testing.machines import fixture_dir
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = """schema = "kernelpolicy.policy/v1"

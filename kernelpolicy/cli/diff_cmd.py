@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 def _inventory(args: argparse.Namespace) -> Any:
     """The inventory ``--platforms`` or ``--daemons`` names, else the bundled fixtures."""
     from kernelpolicy.fleet import daemon_addresses, load_daemons, load_inventory
-    from kernelpolicy.testing.machines import fixture_dir
+    from kernelpolicy.platform.fixtures import fixture_dir
 
     if args.daemons is not None:
         if not args.daemon_timeout > 0:

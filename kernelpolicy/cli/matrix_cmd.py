@@ -151,7 +151,7 @@ def matrix_table(
 
 def _snapshots(directory: Path | None) -> list[Path]:
     """The ``*.json`` snapshots of ``--platforms`` (default: the shipped fixtures)."""
-    from kernelpolicy.testing.machines import fixture_dir
+    from kernelpolicy.platform.fixtures import fixture_dir
 
     if directory is None:
         directory = fixture_dir() / "platforms"

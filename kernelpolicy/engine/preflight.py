@@ -20,7 +20,7 @@ from kernelpolicy.policy.compiled import PolicySet
 
 def fixture_platforms() -> list[tuple[str, Platform]]:
     """(name, platform) of every bundled platform fixture (``fixtures/platforms/*.json``)."""
-    from kernelpolicy.testing.machines import fixture_dir
+    from kernelpolicy.platform.fixtures import fixture_dir
 
     paths = sorted((fixture_dir() / "platforms").glob("*.json"))
     return [(path.stem, load_platform(path)) for path in paths]

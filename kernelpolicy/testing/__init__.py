@@ -9,7 +9,7 @@ They ship with the package so that users can test their own policies the same wa
 from kernelpolicy.testing.fake_amdsmi import FakeAmdSmi, FakeAmdSmiGpu
 from kernelpolicy.testing.fake_nvml import FakeNvidiaGpu, FakeNVML
 from kernelpolicy.testing.fake_sysfs import FakeAmdGpu, write_kfd_tree
-from kernelpolicy.testing.machines import MACHINES, Machine, fixture_dir, probe_machine
+from kernelpolicy.testing.machines import MACHINES, Machine, probe_machine
 
 __all__ = [
     "MACHINES",
@@ -19,7 +19,6 @@ __all__ = [
     "FakeNVML",
     "FakeNvidiaGpu",
     "Machine",
-    "fixture_dir",
     "probe_machine",
     "write_kfd_tree",
 ]

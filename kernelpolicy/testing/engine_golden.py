@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 from kernelpolicy.bridge import EngineSettings, Status, engine_settings
 from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policies
 from kernelpolicy.settings import bundled_policy_dir
-from kernelpolicy.testing.machines import fixture_dir
 
 ENGINES = ("vllm", "sglang")
 # The environments every fixture is answered under: nothing set, and each engine's aiter switch.

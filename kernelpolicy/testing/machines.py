@@ -2,8 +2,8 @@
 
 Each :class:`Machine` is turned into a fake root (a KFD tree for AMD, ``torch/version.py`` for
 all) plus a :class:`FakeNVML` for NVIDIA, and then probed by the same ``probe()`` that runs in
-production. ``scripts/gen_fixtures.py`` writes the results to ``kernelpolicy/fixtures``; a test
-checks they are current.
+production. ``scripts/gen_fixtures.py`` writes the results to ``kernelpolicy/fixtures`` (read
+through :mod:`kernelpolicy.platform.fixtures`); a test checks they are current.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.platform.probing import probe
 from kernelpolicy.testing.fake_nvml import FakeNvidiaGpu, FakeNVML
@@ -131,11 +132,6 @@ MACHINES: dict[str, Machine] = {
         ),
     )
 }  # fmt: skip
-
-
-def fixture_dir() -> Path:
-    """The shipped fixtures: ``platforms/<name>.json`` and ``roots/<name>/`` fake trees."""
-    return Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def write_root(machine: Machine, root: Path) -> Path:
