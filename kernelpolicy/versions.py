@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from packaging.version import InvalidVersion, Version
-
 from kernelpolicy.errors import VersionError
 from kernelpolicy.limits import MAX_VERSION_CHARS, shown
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
 __all__ = [
+    "KERNELPOLICY_VERSION",
     "LazySpecifierSet",
     "StackVersion",
     "UnreadableVersion",
@@ -33,6 +33,11 @@ __all__ = [
     "parse_version",
     "require_version",
 ]
+
+KERNELPOLICY_VERSION = "0.1.0"
+"""kernelpolicy's own version (``kernelpolicy.__version__``): in the core layer so that the
+layers above (the compiled-pack cache key, metrics, labels) read it without importing the
+package's front door."""
 
 # A dotted numeric release with an optional build tag: 550.54.15, 6.3.1-48, 6.3.42131-fa1d09cbd,
 # 12.04, v1.2. The build tag becomes a PEP 440 local label, so it orders after the bare release.
@@ -61,6 +66,8 @@ class StackVersion:
     @property
     def base(self) -> Version:
         """The release alone: ``0.1.16.post3.dev0+g1a2b`` -> ``0.1.16``."""
+        from packaging.version import Version
+
         return Version(self.value.base_version)
 
     @property
@@ -134,6 +141,10 @@ def parse_version(raw: str) -> StackVersion | UnreadableVersion:
 
 @lru_cache(maxsize=1024)
 def _parse_version(raw: str) -> StackVersion | UnreadableVersion:
+    # Imported here: a worker on a machine without a GPU compares no version on its first
+    # resolve(), and packaging.version is about 3 ms of its start.
+    from packaging.version import InvalidVersion, Version
+
     text = raw.strip()
     if not text:
         return UnreadableVersion(raw, "empty string")

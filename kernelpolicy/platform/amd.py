@@ -70,7 +70,10 @@ def probe_amd(root: Path, environ: Mapping[str, str], amdsmi: Any = None) -> Amd
     elif amdsmi is not None:
         from kernelpolicy.platform.amdsmi_fallback import read_amdsmi
 
-        physical = read_amdsmi(amdsmi, report)
+        reading = read_amdsmi(amdsmi)
+        report.errors += reading.errors
+        report.driver_version = reading.driver_version
+        physical = reading.devices
         report.present = bool(physical)
     else:
         physical = []

@@ -7,16 +7,24 @@ cannot be repaired is reported in ``probe_errors``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernelpolicy.limits import MAX_PROBED_DEVICES, shown
 from kernelpolicy.platform.amd_ids import PRODUCTS, product_name
 from kernelpolicy.platform.faults import attempt, describe
 from kernelpolicy.platform.model import Device, bounded_version
 
-if TYPE_CHECKING:
-    from kernelpolicy.platform.amd import AmdReport
+
+@dataclass
+class AmdsmiReading:
+    """What amdsmi told: the GPUs, the driver version of the first that reports one, and
+    whatever failed (each failure costs only its device or field)."""
+
+    devices: list[Device] = field(default_factory=list)
+    driver_version: str | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 def load_amdsmi() -> Any:
@@ -28,14 +36,15 @@ def load_amdsmi() -> Any:
     return amdsmi
 
 
-def read_amdsmi(amdsmi: Any, report: AmdReport) -> list[Device]:
-    """Read GPUs through amdsmi; every failure lands in ``report.errors``, and a bad device
-    costs only itself (the probe's one fault boundary, kernelpolicy.platform.faults)."""
+def read_amdsmi(amdsmi: Any) -> AmdsmiReading:
+    """Read GPUs through amdsmi; every failure lands in the reading's ``errors``, and a bad
+    device costs only itself (the probe's one fault boundary, kernelpolicy.platform.faults)."""
+    report = AmdsmiReading()
     try:
         amdsmi.amdsmi_init()
     except Exception as exc:
         report.errors.append(f"amdsmi: cannot initialise: {describe(exc)}")
-        return []
+        return report
     try:
         handles = attempt(report.errors, "amdsmi", lambda: list(_handles(amdsmi))) or []
         gpus = [
@@ -43,7 +52,8 @@ def read_amdsmi(amdsmi: Any, report: AmdReport) -> list[Device]:
                     then="device skipped")
             for i, h in enumerate(handles)
         ]  # fmt: skip
-        return [gpu for gpu in gpus if gpu is not None]
+        report.devices = [gpu for gpu in gpus if gpu is not None]
+        return report
     finally:
         attempt(report.errors, "amdsmi: shutdown failed", amdsmi.amdsmi_shut_down)
 
@@ -57,7 +67,7 @@ def _handles(amdsmi: Any) -> list[Any]:
     return handles
 
 
-def _read_one(amdsmi: Any, handle: Any, report: AmdReport) -> Device | None:
+def _read_one(amdsmi: Any, handle: Any, report: AmdsmiReading) -> Device | None:
     asic = amdsmi.amdsmi_get_gpu_asic_info(handle)
     device_id = int(str(asic.get("device_id", "0")), 0)
     reported = str(asic.get("target_graphics_version", ""))

@@ -44,6 +44,7 @@ from kernelpolicy.policy.compiled import (
     compile_candidate,
 )
 from kernelpolicy.policy.record import decode, encode
+from kernelpolicy.versions import KERNELPOLICY_VERSION
 
 __all__ = ["PACK_CACHE_ENTRIES", "cache_key", "load_cached", "pack_dir"]
 
@@ -71,9 +72,7 @@ def pack_dir(cache_dir: Path | None) -> Path:
 
 def cache_key(sources: Sequence[tuple[str, str]]) -> str:
     """What a cached set depends on, hashed: every (path, text), the version, and the code."""
-    from kernelpolicy import __version__
-
-    digest = sha256(f"kernelpolicy {__version__} pack format {FORMAT}\0".encode())
+    digest = sha256(f"kernelpolicy {KERNELPOLICY_VERSION} pack format {FORMAT}\0".encode())
     digest.update(_code_stamp().encode())
     for name, text in sources:
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")

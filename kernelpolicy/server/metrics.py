@@ -217,7 +217,7 @@ class DaemonMetrics:
     """
 
     def __init__(self, state: ServingState) -> None:
-        from kernelpolicy import __version__
+        from kernelpolicy.versions import KERNELPOLICY_VERSION as __version__
 
         self.registry = CollectorRegistry()
         self.registry.register(SnapshotCollector(state))
