@@ -14,7 +14,7 @@ import torch
 
 from kernelpolicy.kernels import torch_sampling
 from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
-from kernelpolicy.kernels.torch_sampling import binned, blocks, boundary
+from kernelpolicy.kernels.torch_sampling import binned, blocks, nucleus
 from kernelpolicy.verify.reference import filtered_probs
 
 DTYPES = [
@@ -319,5 +319,5 @@ def test_boundary_bin_sorts_by_value_then_lower_id(
     descending values, ties (-0.0 = 0.0 included) by lower id, the padding (id -1) last."""
     v, i = torch.tensor([values]), torch.tensor([ids])
     total = torch.ones(1, 1, dtype=torch.float64)
-    e = boundary.edge((i, v, torch.zeros(1, len(ids))), total * 0, total, total * 0.5)
+    e = nucleus.edge((i, v, torch.zeros(1, len(ids))), total * 0, total, total * 0.5)
     assert e.ids[0].tolist() == order

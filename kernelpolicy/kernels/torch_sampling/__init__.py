@@ -12,7 +12,7 @@ Top-p alone never sorts a whole row and never truncates the nucleus to a fixed c
 on a GPU it searches sorted blocks of the row (:mod:`.blocks`, a fixed sequence of operations
 with no host synchronisation); on the CPU a histogram of the mass over bins of the distance
 to the row maximum, a few rows at a time, finds the bin holding the boundary, and only that
-bin is sorted (:mod:`.binned`, :mod:`.boundary`).
+bin is sorted (:mod:`.binned`, :mod:`.nucleus`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ rows take which path (free on the CPU).
 The vocabulary-wide passes run a few rows at a time (``CHUNK``) into the same two buffers,
 which stay in cache, where whole-batch temporaries were fresh memory (page faults) for every
 pass; each chunk keeps only its histogram and the tokens of two bins, and the last steps
-(:mod:`.boundary`) run once for the whole batch.
+(:mod:`.nucleus`) run once for the whole batch.
 
 Every row's weights are ``exp(x - max)`` computed as ``2^((x - max) log2 e)``: on the CPUs we
 measured, ``torch.exp2`` runs at memory speed where ``torch.exp`` takes four times as long, and
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernelpolicy.kernels.torch_sampling import blocks, boundary
+from kernelpolicy.kernels.torch_sampling import blocks, nucleus
 from kernelpolicy.kernels.torch_sampling.common import draw, prepare, weights
 
 LOG2E = 1.4426950408889634
@@ -254,10 +254,10 @@ def finish(f: Found, p: torch.Tensor, logits: torch.Tensor, at: torch.Tensor) ->
         ``int64 [batch]`` tokens.
     """
     shape = (f.edge.shape[0], logits.shape[-1])
-    ids, x, w = boundary.packed(f.sel, f.group, shape, f.x, f.w)  # the boundary bin, the other
-    e = boundary.edge((ids[:, 0], x[:, 0], w[:, 0]), f.before, f.cum[:, -1:], p)
+    ids, x, w = nucleus.packed(f.sel, f.group, shape, f.x, f.w)  # the boundary bin, the other
+    e = nucleus.edge((ids[:, 0], x[:, 0], w[:, 0]), f.before, f.cum[:, -1:], p)
     mass = f.hist.gather(1, f.c)
-    tokens, rejected, u = boundary.tokens(e, f.c == f.edge, f.rest, mass, ids[:, 1], w[:, 1])
+    tokens, rejected, u = nucleus.tokens(e, f.c == f.edge, f.rest, mass, ids[:, 1], w[:, 1])
     again = rejected.nonzero().squeeze(-1)
     _redraw(tokens, again, u, e=e, f=f, logits=logits, at=at)
     return tokens
@@ -268,7 +268,7 @@ def _redraw(
     again: torch.Tensor,
     u: torch.Tensor,
     *,
-    e: boundary.Edge,
+    e: nucleus.Edge,
     f: Found,
     logits: torch.Tensor,
     at: torch.Tensor,
@@ -295,11 +295,11 @@ def _redraw(
             offset = torch.arange(0, off.numel() * BINS, BINS).unsqueeze(-1)
             sel = (_bins(r) == (c[off] + offset).int()).view(-1).nonzero().squeeze(-1)
             shape = (off.numel(), vocab)
-            found, w = boundary.packed(sel, torch.ones_like(sel), shape, r.w.view(-1)[sel])
+            found, w = nucleus.packed(sel, torch.ones_like(sel), shape, r.w.view(-1)[sel])
             ids = ids.expand(-1, found.shape[-1]).index_copy(0, off, found[:, 1])
             weights = weights.expand(-1, w.shape[-1]).index_copy(0, off, w[:, 1])
-        sub = boundary.Edge(*(t[again] for t in e))
-        tokens[again], rejected, u[again] = boundary.tokens(
+        sub = nucleus.Edge(*(t[again] for t in e))
+        tokens[again], rejected, u[again] = nucleus.tokens(
             sub, at_edge, rest, hist.gather(1, c), ids, weights
         )
         again = again[rejected]

@@ -1,5 +1,5 @@
-"""The CPU top-p's last steps, on the few tokens its pass over the vocabulary extracted: pack
-them per row, sort the bin holding the nucleus boundary and find its kept prefix, and draw."""
+"""The CPU top-p's nucleus boundary, on the few tokens its pass over the vocabulary extracted:
+pack them per row, sort the bin holding the boundary and find its kept prefix, and draw."""
 
 from __future__ import annotations
 
