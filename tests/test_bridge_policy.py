@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelpolicy.check import lint
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.limits import MAX_ENGINE_RULE_WORDS, MAX_ENV_VALUE_CHARS
 from kernelpolicy.policy import load_policies
-from kernelpolicy.policy.lint import lint
 
 GOOD = """schema = "kernelpolicy.policy/v1"
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelpolicy.check.preflight import preflight
 from kernelpolicy.engine import ErrorCode, Reason, resolve_policies
-from kernelpolicy.engine.preflight import fixture_platforms, preflight
 from kernelpolicy.errors import PolicyError, ResolutionError
+from kernelpolicy.platform.fixtures import fixture_platforms
 from kernelpolicy.policy import PolicySet, load_policy_text
 from kernelpolicy.policy.cel import evaluate
 from tests.helpers import fixture

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from kernelpolicy.check.bridge_proof import prove_bridge_rules
 from kernelpolicy.knobs import KnobTable, knob_table, refused
 from kernelpolicy.platform.fixtures import fixture_dir
-from kernelpolicy.policy.engine_proof import prove_engines
 from kernelpolicy.policy.schema.bridge import flag_options
 from tests.helpers import bundled, resolve_on
 
@@ -303,7 +303,7 @@ def test_a_release_newer_than_the_tables_is_matched_as_the_newest() -> None:
 
 def test_the_bundled_pack_is_proven() -> None:
     """kernelpolicy check's proof finds nothing in the bundled pack."""
-    assert [str(i) for i in prove_engines(bundled())] == []
+    assert [str(i) for i in prove_bridge_rules(bundled())] == []
 
 
 # -- check's proof, on small policies ---------------------------------------------------------
@@ -384,7 +384,7 @@ def test_check_proves_rules_against_the_releases(tmp_path: Path, rules: str, mes
 
     path = tmp_path / "p.toml"
     path.write_text(POLICY.replace("RULES", rules))
-    issues = [str(i) for i in prove_engines(load_policies([path]))]
+    issues = [str(i) for i in prove_bridge_rules(load_policies([path]))]
     assert any(message in i for i in issues), issues
 
 
@@ -395,7 +395,7 @@ def test_the_docs_show_what_check_and_env_print(tmp_path: Path) -> None:
 
     path = tmp_path / "p.toml"
     path.write_text(POLICY.replace("RULES", '{ env = { VLLM_ROCM_USE_AITER_PAGED_ATTN = "1" } }'))
-    issues = [str(i) for i in prove_engines(load_policies([path]))]
+    issues = [str(i) for i in prove_bridge_rules(load_policies([path]))]
     (issue,) = [i for i in issues if "reads nowhere" in i]
     assert issue.replace(str(path), "p.toml") in docs
     env = {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}

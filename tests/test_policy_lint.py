@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kernelpolicy.check import lint
 from kernelpolicy.policy import load_policy_text
-from kernelpolicy.policy.lint import lint
 from tests.helpers import bundled, fixture, with_libraries
 
 HEAD = 'schema = "kernelpolicy.policy/v1"\n[features.mhc]\ndescription = "d"\nfallback = "torch"\n'

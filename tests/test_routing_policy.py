@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpolicy.check import lint
 from kernelpolicy.errors import EvidenceError, PolicyError
 from kernelpolicy.evidence.store import (
     evidence_from_json,
@@ -17,7 +18,6 @@ from kernelpolicy.evidence.store import (
 )
 from kernelpolicy.limits import MAX_BATCH_BOUND, MAX_BATCH_ROUTES
 from kernelpolicy.policy import load_policy_text
-from kernelpolicy.policy.lint import lint
 from tests.helpers import fixture
 
 HEAD = """schema = "kernelpolicy.policy/v1"

@@ -14,9 +14,9 @@ import pytest
 
 from kernelpolicy.bridge import Status, engine_settings
 from kernelpolicy.bridge.plugin import ENABLE, INPUTS, MAX_INPUTS_BYTES, plugin_environment
+from kernelpolicy.check.bridge_proof import prove_bridge_rules
 from kernelpolicy.platform.libraries import read_libraries
 from kernelpolicy.policy import load_policies
-from kernelpolicy.policy.engine_proof import prove_engines
 from tests.helpers import resolve_on
 
 E2E_POLICIES = Path(__file__).parent / "vllm_e2e/policies"
@@ -70,12 +70,12 @@ def test_a_per_batch_choice_is_carried_where_the_plugin_reaches() -> None:
 
 def test_check_accepts_plugin_rules_only_where_the_plugin_is_tested(tmp_path: Path) -> None:
     text = (E2E_POLICIES / "e2e.toml").read_text()
-    assert prove_engines(load_policies([E2E_POLICIES])) == []
+    assert prove_bridge_rules(load_policies([E2E_POLICIES])) == []
     early = text.replace('versions = ">=0.32", plugin', 'versions = ">=0.30", plugin', 1)
     before = '{ versions = "<0.32", inexpressible'
     early = early.replace(before, before.replace("0.32", "0.30"), 1)
     (tmp_path / "e2e.toml").write_text(early)
-    issues = [str(i) for i in prove_engines(load_policies([tmp_path / "e2e.toml"]))]
+    issues = [str(i) for i in prove_bridge_rules(load_policies([tmp_path / "e2e.toml"]))]
     assert any("vllm 0.30.0, 0.31.0: kernelpolicy's vllm plugin is tested from 0.32.0" in i
                for i in issues), issues  # fmt: skip
 

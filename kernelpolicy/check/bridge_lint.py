@@ -1,5 +1,6 @@
-"""``kernelpolicy check`` for engine rules: rules that can never apply, choices an engine is never
-told about, and settings that would switch off the very candidate they select."""
+"""``kernelpolicy check`` lints of the bridge's rules (a policy's ``engines`` tables): rules that
+can never apply, choices an inference engine is never told about, and settings that would switch
+off the very candidate they select."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature, Po
 from kernelpolicy.settings import parse_bool
 
 
-def lint_engines(policies: PolicySet) -> list[PolicyIssue]:
-    """Every engine-rule problem of ``policies``, located at the feature or candidate."""
+def lint_bridge_rules(policies: PolicySet) -> list[PolicyIssue]:
+    """Every problem of ``policies``' bridge rules, located at the feature or candidate."""
     issues: list[PolicyIssue] = []
     for feature in policies.features.values():
         issues += _unreachable(feature)

@@ -1,4 +1,4 @@
-"""``kernelpolicy check``: every engine rule proven against the releases it covers.
+"""``kernelpolicy check``: every bridge rule proven against the inference-engine releases it covers.
 
 For each ``engines.<engine>`` rule and every release of the knob tables (:mod:`kernelpolicy.
 knobs`) that its ``versions`` range covers and no earlier rule already takes: each variable
@@ -33,8 +33,8 @@ RuleSet = tuple[str | None, str, tuple[CompiledEngineRule, ...]]
 Problem = tuple[str | None, str]  # (release, what is wrong there); None: the rule as a whole
 
 
-def prove_engines(policies: PolicySet) -> list[PolicyIssue]:
-    """Every disagreement between ``policies``' engine rules and the engines' releases."""
+def prove_bridge_rules(policies: PolicySet) -> list[PolicyIssue]:
+    """Every disagreement between ``policies``' bridge rules and the inference engines' releases."""
     issues: list[PolicyIssue] = []
     for feature in policies.features.values():
         for impl, engine, rules in _rule_sets(feature):

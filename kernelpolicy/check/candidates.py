@@ -1,6 +1,5 @@
-"""Checks beyond validity, for ``kernelpolicy check``: candidates that can never be chosen,
-entries whose module cannot be found, and workarounds that may already be lifted on a given
-platform."""
+"""``kernelpolicy check`` lints of candidates: those that can never be chosen, entries whose
+module cannot be found, and workarounds that may already be lifted on a given platform."""
 
 from __future__ import annotations
 
@@ -19,20 +18,20 @@ _CAPABILITIES = {
 }  # fmt: skip
 
 
-def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) -> list[PolicyIssue]:
-    """Every candidate that can never be chosen, and every workaround whose lift condition holds
-    on one of ``platforms`` (name, platform)."""
+def lint_candidates(policies: PolicySet) -> list[PolicyIssue]:
+    """Every candidate that can never be chosen, and every entry that cannot be imported here."""
     issues: list[PolicyIssue] = []
     for feature in policies.features.values():
         issues.extend(_never_chosen(feature))
         issues.extend(_unimportable(feature))
-    from kernelpolicy.policy.engine_lint import lint_engines
-    from kernelpolicy.policy.engine_proof import prove_engines
-    from kernelpolicy.policy.route_lint import lint_routes
+    return issues
 
-    issues.extend(lint_engines(policies))
-    issues.extend(prove_engines(policies))
-    issues.extend(lint_routes(policies))
+
+def liftable_workarounds(
+    policies: PolicySet, platforms: Iterable[tuple[str, Platform]]
+) -> list[PolicyIssue]:
+    """Every workaround whose lift condition holds on one of ``platforms`` (name, platform)."""
+    issues: list[PolicyIssue] = []
     for name, platform in platforms:
         for feature in policies.features.values():
             for candidate in feature.candidates:

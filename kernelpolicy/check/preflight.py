@@ -14,16 +14,8 @@ from kernelpolicy.engine.model import ErrorCode
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.limits import shown
-from kernelpolicy.platform.model import Platform, load_platform
+from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-
-
-def fixture_platforms() -> list[tuple[str, Platform]]:
-    """(name, platform) of every bundled platform fixture (``fixtures/platforms/*.json``)."""
-    from kernelpolicy.platform.fixtures import fixture_dir
-
-    paths = sorted((fixture_dir() / "platforms").glob("*.json"))
-    return [(path.stem, load_platform(path)) for path in paths]
 
 
 def preflight(policies: PolicySet, platforms: Iterable[tuple[str, Platform]]) -> list[PolicyIssue]:

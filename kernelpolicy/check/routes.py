@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 from kernelpolicy.dtypes import DTYPE_SIZES
+from kernelpolicy.engine.model import BatchRoute
+from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
 
@@ -67,9 +69,6 @@ def _batch_rows(feature: CompiledFeature) -> list[PolicyIssue]:
                     )
                 )
     if rows:
-        from kernelpolicy.engine.model import BatchRoute
-        from kernelpolicy.engine.routing import uncovered
-
         gaps = uncovered([BatchRoute(r.min, r.max, ()) for r in rows])
         if gaps:
             text = ", ".join(_label(low, high) for low, high in gaps)

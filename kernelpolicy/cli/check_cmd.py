@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import PolicyError, PolicyIssue, UntrustedFileError
-
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -45,26 +43,14 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kernelpolicy.check import check_policies
     from kernelpolicy.cli.common import allow_untrusted_files
-    from kernelpolicy.engine.preflight import fixture_platforms, preflight
-    from kernelpolicy.platform.model import load_platform
-    from kernelpolicy.policy.lint import lint
-    from kernelpolicy.policy.loader import load_policies, policy_files
     from kernelpolicy.settings import bundled_policy_dir
 
-    paths = args.paths or [bundled_policy_dir()]
-    policies = None
-    files: list[str] = []
-    try:
-        files = [str(f) for f in policy_files(paths)]
-        policies = load_policies(paths, allow_untrusted=allow_untrusted_files())
-        given = [(str(p), load_platform(p)) for p in args.platform]
-        issues: list[PolicyIssue] = lint(policies, given)
-        issues += preflight(policies, [*fixture_platforms(), *given])
-    except PolicyError as exc:
-        issues = exc.issues
-    except UntrustedFileError as exc:
-        issues = [PolicyIssue("<policies>", str(exc))]
+    report = check_policies(
+        args.paths or [bundled_policy_dir()], args.platform, allow_untrusted=allow_untrusted_files()
+    )
+    files, policies, issues = report.files, report.policies, report.issues
     if args.json:
         print(json.dumps({
             "ok": not issues,

@@ -7,8 +7,8 @@ of "", "0" to "4", "true", "false" and "x"; each command-line option of its real
 choices; the attention-backend enum; and the facts the bundled pack's rules depend on (which
 switch gates a kernel), each with its file. Consecutive releases that agree share one span.
 
-``kernelpolicy check`` proves every engine rule against them (:mod:`kernelpolicy.policy.
-engine_proof`); the bridge matches rules as for the newest known release when no engine is
+``kernelpolicy check`` proves every bridge rule against them (:mod:`kernelpolicy.check.
+bridge_proof`); the bridge matches rules as for the newest known release when no engine is
 installed, and warns about an operator's variables that the target release does not read.
 """
 
