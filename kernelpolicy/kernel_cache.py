@@ -8,15 +8,24 @@ directories and every entry in them owned by root or the current user, writable 
 else, and no symbolic link anywhere in them. A cache that fails any check is not used (its
 variables are not set; the kernels build where they are first needed, in the background) and
 the reason is said once. A variable you set yourself is never overwritten.
+
+``<cache dir>/kernels/built`` records the variants built into the cache (:class:`BuiltRecord`):
+one file per variant, named by the digest of what makes it that variant (its kernel family,
+its key, the library versions and the kernel sources), written by whatever built it with the
+cache in use (``warm``, ``verify``, a worker's background build). A worker whose Triton uses a
+trusted kernel cache (:func:`record_in_use`) loads a recorded variant in the calling thread,
+where it costs a cache read, instead of serving from a fallback while a thread loads it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernelpolicy.safeio import write_atomic
 from kernelpolicy.trust import owner_ok, private_dir
 
 KERNELS = "kernels"
@@ -25,6 +34,7 @@ VARIABLES: dict[str, str] = {
     "TRITON_CACHE_DIR": "triton",
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
 }
+BUILT = "built"  # the record of the variants built into the cache
 MAX_ENTRIES_CHECKED = 100_000  # more than any real cache holds: past it, it is not trusted
 
 
@@ -40,7 +50,7 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
         UntrustedFileError: It exists and belongs to someone else, or is a link.
     """
     root = private_dir(kernel_cache_dir(cache_dir), "kernel cache")
-    for name in VARIABLES.values():
+    for name in (*VARIABLES.values(), BUILT):
         private_dir(root / name, "kernel cache")
     return root
 
@@ -84,3 +94,50 @@ def cache_environment(
         return {}, problem
     wanted = {name: str(root / sub) for name, sub in VARIABLES.items()}
     return {k: v for k, v in wanted.items() if not environ.get(k, "").strip()}, None
+
+
+class BuiltRecord:
+    """The variants built into the kernel cache at ``root`` (``<cache dir>/kernels``), each a
+    file in ``built/`` named by the digest of its description (see the module doc)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, text: str) -> Path:
+        """Where the variant described by ``text`` is recorded."""
+        return self.root / BUILT / hashlib.sha256(text.encode()).hexdigest()
+
+    def has(self, text: str) -> bool:
+        """Whether the variant is recorded, by a regular file owned by root or us and writable
+        by nobody else (one lstat: this runs on a variant's first call)."""
+        try:
+            info = self.path(text).lstat()
+        except OSError:
+            return False
+        writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
+        return stat.S_ISREG(info.st_mode) and owner_ok(info.st_uid) and not writable
+
+    def add(self, text: str) -> None:
+        """Record the variant (its description is the file's content, for people).
+
+        Raises:
+            OSError: The record cannot be written (a cache of root's, read by a user).
+            UntrustedFileError: ``built/`` is not a private directory of ours.
+        """
+        directory = private_dir(self.root / BUILT, "kernel cache")
+        write_atomic(directory / self.path(text).name, text.encode(), 0o644)
+
+
+def record_in_use(environ: Mapping[str, str]) -> tuple[BuiltRecord | None, str | None]:
+    """(the record of the kernel cache this process's Triton uses, why it is not used): a
+    cache is in use when ``TRITON_CACHE_DIR`` is ``<cache dir>/kernels/triton``, and its
+    record is used only where the whole cache is trusted (:func:`cache_problem`). (None, None)
+    where Triton uses no kernel cache (unset, or a Triton cache of your own)."""
+    triton = environ.get("TRITON_CACHE_DIR", "").strip()
+    if not triton:
+        return None, None
+    root = Path(triton).parent
+    if Path(triton).name != VARIABLES["TRITON_CACHE_DIR"] or root.name != KERNELS:
+        return None, None
+    problem = cache_problem(root)
+    return (None, problem) if problem is not None else (BuiltRecord(root), None)

@@ -11,6 +11,7 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -284,3 +285,174 @@ def test_flashinfer_builds_in_the_background(
     call(kernel)
     assert calls == ["top_k_sampling_from_probs"]
     assert resolution.decision(FEATURE).impl == "flashinfer"
+
+
+# The kernel cache: a variant it holds is loaded in the calling thread, not in the background.
+
+
+class FakeCache:
+    """A kernel cache that holds ``held`` and records what is added."""
+
+    def __init__(self, *held: str) -> None:
+        self.held = set(held)
+        self.added: list[str] = []
+
+    def has(self, key: str) -> bool:
+        return key in self.held
+
+    def add(self, key: str) -> None:
+        self.added.append(key)
+
+
+class ThreadOf:
+    """A build that records which thread ran it (and fails for ``bad``)."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, str] = {}
+
+    def __call__(self, key: str) -> None:
+        self.threads[key] = threading.current_thread().name
+        if key == "bad":
+            raise RuntimeError("planted")
+
+
+@pytest.mark.parametrize(
+    ("key", "held", "raises", "thread", "stats", "added"),
+    [
+        pytest.param("v", {"v"}, None, "MainThread", BuildStats(1, 0, 0, 0, 1), [], id="hit"),
+        pytest.param(
+            "v",
+            set(),
+            Compiling,
+            "kernelpolicy build: c",
+            BuildStats(1, 0, 0, 1),
+            ["v"],
+            id="miss-background-then-recorded",
+        ),
+        pytest.param(
+            "bad",
+            {"bad"},
+            BuildFailed,
+            "MainThread",
+            BuildStats(0, 0, 1, 0),
+            [],
+            id="hit-that-fails",
+        ),
+    ],
+)
+def test_a_cached_variant_is_loaded_in_the_calling_thread(
+    key: str,
+    held: set[str],
+    raises: type[Exception] | None,
+    thread: str,
+    stats: BuildStats,
+    added: list[str],
+) -> None:
+    """A variant the cache holds is built by require() itself and returned (no Compiling: no
+    call goes to a fallback); one it lacks builds in a thread and is recorded once built."""
+    build, cache = ThreadOf(), FakeCache(*held)
+    later: list[tuple[Any, str]] = []  # the background builds, started once require() is done
+    builds: Builds[str] = Builds(
+        "c", build, cache=cache, start=lambda run, name: later.append((run, name))
+    )
+    if raises is None:
+        builds.require(key)
+    else:
+        with pytest.raises(raises):
+            builds.require(key)
+    for run, name in later:
+        threading.Thread(target=run, name=name).start()
+    assert builds.wait(key, timeout=60)
+    assert build.threads == {key: thread}
+    assert builds.stats() == stats
+    assert cache.added == added
+
+
+def test_what_a_process_builds_is_recorded_once() -> None:
+    """warm() and a direct call's mark_built() record their variant; a second mark is free."""
+    cache = FakeCache()
+    builds: Builds[str] = Builds("rec", ThreadOf(), cache=cache)
+    builds.warm(["a"])
+    builds.mark_built("b")
+    builds.mark_built("b")
+    assert cache.added == ["a", "b"]
+
+
+def _cached_sampler(build: Any, cache: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A small Triton sampler (the package's kernels, interpreted) that finds its kernel cache's
+    record with ``cache``."""
+    sample = TritonSampler(small=True)
+    sample.options.update(build=build, cache=cache)
+    monkeypatch.setattr(sys.modules[__name__], "ENTRY", sample.sampler)
+    return sample.sampler
+
+
+@pytest.mark.parametrize(
+    ("recorded", "trusted"),
+    [
+        pytest.param(True, True, id="in-cache"),
+        pytest.param(False, True, id="not-in-cache"),
+        pytest.param(True, False, id="in-an-untrusted-cache"),
+    ],
+)
+def test_a_variant_warm_built_runs_the_first_call_on_triton(
+    recorded: bool,
+    trusted: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """With the call's variant in the kernel cache's record, the first call loads it in the
+    calling thread and runs on Triton: no call served elsewhere, nothing said; without it, or
+    with it in a cache that is not trusted (ignored, said in one line), the call goes to torch
+    while the variant builds in the background."""
+    from kernelpolicy.kernel_cache import BuiltRecord, prepare_kernel_cache
+    from kernelpolicy.kernels.builds import forget_kernel_cache, kernel_cache
+    from kernelpolicy.kernels.sampling_triton.cached import describe
+
+    build = SlowBuild()
+    if recorded and trusted:
+        build.release.set()  # built in the calling thread: it must not wait
+    threads: list[str] = []
+    root = prepare_kernel_cache(tmp_path)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(root / "triton"))  # as exec gives it
+    forget_kernel_cache()
+    monkeypatch.setattr(sys.modules[__name__], "ENTRY", None)
+
+    def recorded_build(s: Any, v: Any) -> None:
+        threads.append(threading.current_thread().name)
+        build(s, v)
+
+    sampler = _cached_sampler(recorded_build, kernel_cache, monkeypatch)
+    logits, k = torch.randn(4, 300), torch.full((4,), 5)
+    variant = sampler.variant(logits, k, None)
+    if recorded:
+        BuiltRecord(root).add(describe(sampler.tuning, variant))
+    if not trusted:
+        (root / "flashinfer").chmod(0o770)
+    resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(policy(False)))
+    kernel = resolution.impl(FEATURE)
+    ids = kernel(logits, k, None)
+    assert ids.shape == (4,)
+    build.release.set()
+    assert sampler.builds.wait(variant, timeout=60)
+    forget_kernel_cache()
+    assert build.started == [variant]
+    said = capfd.readouterr().err.splitlines()
+    if recorded and trusted:
+        assert threads == ["MainThread"]
+        assert resolution.compiling_calls == {}
+        assert FEATURE not in resolution.runtime_fallbacks
+        assert sampler.builds.stats() == BuildStats(1, 0, 0, 0, 1)
+        assert said == []
+        return
+    assert threads == ["kernelpolicy build: triton sampler"]
+    assert resolution.compiling_calls == {FEATURE: 1}
+    if trusted:
+        assert said == []
+        assert BuiltRecord(root).has(describe(sampler.tuning, variant))  # the next loads it
+    else:
+        assert said == [
+            f"kernelpolicy: warning: kernel cache not used: {root / 'flashinfer'}: writable by "
+            "group or others (mode 0770)"
+        ]

@@ -13,10 +13,12 @@ import pytest
 
 from kernelpolicy.cli.warm_cmd import tasks_for
 from kernelpolicy.kernel_cache import (
+    BuiltRecord,
     cache_environment,
     cache_problem,
     kernel_cache_dir,
     prepare_kernel_cache,
+    record_in_use,
 )
 from tests.helpers import resolve_on
 
@@ -136,3 +138,70 @@ def test_warm_without_a_gpu_builds_nothing_and_says_so(tmp_path: Path) -> None:
     assert report["note"].endswith("nothing to build")
     assert report["tasks"] > 0
     assert cache_problem(kernel_cache_dir(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    ("triton", "spoil", "used", "problem"),
+    [
+        pytest.param(None, None, False, None, id="no-triton-cache"),
+        pytest.param("mine/triton", None, False, None, id="a-triton-cache-of-your-own"),
+        pytest.param("kernels/triton", None, True, None, id="the-kernel-cache"),
+        pytest.param(
+            "kernels/triton",
+            "group-writable",
+            False,
+            "writable by group or others",
+            id="group-writable-entry",
+        ),
+        pytest.param("kernels/triton", "symlink", False, "a symbolic link", id="symlinked-entry"),
+    ],
+)
+def test_the_record_is_used_where_triton_uses_a_trusted_kernel_cache(
+    tmp_path: Path, triton: str | None, spoil: str | None, used: bool, problem: str | None
+) -> None:
+    """A worker reads the record of the cache its Triton uses (TRITON_CACHE_DIR, as exec or
+    verify set it), and only when the whole cache is trusted."""
+    root = prepare_kernel_cache(tmp_path)
+    entry = _entry(root)
+    if spoil == "group-writable":
+        entry.chmod(0o664)
+    elif spoil == "symlink":
+        (root / "built" / "planted").symlink_to(entry)
+    environ = {} if triton is None else {"TRITON_CACHE_DIR": str(tmp_path / triton)}
+    record, why = record_in_use(environ)
+    assert (record is not None, why is not None) == (used, problem is not None)
+    assert problem is None or problem in str(why)
+    assert record is None or record.root == root
+
+
+@pytest.mark.parametrize(
+    ("how", "held"),
+    [
+        pytest.param("recorded", True, id="recorded"),
+        pytest.param("never", False, id="never-recorded"),
+        pytest.param("group-writable", False, id="group-writable-record"),
+        pytest.param("symlink", False, id="symlinked-record"),
+        pytest.param("directory", False, id="a-directory-in-its-place"),
+    ],
+)
+def test_a_record_counts_when_it_is_a_trusted_file(tmp_path: Path, how: str, held: bool) -> None:
+    """add() writes the variant's description under its digest; has() reads one lstat and
+    refuses a record others could have written or a link."""
+    record = BuiltRecord(prepare_kernel_cache(tmp_path))
+    text = '{"variant": "bfloat16 top-k"}'
+    if how != "never":
+        record.add(text)
+    path = record.path(text)
+    if how == "group-writable":
+        path.chmod(0o664)
+    elif how == "symlink":
+        path.unlink()
+        path.symlink_to(tmp_path)
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    assert record.has(text) is held
+    assert record.has(text + " ") is False
+    if how == "recorded":
+        assert path.read_text() == text
+        assert cache_problem(record.root) is None  # the record keeps the cache trusted

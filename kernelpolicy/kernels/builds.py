@@ -9,6 +9,12 @@ ready candidate while the variant builds; later calls find it built and switch t
 that fails makes every later call of its variant raise :class:`BuildFailed`, which the engine
 treats as any call-time failure: that variant goes to its fallback for the process.
 
+A variant the node's kernel cache already holds (``kernelpolicy warm`` built it there: the
+family's :class:`Cached` says so, from the cache's record, :func:`kernel_cache`) is built by
+:meth:`Builds.require` in the calling thread instead: that costs a cache read, not a compile, so
+the first call runs on the kernel itself rather than on the fallback while a thread loads it.
+What a process builds with the cache in use is recorded there for the next processes.
+
 A kernel module exposes its serving form as the ``nonblocking`` attribute of its entry point
 (:func:`nonblocking_form`); direct calls of the entry point keep building inline, as before.
 :meth:`Builds.warm` builds a list of variants now (a node's warm step, ``verify``); the kernels
@@ -21,13 +27,19 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernel_cache import BuiltRecord
 
 K = TypeVar("K", bound=Hashable)
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 
 Done = Callable[[str | None], None]
 """Told when a build ends: None when it succeeded, else why it failed."""
@@ -65,6 +77,42 @@ class BuildStats:
     building: int
     failed: int
     served_while_building: int
+    loaded: int = 0
+    """Of ``built``: variants found in the kernel cache and loaded in the calling thread."""
+
+
+class Cached(Protocol[K_contra]):
+    """Which variants of a kernel family the node's kernel cache holds, and how to record one
+    built with the cache in use (both quiet: a cache that cannot say or be written is a miss)."""
+
+    def has(self, key: K_contra) -> bool: ...
+
+    def add(self, key: K_contra) -> None: ...
+
+
+_CACHE_LOCK = threading.Lock()
+_CACHE_FOUND: list[BuiltRecord | None] = []  # found once per process
+
+
+def kernel_cache() -> BuiltRecord | None:
+    """The record of the trusted kernel cache this process's Triton uses
+    (``kernel_cache.record_in_use``), found on first use; a cache that is not trusted is
+    ignored, and said in one line on stderr, once. None: no kernel cache in use."""
+    with _CACHE_LOCK:
+        if not _CACHE_FOUND:
+            from kernelpolicy.kernel_cache import record_in_use
+
+            record, problem = record_in_use(os.environ)
+            if problem is not None:
+                print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
+            _CACHE_FOUND.append(record)
+        return _CACHE_FOUND[0]
+
+
+def forget_kernel_cache() -> None:
+    """Look for the kernel cache again on next use (tests; a worker finds it once)."""
+    with _CACHE_LOCK:
+        _CACHE_FOUND.clear()
 
 
 EXIT_WAIT_SECONDS = 30.0
@@ -129,6 +177,9 @@ class Builds(Generic[K]):
             thread by :meth:`require`, in the caller's by :meth:`warm`.
         describe: A variant in words, for notes.
         start: Runs a build in the background (``start_thread``; tests may run it inline).
+        cache: Which variants the kernel cache holds: :meth:`require` builds those in the
+            calling thread (a cache read); every variant built here is recorded in it. None:
+            every build goes to the background.
     """
 
     def __init__(
@@ -138,11 +189,14 @@ class Builds(Generic[K]):
         *,
         describe: Callable[[K], str] = str,
         start: Callable[[Callable[[], None], str], None] = start_thread,
+        cache: Cached[K] | None = None,
     ) -> None:
         self.name = name
         self.build = build
         self.describe = describe
         self._start = start
+        self._cache = cache
+        self._loaded = 0
         self._lock = threading.Lock()
         self._ended = threading.Condition(self._lock)  # a build ended
         self._ready: set[K] = set()  # read without the lock: the hot path
@@ -156,7 +210,8 @@ class Builds(Generic[K]):
         return key in self._ready
 
     def require(self, key: K) -> None:
-        """Return when ``key`` is built; else start its build (once) and raise.
+        """Return when ``key`` is built; else build it here when the kernel cache holds it
+        (and return), else start its build in the background (once) and raise.
 
         Raises:
             Compiling: ``key`` is building now; the call must be served elsewhere.
@@ -169,7 +224,9 @@ class Builds(Generic[K]):
             starting = starting and key not in self._building
             if starting:
                 self._building[key] = []
-        if starting:  # outside the lock: a build run inline (tests) takes it
+        if starting and self._in_cache(key):  # a cache read: load it in this thread
+            self._run(key, loading=True)
+        elif starting:  # outside the lock: a build run inline (tests) takes it
             self._start(lambda: self._run(key), f"kernelpolicy build: {self.name}")
         with self._lock:
             if key in self._ready:
@@ -182,9 +239,13 @@ class Builds(Generic[K]):
         raise Compiling(self.name, self.describe(key), lambda done: self._watch(key, done))
 
     def mark_built(self, key: K) -> None:
-        """Record ``key`` as built (a blocking call ran it)."""
+        """Record ``key`` as built (a blocking call ran it), and in the kernel cache the first
+        time."""
+        if key in self._ready:  # every direct call says so: the hot path
+            return
         with self._lock:
             self._ready.add(key)
+        self._record(key)
 
     def warm(self, keys: Iterable[K]) -> dict[K, str]:
         """Build each of ``keys`` not built yet, now, in this thread.
@@ -214,6 +275,7 @@ class Builds(Generic[K]):
                 building=len(self._building),
                 failed=len(self._failed),
                 served_while_building=self._waiting,
+                loaded=self._loaded,
             )
 
     def _watch(self, key: K, done: Done) -> None:
@@ -225,15 +287,32 @@ class Builds(Generic[K]):
             outcome = self._failed.get(key)
         done(outcome)
 
-    def _run(self, key: K) -> None:
+    def _in_cache(self, key: K) -> bool:
+        try:
+            return self._cache is not None and self._cache.has(key)
+        except Exception:  # a cache that cannot say: build in the background, as without one
+            return False
+
+    def _record(self, key: K) -> None:
+        if self._cache is None:
+            return
+        try:
+            self._cache.add(key)
+        except Exception:  # a cache we may not write (root's, read by a worker): not recorded
+            return
+
+    def _run(self, key: K, *, loading: bool = False) -> None:
         why: str | None = None
         try:
             self.build(key)
         except Exception as exc:  # the compiler's error: this variant's calls fall back
             why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if why is None and not loading:
+            self._record(key)
         with self._lock:
             if why is None:
                 self._ready.add(key)
+                self._loaded += loading
             else:
                 self._failed[key] = why
             told = self._building.pop(key, [])

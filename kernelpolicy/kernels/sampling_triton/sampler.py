@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
 from kernelpolicy.kernels import transfer
-from kernelpolicy.kernels.builds import Builds, start_thread
+from kernelpolicy.kernels.builds import Builds, kernel_cache, start_thread
 from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, replay, variants
+from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
 from kernelpolicy.kernels.sampling_triton.failures import Failures
 from kernelpolicy.kernels.sampling_triton.jit import Kernels
 from kernelpolicy.kernels.sampling_triton.scratch import Scratch, ScratchCache, stream_id
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Call, Variant
 from kernelpolicy.kernels.torch_impl import Generators
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernel_cache import BuiltRecord
 
 Capture = Callable[
     [Callable[[torch.Tensor], None], torch.Tensor, torch.device], Callable[..., None]
@@ -78,6 +83,9 @@ class Sampler:
         start: Runs a build in the background (``builds.start_thread``; tests may run it
             inline: the call that needs the variant then builds it first).
         name: The sampler's name in build notes and ``builds.stats()``.
+        cache: The record of the node's kernel cache in use, or None (``builds.kernel_cache``):
+            a variant recorded there is built in the calling thread (a cache read), and each
+            variant built is recorded (``cached.py``).
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class Sampler:
         build: Callable[[Sampler, Variant], None] = variants.build,
         start: Callable[[Callable[[], None], str], None] = start_thread,
         name: str = "triton sampler",
+        cache: Callable[[], BuiltRecord | None] = kernel_cache,
     ) -> None:
         self.tuning = tuning or Tuning()
         self.kernels = kernels or Kernels()
@@ -101,7 +110,11 @@ class Sampler:
         self.graphs: graphs.GraphCache[replay.Graph] = graphs.GraphCache()
         self.scratch = ScratchCache(self.tuning)
         self.builds: Builds[Variant] = Builds(
-            name, lambda variant: build(self, variant), describe=Variant.describe, start=start
+            name,
+            lambda variant: build(self, variant),
+            describe=Variant.describe,
+            start=start,
+            cache=CachedVariants(self.tuning, self.kernels, cache),
         )
 
     def __repr__(self) -> str:

@@ -1,0 +1,104 @@
+"""Which of a sampler's variants the node's kernel cache holds (``kernelpolicy warm`` built them
+there): the sampler's :class:`~kernelpolicy.kernels.builds.Cached`.
+
+A variant is recorded (``kernel_cache.BuiltRecord``) under a description of everything Triton's
+own cache key depends on that a process can know without compiling: the variant (dtypes, paths,
+vocabulary, group size), the device's kind (name and compute capability, not its index: a
+worker on ``cuda:3`` reads what warm built on ``cuda:0``), the sampler's tuning (the kernels'
+constants), the kernel sources, and the Triton and torch versions. A change to any of them is a
+miss, so a recorded variant is one whose kernels Triton finds in its cache: its build costs a
+cache read. Only a sampler with the package's own kernels (not a test's spies) is recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+
+from kernelpolicy.kernels.sampling_triton.jit import Kernels
+from kernelpolicy.kernels.sampling_triton.tuning import Tuning
+from kernelpolicy.kernels.sampling_triton.variants import Variant
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernel_cache import BuiltRecord
+
+FAMILY = "triton sampler"
+
+
+@functools.cache
+def sources_digest() -> str:
+    """The digest of the package's Python sources (the kernels and what launches them)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def device_kind(device: str) -> str:
+    """``NVIDIA H100 80GB HBM3 sm90`` for a CUDA device, else its type (``cpu``)."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return where.type
+    properties = torch.cuda.get_device_properties(where)
+    return f"{properties.name} sm{properties.major}{properties.minor}"
+
+
+def describe(tuning: Tuning, variant: Variant) -> str:
+    """What the variant is recorded under (JSON, stable: sorted keys)."""
+    has_k, has_p, p_rows = variant.rows
+    return json.dumps(
+        {
+            "family": FAMILY,
+            "device": device_kind(variant.device),
+            "dtype": str(variant.dtype),
+            "k_dtype": str(variant.k_dtype),
+            "rows": [has_k, has_p, p_rows],
+            "vocab": variant.vocab,
+            "size": variant.size,
+            "tuning": repr(tuning),
+            "sources": sources_digest(),
+            "triton": triton.__version__,
+            "torch": torch.__version__,
+            "interpreted": os.environ.get("TRITON_INTERPRET", ""),
+        },
+        sort_keys=True,
+    )
+
+
+class CachedVariants:
+    """The variants of one sampler the kernel cache holds.
+
+    Args:
+        tuning: The sampler's tuning.
+        kernels: The sampler's kernels: only the package's own are looked up and recorded.
+        record: The kernel cache's record, or None where no trusted one is in use
+            (``builds.kernel_cache``, found once per process).
+    """
+
+    def __init__(
+        self,
+        tuning: Tuning,
+        kernels: Kernels,
+        record: Callable[[], BuiltRecord | None],
+    ) -> None:
+        self._tuning = tuning
+        self._own = kernels == Kernels()
+        self._record = record
+
+    def has(self, variant: Variant) -> bool:
+        record = self._record() if self._own else None
+        return record is not None and record.has(describe(self._tuning, variant))
+
+    def add(self, variant: Variant) -> None:
+        record = self._record() if self._own else None
+        if record is not None:
+            record.add(describe(self._tuning, variant))
