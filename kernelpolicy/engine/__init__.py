@@ -1,4 +1,4 @@
-"""Stage 3 of the flow: the pure engine and the Resolution it returns."""
+"""Stage 4 of the flow: the pure engine and the Resolution it returns."""
 
 from kernelpolicy.engine.model import (
     CandidateResult,
