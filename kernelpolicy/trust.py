@@ -21,14 +21,35 @@ def owner_ok(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
-def trust_problem(path: str | Path) -> str | None:
-    """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
+def owner_mode_problem(info: os.stat_result) -> str | None:
+    """The rule for one file or directory, from its ``stat``: why it may not be trusted, or None.
 
     Refused: owned by a user other than root or the current one; writable by group or others
     (a directory with the sticky bit, like ``/tmp``, may be world-writable when root owns it:
-    others cannot replace what is in it). The checks apply to the real file that symbolic links
-    lead to (as ssh does) and to the directory holding it, since whoever can write that
-    directory can swap the file.
+    others cannot replace what is in it).
+    """
+    mode = stat.S_IMODE(info.st_mode)
+    if not owner_ok(info.st_uid):
+        return (
+            f"owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
+            f"{os.geteuid()}, the user running kernelpolicy"
+        )
+    sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+        return (
+            f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
+            f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
+            f"(chmod go-w)"
+        )
+    return None
+
+
+def trust_problem(path: str | Path) -> str | None:
+    """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
+
+    The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
+    (as ssh does) and to the directory holding it, since whoever can write that directory can
+    swap the file.
     """
     try:
         target = Path(path).resolve(strict=True)
@@ -39,19 +60,9 @@ def trust_problem(path: str | Path) -> str | None:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
-        mode = stat.S_IMODE(info.st_mode)
-        if not owner_ok(info.st_uid):
-            return (
-                f"{item}: owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
-                f"{os.geteuid()}, the user running kernelpolicy"
-            )
-        sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
-        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            return (
-                f"{item}: writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
-                f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
-                f"(chmod go-w)"
-            )
+        problem = owner_mode_problem(info)
+        if problem is not None:
+            return f"{item}: {problem}"
     return None
 
 

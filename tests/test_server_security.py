@@ -19,9 +19,10 @@ from kernelpolicy.cli import main
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_TLS_FILE_BYTES
 from kernelpolicy.server.client import connect
-from kernelpolicy.server.sockets import runtime_dir
+from kernelpolicy.server.sockets import prepare_socket, runtime_dir
 from kernelpolicy.server.tls import TlsFiles
 from kernelpolicy.testing.daemon import running_daemon
+from kernelpolicy.trust import owner_mode_problem
 from tests.helpers import ROOT, fixture
 
 OTHER = 65534  # nobody: the second local user
@@ -129,6 +130,28 @@ def test_serve_refuses_a_socket_in_a_directory_others_may_write(tmp_path: Path) 
     directory.chmod(0o777)
     error = _serve(f"unix:{directory / 'kp.sock'}")
     assert "may be written by another user" in str(error)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(0o700, id="0700"),
+        pytest.param(0o755, id="0755"),
+        pytest.param(0o770, id="group-writable"),
+        pytest.param(0o1777, id="sticky-but-ours"),
+    ],
+)
+def test_socket_directory_follows_the_trust_rule(tmp_path: Path, mode: int) -> None:
+    """A socket's directory is refused exactly where kernelpolicy.trust refuses a directory."""
+    directory = tmp_path / "sockets"
+    directory.mkdir()
+    directory.chmod(mode)
+    address = f"unix:{directory / 'kp.sock'}"
+    if owner_mode_problem(directory.stat()) is None:
+        assert prepare_socket(address, default=False) == directory / "kp.sock"
+    else:
+        with pytest.raises(DaemonError, match="may be written by another user"):
+            prepare_socket(address, default=False)
 
 
 def test_a_second_daemon_on_a_live_socket_is_refused(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.errors import UntrustedFileError
-from kernelpolicy.trust import check_trusted, private_dir, trust_problem
+from kernelpolicy.trust import check_trusted, owner_mode_problem, private_dir, trust_problem
 
 OTHER_UID = 65534  # nobody
 
@@ -82,6 +82,45 @@ def test_sticky_root_directory_is_fine(tmp_path: Path) -> None:
         assert trust_problem(path) is None
     finally:
         path.unlink()
+
+
+def _stat(kind: int, mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((kind | mode, 1, 1, 1, uid, uid, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("info", "problem"),
+    [
+        pytest.param(_stat(stat.S_IFREG, 0o644, os.geteuid()), None, id="own-file"),
+        pytest.param(_stat(stat.S_IFREG, 0o644, 0), None, id="root-file"),
+        pytest.param(_stat(stat.S_IFDIR, 0o755, os.geteuid()), None, id="own-directory"),
+        pytest.param(_stat(stat.S_IFDIR, 0o1777, 0), None, id="sticky-root-directory"),
+        pytest.param(
+            _stat(stat.S_IFREG, 0o644, OTHER_UID), "owned by uid 65534", id="another-owner"
+        ),
+        pytest.param(
+            _stat(stat.S_IFREG, 0o664, os.geteuid()), "writable by its group", id="group-write"
+        ),
+        pytest.param(
+            _stat(stat.S_IFDIR, 0o1777, os.geteuid()),
+            "writable by others",
+            id="sticky-not-root",
+            marks=pytest.mark.skipif(os.geteuid() == 0, reason="run as root, ours is root's"),
+        ),
+        pytest.param(
+            _stat(stat.S_IFREG, 0o1666, 0), "writable by others", id="sticky-file-not-directory"
+        ),
+    ],
+)
+def test_owner_mode_rule(info: os.stat_result, problem: str | None) -> None:
+    """The one rule, on a stat result: root or us as owner, no group or other write except a
+    root-owned sticky directory."""
+    found = owner_mode_problem(info)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert problem in found
 
 
 def test_private_dir_is_created_0700(tmp_path: Path) -> None:
