@@ -1,4 +1,4 @@
-"""Entries are found without being imported."""
+"""Entries are found without being imported, and loaded (imported) by one function."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.policy.entries import entry_problem
+from kernelpolicy.policy.entries import entry_problem, load_entry
 
 
 @pytest.mark.parametrize(
@@ -42,3 +42,32 @@ def test_parent_package_is_not_executed(tmp_path: Path) -> None:
     assert entry_problem("kp_probe_pkg.sub:f", path=[str(tmp_path)]) is None
     assert "kp_probe_pkg.nope" in (entry_problem("kp_probe_pkg.nope:f", path=[str(tmp_path)]) or "")
     assert "kp_probe_pkg" not in sys.modules
+
+
+def test_load_entry_returns_the_callable_named() -> None:
+    import json
+
+    from kernelpolicy.kernels import torch_impl
+
+    assert load_entry("json:loads") is json.loads
+    assert load_entry("kernelpolicy.kernels.torch_impl:greedy") is torch_impl.greedy
+
+
+@pytest.mark.parametrize(
+    ("entry", "error", "message"),
+    [
+        pytest.param("nomod_kp:fn", ImportError, "nomod_kp", id="missing-module"),
+        pytest.param("json:no_such_fn", AttributeError, "no_such_fn", id="missing-attribute"),
+        pytest.param("json", AttributeError, "json", id="no-attribute-named"),
+        pytest.param("kp_broken_mod:f", RuntimeError, "broken at import", id="module-raises"),
+    ],
+)  # fmt: skip
+def test_load_entry_raises_what_the_import_raises(
+    entry: str, error: type[Exception], message: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Its callers (the engine's fallbacks, verify) catch every failure and say why."""
+    (tmp_path / "kp_broken_mod.py").write_text("raise RuntimeError('broken at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(error, match=message):
+        load_entry(entry)
