@@ -9,7 +9,7 @@ torch top-k and top-k + top-p paths for context. The floor is reading the logits
 measured copy rate. Then, per setting, the kept set of every row is compared with the sort's,
 the draw is checked as a quadrature on tie-heavy rows, and the time of each phase is taken.
 
-Usage: python benchmarks/gpu_torch_top_p.py [--out DIR] [--repeat N]
+Usage: BATCHES=1,32,256,1024 python benchmarks/gpu_torch_top_p.py [--out DIR] [--repeat N]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -35,7 +36,8 @@ from kernelpolicy.kernels.torch_sampling import blocks
 from kernelpolicy.verify.reference import filtered_probs
 
 VOCAB = int(os.environ.get("VOCAB", "128256"))
-SETTINGS = [(4096, 255), (4096, 15), (2048, 255), (1024, 255), (1024, 15)]
+SETTINGS = [(4096, 255), (4096, 15)]
+BATCHES = [int(b) for b in os.environ.get("BATCHES", "1,32,256,1024").split(",")]
 
 
 def sort_top_p(logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -53,6 +55,12 @@ def sort_kept(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(kept).scatter_(1, ids, kept)
 
 
+def padded(logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The sorted blocks as before 2026-11-26: blocks of 4,096, the last one padded."""
+    with mock.patch.object(blocks, "block_size", min):
+        return blocks.top_p(logits, p, u, block=4096, probes=15)
+
+
 def _calls(bufs: list[torch.Tensor]) -> dict[str, Callable[[int], Any]]:
     batch = bufs[0].shape[0]
     p = torch.full((batch,), 0.9, device="cuda")
@@ -64,6 +72,7 @@ def _calls(bufs: list[torch.Tensor]) -> dict[str, Callable[[int], Any]]:
         "top_k_top_p": lambda i: top_k_top_p(bufs[i % 3], k, p),
         "top_p (default)": lambda i: top_k_top_p(bufs[i % 3], None, p),
     }
+    calls["blocks 4096/15 padded"] = lambda i: padded(bufs[i % 3], p, u)
     for block, probes in SETTINGS:
         calls[f"blocks {block}/{probes}"] = lambda i, b=block, q=probes: blocks.top_p(
             bufs[i % 3], p, u, block=b, probes=q
@@ -75,7 +84,7 @@ def timings(repeat: int, bandwidth: float) -> list[dict[str, Any]]:
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for scale in (5.0, 1.0):
-            for batch in (256, 1024):
+            for batch in BATCHES:
                 bufs = [
                     (torch.randn(batch, VOCAB, device="cuda") * scale).to(dtype) for _ in range(3)
                 ]

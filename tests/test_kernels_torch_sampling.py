@@ -208,6 +208,45 @@ def test_sorted_blocks_keep_exactly_the_sorts_nucleus(
         assert torch.equal(got[row], expected), f"row {row} (p {float(p[row])})"
 
 
+@pytest.mark.parametrize(
+    ("vocab", "block", "expected"),
+    [
+        pytest.param(128256, 4096, 4008, id="llama3-vocab-32-unpadded-blocks"),
+        pytest.param(151936, 4096, 2374, id="qwen-vocab-64-unpadded-blocks"),
+        pytest.param(3 * 4096, 4096, 4096, id="a-multiple-of-the-block"),
+        pytest.param(4099, 4096, 4096, id="prime-vocab-padded"),
+        pytest.param(3000, 4096, 3000, id="short-row-one-block"),
+        pytest.param(3000, 1024, 1000, id="divisor-in-the-upper-half"),
+    ],
+)
+def test_block_size_divides_the_vocabulary_where_it_can(
+    vocab: int, block: int, expected: int
+) -> None:
+    """Blocks that divide the row need no padding copy; none in [block / 2, block]: pad."""
+    assert blocks.block_size(vocab, block) == expected
+
+
+@pytest.mark.parametrize(
+    ("logits", "block"),
+    [
+        pytest.param(_rows(1.0), 1024, id="wide-unpadded-blocks-of-1000"),
+        pytest.param(torch.round(_rows(2.0)), 1024, id="integer-ties-unpadded-blocks"),
+        pytest.param(
+            torch.randn(6, 4099, generator=torch.Generator().manual_seed(13)) * 3,
+            4096,
+            id="prime-vocab-padded-block",
+        ),
+    ],
+)
+def test_unpadded_blocks_keep_exactly_the_sorts_nucleus(logits: torch.Tensor, block: int) -> None:
+    """The block length chosen to divide the vocabulary keeps the sort's nucleus."""
+    p = torch.tensor([0.9, 0.5, 0.999, 1.0, 1e-6, 0.3])
+    got = blocks.kept_mask(logits, p, block=block)
+    for row in range(logits.shape[0]):
+        expected = filtered_probs(logits[row : row + 1], None, float(p[row]))[0] > 0
+        assert torch.equal(got[row], expected), f"row {row} (p {float(p[row])})"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sorted_blocks_infinities_and_empty_rows(dtype: torch.dtype) -> None:
     """+inf tokens share all the mass (ties by lowest id under top-p), NaN is never drawn, and
