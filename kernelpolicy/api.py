@@ -10,13 +10,13 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.forces import check_forces
-from kernelpolicy.engine.reporting import RuntimeReporter
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.engine.switches import read_variables
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.logs import log_resolution
+from kernelpolicy.logs import log_resolution, runtime_log
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.files import (
@@ -26,6 +26,7 @@ from kernelpolicy.policy.files import (
     read_listed_sources,
 )
 from kernelpolicy.policy.packcache import load_cached
+from kernelpolicy.server.node import node_reporter
 from kernelpolicy.settings import Settings, default_cache_dir, settings_from
 
 _POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
@@ -163,26 +164,9 @@ def resolve(
         evidence = load_evidence(
             platform, settings.cache_dir, allow_untrusted=settings.allow_untrusted_files
         )
-    resolution = resolve_policies(platform, environ, policy_set, settings.overrides, evidence)
-    resolution.log_format = settings.log_format
-    resolution.reporter = node_reporter(settings)
-    log_resolution(resolution, settings.log_format)
+    host = Host(log=runtime_log(settings.log_format), reporter=node_reporter(settings))
+    resolution = resolve_policies(
+        platform, environ, policy_set, settings.overrides, evidence, host=host
+    )
+    log_resolution(resolution.log_fields(), settings.log_format)
     return resolution
-
-
-def node_reporter(settings: Settings, address: str | None = None) -> RuntimeReporter | None:
-    """The process's reporter to the node's daemon (run-time events, see
-    :mod:`kernelpolicy.server.reporter`), or ``None``: ``KERNELPOLICY_REPORT=0``, a TCP
-    ``address``, or no daemon socket configured (``KERNELPOLICY_SOCKET``) and none at the
-    default private path. Costs one ``stat`` when nothing listens; starts no thread."""
-    if not settings.report:
-        return None
-    from kernelpolicy.server.sockets import report_path
-
-    given = address or settings.socket
-    path = report_path(given, explicit=given is not None)
-    if path is None:
-        return None
-    from kernelpolicy.server.reporter import reporter_for  # a daemon is there: now, not before
-
-    return reporter_for(path)

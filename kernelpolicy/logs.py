@@ -18,12 +18,9 @@ kernelpolicy never changes the host application's logging.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, TextIO
-
-if TYPE_CHECKING:
-    from kernelpolicy.engine.resolution import Resolution
+from typing import Any, TextIO
 
 
 @cache
@@ -121,27 +118,25 @@ def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:
         host_logger(fmt).warning("kernelpolicy.runtime_fallback", feature=feature, note=note)
 
 
-def log_resolution(resolution: Resolution, fmt: str, stream: TextIO | None = None) -> None:
-    """Emit the one ``kernelpolicy.resolved`` event of a resolution (nothing when ``off``):
-    to ``stream`` when one is given, else to the standard ``kernelpolicy`` logger. Its level is
-    error when a decision is an error, warning when one has a warning, else info."""
+def runtime_log(fmt: str) -> Callable[[str, str], None] | None:
+    """What a Resolution calls with (feature, note) for each run-time change: the warning
+    above in ``fmt`` (None when ``off``)."""
+    if fmt == "off":
+        return None
+    return lambda feature, note: log_runtime_fallback(feature, note, fmt)
+
+
+def log_resolution(fields: Mapping[str, Any], fmt: str, stream: TextIO | None = None) -> None:
+    """Emit the one ``kernelpolicy.resolved`` event of a resolution (``fields``: what
+    ``Resolution.log_fields()`` gives; nothing when ``fmt`` is ``off``): to ``stream`` when one
+    is given, else to the standard ``kernelpolicy`` logger. Its level is error when the fields
+    name errors, warning when they name warnings, else info."""
     if fmt == "off":
         return
-    decisions = resolution.decisions
-    errors = resolution.errors
-    warnings = [w for d in decisions.values() for w in d.warnings]
+    errors, warnings = fields.get("errors"), fields.get("warnings")
     # logging.ERROR, WARNING, INFO
     if stream is None and not _host_wants(40 if errors else 30 if warnings else 20):
         return  # dropped anyway: not even structlog is imported (it costs ~85 ms cold)
     log = get_logger(fmt, stream) if stream is not None else host_logger(fmt)
     emit = log.error if errors else log.warning if warnings else log.info
-    emit(
-        "kernelpolicy.resolved",
-        fingerprint=resolution.fingerprint,
-        vendor=resolution.platform.vendor,
-        arch=resolution.platform.primary.arch if resolution.platform.primary else None,
-        decisions={name: d.impl or f"<{d.reason.value}>" for name, d in decisions.items()},
-        errors=errors or None,
-        warnings=warnings or None,
-        policies=list(resolution.policies.files),
-    )
+    emit("kernelpolicy.resolved", **fields)

@@ -42,8 +42,8 @@ def _value(length: int) -> str:
 def _everything_shown(resolution: Resolution) -> str:
     """Every text a user or client can see of a resolution, in one string."""
     logs = io.StringIO()
-    log_resolution(resolution, "json", logs)
-    log_resolution(resolution, "console", logs)
+    log_resolution(resolution.log_fields(), "json", logs)
+    log_resolution(resolution.log_fields(), "console", logs)
     return "\n".join(
         [
             json.dumps(resolution.to_dict()),

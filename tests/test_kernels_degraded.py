@@ -182,7 +182,7 @@ def test_a_resolution_that_fell_back_ignores_the_sampler(records: Degradations) 
     """Once the feature runs its fallback, the sampler degrading says nothing about it."""
     resolution, _ = loaded()
     decision = resolution.decision(FEATURE)
-    resolution._fall_back(FEATURE, decision, "torch", "planted")
+    resolution.fallbacks.switch(FEATURE, "planted")
     sampling_triton.UPCAST[torch.bfloat16] = "planted"
     assert "degraded" not in resolution.runtime_fallbacks[FEATURE]
     assert len(resolution.decision(FEATURE).warnings) == 1

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelpolicy.engine import Reason, resolve_policies
-from kernelpolicy.engine.runtime import CallTimeFallback
+from kernelpolicy.engine.dispatch import CallTimeFallback
 from kernelpolicy.kernels.guards import ClampTokenIds
 from kernelpolicy.policy import load_policy_text
 from tests.helpers import fixture

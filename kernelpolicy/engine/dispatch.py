@@ -10,8 +10,9 @@ calling the kernel (``benchmarks/bench_dispatch.py`` measures it).
 A kernel that fails when called (a compile error for one dtype) where the fallback succeeds
 on the same arguments stops serving that dtype for the rest of the process, recorded as any
 call-time fallback is (``runtime_fallbacks``, the decision's warnings, ``explain``); the other
-dtypes keep it. A feature that does not route by dtype switches as a whole, as
-:class:`~kernelpolicy.engine.runtime.CallTimeFallback` does.
+dtypes keep it. A feature that does not route by dtype switches as a whole, as a
+:class:`CallTimeFallback` (the callable of a feature that is not routed per call, or of one
+implementation ``select()`` named: one route) does on any failure.
 
 An implementation that cannot be loaded (an import or JIT build failure on its first call)
 costs only the calls routed to it: it leaves the decision's order and every batch row, so
@@ -22,48 +23,140 @@ whole feature used to go to torch).
 
 A call whose kernel variant is still compiling in the background (the kernel raises
 ``Compiling``) is served by the next ready candidate of its row, the fallback last, and counted
-(``engine.runtime.served_elsewhere``); its row keeps the kernel, which serves once built.
+(``Fallbacks.served_elsewhere``); its row keeps the kernel, which serves once built.
+
+"Run the kernel, else the fallback, else re-raise" is written once (:class:`Serving`); every
+change it makes to the decision goes through the Resolution's
+:class:`~kernelpolicy.engine.fallbacks.Fallbacks`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.dtypes import dtype_name
-from kernelpolicy.engine.model import Decision, DtypeRule
-from kernelpolicy.engine.runtime import EntryUnloadable
+from kernelpolicy.engine.fallbacks import REASON_CHARS
+from kernelpolicy.engine.loading import EntryUnloadable
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.kernels.builds import Compiling
 from kernelpolicy.limits import shown
 
 if TYPE_CHECKING:
-    from kernelpolicy.engine.resolution import Resolution
+    from kernelpolicy.engine.fallbacks import Fallbacks
 
 TABLE_LIMIT = 8192
 """(rows, dtype) pairs remembered before the table starts over (a server sees a few hundred)."""
-_REASON_CHARS = 300  # of the kernel's error kept in runtime_fallbacks and the decision
 
 
-class Routed:
+class Serving:
+    """Run an implementation; when it raises ``Compiling``, the next ready candidate serves
+    that call; when it fails and the fallback succeeds on the same arguments, the decision
+    changes (:meth:`_give_up`) and the fallback's result is returned; when the fallback fails
+    too, the call itself is wrong (a bad shape, a wrong type): the kernel's error is raised
+    and nothing changes."""
+
+    def __init__(self, fallbacks: Fallbacks, feature: str) -> None:
+        self._fallbacks = fallbacks
+        self._feature = feature
+        self._fallback = fallbacks.fallback(feature)
+        self._loaded: dict[str, Callable[..., Any]] = {}
+
+    def _function(self, impl: str) -> Callable[..., Any] | None:
+        """``impl``'s callable, loaded once; None when it cannot be loaded here, after taking
+        it out of the decision (choose again)."""
+        function = self._loaded.get(impl)
+        if function is not None:
+            return function
+        try:
+            function = self._fallbacks.load(self._feature, impl)
+        except ResolutionError as exc:
+            if self._fallback is None or impl == self._fallback:
+                raise
+            self._fallbacks.refuse_impl(self._feature, impl, str(exc))
+            return None
+        self._loaded[impl] = function
+        return function
+
+    def _run(self, impl: str, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Compiling as compiling:  # its variant builds in the background: not this call
+            candidates = [f for f in map(self._function, self._meanwhile(impl, args)) if f]
+            return self._fallbacks.served_elsewhere(
+                self._feature, impl, compiling, candidates, (args, kwargs)
+            )
+        except Exception as exc:  # a compile or launch failure inside the kernel
+            return self._failed(impl, exc, args, kwargs)
+
+    def _meanwhile(self, impl: str, args: tuple[Any, ...]) -> list[str]:
+        """Who serves a call of ``impl`` while its variant compiles: the fallback."""
+        if self._fallback is None or impl == self._fallback:
+            raise ResolutionError(f"{self._feature}: {impl} is compiling, no fallback")
+        return [self._fallback]
+
+    def _failed(self, impl: str, error: Exception, args: Any, kwargs: Any) -> Any:
+        if self._fallback is None or impl == self._fallback:
+            raise error
+        fallback = self._function(self._fallback)
+        assert fallback is not None  # loading the fallback raises rather than refuse it
+        try:
+            result = fallback(*args, **kwargs)
+        except Exception:
+            raise error from None  # the fallback fails too: the call is at fault, not the kernel
+        why = shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
+        self._give_up(impl, error, why, args)
+        return result
+
+    def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
+        """``impl`` failed on a call the fallback served: the whole feature switches."""
+        self._fallbacks.switch(self._feature, why)
+
+
+class CallTimeFallback(Serving):
+    """The callable of one implementation (a feature not routed per call, or what
+    ``select()`` named): one route. After a failure every call goes to the fallback. Other
+    attributes (a guard's counters) come from the wrapped function."""
+
+    def __init__(
+        self, fallbacks: Fallbacks, feature: str, impl: str, function: Callable[..., Any]
+    ) -> None:
+        super().__init__(fallbacks, feature)
+        self._route = (impl, function)
+        self._function_ = function
+        self.__wrapped__ = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        impl, function = self._route
+        return self._run(impl, function, args, kwargs)
+
+    def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
+        super()._give_up(impl, error, why, args)
+        assert self._fallback is not None
+        self._route = (self._fallback, self._loaded[self._fallback])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._function_, name)
+
+    def __repr__(self) -> str:
+        return f"CallTimeFallback({self._feature}/{self._route[0]}: {self._function_!r})"
+
+
+class Routed(Serving):
     """Call the implementation chosen for ``logits.shape[0]`` rows of ``logits.dtype``."""
 
-    def __init__(self, resolution: Resolution, feature: str) -> None:
-        self._resolution = resolution
-        self._feature = feature
-        self._fallback = resolution.policies.features[feature].spec.fallback
+    def __init__(self, fallbacks: Fallbacks, feature: str) -> None:
+        super().__init__(fallbacks, feature)
         # dtype -> rows -> (impl, function): two lookups are cheaper than hashing a tuple.
         self._table: dict[object, dict[int, tuple[str, Callable[..., Any]]]] = {}
         self._size = 0
-        self._loaded: dict[str, Callable[..., Any]] = {}
         # an import failure shows now, as impl() always did; a choice that cannot be loaded
         # leaves the order, and the next one is tried
         while self._function(self._chosen()) is None:
             pass
 
     def _chosen(self) -> str:
-        impl = self._resolution.decisions[self._feature].impl
+        impl = self._fallbacks.decisions[self._feature].impl
         assert impl is not None
         return impl
 
@@ -72,37 +165,18 @@ class Routed:
             impl, function = self._table[logits.dtype][logits.shape[0]]
         except KeyError:
             impl, function = self._choose((logits.shape[0], logits.dtype))
-        try:
-            return function(logits, *args, **kwargs)
-        except Compiling as compiling:  # its variant builds in the background: not this call
-            return self._meanwhile(impl, compiling, (logits, *args), kwargs)
-        except Exception as exc:  # a compile or launch failure inside the kernel
-            return self._failed(impl, logits.dtype, exc, (logits, *args), kwargs)
+        return self._run(impl, function, (logits, *args), kwargs)
 
-    def _meanwhile(
-        self, impl: str, compiling: Compiling, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """``impl`` is compiling this call's variant: the next ready candidate of the call's
-        row serves it (the fallback last); the table keeps ``impl``, so the calls after the
-        build run it."""
-        from kernelpolicy.engine.runtime import served_elsewhere
-
+    def _meanwhile(self, impl: str, args: tuple[Any, ...]) -> list[str]:
+        """The rest of the call's row after ``impl`` (the fallback last); the table keeps
+        ``impl``, so the calls after the build run it."""
         logits = args[0]
-        decision = self._resolution.decisions[self._feature]
+        decision = self._fallbacks.decisions[self._feature]
         order = list(decision.order_for(logits.shape[0], dtype_name(logits.dtype)))
         rest = order[order.index(impl) + 1 :] if impl in order else order
         if self._fallback is not None and self._fallback not in rest:
             rest.append(self._fallback)
-        loaded = [self._function(name) for name in rest if name != impl]
-        candidates = [function for function in loaded if function is not None]
-        return served_elsewhere(
-            self._resolution,
-            self._feature,
-            impl,
-            compiling,
-            candidates=candidates,
-            call=(args, kwargs),
-        )
+        return [name for name in rest if name != impl]
 
     def reset(self) -> None:
         """Forget every choice: the decision changed."""
@@ -115,7 +189,7 @@ class Routed:
 
     def _choose(self, key: tuple[int, object]) -> tuple[str, Callable[..., Any]]:
         while True:  # each implementation that fails to load leaves the order: this ends
-            decision = self._resolution.decisions[self._feature]
+            decision = self._fallbacks.decisions[self._feature]
             order = decision.order_for(key[0], dtype_name(key[1]))
             if not order:
                 raise ResolutionError(f"{self._feature}: no implementation serves {key}")
@@ -129,122 +203,19 @@ class Routed:
         self._size += 1
         return chosen
 
-    def _function(self, impl: str) -> Callable[..., Any] | None:
-        """``impl``'s callable, loaded once; None when it cannot be loaded here, after taking
-        it out of the decision (choose again)."""
-        function = self._loaded.get(impl)
-        if function is not None:
-            return function
-        resolution = self._resolution
-        try:
-            function = resolution._load(self._feature, impl, wrap=False)
-        except ResolutionError as exc:
-            if self._fallback is None or impl == self._fallback:
-                raise
-            self._refuse(impl, str(exc))
-            return None
-        self._loaded[impl] = function
-        return function
-
-    def _refuse(self, impl: str, why: str) -> None:
-        """``impl`` cannot be loaded: it leaves the order (with nothing but the fallback left,
-        the feature falls back as a whole)."""
-        assert self._fallback is not None
-        resolution = self._resolution
-        decision = resolution.decisions[self._feature]
-        rest = [name for name in decision.order if name != impl]
-        if impl == decision.impl and rest == [self._fallback]:
-            resolution._fall_back(self._feature, decision, self._fallback, why)
-        else:
-            refuse_impl(resolution, self._feature, impl, why)
-
-    def _fallback_function(self) -> Callable[..., Any]:
-        assert self._fallback is not None
-        function = self._function(self._fallback)
-        assert function is not None  # loading the fallback raises rather than refuse it
-        return function
-
-    def _failed(
-        self,
-        impl: str,
-        dtype: object,
-        error: Exception,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        if self._fallback is None or impl == self._fallback:
-            raise error
-        try:
-            result = self._fallback_function()(*args, **kwargs)
-        except Exception:
-            raise error from None  # the fallback fails too: the call is at fault, not the kernel
-        why = shown(f"{type(error).__name__} when called: {error}", _REASON_CHARS)
-        resolution = self._resolution
-        decision = resolution.decisions[self._feature]
-        if isinstance(error, EntryUnloadable):  # imported on its first call, and it failed
+    def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
+        """An implementation imported on its first call that failed leaves the order; a
+        kernel that failed for a dtype the feature routes on stops serving that dtype; else
+        the feature switches as a whole."""
+        fallbacks, feature = self._fallbacks, self._feature
+        if isinstance(error, EntryUnloadable):
             self._loaded.pop(impl, None)
-            self._refuse(impl, str(error))
-        elif decision.dtypes:
-            refuse_dtype(resolution, self._feature, impl, dtype_name(dtype), why)
+            fallbacks.refuse_impl(feature, impl, str(error))
+        elif fallbacks.decisions[feature].dtypes:
+            fallbacks.refuse_dtype(feature, impl, dtype_name(args[0].dtype), why)
         else:
-            resolution._fall_back(self._feature, decision, self._fallback, why)
+            fallbacks.switch(feature, why)
         self.reset()
-        return result
 
     def __repr__(self) -> str:
         return f"Routed({self._feature}: {', '.join(self._loaded)})"
-
-
-def refuse_dtype(resolution: Resolution, feature: str, impl: str, dtype: str, why: str) -> None:
-    """``impl`` serves ``dtype`` no more in this process: calls of it go to the next candidate,
-    in ``impl()`` and ``select()`` alike."""
-    decision = resolution.decisions[feature]
-    note = f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
-    rules = {rule.impl: rule for rule in decision.dtype_rules}
-    old = rules.get(impl, DtypeRule(impl, None))
-    rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
-    changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
-    _record(resolution, feature, changed, f"dtype: {note}", note, failed=impl)
-
-
-def refuse_impl(resolution: Resolution, feature: str, impl: str, why: str) -> None:
-    """``impl``, one of the decision's routed implementations, cannot be loaded: it leaves the
-    order and every batch row, so the calls routed to it go to the next candidate of their
-    row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the decision's
-    choice, the next of the order becomes the choice."""
-    decision = resolution.decisions[feature]
-    note = f"{impl} failed at run time ({why}); the calls routed to it go to the next candidate"
-
-    def without(order: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(name for name in order if name != impl)
-
-    order = without(decision.order)
-    changed = dataclasses.replace(
-        decision,
-        impl=order[0] if impl == decision.impl and order else decision.impl,
-        order=order,
-        routes=tuple(dataclasses.replace(r, order=without(r.order)) for r in decision.routes),
-        dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
-    )
-    _record(resolution, feature, changed, note, note, failed=impl)
-
-
-def _record(
-    resolution: Resolution, feature: str, changed: Decision, reason: str, note: str, *, failed: str
-) -> None:
-    """Store ``changed`` with ``reason`` and a fresh account of who serves what, add ``note``
-    to ``runtime_fallbacks`` and the warnings, log it (and report that ``failed`` failed), and
-    rebuild ``select()``."""
-    from kernelpolicy.engine.routing import serving_lines
-
-    resolution.note_runtime(feature, note, failed=failed)
-    kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
-    resolution.decisions[feature] = dataclasses.replace(
-        changed,
-        reasons=(*kept, reason, *serving_lines(changed)),
-        warnings=(*changed.warnings, note),
-    )
-    resolution.select = resolution._build_select()
-
-
-_SERVING = "serves batch "  # the lines of routing.serving_lines, redone after each change

@@ -6,11 +6,12 @@ answer, so a repeated call is one dictionary lookup. Platform facts are bound on
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.dtypes import ROUTING_VARIABLES
+from kernelpolicy.engine.dispatch import CallTimeFallback, Routed
+from kernelpolicy.engine.fallbacks import Fallbacks, Host
 from kernelpolicy.engine.hotpath import (
     convert,
     hot_path,
@@ -18,13 +19,15 @@ from kernelpolicy.engine.hotpath import (
     show,
     show_context,
 )
-from kernelpolicy.engine.model import Decision, Reason
-from kernelpolicy.engine.reporting import RuntimeReporter
+from kernelpolicy.engine.model import Decision
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.cel import evaluate
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.reporting import RuntimeReporter
 
 
 class Resolution:
@@ -58,25 +61,15 @@ class Resolution:
         *,
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
+        host: Host | None = None,
     ) -> None:
         self.platform = platform
         self.policies = policies
         self.decisions: dict[str, Decision] = dict(decisions)
-        self.runtime_fallbacks: dict[str, str] = {}
-        self.log_format = "console"  # how a runtime fallback is logged; resolve() sets it
-        # Set by kernelpolicy.connect(): the daemon revision this came from, and its last
-        # policy reload error (None in-process).
-        self.revision: int | None = None
-        self.policy_error: str | None = None
-        # Set by resolve() and connect() where a daemon listens on this node: run-time events
-        # (implementations loaded, guard trips, failures) go to it, off the call path.
-        self.reporter: RuntimeReporter | None = None
+        # Run-time changes to the decisions (a kernel that fails, one compiling) go through
+        # this one object, which tells _changed.
+        self.fallbacks = Fallbacks(policies, self.decisions, host or Host(), self._changed)
         self._impls: dict[str, Callable[..., Any]] = {}
-        self._listening: set[tuple[str, str]] = set()  # (feature, impl) told of degradations
-        # calls served by another candidate while their kernel variant compiled, by feature;
-        # and the (feature, impl, variant) said so already (engine.runtime.served_elsewhere)
-        self.compiling_calls: dict[str, int] = {}
-        self.compiling_noted: set[tuple[str, str, str]] = set()
         self.fingerprint = fingerprint
         self.env = dict(env or {})
         self.overrides = dict(overrides or {})
@@ -139,22 +132,20 @@ class Resolution:
         decision = self._usable(feature)
         spec = self.policies.features[feature].spec
         if (spec.by_batch or spec.dtypes) and len(decision.order) > 1:
-            from kernelpolicy.engine.dispatch import Routed
-
-            routed = Routed(self, feature)  # loads decision.impl: may fall back, as below
+            routed = Routed(self.fallbacks, feature)  # loads decision.impl: may fall back, as below
             if len(self.decisions[feature].order) > 1:
                 self._impls[feature] = routed
                 return routed
             decision = self.decisions[feature]
         assert decision.impl is not None
         try:
-            function = self._load(feature, decision.impl)
+            function = self._serving(feature, decision.impl)
         except ResolutionError as exc:
-            fallback = self.policies.features[feature].spec.fallback
+            fallback = spec.fallback
             if fallback is None or fallback == decision.impl:
                 raise
-            self._fall_back(feature, decision, fallback, str(exc))
-            function = self._load(feature, fallback)
+            self.fallbacks.switch(feature, str(exc))
+            function = self._serving(feature, fallback)
         self._impls[feature] = function
         return function
 
@@ -172,141 +163,73 @@ class Resolution:
             return cached
         if impl not in self._usable(feature).order:
             raise ResolutionError(f"{feature}: {show(impl)} is not a candidate here")
-        function = self._load(feature, impl)
+        function = self._serving(feature, impl)
         self._impls[key] = function
         return function
 
-    def _load(self, feature: str, impl: str, *, wrap: bool = True) -> Callable[..., Any]:
-        from kernelpolicy.policy.names import builtin_entry
-
-        candidate = self.policies.features[feature].candidate(impl)
-        entry = (candidate.spec.entry if candidate else None) or builtin_entry(feature, impl)
-        if entry is None:
-            raise ResolutionError(
-                f"{feature}: no callable ships for implementation {impl!r}; "
-                "give the candidate an 'entry = \"module:function\"'"
-            )
-        builtin = candidate is None or candidate.spec.entry is None
-        function = self._import_entry(feature, impl, entry, builtin=builtin)
-        if wrap and impl != self.policies.features[feature].spec.fallback:
-            from kernelpolicy.engine.runtime import CallTimeFallback
-
-            function = CallTimeFallback(self, feature, impl, function)
-        decision = self.decisions[feature]
-        chosen = next((c for c in decision.candidates if c.impl == impl), None)
-        for guard in chosen.guards if chosen else ():
-            from kernelpolicy.kernels.guards import GUARDS
-
-            function = GUARDS[guard](function)
-        if self.reporter is not None:
-            self.reporter.loaded(feature, impl, function)
-        return function
-
-    def _import_entry(
-        self, feature: str, impl: str, entry: str, *, builtin: bool
-    ) -> Callable[..., Any]:
-        """``entry``'s callable, as it serves calls: its serving form where it has one (a
-        variant not built yet is served elsewhere); a built-in accelerated implementation is
-        imported on its first call (:class:`~kernelpolicy.engine.runtime.LazyEntry`)."""
-        from kernelpolicy.engine.runtime import LazyEntry, resolve_entry
-        from kernelpolicy.kernels.builds import nonblocking_form
-        from kernelpolicy.policy.names import PREPARE, REQUIRES
-
-        prepare = PREPARE.get(impl) if builtin else None
-
-        def loaded(function: Callable[..., Any]) -> None:
-            self._listen(feature, impl, entry, function)
-
-        try:
-            if builtin and impl in REQUIRES:
-                return LazyEntry(entry, prepare, REQUIRES[impl], loaded)
-            if prepare is not None:
-                resolve_entry(prepare)()
-            function = resolve_entry(entry)
-        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
-            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
-        loaded(function)
-        return nonblocking_form(function) or function
-
-    def _listen(
-        self, feature: str, impl: str, entry: str, function: Callable[..., Any] | None = None
-    ) -> None:
-        """Record the degradations of ``entry`` (its callable's ``degradations``, else its
-        module's ``DEGRADATIONS``; see :mod:`kernelpolicy.kernels.degraded`): those so far,
-        and each new one."""
-        import sys
-
-        from kernelpolicy.kernels.degraded import Degradations
-
-        channel = getattr(function, "degradations", None)
-        if not isinstance(channel, Degradations):
-            module = sys.modules.get(entry.partition(":")[0])
-            channel = getattr(module, "DEGRADATIONS", None)
-        if isinstance(channel, Degradations) and (feature, impl) not in self._listening:
-            self._listening.add((feature, impl))
-            channel.listen(self._degraded, feature, impl)
-
-    def _degraded(self, feature: str, impl: str, what: str) -> None:
-        """``impl`` of ``feature`` still serves, slower: a warning, no switch."""
-        decision = self.decisions[feature]
-        note = f"{impl} degraded at run time: {what}; still {impl}, correct but slower"
-        if impl not in decision.order or note in decision.warnings:
-            return  # it serves no call of this Resolution, or this is said already
-        self.note_runtime(feature, note)
-        self.decisions[feature] = dataclasses.replace(
-            decision,
-            reasons=(*decision.reasons, f"degraded: {note}"),
-            warnings=(*decision.warnings, note),
+    def _serving(self, feature: str, impl: str) -> Callable[..., Any]:
+        """``impl`` loaded, and unless it is the fallback, switching to it when it fails."""
+        fallbacks = self.fallbacks
+        if impl == fallbacks.fallback(feature):
+            return fallbacks.load(feature, impl)
+        return fallbacks.load(
+            feature, impl, lambda function: CallTimeFallback(fallbacks, feature, impl, function)
         )
 
-    def note_runtime(self, feature: str, note: str, *, failed: str | None = None) -> None:
-        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it; where
-        an implementation ``failed``, tell the node's daemon (``reporter``)."""
-        from kernelpolicy.logs import log_runtime_fallback
-
-        previous = self.runtime_fallbacks.get(feature)
-        self.runtime_fallbacks[feature] = f"{previous}; {note}" if previous else note
-        log_runtime_fallback(feature, note, self.log_format)
-        if failed is not None and self.reporter is not None:
-            self.reporter.report("runtime_failure", feature, failed, detail=note)
-
-    def note_compiling(self, feature: str, note: str) -> None:
-        """A kernel variant compiling in the background, or built: a note in
-        ``runtime_fallbacks`` and a reason (not a warning: nothing is wrong, and it passes)."""
-        self.note_runtime(feature, note)
-        decision = self.decisions[feature]
-        self.decisions[feature] = dataclasses.replace(
-            decision, reasons=(*decision.reasons, f"compiling: {note}")
-        )
-
-    def _fall_back(self, feature: str, decision: Decision, fallback: str, why: str) -> None:
-        note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
-        self.note_runtime(feature, note, failed=decision.impl)
-        self.decisions[feature] = dataclasses.replace(
-            decision,
-            impl=fallback,
-            reason=Reason.FALLBACK,
-            reasons=(f"{fallback}: fallback, {note}", *decision.reasons),
-            warnings=(*decision.warnings, note),
-            order=(fallback,),
-            routes=(),
-            dtype_rules=(),
-        )
-        from kernelpolicy.engine.dispatch import Routed
-
+    def _changed(self, feature: str) -> None:
+        """``feature``'s decision changed at run time: its routed callable chooses again, and
+        both hot paths answer from the decisions (a gate that requires the failed
+        implementation turns False; cached answers go with the old functions)."""
         routed = self._impls.get(feature)
         if isinstance(routed, Routed):
-            routed.reset()  # it chooses again from the new decision
-        # Both hot paths answer from the decisions: a gate that requires the failed
-        # implementation must turn False, and its cached True answers go with the old function.
+            routed.reset()
         self.select = self._build_select()
         self.gate = self._build_gate()
+
+    @property
+    def runtime_fallbacks(self) -> dict[str, str]:
+        """Feature -> what changed at run time (a kernel that failed, one compiling)."""
+        return self.fallbacks.notes
+
+    @property
+    def compiling_calls(self) -> dict[str, int]:
+        """Feature -> calls served by another candidate while a kernel variant compiled."""
+        return self.fallbacks.compiling_calls
+
+    @property
+    def revision(self) -> int | None:
+        """The daemon revision this came from (``connect()``; None in-process)."""
+        return self.fallbacks.host.revision
+
+    @property
+    def policy_error(self) -> str | None:
+        """The daemon's last policy reload error (``connect()``; None in-process)."""
+        return self.fallbacks.host.policy_error
+
+    @property
+    def reporter(self) -> RuntimeReporter | None:
+        """Where run-time events go (the node's daemon, where one listens), or None."""
+        return self.fallbacks.host.reporter
 
     def to_dict(self) -> dict[str, Any]:
         """The ``explain --json`` document."""
         return {
             "fingerprint": self.fingerprint,
             "decisions": {name: d.to_dict() for name, d in self.decisions.items()},
+        }
+
+    def log_fields(self) -> dict[str, Any]:
+        """The fields of the decision log's ``kernelpolicy.resolved`` event (plain values)."""
+        warnings = [w for d in self.decisions.values() for w in d.warnings]
+        primary = self.platform.primary
+        return {
+            "fingerprint": self.fingerprint,
+            "vendor": self.platform.vendor,
+            "arch": primary.arch if primary else None,
+            "decisions": {n: d.impl or f"<{d.reason.value}>" for n, d in self.decisions.items()},
+            "errors": self.errors or None,
+            "warnings": warnings or None,
+            "policies": list(self.policies.files),
         }
 
     # The slow paths: validate the context, evaluate CEL, remember the answer.
@@ -456,9 +379,3 @@ class Resolution:
                 f"{call}: condition failed to evaluate for {context}: "
                 f"{type(exc).__name__}: {shown(str(exc), 200)}"
             ) from exc
-
-
-def _resolve_entry(entry: str) -> Callable[..., Any]:
-    from kernelpolicy.engine.runtime import resolve_entry
-
-    return resolve_entry(entry)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from kernelpolicy.engine.checks import check_candidate
 from kernelpolicy.engine.cohort import place, rollout_check, rollouts_of
+from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
     CandidateResult,
@@ -43,6 +44,7 @@ def resolve_policies(
     evidence: Evidence | None = None,
     *,
     halts: Mapping[str, str] | None = None,
+    host: Host | None = None,
 ) -> Resolution:
     """Decide every feature of ``policies`` for ``platform`` under ``env``.
 
@@ -56,6 +58,7 @@ def resolve_policies(
         halts: ``feature/impl`` -> why, for the candidates halted on this node (the daemon's
             ``halt_on`` state, see :mod:`kernelpolicy.server.halts`): each is rejected with a
             ``halted`` check. Pairs the policies do not have are ignored.
+        host: What the calling process gives the Resolution (its log, the node's daemon).
     """
     # Only the variables the policies read, each in its carried form (cut, or not carried at
     # all over MAX_ENV_VALUE_CHARS): the engine never sees more, so no decision, error, log or
@@ -92,6 +95,7 @@ def resolve_policies(
         ),
         env=relevant_env,
         overrides=forced,
+        host=host,
     )
 
 

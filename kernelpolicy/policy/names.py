@@ -71,7 +71,7 @@ PREPARE: dict[str, str] = {
 
 
 # The libraries each accelerated implementation imports: its built-in entry is imported on its
-# first call (engine.runtime.LazyEntry), and impl() only checks that these are installed.
+# first call (engine.loading.LazyEntry), and impl() only checks that these are installed.
 REQUIRES: dict[str, tuple[str, ...]] = {
     "flashinfer": ("flashinfer.sampling",),
     "aiter": ("aiter.ops.sampling",),

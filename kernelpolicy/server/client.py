@@ -9,12 +9,13 @@ the daemon reports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
 
+from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
@@ -88,17 +89,24 @@ class Client:
         if env is not None:
             request.env.update(env)
             request.hypothetical_env = True
-        return self._reporting(_checked(self._call("Resolve", request)))
+        return _checked(self._call("Resolve", request), self._host)
 
-    def _reporting(self, resolution: Resolution) -> Resolution:
-        """Run-time events of ``resolution`` go to this daemon's report socket (unix only)."""
-        from kernelpolicy.api import node_reporter
+    def _host(self, response: pb.ResolveResponse) -> Host:
+        """What a Resolution rebuilt from ``response`` is given: this process's decision log,
+        this daemon's report socket for its run-time events (unix only), and the daemon's
+        revision and last policy reload error."""
+        from kernelpolicy.logs import runtime_log
+        from kernelpolicy.server.node import node_reporter
         from kernelpolicy.settings import load_settings
 
         settings = load_settings()
-        if self.address.startswith("unix:"):
-            resolution.reporter = node_reporter(settings, self.address)
-        return resolution
+        unix = self.address.startswith("unix:")
+        return Host(
+            log=runtime_log(settings.log_format),
+            reporter=node_reporter(settings, self.address) if unix else None,
+            revision=response.revision,
+            policy_error=response.policy_error or None,
+        )
 
     def decisions(
         self,
@@ -128,7 +136,7 @@ class Client:
         stream = self.stub.Watch(pb.WatchRequest(include_inputs=True), wait_for_ready=True)
         try:
             for response in stream:
-                yield self._reporting(_checked(response))
+                yield _checked(response, self._host)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 raise DaemonError(
@@ -184,13 +192,13 @@ def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
-def _checked(response: pb.ResolveResponse) -> Resolution:
-    resolution = rebuild(response.inputs)
+def _checked(
+    response: pb.ResolveResponse, host: Callable[[pb.ResolveResponse], Host]
+) -> Resolution:
+    resolution = rebuild(response.inputs, host(response))
     if resolution.fingerprint != response.fingerprint:
         raise DaemonError(
             f"rebuilt resolution has fingerprint {resolution.fingerprint}, the daemon reported "
             f"{response.fingerprint}: client and daemon run different kernelpolicy versions?"
         )
-    resolution.revision = response.revision
-    resolution.policy_error = response.policy_error or None
     return resolution

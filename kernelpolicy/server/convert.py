@@ -7,6 +7,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import halts_of
@@ -124,7 +125,7 @@ def inputs_message(
     )
 
 
-def rebuild(inputs: pb.Inputs) -> Resolution:
+def rebuild(inputs: pb.Inputs, host: Host | None = None) -> Resolution:
     """A Resolution from a daemon's inputs, resolved here by the same pure engine."""
     import json
 
@@ -137,5 +138,11 @@ def rebuild(inputs: pb.Inputs) -> Resolution:
     evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
     halts = dict(inputs.halted)
     return resolve_policies(
-        platform, dict(inputs.env), policies, dict(inputs.overrides), evidence, halts=halts
+        platform,
+        dict(inputs.env),
+        policies,
+        dict(inputs.overrides),
+        evidence,
+        halts=halts,
+        host=host,
     )

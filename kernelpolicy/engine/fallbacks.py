@@ -1,0 +1,308 @@
+"""Run-time changes to a Resolution's decisions, with one owner.
+
+A Resolution hands its decisions to its :class:`Fallbacks` when it is built; from then on only
+this object changes them, in four ways: it **loads** an implementation (imported or lazily
+imported, prepared, wrapped in its output guards, its degradations listened to), and when one
+fails at run time it **switches** the feature to its fallback, **refuses an implementation**
+(it leaves the order and every batch row: its calls go to the next candidate) or **refuses a
+dtype** (that dtype's calls go to the next candidate). Each change is said once in
+``runtime_fallbacks`` (:attr:`Fallbacks.notes`), the decision's reasons and warnings, the host's
+log and the node's daemon, and the Resolution is told (``changed``) so that ``select()``,
+``gate()`` and ``impl()`` answer from the new decision.
+
+A call whose kernel variant is compiling in the background is served elsewhere
+(:meth:`Fallbacks.served_elsewhere`) and counted in :attr:`Fallbacks.compiling_calls`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kernelpolicy.engine.model import Decision, DtypeRule, Reason
+from kernelpolicy.errors import ResolutionError
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.reporting import RuntimeReporter
+    from kernelpolicy.kernels.builds import Compiling
+    from kernelpolicy.policy.compiled import PolicySet
+
+REASON_CHARS = 300
+"""Characters of a kernel's error kept in ``runtime_fallbacks`` and the decision."""
+_SERVING = "serves batch "  # the lines of routing.serving_lines, redone after each change
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """What the process around a Resolution gives it, at construction (never set later).
+
+    Attributes:
+        log: Called with (feature, note) for each run-time change (``resolve()`` passes the
+            decision log's warning; None: not logged).
+        reporter: Where run-time events go: the node's daemon, where one listens.
+        revision: The daemon revision the Resolution came from (``connect()``; None
+            in-process).
+        policy_error: The daemon's last policy reload error (``connect()``).
+    """
+
+    log: Callable[[str, str], None] | None = None
+    reporter: RuntimeReporter | None = None
+    revision: int | None = None
+    policy_error: str | None = None
+
+
+class Fallbacks:
+    """The run-time state of one Resolution: its notes, its counts, and the changes above."""
+
+    def __init__(
+        self,
+        policies: PolicySet,
+        decisions: dict[str, Decision],
+        host: Host,
+        changed: Callable[[str], None],
+    ) -> None:
+        self.policies = policies
+        self.decisions = decisions  # the Resolution's own dict: written here only
+        self.host = host
+        self.notes: dict[str, str] = {}
+        self.compiling_calls: dict[str, int] = {}
+        self._compiling_noted: set[tuple[str, str, str]] = set()
+        self._listening: set[tuple[str, str]] = set()  # (feature, impl) told of degradations
+        self._changed = changed
+        self._lock = threading.Lock()  # notes come from serving threads and build threads
+
+    def fallback(self, feature: str) -> str | None:
+        """The feature's fallback implementation (None: it has none)."""
+        return self.policies.features[feature].spec.fallback
+
+    def load(
+        self,
+        feature: str,
+        impl: str,
+        wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    ) -> Callable[..., Any]:
+        """``impl``'s callable as it serves calls: imported (or imported on its first call),
+        prepared, ``wrap``-ped (the call-time fallback), in its output guards (outermost: they
+        repair whatever serves); reported to the node's daemon.
+
+        Raises:
+            ResolutionError: No callable ships for ``impl``, or it cannot be loaded here.
+        """
+        from kernelpolicy.policy.names import builtin_entry
+
+        candidate = self.policies.features[feature].candidate(impl)
+        entry = (candidate.spec.entry if candidate else None) or builtin_entry(feature, impl)
+        if entry is None:
+            raise ResolutionError(
+                f"{feature}: no callable ships for implementation {impl!r}; "
+                "give the candidate an 'entry = \"module:function\"'"
+            )
+        builtin = candidate is None or candidate.spec.entry is None
+        function = self._import(feature, impl, entry, builtin=builtin)
+        if wrap is not None:
+            function = wrap(function)
+        chosen = next((c for c in self.decisions[feature].candidates if c.impl == impl), None)
+        for guard in chosen.guards if chosen else ():
+            from kernelpolicy.kernels.guards import GUARDS
+
+            function = GUARDS[guard](function)
+        if self.host.reporter is not None:
+            self.host.reporter.loaded(feature, impl, function)
+        return function
+
+    def _import(self, feature: str, impl: str, entry: str, *, builtin: bool) -> Callable[..., Any]:
+        """``entry``'s callable, in its serving form where it has one (a variant not built yet
+        is served elsewhere); a built-in accelerated implementation is imported on its first
+        call (:class:`~kernelpolicy.engine.loading.LazyEntry`)."""
+        from kernelpolicy.engine.loading import LazyEntry
+        from kernelpolicy.kernels.builds import nonblocking_form
+        from kernelpolicy.policy.entries import load_entry
+        from kernelpolicy.policy.names import PREPARE, REQUIRES
+
+        prepare = PREPARE.get(impl) if builtin else None
+
+        def loaded(function: Callable[..., Any]) -> None:
+            self._listen(feature, impl, entry, function)
+
+        try:
+            if builtin and impl in REQUIRES:
+                return LazyEntry(entry, prepare, REQUIRES[impl], loaded)
+            if prepare is not None:
+                load_entry(prepare)()
+            function = load_entry(entry)
+        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
+            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+        loaded(function)
+        return nonblocking_form(function) or function
+
+    def _listen(self, feature: str, impl: str, entry: str, function: Callable[..., Any]) -> None:
+        """Record the degradations of ``entry`` (its callable's ``degradations``, else its
+        module's ``DEGRADATIONS``; see :mod:`kernelpolicy.kernels.degraded`): those so far,
+        and each new one."""
+        from kernelpolicy.kernels.degraded import Degradations
+
+        channel = getattr(function, "degradations", None)
+        if not isinstance(channel, Degradations):
+            module = sys.modules.get(entry.partition(":")[0])
+            channel = getattr(module, "DEGRADATIONS", None)
+        if isinstance(channel, Degradations) and (feature, impl) not in self._listening:
+            self._listening.add((feature, impl))
+            channel.listen(self._degraded, feature, impl)
+
+    def _degraded(self, feature: str, impl: str, what: str) -> None:
+        """``impl`` of ``feature`` still serves, slower: a warning, no switch."""
+        decision = self.decisions[feature]
+        note = f"{impl} degraded at run time: {what}; still {impl}, correct but slower"
+        if impl not in decision.order or note in decision.warnings:
+            return  # it serves no call of this Resolution, or this is said already
+        self.note(feature, note)
+        self.decisions[feature] = dataclasses.replace(
+            decision,
+            reasons=(*decision.reasons, f"degraded: {note}"),
+            warnings=(*decision.warnings, note),
+        )
+
+    def note(self, feature: str, note: str, *, failed: str | None = None) -> None:
+        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it; where
+        an implementation ``failed``, tell the node's daemon."""
+        with self._lock:
+            previous = self.notes.get(feature)
+            self.notes[feature] = f"{previous}; {note}" if previous else note
+        if self.host.log is not None:
+            self.host.log(feature, note)
+        if failed is not None and self.host.reporter is not None:
+            self.host.reporter.report("runtime_failure", feature, failed, detail=note)
+
+    def switch(self, feature: str, why: str) -> None:
+        """The chosen implementation failed at run time: the whole feature goes to its
+        fallback for the rest of the process."""
+        decision = self.decisions[feature]
+        fallback = self.fallback(feature)
+        assert fallback is not None
+        note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
+        self.note(feature, note, failed=decision.impl)
+        self.decisions[feature] = dataclasses.replace(
+            decision,
+            impl=fallback,
+            reason=Reason.FALLBACK,
+            reasons=(f"{fallback}: fallback, {note}", *decision.reasons),
+            warnings=(*decision.warnings, note),
+            order=(fallback,),
+            routes=(),
+            dtype_rules=(),
+        )
+        self._changed(feature)
+
+    def refuse_dtype(self, feature: str, impl: str, dtype: str, why: str) -> None:
+        """``impl`` serves ``dtype`` no more in this process: calls of it go to the next
+        candidate, in ``impl()`` and ``select()`` alike."""
+        decision = self.decisions[feature]
+        note = (
+            f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
+        )
+        rules = {rule.impl: rule for rule in decision.dtype_rules}
+        old = rules.get(impl, DtypeRule(impl, None))
+        rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
+        changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
+        self._record(feature, changed, f"dtype: {note}", note, failed=impl)
+
+    def refuse_impl(self, feature: str, impl: str, why: str) -> None:
+        """``impl``, one of the decision's routed implementations, cannot be loaded: it leaves
+        the order and every batch row, so the calls routed to it go to the next candidate of
+        their row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the
+        decision's choice, the next of the order becomes the choice; where only the fallback
+        would be left, the feature switches to it as a whole."""
+        decision = self.decisions[feature]
+        rest = tuple(name for name in decision.order if name != impl)
+        if impl == decision.impl and rest == (self.fallback(feature),):
+            self.switch(feature, why)
+            return
+        note = f"{impl} failed at run time ({why}); the calls routed to it go to the next candidate"
+
+        def without(order: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(name for name in order if name != impl)
+
+        changed = dataclasses.replace(
+            decision,
+            impl=rest[0] if impl == decision.impl and rest else decision.impl,
+            order=rest,
+            routes=tuple(dataclasses.replace(r, order=without(r.order)) for r in decision.routes),
+            dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
+        )
+        self._record(feature, changed, note, note, failed=impl)
+
+    def _record(
+        self, feature: str, changed: Decision, reason: str, note: str, *, failed: str
+    ) -> None:
+        """Store ``changed`` with ``reason`` and a fresh account of who serves what, and say
+        ``note`` (reporting that ``failed`` failed)."""
+        from kernelpolicy.engine.routing import serving_lines
+
+        self.note(feature, note, failed=failed)
+        kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
+        self.decisions[feature] = dataclasses.replace(
+            changed,
+            reasons=(*kept, reason, *serving_lines(changed)),
+            warnings=(*changed.warnings, note),
+        )
+        self._changed(feature)
+
+    def served_elsewhere(
+        self,
+        feature: str,
+        impl: str,
+        compiling: Compiling,
+        candidates: list[Callable[..., Any]],
+        call: tuple[tuple[Any, ...], dict[str, Any]],
+    ) -> Any:
+        """Serve one call of ``impl``, whose variant is ``compiling``, by the first of
+        ``candidates`` that is ready (one compiling too is passed over; the last, the fallback,
+        never compiles); count it, and say so once per variant (and once more when built).
+
+        Raises:
+            Compiling: every candidate is compiling (none is the fallback).
+        """
+        from kernelpolicy.kernels.builds import Compiling
+
+        args, kwargs = call
+        for serve in candidates:
+            try:
+                result = serve(*args, **kwargs)
+            except Compiling:
+                continue
+            self._count(feature, impl, compiling)
+            return result
+        raise compiling
+
+    def _count(self, feature: str, impl: str, compiling: Compiling) -> None:
+        with self._lock:
+            self.compiling_calls[feature] = self.compiling_calls.get(feature, 0) + 1
+            key = (feature, impl, compiling.what)
+            if key in self._compiling_noted:
+                return
+            self._compiling_noted.add(key)
+        self._note_compiling(
+            feature,
+            f"{impl} is compiling {compiling.what} in the background; its calls go to the "
+            "next ready candidate until it is built",
+        )
+
+        def built(why: str | None) -> None:
+            if why is None:  # a failure is said by the call that meets it, as any call's
+                self._note_compiling(
+                    feature, f"{impl} built {compiling.what}; its calls switch to it"
+                )
+
+        compiling.when_built(built)
+
+    def _note_compiling(self, feature: str, note: str) -> None:
+        """A kernel variant compiling in the background, or built: a note in
+        ``runtime_fallbacks`` and a reason (not a warning: nothing is wrong, and it passes)."""
+        self.note(feature, note)
+        decision = self.decisions[feature]
+        self.decisions[feature] = dataclasses.replace(
+            decision, reasons=(*decision.reasons, f"compiling: {note}")
+        )

@@ -1,0 +1,88 @@
+"""Loading an implementation's callable: accelerated implementations kernelpolicy ships
+(Triton, FlashInfer, aiter) are imported on their first call, not by ``impl()``
+(:class:`LazyEntry`): ``impl()`` only checks that their libraries are installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kernelpolicy.errors import ResolutionError
+from kernelpolicy.kernels.builds import nonblocking_form
+from kernelpolicy.policy.entries import load_entry
+
+
+class EntryUnloadable(ResolutionError):
+    """An implementation imported on its first call could not be imported or prepared."""
+
+
+class LazyEntry:
+    """An accelerated implementation's callable, imported on its first call (or :meth:`load`),
+    not when ``impl()`` hands it out: ``impl()`` only checks that ``requires`` (the libraries it
+    imports) are installed. A kernel with a serving form (``nonblocking_form``) is served by
+    that form, and its library is imported by its background build, not here.
+
+    Raises (on the first call):
+        EntryUnloadable: the import, or the preparation, failed.
+    """
+
+    def __init__(
+        self,
+        entry: str,
+        prepare: str | None,
+        requires: tuple[str, ...],
+        on_load: Callable[[Callable[..., Any]], None],
+    ) -> None:
+        missing = [name for name in requires if not installed(name)]
+        if missing:
+            raise ResolutionError(
+                f"cannot load {entry}: cannot import {missing[0]}: "
+                f"ModuleNotFoundError: No module named {missing[0].partition('.')[0]!r}"
+            )
+        self.entry = entry
+        self._prepare = prepare
+        self._on_load = on_load
+        self._function: Callable[..., Any] | None = None
+        self._lock = threading.Lock()
+
+    def load(self) -> Callable[..., Any]:
+        """Import the implementation now (a warm step), once; returns what serves its calls."""
+        function = self._function
+        if function is not None:
+            return function
+        with self._lock:
+            if self._function is None:
+                self._function = self._import()
+            return self._function
+
+    def _import(self) -> Callable[..., Any]:
+        try:
+            function = load_entry(self.entry)
+            form = nonblocking_form(function)
+            if form is None and self._prepare is not None:
+                load_entry(self._prepare)()
+        except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, build errors
+            raise EntryUnloadable(f"cannot load {self.entry}: {exc}") from exc
+        self._on_load(function)
+        return form or function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return (self._function or self.load())(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._function is not None else "not imported yet"
+        return f"LazyEntry({self.entry}: {state})"
+
+
+def installed(name: str) -> bool:
+    """Whether the top-level package of ``name`` can be imported (found, not imported)."""
+    top = name.partition(".")[0]
+    if top in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
