@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +179,77 @@ def test_verify_refuses_an_untrusted_store_before_running(
     monkeypatch.setenv("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", "1")
     assert main(["verify", "--feature", "topk_per_row", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["evidence"].startswith(str(cache))
+
+
+@pytest.mark.parametrize(
+    ("how", "triton", "flashinfer", "recorded"),
+    [
+        pytest.param("trusted", "kernels/triton", "kernels/flashinfer", True, id="trusted"),
+        pytest.param("your-own", "/mine/triton", "kernels/flashinfer", False, id="your-own-triton"),
+        pytest.param("untrusted", None, None, False, id="untrusted-cache"),
+        pytest.param("missing-cpu", None, None, False, id="none-on-a-cpu-run"),
+        pytest.param(
+            "missing-gpu", "kernels/triton", "kernels/flashinfer", True, id="created-for-a-gpu-run"
+        ),
+    ],
+)
+def test_verify_uses_and_fills_the_kernel_cache(
+    how: str,
+    triton: str | None,
+    flashinfer: str | None,
+    recorded: bool,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """While the suite runs, Triton and FlashInfer are pointed at the node's kernel cache (as
+    exec and warm do), and the samplers find its record (they load what warm built and record
+    what they build); a variable of your own is kept, an untrusted cache is said in one line and
+    not used, and the environment is put back after the run. A GPU run creates a missing cache
+    (as warm does); a CPU run, which compiles nothing, leaves the cache directory alone."""
+    from kernelpolicy.cli import verify_cmd
+    from kernelpolicy.kernel_cache import kernel_cache_dir, prepare_kernel_cache
+    from kernelpolicy.kernels import builds
+    from kernelpolicy.verify import suite
+
+    root = kernel_cache_dir(cache / "kernelpolicy")
+    if not how.startswith("missing"):
+        prepare_kernel_cache(cache / "kernelpolicy")
+    monkeypatch.setattr(verify_cmd, "_builds_kernels", lambda device: how == "missing-gpu")
+    for name in ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+        monkeypatch.setenv(name, "-")  # put back to what it was (unset) after the test
+        monkeypatch.delenv(name)
+    if how == "your-own":
+        monkeypatch.setenv("TRITON_CACHE_DIR", "/mine/triton")
+    planted = root / "triton" / "planted.cubin"  # verify tightens the directories, not this
+    if how == "untrusted":
+        planted.write_bytes(b"\0code")
+        planted.chmod(0o664)
+    seen: dict[str, object] = {}
+
+    def run(*args: object, **kwargs: object) -> Any:
+        seen["triton"] = os.environ.get("TRITON_CACHE_DIR")
+        seen["flashinfer"] = os.environ.get("FLASHINFER_WORKSPACE_BASE")
+        record = builds.kernel_cache()
+        seen["record"] = None if record is None else record.root
+        yield from ()
+
+    monkeypatch.setattr(suite, "iter_run", run)
+    assert main(["verify", "--feature", "sampler.top_k_top_p", "--no-store"]) == 0
+    expected = {
+        "triton": triton and str(root.parent / triton),
+        "flashinfer": flashinfer and str(root.parent / flashinfer),
+        "record": root if recorded else None,
+    }
+    assert seen == expected
+    err = [line for line in capsys.readouterr().err.splitlines() if "kernel cache" in line]
+    if how == "untrusted":
+        assert err == [
+            f"kernelpolicy: warning: kernel cache not used: {planted}: writable by group or "
+            "others (mode 0664)"
+        ]
+    else:
+        assert err == []
+    assert os.environ.get("TRITON_CACHE_DIR") == ("/mine/triton" if how == "your-own" else None)
+    assert "FLASHINFER_WORKSPACE_BASE" not in os.environ
+    assert root.exists() is (how != "missing-cpu")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +77,13 @@ def run(args: argparse.Namespace) -> int:
     out = _output_file(args.out)
     profile = QUICK if args.quick else FULL
     storing = profile.evidence and not args.no_store and not args.entry
+    settings = _settings()
     if storing:  # refuse an untrusted store now, not after the suite has run
         from kernelpolicy.evidence.store import prepare_store
 
-        settings = _settings()
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
-    reports = _reports(args, suite, device, out, profile)
+    with kernel_cache_in_use(settings.cache_dir, create=_builds_kernels(device)):
+        reports = _reports(args, suite, device, out, profile)
     results = [r.to_dict() for r in reports]
     stored = None
     if storing:
@@ -102,6 +105,43 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(reports, stored, profile.name)
     return 1 if any(r.status == "failed" for r in reports) else 0
+
+
+@contextlib.contextmanager
+def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[None]:
+    """Point Triton and FlashInfer at the node's kernel cache while the suite runs, as exec does
+    for the engines it starts and warm for its builds: verify loads what warm built and what it
+    builds goes there, recorded for the workers (``kernel_cache.BuiltRecord``). With ``create``
+    (a GPU run: it compiles) the cache is created private where it is missing, as warm does;
+    one that is not trusted is said in one line and not used. A variable you set is kept.
+    Triton and FlashInfer read these variables from the process's environment (FlashInfer when
+    it is imported), so they are set there for the run and put back after it."""
+    from kernelpolicy.errors import UntrustedFileError
+    from kernelpolicy.kernel_cache import cache_environment, kernel_cache_dir, prepare_kernel_cache
+    from kernelpolicy.kernels.builds import forget_kernel_cache
+    from kernelpolicy.settings import default_cache_dir
+
+    cache = cache_dir or default_cache_dir()
+    try:
+        if create:
+            prepare_kernel_cache(cache)
+        extra, problem = cache_environment(cache, os.environ)
+    except UntrustedFileError as exc:
+        extra, problem = {}, str(exc)
+    if problem is not None and kernel_cache_dir(cache).exists():  # a missing one: nothing
+        print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
+    before = {name: os.environ.get(name) for name in extra}
+    os.environ.update(extra)
+    forget_kernel_cache()  # the samplers look for the cache again: this one
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        forget_kernel_cache()
 
 
 def _document(
@@ -203,6 +243,13 @@ def _require_verify_extra() -> None:
             f"kernelpolicy verify needs {', '.join(_VERIFY_NEEDS)}; missing here: "
             f"{', '.join(missing)}. Install them with: pip install 'kernelpolicy[verify]'"
         )
+
+
+def _builds_kernels(device: str | None) -> bool:
+    """Whether this run compiles GPU kernels (``--device`` cuda, or none given and a GPU here)."""
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
 
 
 def _device(device: str | None) -> str | None:
