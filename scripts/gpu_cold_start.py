@@ -13,7 +13,13 @@ before kernelpolicy, as in an inference worker:
   the fallback while the chosen kernel builds in the background), the calls served by a
   fallback while building, and the time until the calls switch to the built kernel;
 * ``warm``: ``kernelpolicy warm`` into a fresh kernel cache (timed), then a fresh process given
-  that cache: the first sample after ``impl()`` (target: within 0.5 s).
+  that cache: the first sample after ``impl()`` (target: within 0.5 s);
+* ``warm-one``: as ``warm``, but the cache holds only the variant the measured call needs,
+  built by ``Builds.warm`` in a process of its own as ``kernelpolicy warm``'s children build
+  (a visit short of device time: the whole warm takes minutes).
+
+A process measured with ``WAIT_S`` 0 ends with ``os._exit`` once it has printed: the builds
+still running in its threads would otherwise hold its exit for up to 30 s.
 
 Results: one JSON object per line in DIR/cold_start.jsonl, and a summary on stdout.
 """
@@ -28,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 WORKER = r"""
 import json, os, sys, time
@@ -68,7 +75,8 @@ ids = sample(logits, k, p); torch.cuda.synchronize()
 t_first = time.perf_counter()
 first = {"since_start_s": t_first - t0, "after_impl_s": t_first - t_impl0,
          "first_call_ms": (t_first - t_impl) * 1e3,
-         "compiling_calls": dict(getattr(res, "compiling_calls", {}))}
+         "compiling_calls": dict(getattr(res, "compiling_calls", {})),
+         "first_builds": {k: str(v) for k, v in builds.stats().items()}}
 switch = None
 calls = 1
 deadline = time.perf_counter() + float(os.environ.get("WAIT_S", "0"))
@@ -90,6 +98,25 @@ print(json.dumps(default=str, obj={**first, "calls_until_switch": calls if switc
                   "builds": builds.stats() if hasattr(builds, "stats") else None,
                   "compiling_calls_end": dict(getattr(res, "compiling_calls", {})),
                   "runtime_fallbacks": [str(x)[:200] for x in res.runtime_fallbacks][:6]}))
+if not switch:  # nothing more to measure: the builds in flight would hold the exit
+    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
+"""
+
+WARM_ONE = r"""
+import json, sys, time
+import torch
+from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels.builds import kernel_cache
+from kernelpolicy.kernels.sampling_triton.variants import prepare
+logits = torch.zeros(32, 128256, device="cuda")
+call = prepare(sampling_triton.DEFAULT, logits, torch.full((32,), 50), torch.full((32,), 0.9), None)
+t = time.perf_counter()
+failed = sampling_triton.warm([call.variant])
+seconds = time.perf_counter() - t
+record = kernel_cache()
+print(json.dumps({"variant": call.variant.describe(), "build_s": seconds,
+                  "failed": {str(k): v for k, v in failed.items()},
+                  "record": None if record is None else str(record.root)}))
 """
 
 
@@ -107,7 +134,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--stage", default="all", choices=["all", "worker", "cold", "warm"])
+    parser.add_argument(
+        "--stage", default="all", choices=["all", "worker", "cold", "warm", "warm-one"]
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "cold_start.jsonl"
@@ -147,6 +176,23 @@ def main() -> None:
             warm_env = {**env, "TRITON_CACHE_DIR": str(kernels / "triton"), "WAIT_S": "0"}
             warm_env["FLASHINFER_WORKSPACE_BASE"] = str(kernels / "flashinfer")
             record("warm", run, child(FIRST_SAMPLE, warm_env))
+    if args.stage == "warm-one":
+        warm_one(args.runs, base, record)
+
+
+def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
+    """The ``warm-one`` stage: a fresh kernel cache holding the measured call's variant only."""
+    from kernelpolicy.kernel_cache import prepare_kernel_cache
+
+    cache = tempfile.mkdtemp(prefix="kp-warm-one-")
+    kernels = prepare_kernel_cache(Path(cache))
+    env = {**base, "KERNELPOLICY_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(kernels / "triton"),
+           "FLASHINFER_WORKSPACE_BASE": str(kernels / "flashinfer"), "WAIT_S": "0"}  # fmt: skip
+    start = time.perf_counter()
+    built = child(WARM_ONE, env)
+    record("warm-one-build", 0, {**built, "seconds": time.perf_counter() - start})
+    for run in range(runs):
+        record("warm-one", run, child(FIRST_SAMPLE, env))
 
 
 if __name__ == "__main__":
