@@ -208,3 +208,14 @@ def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> 
     except OSError as exc:
         raise LabelError(f"cannot write the feature file {target}: {exc.strerror or exc}") from None
     return target
+
+
+def nfd_text(labels: dict[str, str], fingerprint: str) -> str:
+    """The features.d file for ``labels``, with a comment saying who writes it."""
+    from kernelpolicy.versions import KERNELPOLICY_VERSION
+
+    return render_nfd(
+        labels,
+        comment=f"Written by kernelpolicy {KERNELPOLICY_VERSION} (policy fingerprint "
+        f"{fingerprint}); rewritten on every policy revision, do not edit.",
+    )

@@ -70,15 +70,15 @@ def test_policy_cache_keeps_only_the_newest_sets(tmp_path: Path) -> None:
     most recently used first, so a long-lived process does not grow with every edit."""
     import os
 
-    from kernelpolicy import api
+    from kernelpolicy import inputs
 
     policy = tmp_path / "p.toml"
     text = 'schema = "kernelpolicy.policy/v1"\n[features."x.y"]\ndescription = "{}"\n'
     text += 'fallback = "a"\n[[features."x.y".candidates]]\nimpl = "a"\nentry = "json:loads"\n'
-    api._POLICY_CACHE.clear()
-    for edit in range(api.POLICY_CACHE_ENTRIES + 3):
+    inputs._POLICY_CACHE.clear()
+    for edit in range(inputs.POLICY_CACHE_ENTRIES + 3):
         policy.write_text(text.format("d" * (edit + 1)))  # a new size: a new cache key
         os.utime(policy, (edit, edit))
-        first = api.load_policies_cached([policy])
-        assert api.load_policies_cached([policy]) is first  # unchanged file: the cached set
-    assert len(api._POLICY_CACHE) == api.POLICY_CACHE_ENTRIES
+        first = inputs.load_policies_cached([policy])
+        assert inputs.load_policies_cached([policy]) is first  # unchanged file: the cached set
+    assert len(inputs._POLICY_CACHE) == inputs.POLICY_CACHE_ENTRIES

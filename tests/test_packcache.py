@@ -233,10 +233,10 @@ def test_an_unwritable_cache_is_no_cache(tmp_path: Path) -> None:
 
 def test_the_cache_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """pack_cache=False (KERNELPOLICY_PACK_CACHE=0) writes nothing."""
-    monkeypatch.setattr("kernelpolicy.api._POLICY_CACHE", {})
+    monkeypatch.setattr("kernelpolicy.inputs._POLICY_CACHE", {})
     load_policies_cached([bundled_policy_dir()], cache_dir=tmp_path, pack_cache=False)
     assert not pack_dir(tmp_path).exists()
-    monkeypatch.setattr("kernelpolicy.api._POLICY_CACHE", {})
+    monkeypatch.setattr("kernelpolicy.inputs._POLICY_CACHE", {})
     load_policies_cached([bundled_policy_dir()], cache_dir=tmp_path / "on")
     assert len(list(pack_dir(tmp_path / "on").glob("*.json"))) == 1
 

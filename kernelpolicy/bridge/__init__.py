@@ -10,12 +10,8 @@ exec`` starts the engine with them.
 from __future__ import annotations
 
 from kernelpolicy.bridge.model import EngineSettings, Status, Told
-from kernelpolicy.bridge.translate import (
-    ENGINE_DISTRIBUTIONS,
-    MODEL_KINDS,
-    distribution,
-    engine_settings,
-)
+from kernelpolicy.bridge.translate import MODEL_KINDS, engine_settings
+from kernelpolicy.inputs import ENGINE_DISTRIBUTIONS, distribution
 from kernelpolicy.policy.schema.bridge import flag_options
 
 __all__ = [

@@ -27,6 +27,7 @@ from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.inputs import distribution
 from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
@@ -34,15 +35,7 @@ from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.bridge import flag_options
 from kernelpolicy.settings import parse_bool
 
-# Engine -> the distribution whose installed version the rules' ``versions`` ranges read.
-# Any other engine a policy names is looked up under its own name.
-ENGINE_DISTRIBUTIONS: dict[str, str] = {"vllm": "vllm", "sglang": "sglang"}
 MODEL_KINDS = ("mha", "mla")
-
-
-def distribution(engine: str) -> str:
-    """The distribution name that holds ``engine``'s version (``vllm`` -> ``vllm``)."""
-    return ENGINE_DISTRIBUTIONS.get(engine, engine)
 
 
 class _Context:

@@ -91,7 +91,7 @@ def policy_paths(args: argparse.Namespace, env: Mapping[str, str]) -> list[Path]
     Raises:
         SettingsError: A path does not exist, naming the option or variable it came from.
     """
-    from kernelpolicy.api import existing_policy_paths
+    from kernelpolicy.inputs import existing_policy_paths
     from kernelpolicy.settings import settings_from
 
     if getattr(args, "policies", None):

@@ -100,9 +100,9 @@ def parse_steps(text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.api import existing_policy_paths, load_policies_cached
     from kernelpolicy.cli.common import local_environment, policy_load_options, policy_paths
     from kernelpolicy.fleet import diff_fleet
+    from kernelpolicy.inputs import existing_policy_paths, load_policies_cached
 
     steps = parse_steps(args.steps)
     options = policy_load_options()

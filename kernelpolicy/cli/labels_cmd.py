@@ -53,31 +53,29 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.engine.resolve import resolve_policies
-    from kernelpolicy.engine.switches import read_variables
-    from kernelpolicy.evidence.store import load_evidence
-    from kernelpolicy.labels import PREFIX, node_labels
+    from kernelpolicy.inputs import gather, load_policies_cached
+    from kernelpolicy.labels import PREFIX, nfd_text, node_labels
     from kernelpolicy.settings import settings_from
 
     base_env = environment(args, None) if args.platform is None else None
     settings = settings_from(base_env if base_env is not None else {})
     policies = load_policies_cached(args.policies or settings.policy_paths, **policy_load_options())
-    platform = obtain_platform(
-        args,
-        libraries=sorted(policies.library_names),
-        env_patterns=sorted(read_variables(policies)),
-    )
-    env = environment(args, platform)
-    answer_settings = settings_from(env)
     # The store is on this machine: where it is and whether to trust it come from this process
-    # (and --env), never from a snapshot's recorded environment.
+    # (and --env), never from a snapshot's recorded environment. The labels show it whether or
+    # not the policies read it.
     local = settings_from(environment(argparse.Namespace(platform=None, env=args.env), None))
-    evidence = load_evidence(platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files)
-    resolution = resolve_policies(
-        platform, env, policies, answer_settings.overrides,
-        evidence if policies.needs_evidence else None,
-    )  # fmt: skip
+    inputs = gather(
+        policies,
+        local,
+        env=lambda platform: environment(args, platform),
+        platform=lambda libraries, patterns: obtain_platform(
+            args, libraries=libraries, env_patterns=patterns
+        ),
+        evidence=True,
+    )
+    resolution = inputs.resolve()
+    evidence = inputs.evidence
+    assert evidence is not None  # asked for
     labels = node_labels(resolution, evidence, prefix=args.prefix or PREFIX)
     if args.format == "json":
         text = json.dumps(labels, indent=2) + "\n"
@@ -91,15 +89,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def nfd_text(labels: dict[str, str], fingerprint: str) -> str:
-    """The features.d file for ``labels``, with a comment saying who writes it."""
-    from kernelpolicy import __version__
-    from kernelpolicy.labels import render_nfd
-
-    return render_nfd(
-        labels,
-        comment=f"Written by kernelpolicy {__version__} (policy fingerprint {fingerprint}); "
-        "rewritten on every policy revision, do not edit.",
-    )

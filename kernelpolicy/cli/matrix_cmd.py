@@ -69,7 +69,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.api import load_policies_cached
+    from kernelpolicy.inputs import load_policies_cached
 
     policies = load_policies_cached(
         policy_paths(args, local_environment(args)), **policy_load_options()
@@ -108,18 +108,16 @@ def _features(asked: list[str], known: list[str]) -> list[str]:
 
 def _resolve_all(args: argparse.Namespace, policies: PolicySet) -> dict[str, dict[str, Decision]]:
     """Platform (the snapshot's file stem) -> its decisions."""
-    from kernelpolicy.engine.forces import check_forces
-    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.inputs import gather
     from kernelpolicy.platform.model import load_platform
     from kernelpolicy.settings import settings_from
 
+    local = settings_from(local_environment(args))
     cells: dict[str, dict[str, Decision]] = {}
     for path in _snapshots(args.platforms):
         platform = load_platform(path)
         env = environment(argparse.Namespace(platform=path, env=args.env), platform)
-        overrides = settings_from(env).overrides
-        check_forces(policies, env, overrides)
-        resolution = resolve_policies(platform, env, policies, overrides)
+        resolution = gather(policies, local, env=env, platform=platform).resolve()
         cells[path.stem] = dict(resolution.decisions)
     return cells
 

@@ -1,6 +1,7 @@
 """Resolve the way ``explain`` does, for the commands that render a resolution (explain, env,
-exec): the policies from --policies or settings, the platform from --platform or a probe that
-reads what the policies and their engine rules name, the environment, evidence."""
+exec): the policies from --policies or settings, the platform from --platform or a probe, the
+environment from the snapshot or this process with --env; gathered by
+:func:`kernelpolicy.inputs.gather`, as every front end does."""
 
 from __future__ import annotations
 
@@ -15,28 +16,7 @@ from kernelpolicy.cli.common import (
 )
 from kernelpolicy.cli.provenance import AnswerEnv, answer_env
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.policy.compiled import PolicySet
-
-
-def probe_inputs(policies: PolicySet) -> tuple[list[str], list[str]]:
-    """(distributions, variable patterns) the probe must read for these policies and the
-    engines they tell."""
-    from kernelpolicy.bridge import distribution
-    from kernelpolicy.engine.switches import read_variables
-
-    libraries = set(policies.library_names)
-    variables = set(read_variables(policies))
-    for engine in policies.engine_names:
-        libraries.add(distribution(engine))
-    for feature in policies.features.values():
-        rule_sets = [*feature.engines.values()]
-        rule_sets += [rules for c in feature.candidates for rules in c.engines.values()]
-        for rules in rule_sets:
-            for rule in rules:
-                libraries.update(check.name for check in rule.libraries)
-                variables.update(rule.spec.if_on)
-                variables.update(rule.spec.env)
-    return sorted(libraries), sorted(variables)
+from kernelpolicy.platform.model import Platform
 
 
 def resolve_args(
@@ -62,30 +42,26 @@ def resolve_explained(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
 def _resolve(
     args: argparse.Namespace, env: Mapping[str, str] | None
 ) -> tuple[Resolution, AnswerEnv | None]:
-    from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.engine.forces import check_forces
-    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.inputs import gather, load_policies_cached
     from kernelpolicy.settings import settings_from
 
     # Policy files, the evidence store and trust are this machine's, even with --platform.
     local_env = local_environment(args)
     local = settings_from(local_env)
     policies = load_policies_cached(policy_paths(args, local_env), **policy_load_options())
-    libraries, patterns = probe_inputs(policies)
-    platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
-    inputs = None if env is not None else answer_env(args, platform)
-    used = inputs.env if inputs is not None else dict(env or {})
-    answer_settings = settings_from(used)
-    check_forces(policies, used, answer_settings.overrides)
-    evidence = None
-    if policies.needs_evidence:
-        from kernelpolicy.evidence.store import load_evidence
+    told: list[AnswerEnv] = []
 
-        evidence = load_evidence(
-            platform, local.cache_dir, allow_untrusted=local.allow_untrusted_files
-        )
-    resolution = resolve_policies(platform, used, policies, answer_settings.overrides, evidence)
-    return resolution, inputs
+    def answer(platform: Platform) -> Mapping[str, str]:
+        if env is not None:
+            return env
+        told.append(answer_env(args, platform))
+        return told[0].env
+
+    def source(libraries: list[str], patterns: list[str]) -> Platform:
+        return obtain_platform(args, libraries=libraries, env_patterns=patterns)
+
+    inputs = gather(policies, local, env=answer, platform=source)
+    return inputs.resolve(), (told[0] if told else None)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

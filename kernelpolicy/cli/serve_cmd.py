@@ -138,29 +138,26 @@ def _serving_state(args: argparse.Namespace, settings: Settings) -> ServingState
     Raises:
         SettingsError: A force or override names nothing the policies define.
     """
-    from kernelpolicy.api import load_policies_cached
-    from kernelpolicy.cli.resolving import probe_inputs
-    from kernelpolicy.engine.forces import check_forces
+    from kernelpolicy.inputs import gather, load_policies_for
     from kernelpolicy.server.state import ServingState
 
     paths = args.policies or list(settings.policy_paths)
-    libraries, patterns = probe_inputs(
-        load_policies_cached(
-            paths,
-            allow_untrusted=settings.allow_untrusted_files,
-            cache_dir=settings.cache_dir,
-            pack_cache=settings.pack_cache,
-        )
+    # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the
+    # operator believes a kernel is forced: gather refuses it, as explain and resolve() do.
+    inputs = gather(
+        load_policies_for(settings, paths),
+        settings,
+        env=lambda platform: environment(args, platform),
+        platform=lambda libraries, patterns: obtain_platform(
+            args, libraries=libraries, env_patterns=patterns
+        ),
+        overrides=settings.overrides,
+        evidence=False,
     )
-    platform = obtain_platform(args, libraries=libraries, env_patterns=patterns)
-    env = environment(args, platform)
     state = ServingState(
-        platform, env, paths, settings.overrides,
+        inputs.platform, inputs.env, paths, settings.overrides,
         settings.cache_dir, allow_untrusted=settings.allow_untrusted_files,
     )  # fmt: skip
-    # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the
-    # operator believes a kernel is forced: refuse to start, as explain and resolve() do.
-    check_forces(state.snapshot.resolution.policies, env, settings.overrides)
     return state
 
 

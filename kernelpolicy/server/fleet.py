@@ -124,10 +124,9 @@ class Fleet:
     def write_labels(self) -> None:
         if self.labels_dir is None:
             return
-        from kernelpolicy.cli.labels_cmd import nfd_text
         from kernelpolicy.errors import KernelPolicyError
         from kernelpolicy.evidence.store import load_evidence
-        from kernelpolicy.labels import node_labels, write_feature_file
+        from kernelpolicy.labels import nfd_text, node_labels, write_feature_file
 
         state = self.state
         snapshot = state.snapshot

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import halts_of, resolve_policies
+from kernelpolicy.engine.resolve import halts_of
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.evidence.store import Evidence, load_evidence
+from kernelpolicy.inputs import Inputs
 from kernelpolicy.limits import (
     MAX_ANSWER_CACHE_BYTES,
     MAX_ANSWER_CACHE_ENTRIES,
@@ -146,9 +147,8 @@ class ServingState:
                 self.platform, self.cache_dir, allow_untrusted=self.allow_untrusted
             )
         halts = self.halts.adopt(policies)  # a feature whose policy changed loses its halts
-        resolution = resolve_policies(
-            self.platform, self.env, policies, self.overrides, evidence, halts=halts
-        )
+        inputs = Inputs(self.platform, self.env, policies, self.overrides, evidence)
+        resolution = inputs.resolve(halts=halts)
         return Snapshot(revision, resolution, sources, evidence, error)
 
     def prepare_halts(self) -> Snapshot | None:

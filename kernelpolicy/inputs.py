@@ -1,0 +1,244 @@
+"""The engine's inputs, gathered one way for every front end (``resolve()``, ``explain``,
+``env``/``exec``, ``labels``, ``matrix``, the daemon): settings -> policies -> platform (given,
+or probed for what the policies and their bridge rules read, the inference engines'
+distributions included) -> the answer's environment and forces -> evidence.
+
+The front ends differ only in where each input comes from (a ``--platform`` snapshot, ``--env``,
+a daemon's files); the steps and their checks are these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kernelpolicy.engine.forces import check_forces
+from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.switches import read_variables
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.files import (
+    check_policy_trust,
+    expand_policy_paths,
+    policy_files,
+    read_listed_sources,
+)
+from kernelpolicy.policy.packcache import load_cached
+from kernelpolicy.settings import Settings, default_cache_dir, settings_from
+
+if TYPE_CHECKING:
+    from kernelpolicy.engine.fallbacks import Host
+    from kernelpolicy.engine.resolution import Resolution
+    from kernelpolicy.evidence.store import Evidence
+
+ENGINE_DISTRIBUTIONS: dict[str, str] = {"vllm": "vllm", "sglang": "sglang"}
+"""Inference engine -> the distribution that holds its version (others: the engine's name)."""
+
+
+def distribution(engine: str) -> str:
+    """The distribution name that holds ``engine``'s version (``vllm`` -> ``vllm``)."""
+    return ENGINE_DISTRIBUTIONS.get(engine, engine)
+
+
+_POLICY_CACHE: dict[tuple[tuple[str, int, int], ...], PolicySet] = {}
+POLICY_CACHE_ENTRIES = 4
+"""Loaded policy sets kept by :func:`load_policies_cached` (the newest; each edit of a file
+makes a new entry, so a long-lived process that re-resolves would otherwise keep them all)."""
+
+
+def load_policies_cached(
+    paths: Iterable[str | Path],
+    *,
+    allow_untrusted: bool = False,
+    cache_dir: Path | None = None,
+    pack_cache: bool = True,
+) -> PolicySet:
+    """:func:`load_policies`, reused while no file changed (path, mtime and size).
+
+    Trust is checked on every call, cached or not (a ``chmod`` does not change the mtime). A
+    set not loaded yet in this process comes from the compiled-pack cache under ``cache_dir``
+    when ``pack_cache`` is on and an entry matches the files' contents
+    (:mod:`kernelpolicy.policy.packcache`).
+
+    Raises:
+        PolicyError: The files are invalid.
+        UntrustedFileError: A file or directory is owned or writable by another user and
+            ``allow_untrusted`` is not set.
+    """
+    given = list(paths)
+    files = policy_files(given)
+    check_policy_trust(given, files, allow_untrusted=allow_untrusted)
+    key = tuple((str(f), *_stamp(f)) for f in files)
+    cached = _POLICY_CACHE.pop(key, None)  # re-inserted below: the dict keeps use order
+    if cached is None and pack_cache:
+        cached = load_cached(read_listed_sources(files), cache_dir)  # listed and checked above
+    elif cached is None:
+        from kernelpolicy.policy.loader import load_policies
+
+        cached = load_policies(given, allow_untrusted=allow_untrusted)
+    _POLICY_CACHE[key] = cached
+    while len(_POLICY_CACHE) > POLICY_CACHE_ENTRIES:
+        del _POLICY_CACHE[next(iter(_POLICY_CACHE))]
+    return cached
+
+
+def existing_policy_paths(paths: Iterable[str | Path], origin: str) -> list[Path]:
+    """``paths`` as given, once each exists; a missing one is an error naming where it came from.
+
+    Args:
+        paths: Policy files or directories.
+        origin: Where they came from, for the message (``KERNELPOLICY_POLICY_PATHS``,
+            ``--policies``).
+
+    Raises:
+        SettingsError: A path does not exist.
+    """
+    checked = [Path(p) for p in expand_policy_paths(paths)]  # "+DIR" adds to the bundled pack
+    for path in checked:
+        if not os.path.lexists(path):
+            raise SettingsError(
+                f"{path}: no such policy file or directory (from {origin}); expected a policy "
+                f"file or a directory of *.toml files"
+            )
+    return checked
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except (OSError, ValueError):  # ValueError: a NUL in the path; the loader reports it
+        return (-1, -1)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def load_policies_for(settings: Settings, paths: Iterable[str | Path] | None = None) -> PolicySet:
+    """The policies at ``paths`` (default: the settings' ``KERNELPOLICY_POLICY_PATHS``, else the
+    bundled pack), loaded with the settings' trust opt-out and compiled-pack cache."""
+    given = (
+        existing_policy_paths(settings.policy_paths, "KERNELPOLICY_POLICY_PATHS")
+        if paths is None
+        else paths
+    )
+    return load_policies_cached(
+        given,
+        allow_untrusted=settings.allow_untrusted_files,
+        cache_dir=settings.cache_dir,
+        pack_cache=settings.pack_cache,
+    )
+
+
+def probe_reads(policies: PolicySet) -> tuple[list[str], list[str]]:
+    """(distributions, variable patterns) the probe must read for these policies and the
+    inference engines they tell."""
+    libraries = set(policies.library_names)
+    variables = set(read_variables(policies))
+    for engine in policies.engine_names:
+        libraries.add(distribution(engine))
+    for feature in policies.features.values():
+        rule_sets = [*feature.engines.values()]
+        rule_sets += [rules for c in feature.candidates for rules in c.engines.values()]
+        for rules in rule_sets:
+            for rule in rules:
+                libraries.update(check.name for check in rule.libraries)
+                variables.update(rule.spec.if_on)
+                variables.update(rule.spec.env)
+    return sorted(libraries), sorted(variables)
+
+
+PlatformSource = Callable[[list[str], list[str]], Platform]
+"""Gives the platform, told the distributions and variable patterns a probe must read."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the engine decides from, gathered (see :func:`gather`)."""
+
+    platform: Platform
+    env: Mapping[str, str]
+    policies: PolicySet
+    overrides: Mapping[str, str]
+    evidence: Evidence | None
+
+    def resolve(
+        self, *, host: Host | None = None, halts: Mapping[str, str] | None = None
+    ) -> Resolution:
+        """The engine's answer for these inputs (evidence only where the policies read it)."""
+        evidence = self.evidence if self.policies.needs_evidence else None
+        return resolve_policies(
+            self.platform, self.env, self.policies, self.overrides, evidence,
+            halts=halts, host=host,
+        )  # fmt: skip
+
+
+def gather(
+    policies: PolicySet,
+    local: Settings,
+    *,
+    env: Mapping[str, str] | Callable[[Platform], Mapping[str, str]],
+    platform: Platform | PlatformSource | None = None,
+    evidence: bool | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Inputs:
+    """The engine's inputs, in the one order.
+
+    Args:
+        policies: The loaded policies (:func:`load_policies_for`).
+        local: This machine's settings: where the evidence store and the caches are and
+            whether to trust them, even when answering for another platform.
+        env: The environment the answer uses, or how to get it from the platform (a
+            snapshot's recorded environment). Its ``KERNELPOLICY_FORCE_*`` and
+            ``KERNELPOLICY_OVERRIDES`` are checked against the policies.
+        platform: Given, or a source told what to read (a ``--platform`` file or a probe);
+            default: a probe of this machine.
+        evidence: Load the evidence store: None when the policies need it, True always (the
+            node labels show it).
+        overrides: Feature -> implementation to force (default: ``KERNELPOLICY_OVERRIDES``
+            of ``env``).
+
+    Raises:
+        SettingsError: A force names a feature or implementation the policies lack.
+        EvidenceError, UntrustedFileError: The store cannot be read or trusted.
+    """
+    used = env if isinstance(env, Mapping) else None
+    forced = _forces(policies, used, overrides) if used is not None else {}  # before a probe
+    if not isinstance(platform, Platform):
+        libraries, patterns = probe_reads(policies)
+        source = platform or _prober(local, used)
+        platform = source(libraries, patterns)
+    if used is None:
+        assert callable(env)
+        used = env(platform)
+        forced = _forces(policies, used, overrides)
+    store = None
+    if evidence or (evidence is None and policies.needs_evidence):
+        from kernelpolicy.evidence.store import load_evidence
+
+        trust = local.allow_untrusted_files
+        store = load_evidence(platform, local.cache_dir, allow_untrusted=trust)
+    return Inputs(platform, dict(used), policies, forced, store)
+
+
+def _forces(
+    policies: PolicySet, env: Mapping[str, str], overrides: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The overrides (default: ``KERNELPOLICY_OVERRIDES`` of ``env``), once they and ``env``'s
+    ``KERNELPOLICY_FORCE_*`` name only features and implementations the policies have."""
+    given = settings_from(env).overrides if overrides is None else overrides
+    check_forces(policies, env, given)
+    return dict(given)
+
+
+def _prober(local: Settings, environ: Mapping[str, str] | None) -> PlatformSource:
+    def probe_here(libraries: list[str], patterns: list[str]) -> Platform:
+        from kernelpolicy.platform.probing import probe
+
+        cache = (local.cache_dir or default_cache_dir()) if local.hardware_cache else None
+        return probe(
+            environ=environ, libraries=libraries, env_patterns=patterns, hardware_cache=cache
+        )
+
+    return probe_here
