@@ -14,12 +14,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from kernelpolicy.cli.render import explain_table
 from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.kernels import sampling_triton
 from kernelpolicy.kernels.degraded import Degradations, Degraded
 from kernelpolicy.policy import load_policy_text
+from kernelpolicy.render import explain_table
 from tests.helpers import fixture
 
 FEATURE = "sampler.top_k_top_p"
@@ -181,7 +181,6 @@ def test_what_degraded_before_a_resolution_loaded_the_sampler_is_reported(
 def test_a_resolution_that_fell_back_ignores_the_sampler(records: Degradations) -> None:
     """Once the feature runs its fallback, the sampler degrading says nothing about it."""
     resolution, _ = loaded()
-    decision = resolution.decision(FEATURE)
     resolution.fallbacks.switch(FEATURE, "planted")
     sampling_triton.UPCAST[torch.bfloat16] = "planted"
     assert "degraded" not in resolution.runtime_fallbacks[FEATURE]

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.register(commands)
     labels_cmd.register(commands)
     diff_cmd.register(commands)
-    completion_cmd.register(commands)
+    completion_cmd.register(commands, parser)
     warm_cmd.register(commands)
     disable_abbreviations(parser)
     return parser

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernelpolicy.bridge import ENGINE_DISTRIBUTIONS, EngineSettings, Status, engine_settings
-from kernelpolicy.cli.render import table
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.render import table
 
 
 def all_engine_settings(

@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, whole: argparse.ArgumentParser) -> None:
+    """``completion``, completing every command of ``whole`` (the parser being built)."""
     parser = commands.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
@@ -24,13 +25,12 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, whole=whole)
 
 
 def run(args: argparse.Namespace) -> int:
-    import kernelpolicy.cli
     from kernelpolicy.cli.completion import bash_script, zsh_script
 
-    parser = kernelpolicy.cli.build_parser()
+    parser: argparse.ArgumentParser = args.whole
     sys.stdout.write(bash_script(parser) if args.shell == "bash" else zsh_script(parser))
     return 0

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from kernelpolicy.cli.common import add_resolve_options
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.provenance import value_sources
-from kernelpolicy.cli.render import explain_table, in_process
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.render import explain_table, in_process
 from kernelpolicy.suggest import did_you_mean
 
 if TYPE_CHECKING:

@@ -127,7 +127,7 @@ def matrix_table(
 ) -> str:
     """Platform x feature; unless ``wide``, the features decided alike everywhere become one
     line under the table (``-o wide`` shows them as columns)."""
-    from kernelpolicy.cli.render import table
+    from kernelpolicy.render import table
 
     words = {
         p: {f: _word(row[f], scope_of(policies, f)) for f in features} for p, row in cells.items()

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.cli.common import add_platform_option, obtain_platform
-from kernelpolicy.cli.render import platform_table
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.render import platform_table
 
 
 def register(commands: Any) -> None:

@@ -91,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     from kernelpolicy.server.signals import take_pending
 
     _quiet_grpc()
-    from kernelpolicy.cli.render import explain_table
+    from kernelpolicy.render import explain_table
     from kernelpolicy.server.daemon import (
         DEFAULT_PORT,
         Daemon,

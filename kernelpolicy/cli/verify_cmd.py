@@ -324,7 +324,7 @@ def _settings() -> Any:
 
 
 def _print_table(reports: list[Any], stored: str | None, profile: str) -> None:
-    from kernelpolicy.cli.render import table
+    from kernelpolicy.render import table
 
     if profile != "full":
         print(f"profile: {profile} (fewer samples and patterns: a smoke run, not evidence)")

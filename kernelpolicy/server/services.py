@@ -10,13 +10,13 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import struct_pb2
 
-from kernelpolicy.cli.render import explain_table
 from kernelpolicy.engine.cohort import rollout_metadata
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
+from kernelpolicy.render import explain_table
 from kernelpolicy.safeio import parse_json
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2_grpc as f1_grpc
