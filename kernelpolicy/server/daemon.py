@@ -22,6 +22,7 @@ from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server.addresses import MAX_PORT, split_address, with_port
 from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.ratelog import Throttle
@@ -65,14 +66,14 @@ def check_listen_address(address: str) -> str:
         if not address.removeprefix("unix:").strip("/"):
             raise DaemonError(f"--listen {address!r}: no socket path; expected unix:/path")
         return address
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not port.isascii():
+    split = split_address(address)
+    if not split.host or split.number is None:
         raise DaemonError(
             f"--listen {shown(address, 80)!r}: expected HOST:PORT (127.0.0.1:50151, [::1]:0) or "
             "unix:/path"
         )
-    if int(port) > 65535:
-        raise DaemonError(f"--listen {address}: port {int(port)} is out of range (0-65535)")
+    if split.number > MAX_PORT:
+        raise DaemonError(f"--listen {address}: port {split.number} is out of range (0-65535)")
     return address
 
 
@@ -80,7 +81,7 @@ def is_loopback(address: str) -> bool:
     """Whether a listen address stays on this machine (loopback or a unix socket)."""
     if address.startswith("unix:"):
         return True
-    return is_loopback_host(address.rsplit(":", 1)[0].strip("[]"))
+    return is_loopback_host(split_address(address).host or "")
 
 
 @dataclass
@@ -197,7 +198,7 @@ class Daemon:
         finally:
             if old_umask is not None:
                 os.umask(old_umask)
-        self.bound.append(address if unix else _with_port(address, port))
+        self.bound.append(address if unix else with_port(address, port))
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -393,8 +394,3 @@ def add_service(server: Any, service: Any, servicer: Any, boundary: Boundary) ->
     server.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler(service.full_name, handlers)]
     )
-
-
-def _with_port(address: str, port: int) -> str:
-    host = address.rsplit(":", 1)[0]
-    return f"{host}:{port}"

@@ -40,6 +40,7 @@ from kernelpolicy.limits import (
     MAX_HTTP_HEADERS,
 )
 from kernelpolicy.server import ofrep
+from kernelpolicy.server.addresses import MAX_PORT, split_address
 from kernelpolicy.server.connections import LIMITS, GuardedListener, Timeouts
 
 if TYPE_CHECKING:
@@ -84,16 +85,13 @@ def parse_http_address(address: str) -> tuple[str, int]:
     Raises:
         DaemonError: Not one of those forms, or a port outside 0-65535.
     """
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", address
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or int(port) > 65535:
+    split = split_address(address)
+    if split.number is None or split.number > MAX_PORT:
         raise DaemonError(
             f"--http {address[:100]!r}: expected PORT, HOST:PORT or [IPV6]:PORT with a port "
             "from 0 to 65535"
         )
-    return host, int(port)
+    return split.host or "127.0.0.1", split.number
 
 
 def server_ssl_context(cert: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:

@@ -17,6 +17,7 @@ import grpc
 
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_WATCH_STREAMS, MAX_WATCH_STREAMS_PER_PEER
+from kernelpolicy.server.addresses import split_address
 
 UNIX_PEER = "unix"
 
@@ -30,7 +31,7 @@ def peer_key(peer: str) -> str:
     if kind == "ipv6" and rest.startswith("["):
         return rest[1:].split("]", 1)[0]
     if kind == "ipv4":
-        return rest.rsplit(":", 1)[0]
+        return split_address(rest).host or rest[:100]
     return peer[:100]  # a form grpc does not use today: one peer per string, still bounded
 
 
