@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.forces import check_forces
-from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.engine.switches import read_variables
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.platform.model import Platform

@@ -103,7 +103,7 @@ CPU = str(FIXTURES / "cpu.json")
         pytest.param(["explain"], "kernelpolicy.cli.explain_cmd", False, id="explain-imports"),
         pytest.param(["probe"], "kernelpolicy.cli.common", False, id="probe-imports"),
         pytest.param(
-            ["explain", "--platform", CPU], "kernelpolicy.engine.resolve", False,
+            ["explain", "--platform", CPU], "kernelpolicy.engine.decide", False,
             id="explain-resolving",
         ),
         pytest.param(

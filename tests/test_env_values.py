@@ -16,8 +16,8 @@ import pytest
 
 import kernelpolicy
 from kernelpolicy.cli import main
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform, load_platform

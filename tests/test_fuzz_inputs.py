@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import kernelpolicy
 from kernelpolicy import probe
-from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.errors import PlatformFileError, SettingsError, VersionError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS, shown
 from kernelpolicy.platform.envvars import capture_env, carried

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.engine import CheckKind, ErrorCode, Reason, resolve_policies
-from kernelpolicy.engine.resolve import halts_of
+from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.labels import PREFIX, node_labels
 from kernelpolicy.limits import MAX_REPORT_LINE_BYTES, REPORT_BATCH_EVENTS, REPORT_QUEUE_EVENTS

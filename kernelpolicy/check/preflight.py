@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.model import ErrorCode
-from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.errors import PolicyIssue
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform

@@ -1,5 +1,6 @@
 """Stage 4 of the flow: the pure engine and the Resolution it returns."""
 
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.model import (
     CandidateResult,
     Check,
@@ -9,7 +10,6 @@ from kernelpolicy.engine.model import (
     Reason,
 )
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import resolve_policies
 
 __all__ = [
     "CandidateResult",

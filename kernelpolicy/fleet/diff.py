@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from kernelpolicy.bridge import engine_settings
 from kernelpolicy.digest import sha256
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import resolve_policies
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet

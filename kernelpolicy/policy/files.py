@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue
 from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
-from kernelpolicy.policy.boundary import boundary
+from kernelpolicy.policy.load_boundary import boundary
 from kernelpolicy.safeio import read_text_bounded
 from kernelpolicy.trust import check_trusted
 

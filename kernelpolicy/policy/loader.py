@@ -7,7 +7,7 @@ file next to the bundled pack).
 
 Every document is parsed with a depth limit (``MAX_NESTING_DEPTH``), every CEL rule is measured
 against the CEL limits before the CEL library sees it, and every public entry runs inside the
-loader's one error boundary (:mod:`kernelpolicy.policy.boundary`): nothing but a
+loader's one error boundary (:mod:`kernelpolicy.policy.load_boundary`): nothing but a
 ``PolicyError`` (or an ``UntrustedFileError``) leaves it. Locating issues indexes each text once
 (:mod:`kernelpolicy.policy.locate`), so loading is linear in the size of the files.
 """
@@ -26,7 +26,6 @@ from pydantic import ValidationError
 
 from kernelpolicy.errors import PolicyError, PolicyIssue
 from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
-from kernelpolicy.policy.boundary import Cursor, boundary
 from kernelpolicy.policy.cel import compile_expression
 from kernelpolicy.policy.compiled import (
     CompiledDisable,
@@ -37,6 +36,7 @@ from kernelpolicy.policy.compiled import (
     compile_candidate,
 )
 from kernelpolicy.policy.files import expand_policy_paths, policy_files, read_policy_sources
+from kernelpolicy.policy.load_boundary import Cursor, boundary
 from kernelpolicy.policy.locate import locate
 from kernelpolicy.policy.names import check_names
 from kernelpolicy.policy.schema import Feature, PolicyFile

@@ -7,10 +7,10 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import halts_of
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
@@ -129,7 +129,7 @@ def rebuild(inputs: pb.Inputs, host: Host | None = None) -> Resolution:
     """A Resolution from a daemon's inputs, resolved here by the same pure engine."""
     import json
 
-    from kernelpolicy.engine.resolve import resolve_policies
+    from kernelpolicy.engine.decide import resolve_policies
     from kernelpolicy.platform.model import Platform
     from kernelpolicy.policy.loader import load_policy_sources
 

@@ -23,10 +23,10 @@ from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.addresses import MAX_PORT, split_address, with_port
-from kernelpolicy.server.boundary import Boundary, decoder
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.ratelog import Throttle
 from kernelpolicy.server.report_listener import ReportListener, start_report_listeners
+from kernelpolicy.server.rpc_boundary import Boundary, decoder
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.sockets import (
     default_socket_address,

@@ -120,7 +120,7 @@ class Halts:
             return self._inputs()
 
     def inputs(self) -> dict[str, str]:
-        """``feature/impl`` -> why, as :func:`~kernelpolicy.engine.resolve.resolve_policies`
+        """``feature/impl`` -> why, as :func:`~kernelpolicy.engine.decide.resolve_policies`
         takes them."""
         with self._lock:
             return self._inputs()

@@ -11,8 +11,8 @@ import grpc
 from google.protobuf import struct_pb2
 
 from kernelpolicy.engine.cohort import rollout_metadata
+from kernelpolicy.engine.decide import halts_of, resolve_policies
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import halts_of, resolve_policies
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
@@ -44,7 +44,7 @@ def _invalid(message: str) -> KernelPolicyError:
 async def _abort(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str
 ) -> NoReturn:
-    """End the RPC with ``code``: the boundary (kernelpolicy.server.boundary) answers it, cut
+    """End the RPC with ``code``: the boundary (kernelpolicy.server.rpc_boundary) answers it, cut
     to a safe length and logged when it is the client's mistake."""
     raise DaemonError(details, code)
 

@@ -14,8 +14,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.resolve import halts_of
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.evidence.store import Evidence, load_evidence
 from kernelpolicy.inputs import Inputs

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kernelpolicy.bridge import EngineSettings, Status, engine_settings
-from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy.compiled import PolicySet
