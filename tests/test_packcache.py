@@ -1,5 +1,5 @@
-"""The compiled-pack cache: a hit resolves exactly as the files do, never imports pydantic, and
-is never trusted over the files or over another user."""
+"""The compiled-pack cache: a hit resolves exactly as the files do, imports no validation stack,
+and is never trusted over the files or over another user."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.api import load_policies_cached
-from kernelpolicy.cli.render import explain_table
-from kernelpolicy.engine.resolve import resolve_policies
+from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy import packcache
 from kernelpolicy.policy.compiled import PolicySet
@@ -22,7 +21,8 @@ from kernelpolicy.policy.files import read_policy_sources
 from kernelpolicy.policy.loader import load_policies
 from kernelpolicy.policy.packcache import PACK_CACHE_ENTRIES, cache_key, load_cached, pack_dir
 from kernelpolicy.policy.record import SpecRecord, decode, encode
-from kernelpolicy.settings import bundled_policy_dir
+from kernelpolicy.render import explain_table
+from kernelpolicy.settings import VARIABLES, bundled_policy_dir
 from kernelpolicy.testing.engine_golden import render_golden
 
 FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy" / "fixtures" / "platforms"
@@ -89,22 +89,40 @@ def test_records_round_trip(fresh: PolicySet) -> None:
             assert rec.impl == spec.impl
 
 
+_IMPORTED = (
+    "import sys, kernelpolicy; kernelpolicy.resolve(); "
+    "print(sorted(m for m in ('pydantic', 'tomllib', 'structlog', 'cel', "
+    "'kernelpolicy.policy.schema', 'kernelpolicy.policy.schema.model', "
+    "'kernelpolicy.policy.schema.conditions', 'kernelpolicy.policy.schema.bridge', "
+    "'kernelpolicy.policy.loader') if m in sys.modules))"
+)
+
+
+def _hit_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """This environment without kernelpolicy's settings variables, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return {**env, "XDG_CACHE_HOME": str(tmp_path), **settings}
+
+
 def test_a_hit_imports_no_validation_stack(tmp_path: Path) -> None:
     """A worker whose pack is cached imports neither pydantic, TOML, the CEL library nor
     structlog: the point of the cache (the cold-start budget)."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "KERNELPOLICY_LOG_FORMAT": "console"}
-    code = (
-        "import sys, kernelpolicy; kernelpolicy.resolve(); "
-        "print(sorted(m for m in ('pydantic', 'tomllib', 'structlog', 'cel', "
-        "'kernelpolicy.policy.schema', 'kernelpolicy.policy.schema.model', "
-        "'kernelpolicy.policy.schema.conditions', 'kernelpolicy.policy.schema.bridge', "
-        "'kernelpolicy.policy.loader') if m in sys.modules))"
-    )
-    run = [sys.executable, "-c", code]
+    env = _hit_env(tmp_path)
+    run = [sys.executable, "-c", _IMPORTED]
     first = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
     second = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
     assert "pydantic" in first.stdout  # the miss validated the files
     assert second.stdout.strip() == "[]"
+
+
+def test_a_hit_with_a_setting_imports_only_the_settings_model(tmp_path: Path) -> None:
+    """A worker that sets a KERNELPOLICY_ setting imports pydantic for the settings model
+    only: still no TOML, CEL library, policy schema or loader on a hit."""
+    env = _hit_env(tmp_path, KERNELPOLICY_LOG_FORMAT="console")
+    run = [sys.executable, "-c", _IMPORTED]
+    subprocess.run(run, check=True, env=env, capture_output=True, text=True)
+    second = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
+    assert second.stdout.strip() == "['pydantic']"
 
 
 def _foreign(path: Path) -> None:

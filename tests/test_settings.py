@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,8 @@ import pytest
 from kernelpolicy import SettingsError
 from kernelpolicy.limits import MAX_NESTING_DEPTH, MAX_SETTING_CHARS, SHOWN_ENV_VALUE_CHARS
 from kernelpolicy.settings import (
+    FIELDS,
+    VARIABLES,
     Settings,
     bundled_policy_dir,
     load_settings,
@@ -239,3 +244,108 @@ def test_boolean_errors_cut_the_value() -> None:
     text = str(info.value)
     assert f"...(cut, {len(secret)} chars)" in text
     assert len(text) < 2 * SHOWN_ENV_VALUE_CHARS + 200
+
+
+def test_model_defines_the_same_settings() -> None:
+    """The pydantic-settings model has Settings' fields, in order, with Settings' defaults
+    (the defaults a process without variables takes without the model)."""
+    from kernelpolicy.settings.model import SettingsModel
+
+    assert tuple(SettingsModel.model_fields) == FIELDS
+    defaults = Settings.of()
+    for name, info in SettingsModel.model_fields.items():
+        assert info.get_default(call_default_factory=True) == getattr(defaults, name), name
+    assert SettingsModel.model_config.get("env_prefix") == "KERNELPOLICY_"
+
+
+@pytest.mark.parametrize(
+    ("env", "imported"),
+    [
+        pytest.param({}, False, id="no-variables"),
+        pytest.param({"KERNELPOLICY_FORCE_SAMPLER_GREEDY": "torch"}, False, id="force-only"),
+        pytest.param({"kernelpolicy_log_format": "json"}, False, id="lower-case-is-no-setting"),
+        pytest.param({"KERNELPOLICY_LOG_FORMAT": "console"}, True, id="a-setting"),
+    ],
+)
+def test_pydantic_only_where_a_setting_is_given(env: dict[str, str], imported: bool) -> None:
+    """Settings() in a process whose environment sets no setting takes the defaults without
+    importing pydantic or pydantic-settings; a setting is read by the model."""
+    base = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    code = (
+        "import sys; from kernelpolicy.settings import Settings; s = Settings(); "
+        "print(s.log_format, 'pydantic' in sys.modules, 'pydantic_settings' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, check=True, capture_output=True,
+        text=True,
+    ).stdout.split()  # fmt: skip
+    assert out == ["console", str(imported), str(imported)]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(
+            {"colour": "red"},
+            "unknown setting 'colour'; expected one of policy_paths, overrides, log_format",
+            id="unknown-keyword",
+        ),
+        pytest.param(
+            {"pack_cache": 1}, "setting pack_cache: unexpected int value", id="int-for-boolean"
+        ),
+        pytest.param({"socket": 3}, "setting socket: unexpected int value", id="int-for-socket"),
+        pytest.param(
+            {"log_format": "xml"},
+            "KERNELPOLICY_LOG_FORMAT='xml': expected one of console, json, off",
+            id="string-read-as-the-variable",
+        ),
+        pytest.param(
+            {"report": "maybe"},
+            "KERNELPOLICY_REPORT='maybe' is not a boolean",
+            id="string-boolean",
+        ),
+        pytest.param(
+            {"cache_dir": "/tmp/a\0b"}, "KERNELPOLICY_CACHE_DIR: a path with a NUL", id="nul-path"
+        ),
+    ],
+)
+def test_keyword_values_are_validated_by_the_model(values: dict[str, object], message: str) -> None:
+    """Settings.of(**values): the model's validation errors are one SettingsError line."""
+    with pytest.raises(SettingsError) as info:
+        Settings.of(**values)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"policy_paths": Path("/a")}, {"policy_paths": (Path("/a"),)}, id="one-path"),
+        pytest.param(
+            {"policy_paths": ["/a", Path("/b")]},
+            {"policy_paths": (Path("/a"), Path("/b"))},
+            id="path-list",
+        ),
+        pytest.param(
+            {"overrides": {"sampler.greedy": "torch"}},
+            {"overrides": {"sampler.greedy": "torch"}},
+            id="overrides-mapping",
+        ),
+        pytest.param({"pack_cache": "off"}, {"pack_cache": False}, id="boolean-string"),
+        pytest.param({"socket": "/run/kp.sock"}, {"socket": "unix:/run/kp.sock"}, id="socket"),
+    ],
+)
+def test_keyword_values(values: dict[str, object], expected: dict[str, object]) -> None:
+    """Keyword values as the model reads them; the fields not given keep their defaults."""
+    settings = Settings.of(**values)
+    for name in FIELDS:
+        want = expected.get(name, getattr(Settings.of(), name))
+        assert getattr(settings, name) == want, name
+
+
+def test_keywords_take_precedence_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings(**values) reads the process environment, and a keyword wins over a variable."""
+    monkeypatch.setenv("KERNELPOLICY_LOG_FORMAT", "json")
+    monkeypatch.setenv("KERNELPOLICY_REPORT", "0")
+    settings = Settings(log_format="off")
+    assert (settings.log_format, settings.report) == ("off", False)

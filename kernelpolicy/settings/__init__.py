@@ -1,108 +1,42 @@
 """Settings, parsed once, and the one boolean parser every switch uses.
 
-``Settings()`` reads ``KERNELPOLICY_*`` variables and is passed explicitly to
-whatever needs it; nothing else in kernelpolicy reads the environment on its own.
+``Settings()`` reads ``KERNELPOLICY_*`` variables and is passed explicitly to whatever needs
+it; nothing else in kernelpolicy reads the environment on its own.
+
+The variables are defined and validated by one pydantic-settings model
+(:class:`kernelpolicy.settings.model.SettingsModel`, prefix ``KERNELPOLICY_``), whose
+validation errors become one-line :class:`SettingsError` messages at this boundary. A process
+whose environment sets none of the variables (the common case: a worker) takes the defaults
+without importing pydantic or pydantic-settings, about 130 ms that would otherwise land on
+its first ``resolve()``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelpolicy.errors import SettingsError
-from kernelpolicy.limits import MAX_SETTING_CHARS, shown
-from kernelpolicy.safeio import parse_json
+from kernelpolicy.settings.readers import (
+    ACCEPTED_BOOLEANS,
+    bundled_policy_dir,
+    parse_bool,
+    variable,
+)
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-ACCEPTED_BOOLEANS = "1/0, true/false, yes/no, on/off (any case)"
-_OVERRIDES_FORM = '{"sampler.greedy": "torch"}'
-
-
-def parse_bool(name: str, value: str) -> bool:
-    """The only boolean parser: 1/0/true/false/yes/no/on/off in any case.
-
-    Args:
-        name: The variable's name, for the error message.
-        value: Its value.
-
-    Raises:
-        SettingsError: Anything else, naming the variable and the accepted values; the value
-            is shown cut to ``SHOWN_ENV_VALUE_CHARS``.
-    """
-    text = value.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise SettingsError(f"{name}={shown(value)!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
-
-
-def _read_paths(name: str, value: str) -> tuple[Path, ...]:
-    """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
-    if value.lstrip().startswith("["):
-        items = parse_json(value, name, SettingsError)
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise SettingsError(f'{name}: expected a JSON list of paths such as ["a.toml", "d"]')
-        parts: list[str] = items
-    else:
-        parts = [part for part in value.split(":") if part]
-    return tuple(_path(name, part) for part in parts)
-
-
-def _path(name: str, value: str) -> Path:
-    if "\0" in value:
-        raise SettingsError(f"{name}: a path with a NUL character; expected a file or directory")
-    return Path(value)
-
-
-def _read_overrides(name: str, value: str) -> dict[str, str]:
-    def fail(message: str) -> SettingsError:
-        return SettingsError(
-            f"{name}={shown(value)!r}: expected a JSON object such as {_OVERRIDES_FORM} ({message})"
-        )
-
-    data = parse_json(value, name, fail)
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise SettingsError(
-            f"{name}: expected a JSON object of feature -> implementation name such as "
-            f"{_OVERRIDES_FORM}"
-        )
-    return data
-
-
-_LOG_FORMATS = ("console", "json", "off")
-
-
-def _read_log_format(name: str, value: str) -> str:
-    if value not in _LOG_FORMATS:
-        raise SettingsError(f"{name}={shown(value)!r}: expected one of {', '.join(_LOG_FORMATS)}")
-    return value
-
-
-def _socket(name: str, value: str) -> str:
-    if "\0" in value or not value.removeprefix("unix:").strip("/"):
-        raise SettingsError(f"{name}={shown(value)!r}: expected a unix socket, unix:/path or /path")
-    return value if value.startswith("unix:") else f"unix:{value}"
-
-
-_READERS: dict[str, Callable[[str, str], Any]] = {
-    "log_format": _read_log_format,
-    "policy_paths": _read_paths,
-    "overrides": _read_overrides,
-    "allow_untrusted_files": parse_bool,
-    "pack_cache": parse_bool,
-    "hardware_cache": parse_bool,
-    "report": parse_bool,
-    "socket": _socket,
-    "cache_dir": _path,
-    "tls_cert_file": _path,
-    "tls_key_file": _path,
-    "tls_client_ca_file": _path,
-}
+__all__ = [
+    "ACCEPTED_BOOLEANS",
+    "FIELDS",
+    "VARIABLES",
+    "Settings",
+    "bundled_policy_dir",
+    "default_cache_dir",
+    "given_variables",
+    "load_settings",
+    "parse_bool",
+    "settings_from",
+]
 
 
 def default_cache_dir() -> Path:
@@ -112,11 +46,6 @@ def default_cache_dir() -> Path:
 
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kernelpolicy"
-
-
-def bundled_policy_dir() -> Path:
-    """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
-    return Path(__file__).resolve().parent / "bundled_policies"
 
 
 @dataclass(frozen=True)
@@ -151,8 +80,10 @@ class Settings:
         report: Report run-time events (kernels loaded, guard trips, run-time failures) to the
             node's daemon when one listens (``KERNELPOLICY_REPORT``, default on).
 
-    Plain values, not a pydantic model: reading settings is on the cold-start path of every
-    worker, and each variable has its own reader here anyway.
+    Plain frozen values, built by :class:`~kernelpolicy.settings.model.SettingsModel` from
+    the variables or keywords given, and straight from these defaults when none is given (no
+    pydantic import on a worker's cold start; a test keeps the model's defaults equal to
+    these).
     """
 
     policy_paths: tuple[Path, ...] = field(default_factory=lambda: (bundled_policy_dir(),))
@@ -177,65 +108,41 @@ class Settings:
         """
         import os
 
-        merged = _from_env(os.environ)
-        merged.update(_checked(values))
-        _assign(self, merged)
+        _assign(self, _validated(os.environ, values, process=True))
 
     @classmethod
     def of(cls, **values: Any) -> Settings:
         """Settings from ``values`` only (no environment)."""
         settings = object.__new__(cls)
-        _assign(settings, _checked(values))
+        _assign(settings, _validated({}, values))
         return settings
 
 
 FIELDS = tuple(f.name for f in fields(Settings))
 
 
-def _read(name: str, value: str) -> object:
-    """A string value of field ``name``, bounded and read by its reader."""
-    variable = f"KERNELPOLICY_{name.upper()}"
-    if len(value) > MAX_SETTING_CHARS:
-        raise SettingsError(
-            f"{variable}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
-        )
-    return _READERS[name](variable, value)
+VARIABLES = {variable(name): name for name in FIELDS}
+"""Each setting's variable, spelled exactly so (``KERNELPOLICY_LOG_FORMAT`` -> ``log_format``)."""
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, object]:
-    values: dict[str, object] = {}
-    for name in FIELDS:
-        raw = env.get(f"KERNELPOLICY_{name.upper()}")
-        if raw is not None:
-            values[name] = _read(name, raw)
-    return values
+def given_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings' variables ``env`` sets (others, ``KERNELPOLICY_FORCE_*`` included, are
+    not settings)."""
+    return {name: env[name] for name in VARIABLES if name in env}
 
 
-def _checked(values: Mapping[str, Any]) -> dict[str, object]:
-    """Keyword values: strings read as the environment's are, others type-checked."""
-    out: dict[str, object] = {}
-    for name, value in values.items():
-        if name not in FIELDS:
-            raise SettingsError(f"unknown setting {name!r}; expected one of {', '.join(FIELDS)}")
-        if isinstance(value, str):
-            out[name] = _read(name, value)
-        elif name == "policy_paths":
-            paths = (value,) if isinstance(value, Path) else tuple(value)
-            out[name] = tuple(_path("KERNELPOLICY_POLICY_PATHS", str(p)) for p in paths)
-        elif name in _PATH_FIELDS:
-            out[name] = None if value is None else _path(f"KERNELPOLICY_{name.upper()}", str(value))
-        elif name == "overrides":
-            out[name] = _read(name, json.dumps(dict(value)))
-        elif name in ("allow_untrusted_files", "pack_cache", "hardware_cache", "report") and (
-            isinstance(value, bool)
-        ):
-            out[name] = value
-        else:
-            raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")
-    return out
+def _validated(
+    env: Mapping[str, str], values: Mapping[str, Any], *, process: bool = False
+) -> dict[str, object]:
+    """The fields ``env``'s variables and ``values`` set, validated by the model; nothing (the
+    defaults) without importing it when neither sets one. ``process``: ``env`` is the process
+    environment, which the model reads itself."""
+    given = given_variables(env)
+    if not given and not values:
+        return {}
+    from kernelpolicy.settings.model import validate  # pydantic, only now
 
-
-_PATH_FIELDS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
+    return validate(None if process else given, values)
 
 
 def _assign(settings: Settings, values: Mapping[str, object]) -> None:
@@ -265,5 +172,5 @@ def settings_from(env: Mapping[str, str]) -> Settings:
         SettingsError: A value does not fit, naming the variable.
     """
     settings = object.__new__(Settings)
-    _assign(settings, _from_env(env))
+    _assign(settings, _validated(env, {}))
     return settings

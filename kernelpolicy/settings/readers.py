@@ -1,0 +1,150 @@
+"""The readers of settings values: each ``KERNELPOLICY_*`` variable's form, bounded, and the
+one boolean parser every switch uses. Plain functions, no pydantic: the settings model
+(:mod:`kernelpolicy.settings.model`) validates through them, and ``engine`` switches and the
+bridge parse booleans with :func:`parse_bool`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import MAX_SETTING_CHARS, shown
+from kernelpolicy.safeio import parse_json
+
+__all__ = ["ACCEPTED_BOOLEANS", "bundled_policy_dir", "parse_bool", "read_value", "variable"]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+ACCEPTED_BOOLEANS = "1/0, true/false, yes/no, on/off (any case)"
+_OVERRIDES_FORM = '{"sampler.greedy": "torch"}'
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """The only boolean parser: 1/0/true/false/yes/no/on/off in any case.
+
+    Args:
+        name: The variable's name, for the error message.
+        value: Its value.
+
+    Raises:
+        SettingsError: Anything else, naming the variable and the accepted values; the value
+            is shown cut to ``SHOWN_ENV_VALUE_CHARS``.
+    """
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{name}={shown(value)!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
+
+
+def _read_paths(name: str, value: str) -> tuple[Path, ...]:
+    """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
+    if value.lstrip().startswith("["):
+        items = parse_json(value, name, SettingsError)
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise SettingsError(f'{name}: expected a JSON list of paths such as ["a.toml", "d"]')
+        parts: list[str] = items
+    else:
+        parts = [part for part in value.split(":") if part]
+    return tuple(_path(name, part) for part in parts)
+
+
+def _path(name: str, value: str) -> Path:
+    if "\0" in value:
+        raise SettingsError(f"{name}: a path with a NUL character; expected a file or directory")
+    return Path(value)
+
+
+def _read_overrides(name: str, value: str) -> dict[str, str]:
+    def fail(message: str) -> SettingsError:
+        return SettingsError(
+            f"{name}={shown(value)!r}: expected a JSON object such as {_OVERRIDES_FORM} ({message})"
+        )
+
+    data = parse_json(value, name, fail)
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise SettingsError(
+            f"{name}: expected a JSON object of feature -> implementation name such as "
+            f"{_OVERRIDES_FORM}"
+        )
+    return data
+
+
+_LOG_FORMATS = ("console", "json", "off")
+
+
+def _read_log_format(name: str, value: str) -> str:
+    if value not in _LOG_FORMATS:
+        raise SettingsError(f"{name}={shown(value)!r}: expected one of {', '.join(_LOG_FORMATS)}")
+    return value
+
+
+def _socket(name: str, value: str) -> str:
+    if "\0" in value or not value.removeprefix("unix:").strip("/"):
+        raise SettingsError(f"{name}={shown(value)!r}: expected a unix socket, unix:/path or /path")
+    return value if value.startswith("unix:") else f"unix:{value}"
+
+
+_READERS: dict[str, Callable[[str, str], Any]] = {
+    "log_format": _read_log_format,
+    "policy_paths": _read_paths,
+    "overrides": _read_overrides,
+    "allow_untrusted_files": parse_bool,
+    "pack_cache": parse_bool,
+    "hardware_cache": parse_bool,
+    "report": parse_bool,
+    "socket": _socket,
+    "cache_dir": _path,
+    "tls_cert_file": _path,
+    "tls_key_file": _path,
+    "tls_client_ca_file": _path,
+}
+
+
+def bundled_policy_dir() -> Path:
+    """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
+    return Path(__file__).resolve().parent.parent / "bundled_policies"
+
+
+def variable(name: str) -> str:
+    """The variable of setting ``name``: ``log_format`` -> ``KERNELPOLICY_LOG_FORMAT``."""
+    return f"KERNELPOLICY_{name.upper()}"
+
+
+def _read(name: str, value: str) -> object:
+    """A string value of field ``name``, bounded and read by its reader."""
+    where = variable(name)
+    if len(value) > MAX_SETTING_CHARS:
+        raise SettingsError(
+            f"{where}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
+        )
+    return _READERS[name](where, value)
+
+
+def read_value(name: str, value: Any) -> object:
+    """One field's value as the model's validator takes it: a string is read as the
+    environment's is (bounded, then by the field's reader); anything else is type-checked.
+
+    Raises:
+        SettingsError: The value does not fit, naming the variable.
+    """
+    if isinstance(value, str):
+        return _read(name, value)
+    if name == "policy_paths" and isinstance(value, Path | Iterable):
+        paths = (value,) if isinstance(value, Path) else tuple(value)
+        return tuple(_path("KERNELPOLICY_POLICY_PATHS", str(p)) for p in paths)
+    if name in _PATH_FIELDS:
+        return None if value is None else _path(variable(name), str(value))
+    if name == "overrides" and isinstance(value, Mapping):
+        return _read(name, json.dumps(dict(value)))
+    if name in _BOOLEAN_FIELDS and isinstance(value, bool):
+        return value
+    raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")
+
+
+_BOOLEAN_FIELDS = frozenset({"allow_untrusted_files", "pack_cache", "hardware_cache", "report"})
+_PATH_FIELDS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
