@@ -102,6 +102,35 @@ if not switch:  # nothing more to measure: the builds in flight would hold the e
     sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 """
 
+PROFILE = r"""
+import cProfile, io, json, os, pstats, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+import kernelpolicy
+res = kernelpolicy.resolve()
+logits = torch.randn(32, 128256, device="cuda") * 5
+k = torch.full((32,), 50); p = torch.full((32,), 0.9, device="cuda")
+torch.cuda.synchronize()
+steps = {}
+t = time.perf_counter()
+if os.environ.get("PRE_IMPORT"):  # the sampler's module imported before impl(), as a worker could
+    import kernelpolicy.kernels.sampling_triton
+    steps["pre_import_ms"] = (time.perf_counter() - t) * 1e3
+t_impl0 = time.perf_counter()
+sample = res.impl("sampler.top_k_top_p")
+profile = cProfile.Profile()
+profile.enable()
+ids = sample(logits, k, p); torch.cuda.synchronize()
+profile.disable()
+steps["after_impl_s"] = time.perf_counter() - t_impl0
+out = io.StringIO()
+pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(45)
+from kernelpolicy.kernels import builds
+print(json.dumps({**steps, "builds": {n: str(v) for n, v in builds.stats().items()},
+                  "profile": out.getvalue()[-9000:]}))
+sys.stdout.flush(); os._exit(0)
+"""
+
 WARM_ONE = r"""
 import json, sys, time
 import torch
@@ -109,7 +138,8 @@ from kernelpolicy.kernels import sampling_triton
 from kernelpolicy.kernels.builds import kernel_cache
 from kernelpolicy.kernels.sampling_triton.variants import prepare
 logits = torch.zeros(32, 128256, device="cuda")
-call = prepare(sampling_triton.DEFAULT, logits, torch.full((32,), 50), torch.full((32,), 0.9), None)
+k, p = torch.full((32,), 50), torch.full((32,), 0.9)
+call = prepare(sampling_triton.DEFAULT.tuning, logits, k, p, None)
 t = time.perf_counter()
 failed = sampling_triton.warm([call.variant])
 seconds = time.perf_counter() - t
@@ -193,6 +223,9 @@ def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
     record("warm-one-build", 0, {**built, "seconds": time.perf_counter() - start})
     for run in range(runs):
         record("warm-one", run, child(FIRST_SAMPLE, env))
+    if os.environ.get("PROFILE_FIRST_CALL"):
+        record("profile", 0, child(PROFILE, env))
+        record("profile-pre-import", 0, child(PROFILE, {**env, "PRE_IMPORT": "1"}))
 
 
 if __name__ == "__main__":

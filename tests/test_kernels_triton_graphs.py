@@ -20,8 +20,8 @@ pytest.importorskip("triton")
 
 from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.kernels.sampling_triton import Draws, graphs, replay
+from kernelpolicy.kernels.sampling_triton.draws import graph_uniforms
 from kernelpolicy.kernels.sampling_triton.graphs import GraphCache, Mode
-from kernelpolicy.kernels.sampling_triton.sampler import graph_uniforms
 from kernelpolicy.policy import load_policy_text
 from kernelpolicy.verify.reference import filtered_probs
 from tests.helpers import TritonSampler, fixture

@@ -53,6 +53,7 @@ from __future__ import annotations
 import torch
 
 from kernelpolicy.kernels.sampling_triton import variants
+from kernelpolicy.kernels.sampling_triton.draws import Draws
 from kernelpolicy.kernels.sampling_triton.failures import (
     CAPTURE_FAILED,
     DEGRADATIONS,
@@ -62,7 +63,7 @@ from kernelpolicy.kernels.sampling_triton.failures import (
     WIDE_FAILED,
 )
 from kernelpolicy.kernels.sampling_triton.jit import Kernels
-from kernelpolicy.kernels.sampling_triton.sampler import Draws, Sampler
+from kernelpolicy.kernels.sampling_triton.sampler import Sampler
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Variant
 from kernelpolicy.kernels.torch_impl import Generators
@@ -113,7 +114,7 @@ def variants_of(
     dtypes: list[torch.dtype], vocabs: list[int], *, device: str = "cuda:0"
 ) -> list[Variant]:
     """The variants of :data:`DEFAULT` a model's calls can need (``variants.of``)."""
-    return variants.of(DEFAULT, dtypes, vocabs, device=device)
+    return variants.of(DEFAULT.tuning, dtypes, vocabs, device=device)
 
 
 def warm(wanted: list[Variant]) -> dict[Variant, str]:

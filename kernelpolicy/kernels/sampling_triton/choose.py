@@ -4,7 +4,7 @@ from the call's shape and the addresses of its logits, k and p. The rules are
 graphs of small logits.
 
 The sampler's graph cache and its tuning (``params_in_place``, ``in_place_captures``) are
-passed in: each :class:`~kernelpolicy.kernels.sampling_triton.sampler.Sampler` has its own.
+passed in (``parts.GraphHost``): each sampler has its own.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch
 from kernelpolicy.kernels.sampling_triton import graphs
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    from kernelpolicy.kernels.sampling_triton.parts import GraphHost
 
 
 def plan(
-    s: Sampler,
+    s: GraphHost,
     shape: tuple[object, ...],
     x: torch.Tensor,
     k_rows: torch.Tensor | None,
@@ -67,7 +67,7 @@ def plan(
 
 
 def sighting(
-    s: Sampler,
+    s: GraphHost,
     key: tuple[object, ...],
     x: torch.Tensor,
     k_rows: torch.Tensor | None,

@@ -1,8 +1,8 @@
 """The launch sequence of one call (the steps of the package doc), without a host
 synchronisation or an allocation that outlives it, so that a CUDA graph can hold it.
 
-Every function takes the :class:`~kernelpolicy.kernels.sampling_triton.sampler.Sampler` whose
-kernels, tuning and failure records it uses; every kernel argument is passed by its name.
+Every function takes the sampler (``parts.Launcher``: its kernels, tuning and failure records)
+whose kernels it launches; every kernel argument is passed by its name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import triton
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    from kernelpolicy.kernels.sampling_triton.parts import Launcher
     from kernelpolicy.kernels.sampling_triton.scratch import Scratch
 
 Flags = tuple[bool, bool, bool]
@@ -23,7 +23,7 @@ wide kernels)."""
 
 
 def launch(
-    s: Sampler,
+    s: Launcher,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -39,7 +39,7 @@ def launch(
     after_groups(s, x, w, size, k_dev, p_dev, uniforms, out, rows)
 
 
-def groups_pass(s: Sampler, x: torch.Tensor, w: Scratch, size: int) -> None:
+def groups_pass(s: Launcher, x: torch.Tensor, w: Scratch, size: int) -> None:
     """Step 1, the full read of the logits: it reads neither k, p nor the uniforms, so a graph
     of it alone can start before the host has copied them (see ``replay.py``)."""
     t = s.tuning
@@ -52,7 +52,7 @@ def groups_pass(s: Sampler, x: torch.Tensor, w: Scratch, size: int) -> None:
 
 
 def _bounds_and_select(
-    s: Sampler, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
+    s: Launcher, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
     flags: dict[str, bool],
 ) -> None:  # fmt: skip
     """Steps 2 and 3: each row's bound, then the candidates at or above it."""
@@ -74,7 +74,7 @@ def _bounds_and_select(
 
 
 def _finish(
-    s: Sampler, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
+    s: Launcher, x: torch.Tensor, w: Scratch, size: int, k_dev: torch.Tensor, p_dev: torch.Tensor,
     u: torch.Tensor, out: torch.Tensor, flags: dict[str, bool], wide: bool, p_rows: bool,
 ) -> None:  # fmt: skip
     """Step 4: sort and draw each row's candidates, or flag the row for the slower paths."""
@@ -92,7 +92,7 @@ def _finish(
 
 
 def after_groups(
-    s: Sampler,
+    s: Launcher,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -131,7 +131,7 @@ def after_groups(
 
 
 def _reject(
-    s: Sampler,
+    s: Launcher,
     x: torch.Tensor,
     w: Scratch,
     size: int,
@@ -173,7 +173,12 @@ def reject_steps(proposals: int, first: int, step: int) -> list[tuple[int, int]]
 
 
 def _wide(
-    s: Sampler, x: torch.Tensor, w: Scratch, p_dev: torch.Tensor, u: torch.Tensor, out: torch.Tensor
+    s: Launcher,
+    x: torch.Tensor,
+    w: Scratch,
+    p_dev: torch.Tensor,
+    u: torch.Tensor,
+    out: torch.Tensor,
 ) -> None:
     """The wide kernels (wide.py), for the top-p rows finish_kernel handed them; every launch
     returns at once for the other rows."""

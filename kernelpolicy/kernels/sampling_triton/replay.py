@@ -7,8 +7,8 @@ buffers and the draw of the uniforms. For large logits the group pass (step 1 of
 doc, the one full read) is captured as a graph of its own and replayed first, since it reads
 none of them: the host does that work while the GPU reads the logits, instead of before.
 
-A graph belongs to one :class:`~kernelpolicy.kernels.sampling_triton.sampler.Sampler`: its
-capture, graph cache, uniforms' draw and tuning are the sampler's.
+A graph belongs to one sampler (``parts.GraphHost``): its capture, graph cache, uniforms' draw
+and tuning are the sampler's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from kernelpolicy.kernels.sampling_triton import graphs, launch
 from kernelpolicy.kernels.sampling_triton.scratch import Scratch
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    from kernelpolicy.kernels.sampling_triton.parts import GraphHost
 
 
 def _drop(device: torch.device, graphs: list[Graph | None]) -> None:
@@ -42,7 +42,7 @@ class Graph:
 
     def __init__(
         self,
-        s: Sampler,
+        s: GraphHost,
         x: torch.Tensor,
         k: torch.Tensor | None,
         size: int,

@@ -7,7 +7,7 @@ script or a second configuration builds its own, which shares nothing with the d
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -17,8 +17,10 @@ from kernelpolicy.kernels import transfer
 from kernelpolicy.kernels.builds import Builds, kernel_cache, start_thread
 from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, replay, variants
 from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
+from kernelpolicy.kernels.sampling_triton.draws import Draws
 from kernelpolicy.kernels.sampling_triton.failures import Failures
 from kernelpolicy.kernels.sampling_triton.jit import Kernels
+from kernelpolicy.kernels.sampling_triton.parts import Capture
 from kernelpolicy.kernels.sampling_triton.scratch import Scratch, ScratchCache, stream_id
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Call, Variant
@@ -27,45 +29,42 @@ from kernelpolicy.kernels.torch_impl import Generators
 if TYPE_CHECKING:
     from kernelpolicy.kernel_cache import BuiltRecord
 
-Capture = Callable[
-    [Callable[[torch.Tensor], None], torch.Tensor, torch.device], Callable[..., None]
-]
-"""Captures a launch into a graph and returns its replay (a fake stands in on CPU tests)."""
+
+def build_variant(s: Sampler, variant: Variant) -> None:
+    """Compile ``variant``: one eager call of one row of it, on a side stream (off CUDA, the
+    caller's), in work buffers of its own, so that the calls being served meanwhile share
+    nothing with it. A dtype whose kernels fail is read as float32, as a call would be.
+
+    Raises:
+        Exception: the compiler's error, when even float32 fails.
+    """
+    device = torch.device(variant.device)
+    has_p = variant.rows[1]
+    k = None if variant.k_dtype is None else torch.ones(1, dtype=variant.k_dtype)
+    p = torch.full((1,), 0.5) if has_p else None
+    logits = torch.zeros(1, variant.vocab, dtype=variant.dtype, device=device)
+    call = Call(logits, k, p, variant.size, variant.rows, variant)
+    w = Scratch(1, variant.vocab, variant.size, device, s.tuning)
+    with _side_stream(device):
+        x = logits.float() if logits.dtype in s.failures.upcast else logits
+        try:
+            s.eager(x, call, None, w)
+        except Exception as exc:  # as a call: this dtype is read as float32 from now on
+            if x.dtype == torch.float32:
+                raise
+            s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            s.eager(x.float(), call, None, w)
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
 
 
-def uniform(batch: int, device: torch.device, generators: Generators) -> torch.Tensor:
-    """One uniform a row (seeded rows from their own generator)."""
-    u = torch.rand(batch, device=device)
-    for row, generator in (generators or {}).items():
-        u[row : row + 1].uniform_(generator=generator)
-    return u
-
-
-def proposal_uniforms(
-    batch: int, proposals: int, device: torch.device, generators: Generators
-) -> torch.Tensor:
-    """``[batch, proposals]`` uniforms for the wide rows' proposals (seeded rows from their own
-    generator, after their main uniform)."""
-    q = torch.rand(batch, proposals, device=device)
-    for row, generator in (generators or {}).items():
-        q[row].uniform_(generator=generator)
-    return q
-
-
-def graph_uniforms(uq: torch.Tensor) -> None:
-    """Fill a graph's uniforms (each row's draw, then the wide rows' proposals) in one launch,
-    before its replay: a graph that holds torch's random-number kernels makes each replay
-    launch two more kernels to advance the generator's seed and offset."""
-    uq.uniform_()
-
-
-@dataclasses.dataclass(frozen=True)
-class Draws:
-    """Where a sampler's uniforms come from (tests put even grids in: a quadrature)."""
-
-    uniform: Callable[[int, torch.device, Generators], torch.Tensor] = uniform
-    proposals: Callable[[int, int, torch.device, Generators], torch.Tensor] = proposal_uniforms
-    graph: Callable[[torch.Tensor], None] = graph_uniforms
+def _side_stream(device: torch.device) -> contextlib.ExitStack:
+    """A stream of its own for a build on CUDA (with its device current); nothing elsewhere."""
+    stack = contextlib.ExitStack()
+    if device.type == "cuda":
+        stack.enter_context(torch.cuda.device(device))
+        stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))  # type: ignore[no-untyped-call]
+    return stack
 
 
 class Sampler:
@@ -78,7 +77,7 @@ class Sampler:
         capture: Captures a CUDA graph (``graphs.capture_cuda``).
         failures: Its failure records (fresh ones unless given; the default sampler's are
             the package's ``UPCAST``, ``WIDE_FAILED``, ...).
-        build: Builds one variant (``variants.build``: one eager call on a small input of the
+        build: Builds one variant (``build_variant``: one eager call on a small input of the
             variant, in its own work buffers); the tests' fake blocks on an Event.
         start: Runs a build in the background (``builds.start_thread``; tests may run it
             inline: the call that needs the variant then builds it first).
@@ -96,7 +95,7 @@ class Sampler:
         draws: Draws | None = None,
         capture: Capture = graphs.capture_cuda,
         failures: Failures | None = None,
-        build: Callable[[Sampler, Variant], None] = variants.build,
+        build: Callable[[Sampler, Variant], None] = build_variant,
         start: Callable[[Callable[[], None], str], None] = start_thread,
         name: str = "triton sampler",
         cache: Callable[[], BuiltRecord | None] = kernel_cache,
@@ -136,7 +135,7 @@ class Sampler:
         a device synchronisation. Rows whose ``k`` is ``<= 0`` or ``>= vocab`` are top-p (or
         plain) rows. A ``k`` above ``tuning.max_k`` goes through the torch implementation.
         """
-        call = variants.prepare(self, logits, k, p, k_max)
+        call = variants.prepare(self.tuning, logits, k, p, k_max)
         if call.variant is None:
             return _torch(logits, call, generators, k_max)
         result = self._run(call, generators)
@@ -159,7 +158,7 @@ class Sampler:
             kernelpolicy.kernels.builds.Compiling: the call's variant is building.
             kernelpolicy.kernels.builds.BuildFailed: it failed to build in this process.
         """
-        call = variants.prepare(self, logits, k, p, k_max)
+        call = variants.prepare(self.tuning, logits, k, p, k_max)
         if call.variant is None:
             return _torch(logits, call, generators, k_max)
         self.builds.require(call.variant)
@@ -174,7 +173,7 @@ class Sampler:
         k_max: int | None = None,
     ) -> Variant | None:
         """The variant a call needs built (None: it goes to the torch implementation)."""
-        return variants.prepare(self, logits, k, p, k_max).variant
+        return variants.prepare(self.tuning, logits, k, p, k_max).variant
 
     def warm(self, wanted: Iterable[Variant]) -> dict[Variant, str]:
         """Build each variant now, in this thread (``variants.of`` lists them for a model).

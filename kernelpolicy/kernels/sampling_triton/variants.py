@@ -1,5 +1,6 @@
 """What a call of the sampler needs compiled (its :class:`Variant`), the host's reading of a
-call (:func:`prepare`), and how a variant is built ahead of the calls that need it.
+call (:func:`prepare`), and the variants a model's calls can need (:func:`of`); the sampler
+builds them (``sampler.build_variant``).
 
 Triton compiles a kernel per set of ``constexpr`` values and argument dtypes, so the sampler's
 variants are: the logits' dtype and device, k's dtype, which of top-k / top-p / top-p-without-k
@@ -10,17 +11,13 @@ largest k). The batch size is not one: it only sizes the grids.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import torch
 
-from kernelpolicy.kernels.sampling_triton.scratch import Scratch
-
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
     from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 
 Rows = tuple[bool, bool, bool]
@@ -66,13 +63,14 @@ class Call:
 
 
 def prepare(
-    s: Sampler,
+    tuning: Tuning,
     logits: torch.Tensor,
     k: torch.Tensor | None,
     p: torch.Tensor | None,
     k_max: int | None,
 ) -> Call:
-    """Check the call's shapes and read what the host must know (see ``Sampler.__call__``).
+    """Check the call's shapes and read what the host must know (see ``Sampler.__call__``),
+    for a sampler of this ``tuning``.
 
     Raises:
         ValueError: logits not ``[batch, vocab]``, or k or p of another shape than one value
@@ -83,12 +81,12 @@ def prepare(
     batch, vocab = logits.shape
     k, p = per_row(k, "k", batch), per_row(p, "p", batch)
     k_bound, every_row_k = (0, False) if k is None else k_bound_of(k, vocab, k_max)
-    if k_bound > s.tuning.max_k:
+    if k_bound > tuning.max_k:
         return Call(logits, k, p, 0, (True, p is not None, False), None)
     k_rows = k if k_bound > 0 else None
     # a row with p and no k may need the wide kernels
     rows = (k_rows is not None, p is not None, p is not None and not every_row_k)
-    size = group_size(s.tuning, vocab, k_bound)
+    size = group_size(tuning, vocab, k_bound)
     k_dtype = None if k_rows is None else k_rows.dtype
     variant = Variant(str(logits.device), logits.dtype, k_dtype, rows, vocab, size)
     return Call(logits, k_rows, p, size, rows, variant)
@@ -135,45 +133,8 @@ def k_bound_of(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[int, boo
     return max(high, 0), every_row
 
 
-def build(s: Sampler, variant: Variant) -> None:
-    """Compile ``variant``: one eager call of one row of it, on a side stream (off CUDA, the
-    caller's), in work buffers of its own, so that the calls being served meanwhile share
-    nothing with it. A dtype whose kernels fail is read as float32, as a call would be.
-
-    Raises:
-        Exception: the compiler's error, when even float32 fails.
-    """
-    device = torch.device(variant.device)
-    has_p = variant.rows[1]
-    k = None if variant.k_dtype is None else torch.ones(1, dtype=variant.k_dtype)
-    p = torch.full((1,), 0.5) if has_p else None
-    logits = torch.zeros(1, variant.vocab, dtype=variant.dtype, device=device)
-    call = Call(logits, k, p, variant.size, variant.rows, variant)
-    w = Scratch(1, variant.vocab, variant.size, device, s.tuning)
-    with _side_stream(device):
-        x = logits.float() if logits.dtype in s.failures.upcast else logits
-        try:
-            s.eager(x, call, None, w)
-        except Exception as exc:  # as a call: this dtype is read as float32 from now on
-            if x.dtype == torch.float32:
-                raise
-            s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            s.eager(x.float(), call, None, w)
-        if device.type == "cuda":
-            torch.cuda.current_stream(device).synchronize()
-
-
-def _side_stream(device: torch.device) -> contextlib.ExitStack:
-    """A stream of its own for a build on CUDA (with its device current); nothing elsewhere."""
-    stack = contextlib.ExitStack()
-    if device.type == "cuda":
-        stack.enter_context(torch.cuda.device(device))
-        stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))  # type: ignore[no-untyped-call]
-    return stack
-
-
 def of(
-    s: Sampler,
+    tuning: Tuning,
     dtypes: Iterable[torch.dtype],
     vocabs: Iterable[int],
     *,
@@ -183,7 +144,8 @@ def of(
 ) -> list[Variant]:
     """The variants a model's calls can need: each dtype and vocabulary, every path (top-k,
     top-p, both, plain; p with and without every row having k), with k in ``k_dtype`` up to
-    each of ``k_bounds`` (which choose the group size). For ``Sampler.warm``."""
+    each of ``k_bounds`` (which choose the group size), for a sampler of this ``tuning``. For
+    ``Sampler.warm``."""
     found: dict[Variant, None] = {}
     paths = [(True, False, False), (False, True, True), (True, True, False), (True, True, True)]
     paths += [(False, False, False)]
@@ -191,7 +153,7 @@ def of(
         for vocab in vocabs:
             for bound in k_bounds:
                 for rows in paths:
-                    size = group_size(s.tuning, vocab, bound if rows[0] else 0)
+                    size = group_size(tuning, vocab, bound if rows[0] else 0)
                     kd = k_dtype if rows[0] else None
                     found[Variant(device, dtype, kd, rows, vocab, size)] = None
     return list(found)
