@@ -129,7 +129,9 @@ class Fallbacks:
 
         try:
             if builtin and impl in REQUIRES:
-                return LazyEntry(entry, prepare, REQUIRES[impl], loaded)
+                lazy = LazyEntry(entry, prepare, REQUIRES[impl], loaded)
+                lazy.prefetch()  # off the call path: impl() returns at once
+                return lazy
             if prepare is not None:
                 load_entry(prepare)()
             function = load_entry(entry)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelpolicy.errors import ResolutionError
-from kernelpolicy.kernels.builds import nonblocking_form
+from kernelpolicy.kernels.builds import nonblocking_form, start_thread
 from kernelpolicy.policy.entries import load_entry
 
 
@@ -47,6 +47,23 @@ class LazyEntry:
         self._on_load = on_load
         self._function: Callable[..., Any] | None = None
         self._lock = threading.Lock()
+
+    def prefetch(self) -> None:
+        """Import the implementation on a background thread now, so that its first call finds
+        it imported (and its library's per-process set-up done: a kernel's ``prefetch``
+        attribute, such as Triton's hash of its own installation). ``impl()`` returns at once;
+        a failure is left for the first call to meet and report, as without a prefetch."""
+
+        def run() -> None:
+            try:
+                self.load()
+                warm = getattr(load_entry(self.entry), "prefetch", None)  # imported: a lookup
+                if callable(warm):
+                    warm()
+            except Exception:  # any import failure: the first call imports again, reports it
+                return
+
+        start_thread(run, f"kernelpolicy-import {self.entry}")
 
     def load(self) -> Callable[..., Any]:
         """Import the implementation now (a warm step), once; returns what serves its calls."""

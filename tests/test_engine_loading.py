@@ -1,0 +1,67 @@
+"""An accelerated implementation is imported on a background thread when impl() hands it out
+(LazyEntry.prefetch), with its library's per-process set-up (a ``prefetch`` attribute), so its
+first call finds it imported; a failure there is met and reported by the first call."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.engine.loading import EntryUnloadable, LazyEntry
+
+GOOD = """\
+import threading
+IMPORTED_ON = threading.current_thread().name
+PREFETCHED = []
+def kernel(x):
+    return x + 1
+def prefetch():
+    PREFETCHED.append(threading.current_thread().name)
+kernel.prefetch = prefetch
+"""
+BROKEN = "raise RuntimeError('the library cannot start here')\n"
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Iterator[Path]:
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("kp_lazy_good", "kp_lazy_broken"):
+            sys.modules.pop(name, None)
+
+
+def _wait_for_imports() -> None:
+    for thread in threading.enumerate():
+        if thread.name.startswith("kernelpolicy-import"):
+            thread.join(30)
+
+
+def test_prefetch_imports_off_the_calling_thread(planted: Path) -> None:
+    (planted / "kp_lazy_good.py").write_text(GOOD)
+    loaded: list[object] = []
+    entry = LazyEntry("kp_lazy_good:kernel", None, ("kp_lazy_good",), loaded.append)
+    entry.prefetch()
+    _wait_for_imports()
+    module = sys.modules["kp_lazy_good"]
+    assert module.IMPORTED_ON.startswith("kernelpolicy-import")
+    assert len(module.PREFETCHED) == 1
+    assert module.PREFETCHED[0].startswith("kernelpolicy-import")
+    assert len(loaded) == 1  # told once
+    assert entry(1) == 2
+    assert len(loaded) == 1  # the call found it loaded
+
+
+def test_a_failing_prefetch_is_met_by_the_first_call(planted: Path) -> None:
+    (planted / "kp_lazy_broken.py").write_text(BROKEN)
+    entry = LazyEntry("kp_lazy_broken:kernel", None, ("kp_lazy_broken",), lambda f: None)
+    entry.prefetch()
+    _wait_for_imports()
+    with pytest.raises(EntryUnloadable, match="the library cannot start here"):
+        entry(1)
