@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.versions import KERNELPOLICY_VERSION as __version__
-
 _EXPORTS = {
     "DaemonError": "kernelpolicy.errors",
     "Decision": "kernelpolicy.engine.model",
@@ -107,10 +105,16 @@ if TYPE_CHECKING:
     from kernelpolicy.policy.compiled import PolicySet as PolicySet
     from kernelpolicy.policy.loader import load_policies as load_policies
     from kernelpolicy.server.client import connect as connect
+    from kernelpolicy.versions import KERNELPOLICY_VERSION as __version__
     from kernelpolicy.versions import parse_version as parse_version
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # its home is the core layer (kernelpolicy.versions)
+        from kernelpolicy.versions import KERNELPOLICY_VERSION
+
+        globals()[name] = KERNELPOLICY_VERSION
+        return KERNELPOLICY_VERSION
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kernelpolicy' has no attribute {name!r}")

@@ -4,6 +4,8 @@ while its key holds, probes again when it does not, and never trusts a file it s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,41 @@ def test_a_forged_cache_of_another_key_is_ignored(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("boot-1", "boot-0"))
     assert len(_probe(root, cache, gpus=2).devices) == 2
     assert CountingNVML.inits == 2
+
+
+@pytest.mark.parametrize(
+    ("sign", "cached"),
+    [
+        pytest.param(None, False, id="no-gpu-sign"),
+        pytest.param("dev/nvidiactl", True, id="nvidia-device-node"),
+        pytest.param("proc/driver/nvidia/version", True, id="nvidia-kernel-module"),
+    ],
+)
+def test_a_machine_without_gpus_is_probed_not_cached(
+    tmp_path: Path, sign: str | None, cached: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no GPU on the PCI bus and no driver file or device node, the default probe finds
+    no GPU without reading or writing the hardware file (cheaper than the file); any sign of
+    a GPU probes and caches as before."""
+    root, cache = _root(tmp_path), tmp_path / "cache"
+    if sign is not None:
+        (root / sign).parent.mkdir(parents=True, exist_ok=True)
+        (root / sign).write_text("")
+    monkeypatch.setattr("kernelpolicy.platform.nvidia.load_nvml", lambda: CountingNVML([H100_SXM]))
+    platform = probe(root=root, environ={}, metadata=lambda n: None, hardware_cache=cache)
+    assert (cache / RELATIVE).exists() is cached
+    assert platform.vendor == ("nvidia" if cached else "none")
+    assert CountingNVML.inits == int(cached)
+
+
+def test_a_machine_without_gpus_imports_no_vendor_probe(tmp_path: Path) -> None:
+    """The default probe of a machine without GPUs imports neither vendor's probe module."""
+    root = _root(tmp_path)
+    code = (
+        "import sys; from kernelpolicy.platform.probing import probe; "
+        f"p = probe(root={str(root)!r}, environ={{}}, hardware_cache=None); "
+        "print(p.vendor, sorted(m for m in sys.modules if m in "
+        "('kernelpolicy.platform.amd', 'kernelpolicy.platform.nvidia', 'pynvml')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "none []"

@@ -319,7 +319,7 @@ def test_default_probe_skips_nvml_without_nvidia_evidence(
     def fail() -> None:
         raise AssertionError("NVML loaded on a host with no NVIDIA evidence")
 
-    monkeypatch.setattr("kernelpolicy.platform.probing.load_nvml", fail)
+    monkeypatch.setattr("kernelpolicy.platform.nvidia.load_nvml", fail)
     platform = probe(root=empty_root, amdsmi=None, environ={}, metadata=lambda name: None)
     assert platform.vendor == "none"
 
@@ -337,6 +337,6 @@ def test_default_probe_uses_nvml_with_evidence(
     """A device node or the kernel module is enough to query NVML."""
     (empty_root / evidence).parent.mkdir(parents=True, exist_ok=True)
     (empty_root / evidence).write_text("")
-    monkeypatch.setattr("kernelpolicy.platform.probing.load_nvml", lambda: FakeNVML([H100_SXM]))
+    monkeypatch.setattr("kernelpolicy.platform.nvidia.load_nvml", lambda: FakeNVML([H100_SXM]))
     platform = probe(root=empty_root, amdsmi=None, environ={}, metadata=lambda name: None)
     assert platform.devices[0].name == "NVIDIA H100 80GB HBM3"

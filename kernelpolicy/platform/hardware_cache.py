@@ -51,8 +51,12 @@ def _small(path: Path) -> str | None:
         return None
 
 
-def hardware_key(root: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
-    """What makes cached hardware facts stale; None where the boot cannot be told (no cache)."""
+def hardware_key(
+    root: Path, env: Mapping[str, str], on_bus: list[str] | None = None
+) -> dict[str, Any] | None:
+    """What makes cached hardware facts stale; None where the boot cannot be told (no cache).
+    ``on_bus``: the NVIDIA and AMD GPU functions on the PCI bus, where the caller has scanned
+    it already (default: scan it)."""
     boot = _small(root / "proc/sys/kernel/random/boot_id")
     if not boot:
         return None
@@ -61,7 +65,7 @@ def hardware_key(root: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
         "boot_id": boot,
         "nvidia_driver": nvidia_proc_driver_version(root),
         "amdgpu": _small(root / "sys/module/amdgpu/version"),
-        "pci": pci_gpus(root, NVIDIA_VENDOR, AMD_VENDOR),
+        "pci": pci_gpus(root, NVIDIA_VENDOR, AMD_VENDOR) if on_bus is None else on_bus,
         "visible": {name: env[name] for name in VISIBILITY if name in env},
     }
 

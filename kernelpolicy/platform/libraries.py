@@ -81,9 +81,13 @@ def _metadata_version(name: str) -> str | None:
     return str(version)
 
 
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
 def _normalize(name: str) -> str:
-    # importlib.metadata's Prepared.normalize: runs of - _ . become _, lower case
-    return re.sub(r"[-_.]+", "_", name).lower()
+    # importlib.metadata's Prepared.normalize: runs of - _ . become _, lower case (compiled
+    # once: it runs for every distribution on sys.path on a worker's first resolve())
+    return _SEPARATORS.sub("_", name).lower()
 
 
 _INDEX: dict[tuple[object, ...], dict[str, str] | None] = {}

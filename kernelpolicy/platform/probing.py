@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.platform.amd import AmdReport, probe_amd
 from kernelpolicy.platform.envvars import DEFAULT_ENV_PATTERNS, capture_env
 from kernelpolicy.platform.faults import describe
 from kernelpolicy.platform.hardware_cache import hardware_key, load_hardware, store_hardware
@@ -21,15 +20,23 @@ from kernelpolicy.platform.libraries import (
     torch_build,
 )
 from kernelpolicy.platform.model import Platform, PlatformValueError
-from kernelpolicy.platform.nvidia import NvidiaReport, load_nvml, probe_nvidia
 from kernelpolicy.platform.pci import (
+    AMD_VENDOR,
     NVIDIA_VENDOR,
     nvidia_evidence,
     nvidia_proc_driver_version,
     pci_gpus,
 )
 
+if TYPE_CHECKING:
+    from kernelpolicy.platform.amd import AmdReport
+    from kernelpolicy.platform.nvidia import NvidiaReport
+
 _AUTO: Any = object()
+# Where a GPU driver shows itself besides the PCI bus (the vendor probes look at the same).
+_DRIVER_SIGNS = (
+    "proc/driver/nvidia/version", "dev/nvidiactl", "dev/kfd", "sys/class/kfd/kfd/topology/nodes"
+)  # fmt: skip
 
 
 def probe(
@@ -70,10 +77,13 @@ def probe(
     env = dict(os.environ if environ is None else environ)
     root_path = Path(root)
     errors: list[str] = []
-    key = hardware_key(root_path, env) if hardware_cache is not None else None
+    auto = nvml is _AUTO and amdsmi is _AUTO
+    on_bus = pci_gpus(root_path, NVIDIA_VENDOR, AMD_VENDOR) if auto or hardware_cache else []
+    bare = auto and _no_gpu(root_path, on_bus)
+    key = hardware_key(root_path, env, on_bus) if hardware_cache and not bare else None
     cached = load_hardware(hardware_cache, key) if hardware_cache and key else None
     nvidia = amd = None
-    if cached is None:
+    if cached is None and not bare:
         nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root_path, nvml, env), None)
         amd = _guard("amd", errors, lambda: _probe_amd(root_path, amdsmi, env, nvidia), None)
     libs = read_libraries((*DEFAULT_LIBRARIES, *libraries), metadata)
@@ -102,6 +112,15 @@ def probe(
     if hardware_cache is not None and key is not None and len(errors) == hardware_errors:
         store_hardware(hardware_cache, key, platform.to_dict())  # best effort: never raises
     return platform
+
+
+def _no_gpu(root: Path, on_bus: list[str]) -> bool:
+    """No sign of a GPU: none on the PCI bus, no NVIDIA or KFD driver file or device node.
+
+    Both vendor probes find nothing on such a machine (a CPU-only node), so neither runs nor is
+    imported, and nothing is cached: reading the hardware file would cost more than the probe.
+    """
+    return not on_bus and not any((root / sign).exists() for sign in _DRIVER_SIGNS)
 
 
 def _from_cache(fields: dict[str, Any], cached: dict[str, Any], errors: list[str]) -> Platform:
@@ -159,6 +178,8 @@ def _hardware(
 def _probe_nvidia(root: Path, nvml: Any, env: dict[str, str]) -> NvidiaReport | None:
     if nvml is None:
         return None
+    from kernelpolicy.platform.nvidia import load_nvml, probe_nvidia
+
     if nvml is _AUTO:
         if not nvidia_evidence(root):
             return None  # no NVIDIA driver, device node or PCI function: skip loading NVML
@@ -189,6 +210,8 @@ def _probe_amd(
             from kernelpolicy.platform.amdsmi_fallback import load_amdsmi
 
             amdsmi = load_amdsmi()
+    from kernelpolicy.platform.amd import probe_amd
+
     return probe_amd(root, env, amdsmi)
 
 
