@@ -68,6 +68,7 @@ from kernelpolicy.kernels import builds
 res = kernelpolicy.resolve()
 t_impl0 = time.perf_counter()
 sample = res.impl("sampler.top_k_top_p")
+time.sleep(float(os.environ.get("LOAD_GAP_S", "0")))  # a worker loading its model after impl()
 logits = torch.randn(32, 128256, device="cuda") * 5
 k = torch.full((32,), 50); p = torch.full((32,), 0.9, device="cuda")
 t_impl = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Results of the verify suite: what ``kernelpolicy verify`` reports and the evidence store keeps."""
+"""Results of the verify suite: what `kernelpolicy verify` reports, kept by the evidence store."""
 
 from __future__ import annotations
 
