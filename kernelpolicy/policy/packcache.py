@@ -56,7 +56,7 @@ PACK_CACHE_ENTRIES = 16
 # compiled form, records) and the modules its validation reads. Stamped by size and mtime, as
 # Python stamps its own bytecode cache: an edit or a reinstall is a miss.
 _CODE_DIRS = ("policy", "policy/schema")
-_CODE_FILES = ("__init__.py", "limits.py", "versions.py", "evidence/model.py")
+_CODE_FILES = ("__init__.py", "limits.py", "versions.py", "dtypes.py", "evidence/model.py")
 
 
 class _Miss(KernelPolicyError):
