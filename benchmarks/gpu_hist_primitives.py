@@ -114,7 +114,9 @@ def _calls(x: torch.Tensor, jit: Any) -> dict[str, Callable[[int], Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("--out", default=".")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
