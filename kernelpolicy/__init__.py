@@ -118,7 +118,10 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kernelpolicy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from kernelpolicy.gcpause import collector_paused
+
+    with collector_paused():  # importing the front door in a worker: see kernelpolicy.gcpause
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

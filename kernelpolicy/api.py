@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.gcpause import collector_paused
 from kernelpolicy.inputs import (
     existing_policy_paths,
     gather,
@@ -54,6 +55,16 @@ def resolve(
             ``KERNELPOLICY_POLICY_PATHS`` does not exist, or a ``KERNELPOLICY_FORCE_*`` variable
             or ``KERNELPOLICY_OVERRIDES`` names a feature or implementation the policies lack.
     """
+    with collector_paused():  # a worker's heap is large; see kernelpolicy.gcpause
+        return _resolve(platform, env, policies, settings)
+
+
+def _resolve(
+    platform: Platform | None,
+    env: Mapping[str, str] | None,
+    policies: PolicySet | Iterable[str | Path] | None,
+    settings: Settings | None,
+) -> Resolution:
     environ: Mapping[str, str] = dict(os.environ) if env is None else env
     settings = settings if settings is not None else settings_from(environ)
     policy_set = (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.gcpause import collector_paused
 from kernelpolicy.kernels.builds import nonblocking_form, start_thread
 from kernelpolicy.policy.entries import load_entry
 
@@ -77,10 +78,11 @@ class LazyEntry:
 
     def _import(self) -> Callable[..., Any]:
         try:
-            function = load_entry(self.entry)
-            form = nonblocking_form(function)
-            if form is None and self._prepare is not None:
-                load_entry(self._prepare)()
+            with collector_paused():  # an import in a worker's large heap: kernelpolicy.gcpause
+                function = load_entry(self.entry)
+                form = nonblocking_form(function)
+                if form is None and self._prepare is not None:
+                    load_entry(self._prepare)()
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, build errors
             raise EntryUnloadable(f"cannot load {self.entry}: {exc}") from exc
         self._on_load(function)

@@ -35,6 +35,8 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from kernelpolicy.gcpause import collector_paused
+
 if TYPE_CHECKING:
     from kernelpolicy.kernel_cache import BuiltRecord
 
@@ -225,7 +227,8 @@ class Builds(Generic[K]):
             if starting:
                 self._building[key] = []
         if starting and self._in_cache(key):  # a cache read: load it in this thread
-            self._run(key, loading=True)
+            with collector_paused():  # loading creates many objects: see kernelpolicy.gcpause
+                self._run(key, loading=True)
         elif starting:  # outside the lock: a build run inline (tests) takes it
             self._start(lambda: self._run(key), f"kernelpolicy build: {self.name}")
         with self._lock:
