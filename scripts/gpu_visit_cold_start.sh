@@ -2,7 +2,8 @@
 # issue 27 visit: install what .gpu/ carries, then scripts/gpu_cold_start.py into $OUT.
 # VISIT=full (default): the worker, cold and warm stages (about 9 minutes of device time);
 # VISIT=short: two empty-cache first calls and the warm-one stage (a cache holding the measured
-# variant only; about 2 minutes after the install).
+# variant only; about 2 minutes after the install); VISIT=worker: the worker stage (with and
+# without a KERNELPOLICY_ variable) and warm-one with a profile of the first call.
 set -uo pipefail
 site=/tmp/site; gpu=.gpu
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$gpu"/wheels/*.whl >/dev/null 2>&1
@@ -10,7 +11,10 @@ tar xJf "$gpu"/flashinfer-slim.tar.xz -C "$site"
 export PYTHONPATH=$site:$PWD PYTHONUNBUFFERED=1 KERNELPOLICY_LOG_FORMAT=off
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "${VISIT:-full}" = short ]; then
+if [ "${VISIT:-full}" = worker ]; then
+    timeout 120 python3 scripts/gpu_cold_start.py --out $OUT --stage worker --runs 3
+    PROFILE_FIRST_CALL=1 timeout 240 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
+elif [ "${VISIT:-full}" = short ]; then
     COLD_WAIT_S=0 timeout 90 python3 scripts/gpu_cold_start.py --out $OUT --stage cold --runs 2
     timeout 200 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
 else
