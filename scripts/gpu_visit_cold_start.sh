@@ -9,6 +9,14 @@ site=/tmp/site; gpu=.gpu
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$gpu"/wheels/*.whl >/dev/null 2>&1
 tar xJf "$gpu"/flashinfer-slim.tar.xz -C "$site"
 export PYTHONPATH=$site:$PWD PYTHONUNBUFFERED=1 KERNELPOLICY_LOG_FORMAT=off
+# The lent machine sets PYTHONDONTWRITEBYTECODE=1 and its venv has no bytecode: every process
+# would compile every module it imports (torch's, Triton's, pydantic's, kernelpolicy's) from
+# source, which a node whose packages pip installed never does. Compile them once, as pip's
+# install does, under a prefix (the venv is left as it is); processes read it from there.
+export PYTHONPYCACHEPREFIX=/tmp/pycache
+venv=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+python3 -m compileall -q -j 16 "$venv" "$site" kernelpolicy >/dev/null 2>&1
+echo "bytecode compiled under $PYTHONPYCACHEPREFIX: $(find /tmp/pycache -name '*.pyc' | wc -l) files"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${VISIT:-full}" = worker ]; then
