@@ -102,6 +102,31 @@ if not switch:  # nothing more to measure: the builds in flight would hold the e
     sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 """
 
+PROFILE_RESOLVE = r"""
+import cProfile, gc, io, json, os, pstats, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+import kernelpolicy
+collections = []
+def timed(phase, info, started=[0.0]):
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        collections.append((info["generation"], time.perf_counter() - started[0]))
+gc.callbacks.append(timed)
+profile = cProfile.Profile()
+t = time.perf_counter()
+profile.enable()
+res = kernelpolicy.resolve()
+profile.disable()
+seconds = time.perf_counter() - t
+out = io.StringIO()
+pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(40)
+pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(15)
+print(json.dumps({"resolve_ms": seconds * 1e3, "gc_ms": sum(s for _, s in collections) * 1e3,
+                  "profile": out.getvalue()[-12000:]}))
+"""
+
 PROFILE = r"""
 import cProfile, io, json, os, pstats, sys, time
 import torch
@@ -118,6 +143,8 @@ if os.environ.get("PRE_IMPORT"):  # the sampler's module imported before impl(),
     steps["pre_import_ms"] = (time.perf_counter() - t) * 1e3
 t_impl0 = time.perf_counter()
 sample = res.impl("sampler.top_k_top_p")
+time.sleep(float(os.environ.get("LOAD_GAP_S", "0")))  # a worker loading its model after impl()
+t_call = time.perf_counter()
 import gc
 collections = []  # (generation, seconds) of the collections the first call ran
 def timed(phase, info, started=[0.0]):
@@ -131,6 +158,7 @@ profile.enable()
 ids = sample(logits, k, p); torch.cuda.synchronize()
 profile.disable()
 steps["after_impl_s"] = time.perf_counter() - t_impl0
+steps["first_call_s"] = time.perf_counter() - t_call
 gc.callbacks.remove(timed)
 steps["gc_full_ms"] = sum(s for g, s in collections if g == 2) * 1e3
 steps["gc_all_ms"] = sum(s for g, s in collections) * 1e3
@@ -232,6 +260,8 @@ def worker(runs: int, base: dict[str, str], record: Any) -> None:
             env = {**plain, settings: cache}
         for run in range(runs):
             record("worker", run, {"settings": settings, **child(WORKER, env)})
+        if os.environ.get("PROFILE_RESOLVE"):
+            record("profile-resolve", 0, {"settings": settings, **child(PROFILE_RESOLVE, env)})
 
 
 def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
@@ -250,6 +280,7 @@ def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
     if os.environ.get("PROFILE_FIRST_CALL"):
         record("profile", 0, child(PROFILE, env))
         record("profile-pre-import", 0, child(PROFILE, {**env, "PRE_IMPORT": "1"}))
+        record("profile-gap", 0, child(PROFILE, {**env, "LOAD_GAP_S": "2"}))
 
 
 if __name__ == "__main__":

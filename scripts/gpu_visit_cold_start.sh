@@ -20,7 +20,7 @@ echo "bytecode compiled under $PYTHONPYCACHEPREFIX: $(find /tmp/pycache -name '*
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${VISIT:-full}" = worker ]; then
-    timeout 120 python3 scripts/gpu_cold_start.py --out $OUT --stage worker --runs 3
+    PROFILE_RESOLVE=1 timeout 150 python3 scripts/gpu_cold_start.py --out $OUT --stage worker --runs 3
     PROFILE_FIRST_CALL=1 timeout 240 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
 elif [ "${VISIT:-full}" = short ]; then
     COLD_WAIT_S=0 timeout 90 python3 scripts/gpu_cold_start.py --out $OUT --stage cold --runs 2
