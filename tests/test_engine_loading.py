@@ -1,6 +1,7 @@
 """An accelerated implementation is imported on a background thread when impl() hands it out
 (LazyEntry.prefetch), with its library's per-process set-up (a ``prefetch`` attribute), so its
-first call finds it imported; a failure there is met and reported by the first call."""
+first call finds it imported; a failure there is met and reported by the first call. A routed
+feature starts the import of every implementation a call can run first."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def planted(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         sys.path.remove(str(tmp_path))
-        for name in ("kp_lazy_good", "kp_lazy_broken"):
+        for name in ("kp_lazy_good", "kp_lazy_broken", "kp_lazy_fi"):
             sys.modules.pop(name, None)
 
 
@@ -65,3 +66,48 @@ def test_a_failing_prefetch_is_met_by_the_first_call(planted: Path) -> None:
     _wait_for_imports()
     with pytest.raises(EntryUnloadable, match="the library cannot start here"):
         entry(1)
+
+
+ROUTED_POLICY = """
+schema = "kernelpolicy.policy/v1"
+[features."sampler.top_k_top_p"]
+description = "routed by batch: calls run another implementation than the one chosen"
+fallback = "torch"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "flashinfer"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "triton"
+[[features."sampler.top_k_top_p".candidates]]
+impl = "torch"
+[[features."sampler.top_k_top_p".by_batch]]
+min = 1
+prefer = ["triton", "flashinfer"]
+"""
+
+
+def test_impl_starts_the_import_of_what_each_route_runs_first(
+    planted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """impl() of a feature routed per call imports, in the background, every implementation a
+    call can run first (here triton, for every call with a batch), not only the chosen one
+    (flashinfer, for calls without): a worker's first request finds it imported."""
+    from kernelpolicy.engine import resolve_policies
+    from kernelpolicy.engine.dispatch import Routed
+    from kernelpolicy.policy import load_policy_text, names
+    from tests.helpers import fixture
+
+    feature = "sampler.top_k_top_p"
+    for impl, module in (("flashinfer", "kp_lazy_fi"), ("triton", "kp_lazy_good")):
+        (planted / f"{module}.py").write_text(GOOD)
+        monkeypatch.setitem(names.BUILTIN_ENTRIES, (feature, impl), f"{module}:kernel")
+        monkeypatch.setitem(names.REQUIRES, impl, (module,))
+    monkeypatch.delitem(names.PREPARE, "flashinfer")
+    resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(ROUTED_POLICY))
+    assert resolution.decision(feature).impl == "flashinfer"
+    kernel = resolution.impl(feature)
+    assert isinstance(kernel, Routed)
+    _wait_for_imports()
+    for module in ("kp_lazy_fi", "kp_lazy_good"):
+        assert sys.modules[module].IMPORTED_ON.startswith("kernelpolicy-import"), module
+        assert len(sys.modules[module].PREFETCHED) == 1, module
+    assert kernel.choice(4, None) == "triton"

@@ -154,6 +154,12 @@ class Routed(Serving):
         # leaves the order, and the next one is tried
         while self._function(self._chosen()) is None:
             pass
+        # What another batch range or dtype runs first starts its import now, in the
+        # background, as the chosen one's did: not on the first call that needs it.
+        decision = self._fallbacks.decisions[feature]
+        for impl in decision.first_choices():
+            if self._fallbacks.imported_on_first_call(feature, impl):
+                self._function(impl)
 
     def _chosen(self) -> str:
         impl = self._fallbacks.decisions[self._feature].impl

@@ -113,6 +113,15 @@ class Fallbacks:
             self.host.reporter.loaded(feature, impl, function)
         return function
 
+    def imported_on_first_call(self, feature: str, impl: str) -> bool:
+        """Whether ``impl`` is an accelerated implementation kernelpolicy ships, which
+        :meth:`load` hands out unimported (a ``LazyEntry``): loading it checks its libraries
+        and starts its import in the background, and costs the caller nothing more."""
+        from kernelpolicy.policy.names import REQUIRES
+
+        candidate = self.policies.features[feature].candidate(impl)
+        return (candidate is None or candidate.spec.entry is None) and impl in REQUIRES
+
     def _import(self, feature: str, impl: str, entry: str, *, builtin: bool) -> Callable[..., Any]:
         """``entry``'s callable, in its serving form where it has one (a variant not built yet
         is served elsewhere); a built-in accelerated implementation is imported on its first

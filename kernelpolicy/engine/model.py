@@ -238,6 +238,18 @@ class Decision:
             order = tuple(impl for impl in order if impl not in refused)
         return order
 
+    def first_choices(self) -> tuple[str, ...]:
+        """Every implementation some call tries first (per batch range and routed dtype), in
+        order: what a call can need before any fallback."""
+        batches = [None, *(route.low for route in self.routes)]
+        found = dict.fromkeys(
+            order[0]
+            for batch in batches
+            for dtype in (None, *self.dtypes)
+            if (order := self.order_for(batch, dtype))
+        )
+        return tuple(found)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "impl": self.impl,
