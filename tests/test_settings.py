@@ -246,16 +246,22 @@ def test_boolean_errors_cut_the_value() -> None:
     assert len(text) < 2 * SHOWN_ENV_VALUE_CHARS + 200
 
 
-def test_model_defines_the_same_settings() -> None:
-    """The pydantic-settings model has Settings' fields, in order, with Settings' defaults
-    (the defaults a process without variables takes without the model)."""
-    from kernelpolicy.settings.model import SettingsModel
+def test_model_is_built_from_the_one_declaration() -> None:
+    """The pydantic-settings model is built from Settings' fields, in order, with Settings'
+    types and defaults (the defaults a process without variables takes without the model)."""
+    from kernelpolicy.settings.model import SettingsBase, model_of
 
-    assert tuple(SettingsModel.model_fields) == FIELDS
+    model = model_of(Settings)
+    assert issubclass(model, SettingsBase)
+    assert model_of(Settings) is model  # built once
+    assert tuple(model.model_fields) == FIELDS
     defaults = Settings.of()
-    for name, info in SettingsModel.model_fields.items():
+    for name, info in model.model_fields.items():
         assert info.get_default(call_default_factory=True) == getattr(defaults, name), name
-    assert SettingsModel.model_config.get("env_prefix") == "KERNELPOLICY_"
+    assert str(model.model_fields["log_format"].annotation) == (
+        "typing.Literal['console', 'json', 'off']"
+    )
+    assert model.model_config.get("env_prefix") == "KERNELPOLICY_"
 
 
 @pytest.mark.parametrize(

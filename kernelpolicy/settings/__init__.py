@@ -3,9 +3,10 @@
 ``Settings()`` reads ``KERNELPOLICY_*`` variables and is passed explicitly to whatever needs
 it; nothing else in kernelpolicy reads the environment on its own.
 
-The variables are defined and validated by one pydantic-settings model
-(:class:`kernelpolicy.settings.model.SettingsModel`, prefix ``KERNELPOLICY_``), whose
-validation errors become one-line :class:`SettingsError` messages at this boundary. A process
+The settings are declared once, by the :class:`Settings` dataclass; the variables are read and
+validated by the pydantic-settings model built from it
+(:func:`kernelpolicy.settings.model.model_of`, prefix ``KERNELPOLICY_``), whose validation
+errors become one-line :class:`SettingsError` messages at this boundary. A process
 whose environment sets none of the variables (the common case: a worker) takes the defaults
 without importing pydantic or pydantic-settings, about 130 ms that would otherwise land on
 its first ``resolve()``.
@@ -80,10 +81,10 @@ class Settings:
         report: Report run-time events (kernels loaded, guard trips, run-time failures) to the
             node's daemon when one listens (``KERNELPOLICY_REPORT``, default on).
 
-    Plain frozen values, built by :class:`~kernelpolicy.settings.model.SettingsModel` from
-    the variables or keywords given, and straight from these defaults when none is given (no
-    pydantic import on a worker's cold start; a test keeps the model's defaults equal to
-    these).
+    The one declaration of the settings: plain frozen values, validated by the
+    pydantic-settings model built from these fields (:func:`~kernelpolicy.settings.model.model_of`)
+    when variables or keywords are given, and straight from these defaults when none is (no
+    pydantic import on a worker's cold start).
     """
 
     policy_paths: tuple[Path, ...] = field(default_factory=lambda: (bundled_policy_dir(),))
@@ -142,7 +143,7 @@ def _validated(
         return {}
     from kernelpolicy.settings.model import validate  # pydantic, only now
 
-    return validate(None if process else given, values)
+    return validate(Settings, None if process else given, values)
 
 
 def _assign(settings: Settings, values: Mapping[str, object]) -> None:

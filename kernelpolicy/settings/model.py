@@ -1,18 +1,22 @@
-"""The settings model: every ``KERNELPOLICY_*`` setting's type, default and validation, read
-by pydantic-settings, and its validation errors as one-line :class:`SettingsError` messages.
+"""The settings model: every ``KERNELPOLICY_*`` setting read and validated by pydantic-settings,
+and its validation errors as one-line :class:`SettingsError` messages.
 
-Imported only where a setting is given (a variable set, or a keyword value): a process that
-sets none takes :class:`~kernelpolicy.settings.Settings`' defaults without pydantic.
+The settings are declared once, as the plain dataclass :class:`~kernelpolicy.settings.Settings`
+(names, types, defaults); :func:`model_of` builds the pydantic-settings model from it, on
+:class:`SettingsBase` (how values are read: prefix, sources, the readers). Imported only where
+a setting is given (a variable set, or a keyword value): a process that sets none takes the
+dataclass's defaults without pydantic.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, get_type_hints
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -21,17 +25,16 @@ from pydantic_settings import (
 )
 
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.settings.readers import bundled_policy_dir, read_value, variable
+from kernelpolicy.settings.readers import read_value, variable
 
-__all__ = ["SettingsModel", "validate"]
+__all__ = ["SettingsBase", "model_of", "validate"]
 
 PREFIX = "KERNELPOLICY_"
 
 
-class SettingsModel(BaseSettings):
-    """kernelpolicy's settings as pydantic-settings reads them (see
-    :class:`~kernelpolicy.settings.Settings` for what each one means, and the plain value
-    that every caller holds; a test keeps its defaults equal to these).
+class SettingsBase(BaseSettings):
+    """How kernelpolicy's settings are read (the fields come from the dataclass that declares
+    them, :func:`model_of`; :class:`~kernelpolicy.settings.Settings` says what each means).
 
     Every value goes through :func:`kernelpolicy.settings.read_value` before its type is
     checked: strings by the same readers whatever their source (the environment, a mapping,
@@ -46,19 +49,6 @@ class SettingsModel(BaseSettings):
         frozen=True,
         validate_default=False,  # the defaults are plain values, valid as they are
     )
-
-    policy_paths: tuple[Path, ...] = Field(default_factory=lambda: (bundled_policy_dir(),))
-    overrides: Mapping[str, str] = Field(default_factory=dict)
-    log_format: Literal["console", "json", "off"] = "console"
-    cache_dir: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
-    allow_untrusted_files: bool = False
-    pack_cache: bool = True
-    hardware_cache: bool = True
-    socket: str | None = None
-    report: bool = True
 
     @field_validator("*", mode="before")
     @classmethod
@@ -96,32 +86,50 @@ class Variables(EnvSettingsSource):
         self.env_vars = {name.lower(): source[name] for name in names if name in source}
 
 
-def validate(environ: Mapping[str, str] | None, values: Mapping[str, Any]) -> dict[str, object]:
-    """Every field's value from ``environ``'s variables (``None``: the process environment's)
-    and ``values`` (which take precedence), validated.
+@functools.cache
+def model_of(declared: type) -> type[SettingsBase]:
+    """The pydantic-settings model of the frozen dataclass ``declared``: its fields, in order,
+    with their types and defaults (a default factory stays one), read as :class:`SettingsBase`
+    reads them. Built once per class."""
+    hints = get_type_hints(declared)
+    definitions: dict[str, Any] = {}
+    for item in dataclasses.fields(declared):
+        default: Any = item.default
+        if item.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=item.default_factory)
+        definitions[item.name] = (hints[item.name], default)
+    return create_model(f"{declared.__name__}Model", __base__=SettingsBase, **definitions)
+
+
+def validate(
+    declared: type, environ: Mapping[str, str] | None, values: Mapping[str, Any]
+) -> dict[str, object]:
+    """Every field of ``declared`` from ``environ``'s variables (``None``: the process
+    environment's) and ``values`` (which take precedence), validated by its model.
 
     Raises:
         SettingsError: The first value that does not fit (in field order), in one line naming
             the variable.
     """
+    model = model_of(declared)
     try:
         if environ is None:
-            model = SettingsModel(**values)
+            read = model(**values)
         else:
-            model = SettingsModel.model_validate({**Variables(SettingsModel, environ)(), **values})
+            read = model.model_validate({**Variables(model, environ)(), **values})
     except ValidationError as exc:
-        raise SettingsError(_message(exc)) from None
-    return {name: getattr(model, name) for name in SettingsModel.model_fields}
+        raise SettingsError(_message(exc, tuple(model.model_fields))) from None
+    return {name: getattr(read, name) for name in model.model_fields}
 
 
-def _message(exc: ValidationError) -> str:
-    """The first error of ``exc`` as kernelpolicy words it."""
+def _message(exc: ValidationError, names: tuple[str, ...]) -> str:
+    """The first error of ``exc`` as kernelpolicy words it (``names``: the settings)."""
     first = exc.errors(include_url=False)[0]
     name = str(first["loc"][0]) if first["loc"] else "?"
     if first["type"] == "extra_forbidden":
-        return f"unknown setting {name!r}; expected one of {', '.join(SettingsModel.model_fields)}"
+        return f"unknown setting {name!r}; expected one of {', '.join(names)}"
     error = first.get("ctx", {}).get("error")
     if first["type"] == "value_error" and isinstance(error, ValueError):
         return str(error)  # a reader's own message, naming the variable
-    where = variable(name) if name in SettingsModel.model_fields else name
+    where = variable(name) if name in names else name
     return f"{where}: {first['msg']}"
