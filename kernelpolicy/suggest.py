@@ -1,12 +1,12 @@
 """ "Did you mean": the close names to a mistyped one, as git and kubectl offer them.
 
 Only error paths call this (an unknown command, option, feature or implementation); nothing on
-a hot path computes a suggestion. Imports only :mod:`difflib`.
+a hot path computes a suggestion. Imports only :mod:`difflib`, when a suggestion is computed
+(modules on a worker's start path import this one).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 CUTOFF = 0.6
@@ -19,6 +19,8 @@ def close_names(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
     A choice that starts with ``word`` or ends with it (``top_k_top_p`` for
     ``sampler.top_k_top_p``) counts as close even when difflib's ratio is low.
     """
+    import difflib  # an error path: not on a worker's start
+
     names = [c for c in dict.fromkeys(choices) if c != word]
     found = difflib.get_close_matches(word, names, n=n, cutoff=CUTOFF)
     if len(word) >= 3:

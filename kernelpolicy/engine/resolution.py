@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.dtypes import ROUTING_VARIABLES
-from kernelpolicy.engine.dispatch import CallTimeFallback, Routed
 from kernelpolicy.engine.fallbacks import Fallbacks, Host
 from kernelpolicy.engine.hotpath import (
     convert,
@@ -129,6 +128,8 @@ class Resolution:
         cached = self._impls.get(feature)
         if cached is not None:
             return cached
+        from kernelpolicy.engine.dispatch import Routed  # call-time code: not on resolve()'s path
+
         decision = self._usable(feature)
         spec = self.policies.features[feature].spec
         if (spec.by_batch or spec.dtypes) and len(decision.order) > 1:
@@ -169,6 +170,8 @@ class Resolution:
 
     def _serving(self, feature: str, impl: str) -> Callable[..., Any]:
         """``impl`` loaded, and unless it is the fallback, switching to it when it fails."""
+        from kernelpolicy.engine.dispatch import CallTimeFallback  # as impl()
+
         fallbacks = self.fallbacks
         if impl == fallbacks.fallback(feature):
             return fallbacks.load(feature, impl)
@@ -181,8 +184,11 @@ class Resolution:
         both hot paths answer from the decisions (a gate that requires the failed
         implementation turns False; cached answers go with the old functions)."""
         routed = self._impls.get(feature)
-        if isinstance(routed, Routed):
-            routed.reset()
+        if routed is not None:  # impl() ran: engine.dispatch is imported
+            from kernelpolicy.engine.dispatch import Routed
+
+            if isinstance(routed, Routed):
+                routed.reset()
         self.select = self._build_select()
         self.gate = self._build_gate()
 
