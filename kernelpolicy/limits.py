@@ -23,6 +23,9 @@ MAX_EVIDENCE_FILE_BYTES = 16 * MIB
 MAX_PACK_CACHE_BYTES = 64 * MIB
 """One compiled-pack cache entry; a larger pack is not cached (a 10,000-feature pack's entry
 is about 25 MiB)."""
+MAX_SETTINGS_MEMO_BYTES = 1 * MIB
+"""One entry of validated settings (``kernelpolicy.settings.memo``; each value is bounded by
+``MAX_SETTING_CHARS``)."""
 MAX_TLS_FILE_BYTES = 1 * MIB
 """One PEM file (certificate, key or CA bundle)."""
 

@@ -273,10 +273,14 @@ def test_model_is_built_from_the_one_declaration() -> None:
         pytest.param({"KERNELPOLICY_LOG_FORMAT": "console"}, True, id="a-setting"),
     ],
 )
-def test_pydantic_only_where_a_setting_is_given(env: dict[str, str], imported: bool) -> None:
+def test_pydantic_only_where_a_setting_is_given(
+    env: dict[str, str], imported: bool, tmp_path: Path
+) -> None:
     """Settings() in a process whose environment sets no setting takes the defaults without
-    importing pydantic or pydantic-settings; a setting is read by the model."""
+    importing pydantic or pydantic-settings; a setting is read by the model (a fresh cache
+    directory: no memo of an earlier process's validation)."""
     base = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    base["XDG_CACHE_HOME"] = str(tmp_path)
     code = (
         "import sys; from kernelpolicy.settings import Settings; s = Settings(); "
         "print(s.log_format, 'pydantic' in sys.modules, 'pydantic_settings' in sys.modules)"

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from kernelpolicy.settings.readers import (
     ACCEPTED_BOOLEANS,
     bundled_policy_dir,
+    default_cache_dir,
     parse_bool,
     variable,
 )
@@ -38,15 +39,6 @@ __all__ = [
     "parse_bool",
     "settings_from",
 ]
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``: the evidence store and
-    the compiled-pack cache live under it unless ``KERNELPOLICY_CACHE_DIR`` says otherwise."""
-    import os
-
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kernelpolicy"
 
 
 @dataclass(frozen=True)
@@ -136,14 +128,27 @@ def _validated(
     env: Mapping[str, str], values: Mapping[str, Any], *, process: bool = False
 ) -> dict[str, object]:
     """The fields ``env``'s variables and ``values`` set, validated by the model; nothing (the
-    defaults) without importing it when neither sets one. ``process``: ``env`` is the process
-    environment, which the model reads itself."""
+    defaults) without importing it when neither sets one, and the values an earlier process
+    validated when only variables are given and the memo holds them
+    (:mod:`kernelpolicy.settings.memo`). ``process``: ``env`` is the process environment,
+    which the model reads itself."""
     given = given_variables(env)
     if not given and not values:
         return {}
+    if not values:  # variables only: an earlier process may have validated the same ones
+        from kernelpolicy.settings.memo import recall
+
+        found = recall(given, FIELDS)
+        if found is not None:
+            return found
     from kernelpolicy.settings.model import validate  # pydantic, only now
 
-    return validate(Settings, None if process else given, values)
+    validated = validate(Settings, None if process else given, values)
+    if not values:
+        from kernelpolicy.settings.memo import remember
+
+        remember(given, validated)
+    return validated
 
 
 def _assign(settings: Settings, values: Mapping[str, object]) -> None:

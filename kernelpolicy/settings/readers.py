@@ -14,7 +14,14 @@ from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_SETTING_CHARS, shown
 from kernelpolicy.safeio import parse_json
 
-__all__ = ["ACCEPTED_BOOLEANS", "bundled_policy_dir", "parse_bool", "read_value", "variable"]
+__all__ = [
+    "ACCEPTED_BOOLEANS",
+    "bundled_policy_dir",
+    "default_cache_dir",
+    "parse_bool",
+    "read_value",
+    "variable",
+]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -108,6 +115,15 @@ _READERS: dict[str, Callable[[str, str], Any]] = {
 def bundled_policy_dir() -> Path:
     """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
     return Path(__file__).resolve().parent.parent / "bundled_policies"
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``: the evidence store and
+    the compiled-pack cache live under it unless ``KERNELPOLICY_CACHE_DIR`` says otherwise."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kernelpolicy"
 
 
 def variable(name: str) -> str:

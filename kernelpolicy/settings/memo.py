@@ -1,0 +1,199 @@
+"""Validated settings, kept between processes: a process that sets ``KERNELPOLICY_*`` variables
+takes their values without importing pydantic-settings when a process on the node has already
+validated the same ones (the import is about 110 ms of a first ``resolve()`` on the 2-core
+machine, and an engine starts several processes with one environment: its API server, its
+engine core, one worker per GPU).
+
+After the settings model validates the variables of an environment (no keyword values), the
+values of those variables are written as JSON to ``<cache dir>/settings/<key>.json``. The key
+hashes every given variable's name and value, the kernelpolicy version and the size and
+modification time of the settings code (as Python stamps its bytecode), so another value, an
+upgrade or an edit of a reader is a miss. The entry is used only under the compiled-pack
+cache's rules (:mod:`kernelpolicy.policy.packcache`): it and its directory belong to this user
+(or root) and no one else can write them, it is a regular file (not a link) within
+``MAX_SETTINGS_MEMO_BYTES``, it names the same key and every value has its field's form;
+anything wrong is a miss (the model validates, and the entry is rewritten). The directory is
+created ``0700``, writes are atomic, the newest ``MEMO_ENTRIES`` entries are kept.
+``KERNELPOLICY_PACK_CACHE=0`` (the switch of the validated caches) turns it off; a cache
+directory that cannot be written is no memo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelpolicy.digest import sha256
+from kernelpolicy.errors import KernelPolicyError, SettingsError
+from kernelpolicy.limits import MAX_SETTINGS_MEMO_BYTES
+from kernelpolicy.settings.readers import default_cache_dir, read_value, variable
+from kernelpolicy.versions import KERNELPOLICY_VERSION
+
+__all__ = ["MEMO_ENTRIES", "recall", "remember"]
+
+FORMAT = 1
+MEMO_ENTRIES = 16
+"""Entries kept (the newest): each distinct environment writes one."""
+
+
+class _Miss(KernelPolicyError):
+    """The entry cannot be used; the model validates instead."""
+
+
+def recall(given: Mapping[str, str], names: tuple[str, ...]) -> dict[str, object] | None:
+    """The validated values of the variables ``given`` (a setting name -> value for each), as
+    an earlier process stored them, or None (no entry, an entry that may not be used, the memo
+    off). ``names``: every setting's name, in order."""
+    path = _path(given)
+    if path is None:
+        return None
+    try:
+        return _read(path, _key(given), names, given)
+    except _Miss:
+        return None
+
+
+def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
+    """Store the model's ``values`` of the variables ``given``; a memo that cannot be written
+    is no memo (nothing is raised)."""
+    path = _path(given)
+    if path is None:
+        return
+    from kernelpolicy.safeio import write_atomic
+    from kernelpolicy.trust import private_dir
+
+    settings = {name: _encode(values[name]) for name in _fields(given)}
+    entry = {"format": FORMAT, "key": _key(given), "values": settings}
+    try:
+        data = json.dumps(entry, separators=(",", ":")).encode()
+        if len(data) > MAX_SETTINGS_MEMO_BYTES:
+            return
+        private_dir(path.parent, "settings memo")
+        write_atomic(path, data, 0o600)
+        _prune(path.parent)
+    except (OSError, KernelPolicyError, TypeError, ValueError):
+        return
+
+
+def _fields(given: Mapping[str, str]) -> list[str]:
+    """The setting names of the variables ``given`` (``KERNELPOLICY_LOG_FORMAT`` ->
+    ``log_format``)."""
+    prefix = len(variable(""))
+    return [name[prefix:].lower() for name in given]
+
+
+def _path(given: Mapping[str, str]) -> Path | None:
+    """Where the entry of ``given`` lives: None when the memo is off, or when the variables
+    that name its place do not read (the model then says what is wrong with them)."""
+    try:
+        switch = given.get(variable("pack_cache"))
+        if switch is not None and not read_value("pack_cache", switch):
+            return None
+        raw = given.get(variable("cache_dir"))
+        base = read_value("cache_dir", raw) if raw is not None else default_cache_dir()
+    except SettingsError:
+        return None
+    assert isinstance(base, Path)  # the cache_dir reader's value
+    return base / "settings" / f"{_key(given)}.json"
+
+
+def _key(given: Mapping[str, str]) -> str:
+    digest = sha256(f"kernelpolicy {KERNELPOLICY_VERSION} settings format {FORMAT}\0".encode())
+    digest.update(_code_stamp().encode())
+    for name, value in sorted(given.items()):
+        digest.update(name.encode() + b"\0" + value.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _code_stamp() -> str:
+    """The settings code (the readers, the model, this memo) and the limits they read."""
+    package = Path(__file__).resolve().parent.parent
+    files = [*sorted((package / "settings").glob("*.py")), package / "limits.py"]
+    stamps = [str(package)]
+    for file in files:
+        try:
+            info = file.stat()
+        except OSError:
+            stamps.append(f"{file.name}:-")
+            continue
+        stamps.append(f"{file.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    return "\0".join(stamps)
+
+
+def _read(
+    path: Path, key: str, names: tuple[str, ...], given: Mapping[str, str]
+) -> dict[str, object]:
+    from kernelpolicy.safeio import read_bytes_bounded
+    from kernelpolicy.trust import trust_problem
+
+    if not os.path.lexists(path) or path.is_symlink() or trust_problem(path) is not None:
+        raise _Miss  # a link is never followed, even to a file of ours
+    try:
+        data = read_bytes_bounded(
+            path, limit=MAX_SETTINGS_MEMO_BYTES, limit_name="MAX_SETTINGS_MEMO_BYTES", fail=_Miss
+        )
+        entry = json.loads(data)
+        if entry.get("format") != FORMAT or entry.get("key") != key:
+            raise _Miss
+        stored = entry["values"]
+        if sorted(stored) != sorted(_fields(given)) or not set(stored) <= set(names):
+            raise _Miss
+        return {name: _decode(name, value) for name, value in stored.items()}
+    except Exception:  # never authoritative: whatever is wrong with it, validate
+        raise _Miss from None
+
+
+def _encode(value: object) -> Any:
+    if isinstance(value, Path):
+        return {"path": str(value)}
+    if isinstance(value, tuple):
+        return {"paths": [str(item) for item in value]}
+    if isinstance(value, Mapping):
+        return {"map": dict(value)}
+    if value is None or isinstance(value, bool | str):
+        return value
+    raise TypeError(f"a setting's value of type {type(value).__name__}")
+
+
+_PATHS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
+_BOOLEANS = frozenset({"allow_untrusted_files", "pack_cache", "hardware_cache", "report"})
+_STRINGS = frozenset({"log_format", "socket"})
+
+
+def _decode(name: str, value: Any) -> object:
+    """A stored value in its field's form (what the model gives), else a miss."""
+    inner = value.get(_TAGS.get(name, "")) if isinstance(value, dict) else None
+    if name in _PATHS and isinstance(inner, str):
+        return Path(inner)
+    if name == "policy_paths" and isinstance(inner, list) and _all_str(inner):
+        return tuple(Path(item) for item in inner)
+    if name == "overrides" and isinstance(inner, dict) and _all_str([*inner, *inner.values()]):
+        return dict(inner)
+    if (name in _BOOLEANS and isinstance(value, bool)) or (
+        name in _STRINGS and isinstance(value, str)
+    ):
+        return value
+    raise _Miss
+
+
+_TAGS = {**dict.fromkeys(_PATHS, "path"), "policy_paths": "paths", "overrides": "map"}
+
+
+def _all_str(items: list[Any]) -> bool:
+    return all(isinstance(item, str) for item in items)
+
+
+def _prune(directory: Path) -> None:
+    entries = []
+    with os.scandir(directory) as found:
+        for item in found:
+            if item.name.endswith(".json") and not item.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
+    for _, stale in sorted(entries, reverse=True)[MEMO_ENTRIES:]:
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
