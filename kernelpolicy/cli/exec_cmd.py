@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import add_platform_option
 from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
+
+if TYPE_CHECKING:
+    from kernelpolicy.bridge.model import EngineSettings
 
 
 def register(commands: Any) -> None:
@@ -46,7 +50,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.bridge import distribution, engine_settings
+    from kernelpolicy.bridge import engine_settings
     from kernelpolicy.bridge.plugin import plugin_environment
     from kernelpolicy.bridge.process import child_command, child_environment
     from kernelpolicy.cli.env_cmd import report_errors
@@ -68,13 +72,7 @@ def run(args: argparse.Namespace) -> int:
         engine_version=args.engine_version or _local_engine(args), model_kind=args.model_kind,
     )  # fmt: skip
     argv, flag_warnings = child_command(command, settings)
-    warnings = [*settings.warnings, *flag_warnings]
-    named = resolution.platform.libraries.get(distribution(args.engine))
-    if args.platform and not args.engine_version and settings.version != named and named:
-        warnings.append(
-            f"the snapshot names {args.engine} {named}; this machine's {args.engine} "
-            f"{settings.version} is the one started, and decides what it is told"
-        )
+    warnings = _warnings(args, resolution.platform.libraries, settings, flag_warnings)
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
     for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
@@ -94,6 +92,31 @@ def run(args: argparse.Namespace) -> int:
     ).items():
         child.setdefault(key, value)  # KERNELPOLICY_VLLM_PLUGIN=0 set by you keeps it off
     child.update(_kernel_cache(local.cache_dir, child))
+    return _exec(argv, child)
+
+
+def _warnings(
+    args: argparse.Namespace,
+    libraries: Mapping[str, str],
+    settings: EngineSettings,
+    flag_warnings: list[str],
+) -> list[str]:
+    """What the engine is told that it may not do as asked, and (with ``--platform``) a
+    snapshot that names another release of the engine than the one started."""
+    from kernelpolicy.bridge import distribution
+
+    warnings = [*settings.warnings, *flag_warnings]
+    named = libraries.get(distribution(args.engine))
+    if args.platform and not args.engine_version and settings.version != named and named:
+        warnings.append(
+            f"the snapshot names {args.engine} {named}; this machine's {args.engine} "
+            f"{settings.version} is the one started, and decides what it is told"
+        )
+    return warnings
+
+
+def _exec(argv: list[str], child: dict[str, str]) -> int:
+    """Replace this process with the engine; the shell's exit codes where it cannot start."""
     try:
         os.execvpe(argv[0], argv, child)
     except FileNotFoundError:
