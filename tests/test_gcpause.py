@@ -121,4 +121,5 @@ def test_no_collection_runs_inside_a_resolve(
         gc.callbacks.remove(count)
     assert resolution.decisions
     assert during == [[]]
-    assert gc.isenabled() and ran_after
+    assert gc.isenabled()
+    assert ran_after
