@@ -116,13 +116,18 @@ def test_a_hit_imports_no_validation_stack(tmp_path: Path) -> None:
 
 
 def test_a_hit_with_a_setting_imports_only_the_settings_model(tmp_path: Path) -> None:
-    """A worker that sets a KERNELPOLICY_ setting imports pydantic for the settings model
-    only: still no TOML, CEL library, policy schema or loader on a hit."""
-    env = _hit_env(tmp_path, KERNELPOLICY_LOG_FORMAT="console")
+    """A worker that sets a KERNELPOLICY_ setting no process validated before imports
+    pydantic for the settings model only: still no TOML, CEL library, policy schema or loader
+    on a hit; one whose setting an earlier process validated (the settings memo) imports
+    none of them."""
     run = [sys.executable, "-c", _IMPORTED]
+    env = _hit_env(tmp_path, KERNELPOLICY_LOG_FORMAT="console")
     subprocess.run(run, check=True, env=env, capture_output=True, text=True)
-    second = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
-    assert second.stdout.strip() == "['pydantic']"
+    remembered = subprocess.run(run, check=True, env=env, capture_output=True, text=True)
+    assert remembered.stdout.strip() == "[]"
+    new = _hit_env(tmp_path, KERNELPOLICY_LOG_FORMAT="off")
+    first = subprocess.run(run, check=True, env=new, capture_output=True, text=True)
+    assert first.stdout.strip() == "['pydantic']"
 
 
 def _foreign(path: Path) -> None:
