@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from kernelpolicy.kernels import torch_sampling
-from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p
+from kernelpolicy.kernels.torch_impl import greedy, top_k_top_p, top_p_path
 from kernelpolicy.kernels.torch_sampling import binned, blocks, nucleus
+from kernelpolicy.kernels.torch_sampling.top_k import SORT_ROWS, top_p_by_sort
 from kernelpolicy.verify.reference import filtered_probs
 
 DTYPES = [
@@ -147,8 +148,8 @@ NUCLEUS_CASES = [
 def test_the_draw_is_the_exact_filtered_softmax(
     even_uniforms: None, make: object, k: int | None, p: float
 ) -> None:
-    """Every top-p path (the CPU's histogram, and the sorted blocks the GPU takes)
-    draws each kept token in proportion to its probability and nothing else."""
+    """Every top-p path (the CPU's histogram, and the sorted blocks and the whole-row sort the
+    GPU takes) draws each kept token in proportion to its probability and nothing else."""
     torch.manual_seed(3)
     row = make()  # type: ignore[operator]
     expected = filtered_probs(row, k, p)[0]
@@ -159,6 +160,7 @@ def test_the_draw_is_the_exact_filtered_softmax(
     if k is None:
         u = torch_sampling.uniforms(rows, x.device, None)
         assert_quadrature(blocks.top_p(x, full(p, rows), u, block=512), expected)  # type: ignore[arg-type]
+        assert_quadrature(top_p_by_sort(x, full(p, rows), u), expected)  # type: ignore[arg-type]
         drawn = binned.binned(binned.rows(x), full(p, rows), u)  # type: ignore[arg-type]
         assert_quadrature(drawn, expected, REDRAWN)
 
@@ -247,20 +249,44 @@ def test_unpadded_blocks_keep_exactly_the_sorts_nucleus(logits: torch.Tensor, bl
         assert torch.equal(got[row], expected), f"row {row} (p {float(p[row])})"
 
 
+GPU_TOP_P = {
+    "sorted blocks": lambda x, p, u: blocks.top_p(x, p, u, block=256),
+    "whole-row sort": top_p_by_sort,
+}
+
+
+@pytest.mark.parametrize("path", GPU_TOP_P)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sorted_blocks_infinities_and_empty_rows(dtype: torch.dtype) -> None:
+def test_gpu_top_p_infinities_and_empty_rows(dtype: torch.dtype, path: str) -> None:
     """+inf tokens share all the mass (ties by lowest id under top-p), NaN is never drawn, and
-    a row with nothing finite gives 0, on the GPU's path too."""
+    a row with nothing finite gives 0, on the GPU's paths too."""
     x = torch.randn(4, 700).to(dtype)
     x[0, [5, 9, 600]] = float("inf")
     x[1] = float("nan")
     x[2] = float("-inf")
     x[3, 1::2] = float("nan")
     u = torch.rand(4, 1, dtype=torch.float64)
-    ids = blocks.top_p(x, torch.tensor([0.5, 0.9, 0.9, 0.9]), u, block=256)
+    ids = GPU_TOP_P[path](x, torch.tensor([0.5, 0.9, 0.9, 0.9]), u)
     assert ids[0].item() in (5, 9)
     assert ids[1:3].tolist() == [0, 0]
     assert ids[3].item() % 2 == 0
+
+
+@pytest.mark.parametrize(
+    ("device", "rows", "path"),
+    [
+        pytest.param("cpu", 1, "binned", id="cpu-one-row"),
+        pytest.param("cpu", 4096, "binned", id="cpu-many-rows"),
+        pytest.param("cuda", 1, "sort", id="gpu-one-row"),
+        pytest.param("cuda", SORT_ROWS, "sort", id="gpu-at-the-bound"),
+        pytest.param("cuda", SORT_ROWS + 1, "blocks", id="gpu-past-the-bound"),
+        pytest.param("cuda", 1024, "blocks", id="gpu-many-rows"),
+        pytest.param("xpu", 8, "sort", id="another-accelerator"),
+    ],
+)
+def test_top_p_path_by_device_and_rows(device: str, rows: int, path: str) -> None:
+    """Top-p alone sorts whole rows only on a GPU and up to SORT_ROWS rows (launch-bound)."""
+    assert top_p_path(device, rows) == path
 
 
 WIDE = binned.SHORT + 904  # past the rows sorted whole: the histogram's path

@@ -18,6 +18,7 @@ import torch
 
 from kernelpolicy.kernels import torch_sampling as sampling
 from kernelpolicy.kernels.torch_sampling import Generators, binned, blocks
+from kernelpolicy.kernels.torch_sampling.top_k import SORT_ROWS, top_p_by_sort
 
 __all__ = [
     "Generators",
@@ -59,10 +60,8 @@ def top_k_top_p(
     u = sampling.uniforms(logits.shape[0], logits.device, generators)
     if k is None and p is None:
         return sampling.draw(sampling.weights(sampling.prepare(logits))[0], u)
-    if k is None:  # top-p alone: no sort at vocabulary size
-        if logits.device.type != "cpu":
-            return blocks.top_p(logits, p, u)  # type: ignore[arg-type]
-        return binned.top_p(logits, p, u)  # type: ignore[arg-type]
+    if k is None:  # top-p alone: no sort at vocabulary size, but of a few rows on a GPU
+        return _top_p(logits, p, u)  # type: ignore[arg-type]
     x = sampling.prepare(logits)
     # Top-k first: one top-k over the vocabulary; the rest works on [batch, k] candidates.
     k = k.to(torch.int64)
@@ -77,6 +76,24 @@ def top_k_top_p(
     if p is not None:
         w = w.masked_fill(sampling.top_p_mask_sorted(w, p), 0.0)
     return indices.gather(-1, sampling.draw(w, u).unsqueeze(-1)).squeeze(-1)
+
+
+def top_p_path(device_type: str, rows: int) -> str:
+    """How top-p alone is computed: ``"binned"`` on the CPU; on a GPU, ``"sort"`` for up to
+    :data:`~kernelpolicy.kernels.torch_sampling.top_k.SORT_ROWS` rows (launch-bound), else
+    ``"blocks"``."""
+    if device_type == "cpu":
+        return "binned"
+    return "sort" if rows <= SORT_ROWS else "blocks"
+
+
+def _top_p(logits: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    path = top_p_path(logits.device.type, logits.shape[0])
+    if path == "sort":
+        return top_p_by_sort(logits, p, u)
+    if path == "blocks":
+        return blocks.top_p(logits, p, u)
+    return binned.top_p(logits, p, u)
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
