@@ -11,9 +11,9 @@ proportion to their probabilities.
 Top-p alone never truncates the nucleus to a fixed candidate count, and sorts whole rows only
 where that is faster: up to ``SORT_ROWS`` rows on a GPU, where the call is bound by its launches
 (:func:`.top_k.top_p_by_sort`). Above that, on a GPU it searches sorted blocks of the row
-(:mod:`.blocks`, a fixed sequence of operations with no host synchronisation); on the CPU a histogram of the mass over bins of the distance
-to the row maximum, a few rows at a time, finds the bin holding the boundary, and only that
-bin is sorted (:mod:`.binned`, :mod:`.nucleus`).
+(:mod:`.blocks`, a fixed sequence of operations with no host synchronisation); on the CPU a
+histogram of the mass over bins of the distance to the row maximum, a few rows at a time, finds
+the bin holding the boundary, and only that bin is sorted (:mod:`.binned`, :mod:`.nucleus`).
 """
 
 from __future__ import annotations

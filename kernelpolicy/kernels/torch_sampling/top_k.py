@@ -7,11 +7,13 @@ import torch
 
 from kernelpolicy.kernels.torch_sampling.common import draw, prepare, stable_descending, weights
 
-SORT_ROWS = 32
+SORT_ROWS = 64
 """Rows up to which top-p alone on a GPU sorts whole rows instead of searching sorted blocks:
-on the H100 (2026-11-26, float32, vocabulary 128256) one stable sort of every row took 0.66 ms
-at batch 1 and 1.31 ms at 32, the blocks 2.09 and 2.16 ms (about 100 launches), and at 256 the
-sort 5.47 ms against 3.12 ms (benchmarks/README.md, "The torch top-p on the lent H100")."""
+on the H100 (2026-11-26, vocabulary 128256, float32 and bfloat16) one stable sort of every row
+took 1.0-1.2 ms at batch 1, 1.3 ms at 32 and 1.8 ms at 64, the blocks 2.1, 2.2 and 3.1-3.3 ms
+(about 100 launches); at 96 and 128 each won in some cases, from 160 the blocks (the sort
+4.1-4.2 ms at 160 and 5.5 ms at 256 against 2.3-3.7 ms) (benchmarks/README.md, "The torch top-p
+on the lent H100: whole rows sorted at small batches")."""
 
 
 def top_k_candidates(
