@@ -144,6 +144,19 @@ def test_another_value_is_another_entry_and_the_memo_can_be_off(tmp_path: Path) 
     assert not (off / "settings").exists()
 
 
+def test_a_relative_or_missing_cache_directory_gets_no_memo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KERNELPOLICY_CACHE_DIR=relative (or empty: the working directory) would put the memo
+    wherever the process runs, and one that does not exist would be made by reading settings:
+    nothing is written, and the values are the model's."""
+    monkeypatch.chdir(tmp_path)
+    for relative in ("", "cache", "[", "0.0", str(tmp_path / "not" / "there")):
+        env = {"KERNELPOLICY_CACHE_DIR": relative, "KERNELPOLICY_LOG_FORMAT": "off"}
+        assert settings_from(env).log_format == "off"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_invalid_variable_is_never_stored(tmp_path: Path) -> None:
     from kernelpolicy.errors import SettingsError
 

@@ -15,7 +15,9 @@ cache's rules (:mod:`kernelpolicy.policy.packcache`): it and its directory belon
 anything wrong is a miss (the model validates, and the entry is rewritten). The directory is
 created ``0700``, writes are atomic, the newest ``MEMO_ENTRIES`` entries are kept.
 ``KERNELPOLICY_PACK_CACHE=0`` (the switch of the validated caches) turns it off; a cache
-directory that cannot be written is no memo.
+directory that is relative (it would land wherever the process runs), that
+``KERNELPOLICY_CACHE_DIR`` names and does not exist (reading settings must not make it; the
+default one is made as the compiled-pack cache makes it) or that cannot be written is no memo.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
     path = _path(given)
     if path is None:
         return
+    if variable("cache_dir") in given and not _is_dir(path.parent.parent):
+        return  # reading settings never makes the directory a variable names
+
     from kernelpolicy.safeio import write_atomic
     from kernelpolicy.trust import private_dir
 
@@ -79,6 +84,13 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
         return
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long, a permission: no directory to use
+        return False
+
+
 def _fields(given: Mapping[str, str]) -> list[str]:
     """The setting names of the variables ``given`` (``KERNELPOLICY_LOG_FORMAT`` ->
     ``log_format``)."""
@@ -87,8 +99,9 @@ def _fields(given: Mapping[str, str]) -> list[str]:
 
 
 def _path(given: Mapping[str, str]) -> Path | None:
-    """Where the entry of ``given`` lives: None when the memo is off, or when the variables
-    that name its place do not read (the model then says what is wrong with them)."""
+    """Where the entry of ``given`` lives: None when the memo is off, when the variables that
+    name its place do not read (the model then says what is wrong with them), or when the
+    cache directory is relative."""
     try:
         switch = given.get(variable("pack_cache"))
         if switch is not None and not read_value("pack_cache", switch):
@@ -98,6 +111,8 @@ def _path(given: Mapping[str, str]) -> Path | None:
     except SettingsError:
         return None
     assert isinstance(base, Path)  # the cache_dir reader's value
+    if not base.is_absolute():  # relative to wherever the process runs: no memo written there
+        return None
     return base / "settings" / f"{_key(given)}.json"
 
 
