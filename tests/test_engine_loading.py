@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,7 @@ def test_a_failing_prefetch_is_met_by_the_first_call(planted: Path) -> None:
         entry(1)
 
 
+FEATURE = "sampler.top_k_top_p"
 ROUTED_POLICY = """
 schema = "kernelpolicy.policy/v1"
 [features."sampler.top_k_top_p"]
@@ -85,29 +87,52 @@ prefer = ["triton", "flashinfer"]
 """
 
 
-def test_impl_starts_the_import_of_what_each_route_runs_first(
-    planted: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """impl() of a feature routed per call imports, in the background, every implementation a
-    call can run first (here triton, for every call with a batch), not only the chosen one
-    (flashinfer, for calls without): a worker's first request finds it imported."""
+@pytest.fixture
+def routed(planted: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A resolution of ROUTED_POLICY whose flashinfer and triton are planted modules."""
     from kernelpolicy.engine import resolve_policies
-    from kernelpolicy.engine.dispatch import Routed
     from kernelpolicy.policy import load_policy_text, names
     from tests.helpers import fixture
 
-    feature = "sampler.top_k_top_p"
     for impl, module in (("flashinfer", "kp_lazy_fi"), ("triton", "kp_lazy_good")):
         (planted / f"{module}.py").write_text(GOOD)
-        monkeypatch.setitem(names.BUILTIN_ENTRIES, (feature, impl), f"{module}:kernel")
+        monkeypatch.setitem(names.BUILTIN_ENTRIES, (FEATURE, impl), f"{module}:kernel")
         monkeypatch.setitem(names.REQUIRES, impl, (module,))
     monkeypatch.delitem(names.PREPARE, "flashinfer")
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(ROUTED_POLICY))
-    assert resolution.decision(feature).impl == "flashinfer"
-    kernel = resolution.impl(feature)
-    assert isinstance(kernel, Routed)
+    assert resolution.decision(FEATURE).impl == "flashinfer"
+    return resolution
+
+
+def _imported_in_the_background() -> None:
     _wait_for_imports()
     for module in ("kp_lazy_fi", "kp_lazy_good"):
         assert sys.modules[module].IMPORTED_ON.startswith("kernelpolicy-import"), module
         assert len(sys.modules[module].PREFETCHED) == 1, module
+
+
+def test_impl_starts_the_import_of_what_each_route_runs_first(routed: Any) -> None:
+    """impl() of a feature routed per call imports, in the background, every implementation a
+    call can run first (here triton, for every call with a batch), not only the chosen one
+    (flashinfer, for calls without): a worker's first request finds it imported."""
+    from kernelpolicy.engine.dispatch import Routed
+
+    kernel = routed.impl(FEATURE)
+    assert isinstance(kernel, Routed)
+    _imported_in_the_background()
     assert kernel.choice(4, None) == "triton"
+
+
+def test_the_vllm_plugin_starts_them_when_it_installs(
+    routed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vLLM plugin routes each sampler call through select(); it starts the same imports
+    when it installs, so that vLLM's first request does not pay them."""
+    from kernelpolicy import vllm_plugin
+
+    monkeypatch.setattr(vllm_plugin, "_resolve", lambda: routed)
+    plugin = vllm_plugin._Plugin()
+    assert "kp_lazy_good" not in sys.modules
+    plugin.prefetch(FEATURE)
+    _imported_in_the_background()
+    plugin.prefetch("no.such.feature")  # an error decision: said by the calls, not here
