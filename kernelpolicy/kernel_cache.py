@@ -15,6 +15,9 @@ its key, the library versions and the kernel sources), written by whatever built
 cache in use (``warm``, ``verify``, a worker's background build). A worker whose Triton uses a
 trusted kernel cache (:func:`record_in_use`) loads a recorded variant in the calling thread,
 where it costs a cache read, instead of serving from a fallback while a thread loads it.
+``<cache dir>/kernels/index`` keeps, per variant, what its build produced in a form its family
+reads back (:meth:`BuiltRecord.write_index`; the Triton sampler's: the compiled kernels, so
+that a worker hands them to Triton without Triton's own cache lookup).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
 from kernelpolicy.safeio import write_atomic
 from kernelpolicy.trust import owner_ok, private_dir
 
@@ -35,6 +39,7 @@ VARIABLES: dict[str, str] = {
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
 }
 BUILT = "built"  # the record of the variants built into the cache
+INDEX = "index"  # per variant: what its build produced, read back by its family
 MAX_ENTRIES_CHECKED = 100_000  # more than any real cache holds: past it, it is not trusted
 
 
@@ -126,6 +131,37 @@ class BuiltRecord:
         """
         directory = private_dir(self.root / BUILT, "kernel cache")
         write_atomic(directory / self.path(text).name, text.encode(), 0o644)
+
+    def write_index(self, text: str, data: bytes) -> None:
+        """Keep ``data`` as the index of the variant described by ``text``.
+
+        Raises:
+            OSError: It cannot be written.
+            UntrustedFileError: ``index/`` is not a private directory of ours.
+        """
+        directory = private_dir(self.root / INDEX, "kernel cache")
+        write_atomic(directory / self.path(text).name, data, 0o644)
+
+    def read_index(self, text: str) -> bytes | None:
+        """The index of the variant described by ``text``: None unless it is a regular file
+        (a link is never followed) owned by root or us, writable by nobody else and within
+        ``MAX_KERNEL_INDEX_BYTES``."""
+        path = self.root / INDEX / self.path(text).name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
+            if not stat.S_ISREG(info.st_mode) or not owner_ok(info.st_uid) or writable:
+                return None
+            data = os.read(fd, MAX_KERNEL_INDEX_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return data if len(data) <= MAX_KERNEL_INDEX_BYTES else None
 
 
 def record_in_use(environ: Mapping[str, str]) -> tuple[BuiltRecord | None, str | None]:

@@ -26,6 +26,9 @@ is about 25 MiB)."""
 MAX_SETTINGS_MEMO_BYTES = 1 * MIB
 """One entry of validated settings (``kernelpolicy.settings.memo``; each value is bounded by
 ``MAX_SETTING_CHARS``)."""
+MAX_KERNEL_INDEX_BYTES = 1 * MIB
+"""One variant's index in the kernel cache (``BuiltRecord.read_index``: the compiled kernels its
+build added, a few hundred bytes each)."""
 MAX_TLS_FILE_BYTES = 1 * MIB
 """One PEM file (certificate, key or CA bundle)."""
 

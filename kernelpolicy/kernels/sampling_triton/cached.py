@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 import triton
 
+from kernelpolicy.kernels.sampling_triton import preload
 from kernelpolicy.kernels.sampling_triton.jit import Kernels
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Variant
@@ -75,13 +76,18 @@ def describe(tuning: Tuning, variant: Variant) -> str:
 
 
 class CachedVariants:
-    """The variants of one sampler the kernel cache holds.
+    """The variants of one sampler the kernel cache holds, and their kept compiled kernels
+    (``preload.py``).
 
     Args:
         tuning: The sampler's tuning.
         kernels: The sampler's kernels: only the package's own are looked up and recorded.
         record: The kernel cache's record, or None where no trusted one is in use
             (``builds.kernel_cache``, found once per process).
+
+    Attributes:
+        produced: Variant -> the compiled kernels its build added (``build_variant`` fills it
+            on CUDA); :meth:`add` keeps them as the variant's index.
     """
 
     def __init__(
@@ -91,8 +97,10 @@ class CachedVariants:
         record: Callable[[], BuiltRecord | None],
     ) -> None:
         self._tuning = tuning
+        self._kernels = kernels
         self._own = kernels == Kernels()
         self._record = record
+        self.produced: dict[Variant, list[dict[str, str]]] = {}
 
     def has(self, variant: Variant) -> bool:
         record = self._record() if self._own else None
@@ -100,5 +108,15 @@ class CachedVariants:
 
     def add(self, variant: Variant) -> None:
         record = self._record() if self._own else None
+        produced = self.produced.pop(variant, [])
         if record is not None:
-            record.add(describe(self._tuning, variant))
+            text = describe(self._tuning, variant)
+            record.add(text)
+            preload.keep(record, text, produced)
+
+    def load(self, variant: Variant) -> int:
+        """Hand Triton the variant's kept kernels (on the current CUDA device); how many."""
+        record = self._record() if self._own else None
+        if record is None:
+            return 0
+        return preload.load(record, describe(self._tuning, variant), self._kernels)

@@ -15,7 +15,7 @@ import torch
 
 from kernelpolicy.kernels import transfer
 from kernelpolicy.kernels.builds import Builds, kernel_cache, start_thread
-from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, replay, variants
+from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, preload, replay, variants
 from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
 from kernelpolicy.kernels.sampling_triton.draws import Draws
 from kernelpolicy.kernels.sampling_triton.failures import Failures
@@ -46,6 +46,10 @@ def build_variant(s: Sampler, variant: Variant) -> None:
     call = Call(logits, k, p, variant.size, variant.rows, variant)
     w = Scratch(1, variant.vocab, variant.size, device, s.tuning)
     with _side_stream(device):
+        cuda = device.type == "cuda"
+        if cuda:  # a variant the kernel cache keeps: its kernels without Triton's lookup
+            s.cached.load(variant)
+        before = preload.snapshot(s.kernels) if cuda else None
         x = logits.float() if logits.dtype in s.failures.upcast else logits
         try:
             s.eager(x, call, None, w)
@@ -54,8 +58,9 @@ def build_variant(s: Sampler, variant: Variant) -> None:
                 raise
             s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
             s.eager(x.float(), call, None, w)
-        if device.type == "cuda":
+        if before is not None:
             torch.cuda.current_stream(device).synchronize()
+            s.cached.produced[variant] = preload.added(s.kernels, before)
 
 
 def _side_stream(device: torch.device) -> contextlib.ExitStack:
@@ -108,12 +113,13 @@ class Sampler:
         self.degradations = self.failures.degradations  # what a Resolution listens to
         self.graphs: graphs.GraphCache[replay.Graph] = graphs.GraphCache()
         self.scratch = ScratchCache(self.tuning)
+        self.cached = CachedVariants(self.tuning, self.kernels, cache)
         self.builds: Builds[Variant] = Builds(
             name,
             lambda variant: build(self, variant),
             describe=Variant.describe,
             start=start,
-            cache=CachedVariants(self.tuning, self.kernels, cache),
+            cache=self.cached,
         )
 
     def __repr__(self) -> str:

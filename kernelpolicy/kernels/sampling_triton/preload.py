@@ -1,0 +1,114 @@
+"""A cached variant's compiled kernels handed to Triton without Triton's own cache lookup.
+
+Triton finds a compiled kernel in its cache under a key that hashes its own installation
+(``triton_key()``, which reads all of ``libtriton.so``: 0.36-0.5 s on the lent H100, once per
+process) before it reads any file. When a variant is built with the kernel cache in use
+(``kernelpolicy warm``'s children, a worker's background build), the entries its build added to
+each kernel's in-memory cache (Triton's key of the call's specialisation and options -> the
+compiled kernel's hash and name) are kept as the variant's index
+(:meth:`~kernelpolicy.kernel_cache.BuiltRecord.write_index`). A process that loads the variant
+reads the index first and puts each kernel, built by Triton's ``CompiledKernel`` from the
+group of files Triton's cache manager names for that hash, into the kernel's in-memory cache,
+where the first call finds it.
+
+The index is kept under the variant's description and the size and modification time of
+``libtriton.so`` (the compiled files' hash depends on it); an entry whose files are gone, a
+Triton whose in-memory caches differ from the form read here, or anything unreadable loads
+nothing, and Triton's own lookup does the work as before. A key Triton never computes for a
+call is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+import triton
+
+from kernelpolicy.kernel_cache import BuiltRecord
+from kernelpolicy.kernels.sampling_triton.jit import Kernels, names
+
+__all__ = ["added", "keep", "load", "snapshot"]
+
+FORMAT = 1
+
+
+def _device() -> int:
+    """The device whose caches Triton's launches use now (the current CUDA device)."""
+    return int(triton.runtime.driver.active.get_current_device())
+
+
+def _memory(kernels: Kernels, name: str, device: int) -> dict[str, Any]:
+    """Kernel ``name``'s in-memory cache of compiled kernels on ``device`` (Triton's key ->
+    ``CompiledKernel``), as ``JITFunction.run`` reads it."""
+    return getattr(kernels, name).device_caches[device][0]  # type: ignore[no-any-return]
+
+
+def snapshot(kernels: Kernels) -> dict[str, frozenset[str]]:
+    """Each kernel's keys in memory now, on the current device."""
+    device = _device()
+    return {name: frozenset(_memory(kernels, name, device)) for name in names()}
+
+
+def added(kernels: Kernels, before: dict[str, frozenset[str]]) -> list[dict[str, str]]:
+    """The kernels compiled (or found by Triton) since ``before``: one entry each."""
+    device = _device()
+    return [
+        {"kernel": name, "key": key, "hash": compiled.hash, "function": compiled.name}
+        for name in names()
+        for key, compiled in _memory(kernels, name, device).items()
+        if key not in before.get(name, frozenset())
+    ]
+
+
+@functools.cache
+def _library_stamp() -> str:
+    """``libtriton``'s size and modification time (the files' hashes depend on it)."""
+    folder = os.path.join(os.path.dirname(triton.__file__), "_C")
+    stamps = []
+    for entry in sorted(os.listdir(folder)):
+        if entry.startswith("libtriton"):
+            info = os.stat(os.path.join(folder, entry))
+            stamps.append(f"{entry}:{info.st_size}:{info.st_mtime_ns}")
+    return ";".join(stamps)
+
+
+def _key(description: str) -> str:
+    return f"{description}\0preload {FORMAT}\0{_library_stamp()}"
+
+
+def keep(record: BuiltRecord, description: str, entries: list[dict[str, str]]) -> None:
+    """Write the variant's index; a cache that cannot be written keeps none (quiet)."""
+    if not entries:
+        return
+    try:
+        record.write_index(_key(description), json.dumps(entries).encode())
+    except Exception:  # a cache of root's read by a user, a full disk: no index, as before
+        return
+
+
+def load(record: BuiltRecord, description: str, kernels: Kernels) -> int:
+    """Put the variant's kept kernels into the kernels' in-memory caches on the current
+    device; returns how many (0: none kept, or none usable: Triton looks them up itself)."""
+    try:
+        data = record.read_index(_key(description))
+        entries = json.loads(data) if data is not None else []
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.cache import get_cache_manager
+
+        device = _device()
+        loaded = 0
+        for entry in entries:
+            memory = _memory(kernels, entry["kernel"], device)
+            if entry["key"] in memory:
+                continue
+            group = get_cache_manager(entry["hash"]).get_group(f"{entry['function']}.json")
+            if not group:
+                continue  # its files are gone: Triton compiles or finds it itself
+            memory[entry["key"]] = CompiledKernel(None, group, entry["hash"])
+            loaded += 1
+        return loaded
+    except Exception:  # another Triton's form, a damaged index: Triton's own lookup
+        return 0

@@ -1,0 +1,169 @@
+"""A cached variant's compiled kernels handed to Triton without its cache lookup
+(kernelpolicy.kernels.sampling_triton.preload) and the variant index they are kept in
+(BuiltRecord.write_index / read_index): Triton's own cache manager over a real directory; the
+compiled kernels and the in-memory caches are stand-ins (a CompiledKernel needs a GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
+pytest.importorskip("triton")
+
+from kernelpolicy.kernel_cache import BuiltRecord
+from kernelpolicy.kernels.sampling_triton import jit, preload
+from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
+
+DESCRIPTION = '{"family": "triton sampler", "vocab": 300}'
+
+
+class Jit:
+    """A kernel's in-memory caches as Triton's JITFunction keeps them (per device: the cache of
+    compiled kernels first)."""
+
+    def __init__(self) -> None:
+        self.device_caches: dict[int, tuple[dict[str, Any], dict[Any, Any]]] = {0: ({}, {})}
+
+
+class Compiled:
+    """What Triton's CompiledKernel is built from (it needs a GPU backend)."""
+
+    def __init__(self, src: object, group: dict[str, str], hash: str) -> None:
+        self.src, self.group, self.hash = src, group, hash
+        self.name = Path(next(p for p in group if p.endswith(".json"))).stem
+
+
+@pytest.fixture
+def kernels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> jit.Kernels:
+    """Fake kernels on device 0, Triton's cache in ``tmp_path/triton``, Compiled for
+    CompiledKernel."""
+    import triton.compiler.compiler
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(preload, "_device", lambda: 0)
+    monkeypatch.setattr(triton.compiler.compiler, "CompiledKernel", Compiled)
+    return jit.Kernels().replace(**{name: Jit() for name in jit.names()})
+
+
+def _compile(kernels: jit.Kernels, name: str, key: str, hash: str) -> None:
+    """What a build does: Triton's cache gets the files, the kernel's memory the entry."""
+    from triton.runtime.cache import get_cache_manager
+
+    manager = get_cache_manager(hash)
+    function = f"{name}_fn"
+    group = {
+        f"{function}.json": manager.put(json.dumps({"name": function}), f"{function}.json"),
+        f"{function}.cubin": manager.put(b"\x7fELF", f"{function}.cubin"),
+    }
+    manager.put_group(f"{function}.json", group)
+    getattr(kernels, name).device_caches[0][0][key] = Compiled(None, group, hash)
+
+
+def _memory(kernels: jit.Kernels, name: str) -> dict[str, Any]:
+    return getattr(kernels, name).device_caches[0][0]  # type: ignore[no-any-return]
+
+
+def _built(kernels: jit.Kernels, record: BuiltRecord) -> list[dict[str, str]]:
+    before = preload.snapshot(kernels)
+    _compile(kernels, "group_kernel", "key-a", "a" * 64)
+    _compile(kernels, "finish_kernel", "key-b", "b" * 64)
+    entries = preload.added(kernels, before)
+    preload.keep(record, DESCRIPTION, entries)
+    return entries
+
+
+def _fresh(kernels: jit.Kernels) -> jit.Kernels:
+    """Another process: empty in-memory caches, the same files."""
+    return kernels.replace(**{name: Jit() for name in jit.names()})
+
+
+def test_a_kept_variant_loads_into_a_fresh_process(kernels: jit.Kernels, tmp_path: Path) -> None:
+    record = BuiltRecord(tmp_path / "kernels")
+    entries = _built(kernels, record)
+    assert sorted(e["kernel"] for e in entries) == ["finish_kernel", "group_kernel"]
+    fresh = _fresh(kernels)
+    assert preload.load(record, DESCRIPTION, fresh) == 2
+    loaded = _memory(fresh, "group_kernel")["key-a"]
+    assert (loaded.src, loaded.hash, loaded.name) == (None, "a" * 64, "group_kernel_fn")
+    assert sorted(loaded.group) == ["group_kernel_fn.cubin", "group_kernel_fn.json"]
+    assert preload.load(record, DESCRIPTION, fresh) == 0  # already in memory: kept as it is
+
+
+def _gone(record: BuiltRecord, tmp_path: Path) -> None:
+    for group in (tmp_path / "triton").rglob("__grp__*"):
+        group.unlink()
+
+
+def _damaged(record: BuiltRecord, tmp_path: Path) -> None:
+    for index in (record.root / "index").iterdir():
+        index.write_text("{not json")
+
+
+def _group_writable(record: BuiltRecord, tmp_path: Path) -> None:
+    for index in (record.root / "index").iterdir():
+        index.chmod(0o664)
+
+
+def _symlinked(record: BuiltRecord, tmp_path: Path) -> None:
+    for index in (record.root / "index").iterdir():
+        target = tmp_path / "elsewhere.json"
+        index.rename(target)
+        index.symlink_to(target)
+
+
+def _oversized(record: BuiltRecord, tmp_path: Path) -> None:
+    for index in (record.root / "index").iterdir():
+        index.write_bytes(b" " * (MAX_KERNEL_INDEX_BYTES + 1))
+
+
+def _foreign(record: BuiltRecord, tmp_path: Path) -> None:
+    for index in (record.root / "index").iterdir():
+        os.chown(index, 65534, 65534)
+
+
+UNUSABLE: dict[str, Callable[[BuiltRecord, Path], None]] = {
+    "the compiled files are gone": _gone,
+    "a damaged index": _damaged,
+    "a group-writable index": _group_writable,
+    "a symlinked index": _symlinked,
+    "an index over MAX_KERNEL_INDEX_BYTES": _oversized,
+    "an index owned by another user": _foreign,
+}
+
+
+@pytest.mark.parametrize("name", UNUSABLE)
+def test_an_index_that_cannot_be_used_loads_nothing(
+    name: str, kernels: jit.Kernels, tmp_path: Path
+) -> None:
+    """Nothing is loaded, nothing raised: Triton's own lookup does the work, as before."""
+    record = BuiltRecord(tmp_path / "kernels")
+    _built(kernels, record)
+    UNUSABLE[name](record, tmp_path)
+    fresh = _fresh(kernels)
+    assert preload.load(record, DESCRIPTION, fresh) == 0
+    assert _memory(fresh, "group_kernel") == {}
+
+
+def test_another_description_or_library_is_another_index(
+    kernels: jit.Kernels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = BuiltRecord(tmp_path / "kernels")
+    _built(kernels, record)
+    assert preload.load(record, DESCRIPTION.replace("300", "301"), _fresh(kernels)) == 0
+    monkeypatch.setattr(preload, "_library_stamp", lambda: "libtriton.so:1:2")
+    assert preload.load(record, DESCRIPTION, _fresh(kernels)) == 0
+
+
+def test_nothing_added_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:
+    """A build that found every kernel in memory (a loaded variant) writes no index."""
+    record = BuiltRecord(tmp_path / "kernels")
+    preload.keep(record, DESCRIPTION, preload.added(kernels, preload.snapshot(kernels)))
+    assert not (record.root / "index").exists()
