@@ -27,7 +27,10 @@ DESCRIPTION = '{"family": "triton sampler", "vocab": 300}'
 
 class Jit:
     """A kernel's in-memory caches as Triton's JITFunction keeps them (per device: the cache of
-    compiled kernels first)."""
+    compiled kernels first), and the names an ASTSource reads."""
+
+    __name__ = "kernel_fn"
+    arg_names = ("logits", "rows", "BLOCK")
 
     def __init__(self) -> None:
         self.device_caches: dict[int, tuple[dict[str, Any], dict[Any, Any]]] = {0: ({}, {})}
@@ -36,9 +39,12 @@ class Jit:
 class Compiled:
     """What Triton's CompiledKernel is built from (it needs a GPU backend)."""
 
-    def __init__(self, src: object, group: dict[str, str], hash: str) -> None:
+    def __init__(self, src: Any, group: dict[str, str], hash: str) -> None:
         self.src, self.group, self.hash = src, group, hash
         self.name = Path(next(p for p in group if p.endswith(".json"))).stem
+
+
+SIGNATURE = {"logits": "*fp32", "rows": "i32", "BLOCK": "constexpr"}
 
 
 @pytest.fixture
@@ -64,7 +70,10 @@ def _compile(kernels: jit.Kernels, name: str, key: str, hash: str) -> None:
         f"{function}.cubin": manager.put(b"\x7fELF", f"{function}.cubin"),
     }
     manager.put_group(f"{function}.json", group)
-    getattr(kernels, name).device_caches[0][0][key] = Compiled(None, group, hash)
+    from triton.compiler.compiler import ASTSource
+
+    source = ASTSource(getattr(kernels, name), SIGNATURE, {(2,): 1024})
+    getattr(kernels, name).device_caches[0][0][key] = Compiled(source, group, hash)
 
 
 def _memory(kernels: jit.Kernels, name: str) -> dict[str, Any]:
@@ -90,11 +99,19 @@ def test_a_kept_variant_loads_into_a_fresh_process(kernels: jit.Kernels, tmp_pat
     entries = _built(kernels, record)
     assert sorted(e["kernel"] for e in entries) == ["finish_kernel", "group_kernel"]
     fresh = _fresh(kernels)
-    assert preload.load(record, DESCRIPTION, fresh) == 2
+    assert sorted(preload.load(record, DESCRIPTION, fresh)) == [
+        ("finish_kernel", "key-b"),
+        ("group_kernel", "key-a"),
+    ]
     loaded = _memory(fresh, "group_kernel")["key-a"]
-    assert (loaded.src, loaded.hash, loaded.name) == (None, "a" * 64, "group_kernel_fn")
+    assert (loaded.hash, loaded.name) == ("a" * 64, "group_kernel_fn")
+    assert loaded.src.fn is fresh.group_kernel  # the launcher is made from the source's
+    assert (loaded.src.signature, loaded.src.constants) == (SIGNATURE, {(2,): 1024})
     assert sorted(loaded.group) == ["group_kernel_fn.cubin", "group_kernel_fn.json"]
-    assert preload.load(record, DESCRIPTION, fresh) == 0  # already in memory: kept as it is
+    assert preload.load(record, DESCRIPTION, fresh) == []  # already in memory: kept as it is
+    preload.forget(fresh, [("group_kernel", "key-a")])  # a call failed with it: Triton's own
+    assert "key-a" not in _memory(fresh, "group_kernel")
+    assert "key-b" in _memory(fresh, "finish_kernel")
 
 
 def _gone(record: BuiltRecord, tmp_path: Path) -> None:
@@ -148,7 +165,7 @@ def test_an_index_that_cannot_be_used_loads_nothing(
     _built(kernels, record)
     UNUSABLE[name](record, tmp_path)
     fresh = _fresh(kernels)
-    assert preload.load(record, DESCRIPTION, fresh) == 0
+    assert preload.load(record, DESCRIPTION, fresh) == []
     assert _memory(fresh, "group_kernel") == {}
 
 
@@ -157,9 +174,20 @@ def test_another_description_or_library_is_another_index(
 ) -> None:
     record = BuiltRecord(tmp_path / "kernels")
     _built(kernels, record)
-    assert preload.load(record, DESCRIPTION.replace("300", "301"), _fresh(kernels)) == 0
+    assert preload.load(record, DESCRIPTION.replace("300", "301"), _fresh(kernels)) == []
     monkeypatch.setattr(preload, "_library_stamp", lambda: "libtriton.so:1:2")
-    assert preload.load(record, DESCRIPTION, _fresh(kernels)) == 0
+    assert preload.load(record, DESCRIPTION, _fresh(kernels)) == []
+
+
+def test_a_kernel_with_constants_json_cannot_hold_is_not_kept(kernels: jit.Kernels) -> None:
+    """A constant that would not read back as itself (an object) leaves its kernel to
+    Triton's own lookup; the others are kept."""
+    before = preload.snapshot(kernels)
+    _compile(kernels, "group_kernel", "key-a", "a" * 64)
+    _compile(kernels, "finish_kernel", "key-b", "b" * 64)
+    _memory(kernels, "finish_kernel")["key-b"].src.constants[(2,)] = object()
+    entries = preload.added(kernels, before)
+    assert [e["kernel"] for e in entries] == ["group_kernel"]
 
 
 def test_nothing_added_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:

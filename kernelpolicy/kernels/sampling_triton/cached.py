@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
@@ -100,7 +100,7 @@ class CachedVariants:
         self._kernels = kernels
         self._own = kernels == Kernels()
         self._record = record
-        self.produced: dict[Variant, list[dict[str, str]]] = {}
+        self.produced: dict[Variant, list[dict[str, Any]]] = {}
 
     def has(self, variant: Variant) -> bool:
         record = self._record() if self._own else None
@@ -114,9 +114,9 @@ class CachedVariants:
             record.add(text)
             preload.keep(record, text, produced)
 
-    def load(self, variant: Variant) -> int:
-        """Hand Triton the variant's kept kernels (on the current CUDA device); how many."""
+    def load(self, variant: Variant) -> list[tuple[str, str]]:
+        """Hand Triton the variant's kept kernels (on the current CUDA device); which."""
         record = self._record() if self._own else None
         if record is None:
-            return 0
+            return []
         return preload.load(record, describe(self._tuning, variant), self._kernels)

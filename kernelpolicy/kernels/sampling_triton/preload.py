@@ -8,8 +8,9 @@ each kernel's in-memory cache (Triton's key of the call's specialisation and opt
 compiled kernel's hash and name) are kept as the variant's index
 (:meth:`~kernelpolicy.kernel_cache.BuiltRecord.write_index`). A process that loads the variant
 reads the index first and puts each kernel, built by Triton's ``CompiledKernel`` from the
-group of files Triton's cache manager names for that hash, into the kernel's in-memory cache,
-where the first call finds it.
+group of files Triton's cache manager names for that hash (with the source's signature and
+constants, which Triton's launcher is made from), into the kernel's in-memory cache, where the
+first call finds it.
 
 The index is kept under the variant's description and the size and modification time of
 ``libtriton.so`` (the compiled files' hash depends on it); an entry whose files are gone, a
@@ -30,7 +31,7 @@ import triton
 from kernelpolicy.kernel_cache import BuiltRecord
 from kernelpolicy.kernels.sampling_triton.jit import Kernels, names
 
-__all__ = ["added", "keep", "load", "snapshot"]
+__all__ = ["added", "forget", "keep", "load", "snapshot"]
 
 FORMAT = 1
 
@@ -52,15 +53,33 @@ def snapshot(kernels: Kernels) -> dict[str, frozenset[str]]:
     return {name: frozenset(_memory(kernels, name, device)) for name in names()}
 
 
-def added(kernels: Kernels, before: dict[str, frozenset[str]]) -> list[dict[str, str]]:
-    """The kernels compiled (or found by Triton) since ``before``: one entry each."""
+def added(kernels: Kernels, before: dict[str, frozenset[str]]) -> list[dict[str, Any]]:
+    """The kernels compiled (or found by Triton) since ``before``: one entry each, with what
+    Triton's launcher is built from (the source's signature and constants); a kernel whose
+    constants are not plain values is left out (Triton looks it up itself)."""
     device = _device()
-    return [
-        {"kernel": name, "key": key, "hash": compiled.hash, "function": compiled.name}
-        for name in names()
-        for key, compiled in _memory(kernels, name, device).items()
-        if key not in before.get(name, frozenset())
-    ]
+    entries = []
+    for name in names():
+        for key, compiled in _memory(kernels, name, device).items():
+            if key in before.get(name, frozenset()):
+                continue
+            constants = [[list(k), v] for k, v in getattr(compiled.src, "constants", {}).items()]
+            entry = {
+                "kernel": name, "key": key, "hash": compiled.hash, "function": compiled.name,
+                "signature": dict(getattr(compiled.src, "signature", {})), "constants": constants,
+            }  # fmt: skip
+            if _plain(entry):
+                entries.append(entry)
+    return entries
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is made of JSON's values only (and reads back as itself)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, bool | int | float | str)
 
 
 @functools.cache
@@ -79,7 +98,7 @@ def _key(description: str) -> str:
     return f"{description}\0preload {FORMAT}\0{_library_stamp()}"
 
 
-def keep(record: BuiltRecord, description: str, entries: list[dict[str, str]]) -> None:
+def keep(record: BuiltRecord, description: str, entries: list[dict[str, Any]]) -> None:
     """Write the variant's index; a cache that cannot be written keeps none (quiet)."""
     if not entries:
         return
@@ -89,17 +108,18 @@ def keep(record: BuiltRecord, description: str, entries: list[dict[str, str]]) -
         return
 
 
-def load(record: BuiltRecord, description: str, kernels: Kernels) -> int:
+def load(record: BuiltRecord, description: str, kernels: Kernels) -> list[tuple[str, str]]:
     """Put the variant's kept kernels into the kernels' in-memory caches on the current
-    device; returns how many (0: none kept, or none usable: Triton looks them up itself)."""
+    device; returns the (kernel, key) of each (none: none kept, or none usable: Triton looks
+    them up itself)."""
+    loaded: list[tuple[str, str]] = []
     try:
         data = record.read_index(_key(description))
         entries = json.loads(data) if data is not None else []
-        from triton.compiler.compiler import CompiledKernel
+        from triton.compiler.compiler import ASTSource, CompiledKernel
         from triton.runtime.cache import get_cache_manager
 
         device = _device()
-        loaded = 0
         for entry in entries:
             memory = _memory(kernels, entry["kernel"], device)
             if entry["key"] in memory:
@@ -107,8 +127,18 @@ def load(record: BuiltRecord, description: str, kernels: Kernels) -> int:
             group = get_cache_manager(entry["hash"]).get_group(f"{entry['function']}.json")
             if not group:
                 continue  # its files are gone: Triton compiles or finds it itself
-            memory[entry["key"]] = CompiledKernel(None, group, entry["hash"])
-            loaded += 1
-        return loaded
+            constants = {tuple(k): v for k, v in entry["constants"]}
+            source = ASTSource(getattr(kernels, entry["kernel"]), entry["signature"], constants)
+            memory[entry["key"]] = CompiledKernel(source, group, entry["hash"])
+            loaded.append((entry["kernel"], entry["key"]))
     except Exception:  # another Triton's form, a damaged index: Triton's own lookup
-        return 0
+        forget(kernels, loaded)
+        return []
+    return loaded
+
+
+def forget(kernels: Kernels, loaded: list[tuple[str, str]]) -> None:
+    """Take out what :func:`load` put in (a call that failed with them: Triton's lookup)."""
+    device = _device()
+    for name, key in loaded:
+        _memory(kernels, name, device).pop(key, None)

@@ -47,20 +47,32 @@ def build_variant(s: Sampler, variant: Variant) -> None:
     w = Scratch(1, variant.vocab, variant.size, device, s.tuning)
     with _side_stream(device):
         cuda = device.type == "cuda"
-        if cuda:  # a variant the kernel cache keeps: its kernels without Triton's lookup
-            s.cached.load(variant)
+        # a variant the kernel cache keeps: its kernels without Triton's lookup
+        preloaded = s.cached.load(variant) if cuda else []
         before = preload.snapshot(s.kernels) if cuda else None
-        x = logits.float() if logits.dtype in s.failures.upcast else logits
         try:
-            s.eager(x, call, None, w)
-        except Exception as exc:  # as a call: this dtype is read as float32 from now on
-            if x.dtype == torch.float32:
+            _run_once(s, logits, call, w)
+        except Exception:
+            if not preloaded:
                 raise
-            s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            s.eager(x.float(), call, None, w)
+            preload.forget(s.kernels, preloaded)  # Triton looks them up itself, as before
+            _run_once(s, logits, call, w)
         if before is not None:
             torch.cuda.current_stream(device).synchronize()
             s.cached.produced[variant] = preload.added(s.kernels, before)
+
+
+def _run_once(s: Sampler, logits: torch.Tensor, call: Call, w: Scratch) -> None:
+    """One eager call; a dtype whose kernels fail is read as float32 from now on, as a call
+    would be."""
+    x = logits.float() if logits.dtype in s.failures.upcast else logits
+    try:
+        s.eager(x, call, None, w)
+    except Exception as exc:
+        if x.dtype == torch.float32:
+            raise
+        s.failures.upcast[x.dtype] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        s.eager(x.float(), call, None, w)
 
 
 def _side_stream(device: torch.device) -> contextlib.ExitStack:
