@@ -21,7 +21,7 @@ echo "bytecode compiled under $PYTHONPYCACHEPREFIX: $(find /tmp/pycache -name '*
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${VISIT:-full}" = warm ]; then
-    KP_WARM_CACHE=/tmp/kp-warm-fixed timeout 400 python3 scripts/gpu_cold_start.py --out $OUT --stage warm --runs 3
+    KP_WARM_CACHE=${KP_WARM_CACHE:-/tmp/kp-warm-fixed} timeout 400 python3 scripts/gpu_cold_start.py --out $OUT --stage warm --runs 3
 elif [ "${VISIT:-full}" = warm-one ]; then
     PROFILE_FIRST_CALL=1 timeout 240 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
 elif [ "${VISIT:-full}" = worker ]; then

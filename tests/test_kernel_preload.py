@@ -59,10 +59,15 @@ def kernels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> jit.Kernels:
     return jit.Kernels().replace(**{name: Jit() for name in jit.names()})
 
 
-def _compile(kernels: jit.Kernels, name: str, key: str, hash: str) -> None:
-    """What a build does: Triton's cache gets the files, the kernel's memory the entry."""
+def _launch(kernels: jit.Kernels, name: str, key: str, hash: str) -> None:
+    """What Triton's run does for a launch: look the key up in memory; on a miss, compile (the
+    files go to Triton's cache) and keep it there."""
+    from triton.compiler.compiler import ASTSource
     from triton.runtime.cache import get_cache_manager
 
+    memory = getattr(kernels, name).device_caches[0][0]
+    if memory.get(key) is not None:
+        return
     manager = get_cache_manager(hash)
     function = f"{name}_fn"
     group = {
@@ -70,21 +75,19 @@ def _compile(kernels: jit.Kernels, name: str, key: str, hash: str) -> None:
         f"{function}.cubin": manager.put(b"\x7fELF", f"{function}.cubin"),
     }
     manager.put_group(f"{function}.json", group)
-    from triton.compiler.compiler import ASTSource
-
     source = ASTSource(getattr(kernels, name), SIGNATURE, {(2,): 1024})
-    getattr(kernels, name).device_caches[0][0][key] = Compiled(source, group, hash)
+    memory[key] = Compiled(source, group, hash)
 
 
 def _memory(kernels: jit.Kernels, name: str) -> dict[str, Any]:
     return getattr(kernels, name).device_caches[0][0]  # type: ignore[no-any-return]
 
 
-def _built(kernels: jit.Kernels, record: BuiltRecord) -> list[dict[str, str]]:
-    before = preload.snapshot(kernels)
-    _compile(kernels, "group_kernel", "key-a", "a" * 64)
-    _compile(kernels, "finish_kernel", "key-b", "b" * 64)
-    entries = preload.added(kernels, before)
+def _built(kernels: jit.Kernels, record: BuiltRecord) -> list[dict[str, Any]]:
+    with preload.recording(kernels) as used:
+        _launch(kernels, "group_kernel", "key-a", "a" * 64)
+        _launch(kernels, "finish_kernel", "key-b", "b" * 64)
+    entries = preload.entries(kernels, used)
     preload.keep(record, DESCRIPTION, entries)
     return entries
 
@@ -179,19 +182,47 @@ def test_another_description_or_library_is_another_index(
     assert preload.load(record, DESCRIPTION, _fresh(kernels)) == []
 
 
+def test_a_kernel_an_earlier_variant_compiled_is_in_the_next_ones_index(
+    kernels: jit.Kernels, tmp_path: Path
+) -> None:
+    """Two variants built in one process share a kernel: the second finds it in memory (no
+    compile), and its index has it all the same."""
+    record = BuiltRecord(tmp_path / "kernels")
+    _built(kernels, record)
+    with preload.recording(kernels) as used:
+        _launch(kernels, "group_kernel", "key-a", "a" * 64)  # shared: found in memory
+        _launch(kernels, "row_kernel", "key-c", "c" * 64)
+    assert [(e["kernel"], e["key"]) for e in preload.entries(kernels, used)] == [
+        ("group_kernel", "key-a"),
+        ("row_kernel", "key-c"),
+    ]
+
+
 def test_a_kernel_with_constants_json_cannot_hold_is_not_kept(kernels: jit.Kernels) -> None:
     """A constant that would not read back as itself (an object) leaves its kernel to
     Triton's own lookup; the others are kept."""
-    before = preload.snapshot(kernels)
-    _compile(kernels, "group_kernel", "key-a", "a" * 64)
-    _compile(kernels, "finish_kernel", "key-b", "b" * 64)
+    with preload.recording(kernels) as used:
+        _launch(kernels, "group_kernel", "key-a", "a" * 64)
+        _launch(kernels, "finish_kernel", "key-b", "b" * 64)
     _memory(kernels, "finish_kernel")["key-b"].src.constants[(2,)] = object()
-    entries = preload.added(kernels, before)
-    assert [e["kernel"] for e in entries] == ["group_kernel"]
+    assert [e["kernel"] for e in preload.entries(kernels, used)] == ["group_kernel"]
 
 
-def test_nothing_added_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:
-    """A build that found every kernel in memory (a loaded variant) writes no index."""
+def test_another_thread_is_not_recorded(kernels: jit.Kernels) -> None:
+    """A launch of another thread (a call served meanwhile) is not this build's."""
+    import threading
+
+    with preload.recording(kernels) as used:
+        other = threading.Thread(target=_launch, args=(kernels, "row_kernel", "key-c", "c" * 64))
+        other.start()
+        other.join(30)
+        _launch(kernels, "group_kernel", "key-a", "a" * 64)
+    assert used == {("group_kernel", "key-a")}
+
+
+def test_no_launch_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:
     record = BuiltRecord(tmp_path / "kernels")
-    preload.keep(record, DESCRIPTION, preload.added(kernels, preload.snapshot(kernels)))
+    with preload.recording(kernels) as used:
+        pass
+    preload.keep(record, DESCRIPTION, preload.entries(kernels, used))
     assert not (record.root / "index").exists()

@@ -3,9 +3,10 @@
 Triton finds a compiled kernel in its cache under a key that hashes its own installation
 (``triton_key()``, which reads all of ``libtriton.so``: 0.36-0.5 s on the lent H100, once per
 process) before it reads any file. When a variant is built with the kernel cache in use
-(``kernelpolicy warm``'s children, a worker's background build), the entries its build added to
-each kernel's in-memory cache (Triton's key of the call's specialisation and options -> the
-compiled kernel's hash and name) are kept as the variant's index
+(``kernelpolicy warm``'s children, a worker's background build), the kernels its build
+launched (Triton's key of each launch's specialisation and options -> the compiled kernel's
+hash and name; noted as Triton looks them up, so that kernels several variants share are in
+each one's index) are kept as the variant's index
 (:meth:`~kernelpolicy.kernel_cache.BuiltRecord.write_index`). A process that loads the variant
 reads the index first and puts each kernel, built by Triton's ``CompiledKernel`` from the
 group of files Triton's cache manager names for that hash (with the source's signature and
@@ -21,9 +22,12 @@ call is never used.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import triton
@@ -31,7 +35,7 @@ import triton
 from kernelpolicy.kernel_cache import BuiltRecord
 from kernelpolicy.kernels.sampling_triton.jit import Kernels, names
 
-__all__ = ["added", "forget", "keep", "load", "snapshot"]
+__all__ = ["entries", "forget", "keep", "load", "recording"]
 
 FORMAT = 1
 
@@ -47,30 +51,60 @@ def _memory(kernels: Kernels, name: str, device: int) -> dict[str, Any]:
     return getattr(kernels, name).device_caches[device][0]  # type: ignore[no-any-return]
 
 
-def snapshot(kernels: Kernels) -> dict[str, frozenset[str]]:
-    """Each kernel's keys in memory now, on the current device."""
+class _Recording(dict):  # type: ignore[type-arg]  # Triton's own dict of compiled kernels
+    """One kernel's in-memory cache of compiled kernels, as Triton's ``JITFunction.run``
+    reads it (``get`` by its key), noting the keys a recording thread looks up."""
+
+    def __init__(self, kernel: str, entries: dict[str, Any]) -> None:
+        super().__init__(entries)
+        self.kernel = kernel
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        seen = getattr(_LOCAL, "seen", None)
+        if seen is not None:
+            seen.add((self.kernel, key))
+        return super().get(key, default)
+
+
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def recording(kernels: Kernels) -> Iterator[set[tuple[str, str]]]:
+    """Note the (kernel, key) of every launch this thread makes in the body, on the current
+    device: what a variant's build uses, shared kernels included (a kernel an earlier variant
+    compiled is found in memory, not compiled again)."""
     device = _device()
-    return {name: frozenset(_memory(kernels, name, device)) for name in names()}
+    for name in names():
+        caches = getattr(kernels, name).device_caches
+        if not isinstance(caches[device][0], _Recording):
+            caches[device] = (_Recording(name, caches[device][0]), *caches[device][1:])
+    seen: set[tuple[str, str]] = set()
+    _LOCAL.seen = seen
+    try:
+        yield seen
+    finally:
+        _LOCAL.seen = None
 
 
-def added(kernels: Kernels, before: dict[str, frozenset[str]]) -> list[dict[str, Any]]:
-    """The kernels compiled (or found by Triton) since ``before``: one entry each, with what
-    Triton's launcher is built from (the source's signature and constants); a kernel whose
+def entries(kernels: Kernels, used: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The compiled kernels of ``used`` (from :func:`recording`): one entry each, with what
+    Triton's launcher is made from (the source's signature and constants); a kernel whose
     constants are not plain values is left out (Triton looks it up itself)."""
     device = _device()
-    entries = []
-    for name in names():
-        for key, compiled in _memory(kernels, name, device).items():
-            if key in before.get(name, frozenset()):
-                continue
-            constants = [[list(k), v] for k, v in getattr(compiled.src, "constants", {}).items()]
-            entry = {
-                "kernel": name, "key": key, "hash": compiled.hash, "function": compiled.name,
-                "signature": dict(getattr(compiled.src, "signature", {})), "constants": constants,
-            }  # fmt: skip
-            if _plain(entry):
-                entries.append(entry)
-    return entries
+    found = []
+    for name, key in sorted(used):
+        compiled = _memory(kernels, name, device).get(key)
+        if compiled is None:
+            continue
+        constants = [[list(k), v] for k, v in getattr(compiled.src, "constants", {}).items()]
+        entry = {
+            "kernel": name, "key": key, "hash": compiled.hash, "function": compiled.name,
+            "signature": dict(getattr(compiled.src, "signature", {})), "constants": constants,
+        }  # fmt: skip
+        if _plain(entry):
+            found.append(entry)
+    return found
 
 
 def _plain(value: Any) -> bool:

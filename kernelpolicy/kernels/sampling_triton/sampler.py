@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 def build_variant(s: Sampler, variant: Variant) -> None:
     """Compile ``variant``: one eager call of one row of it, on a side stream (off CUDA, the
     caller's), in work buffers of its own, so that the calls being served meanwhile share
-    nothing with it. A dtype whose kernels fail is read as float32, as a call would be.
+    nothing with it. A dtype whose kernels fail is read as float32, as a call would be. On
+    CUDA the kernels the kernel cache keeps for it are handed to Triton first, and the ones
+    the call launches are noted for its index (``preload.py``).
 
     Raises:
         Exception: the compiler's error, when even float32 fails.
@@ -49,17 +51,20 @@ def build_variant(s: Sampler, variant: Variant) -> None:
         cuda = device.type == "cuda"
         # a variant the kernel cache keeps: its kernels without Triton's lookup
         preloaded = s.cached.load(variant) if cuda else []
-        before = preload.snapshot(s.kernels) if cuda else None
-        try:
-            _run_once(s, logits, call, w)
-        except Exception:
-            if not preloaded:
-                raise
-            preload.forget(s.kernels, preloaded)  # Triton looks them up itself, as before
-            _run_once(s, logits, call, w)
-        if before is not None:
+        noting: contextlib.AbstractContextManager[set[tuple[str, str]]] = (
+            preload.recording(s.kernels) if cuda else contextlib.nullcontext(set())
+        )
+        with noting as used:
+            try:
+                _run_once(s, logits, call, w)
+            except Exception:
+                if not preloaded:
+                    raise
+                preload.forget(s.kernels, preloaded)  # Triton looks them up itself, as before
+                _run_once(s, logits, call, w)
+        if cuda:
             torch.cuda.current_stream(device).synchronize()
-            s.cached.produced[variant] = preload.added(s.kernels, before)
+            s.cached.produced[variant] = preload.entries(s.kernels, used)
 
 
 def _run_once(s: Sampler, logits: torch.Tensor, call: Call, w: Scratch) -> None:
