@@ -9,10 +9,11 @@ the evidence key); anything else may use :mod:`hashlib`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["sha256"]
+__all__ = ["file_stamps", "sha256"]
 
 
 class Hash(Protocol):
@@ -41,3 +42,18 @@ def sha256(data: bytes = b"") -> Hash:
     """A SHA-256 object (``update``, ``hexdigest``), as :func:`hashlib.sha256` returns."""
     digest: Hash = _SHA256(data)
     return digest
+
+
+def file_stamps(root: Path, files: Iterable[Path]) -> str:
+    """Each file's path under ``root``, size and modification time, as Python stamps its
+    bytecode (a missing file is ``name:-``): what a cache keyed by code compares, so that an
+    edit or a reinstall is a miss."""
+    stamps = []
+    for file in files:
+        try:
+            info = file.stat()
+        except OSError:
+            stamps.append(f"{file.name}:-")
+            continue
+        stamps.append(f"{file.relative_to(root)}:{info.st_size}:{info.st_mtime_ns}")
+    return "\0".join(stamps)

@@ -244,3 +244,17 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def keep_newest(directory: Path, count: int) -> None:
+    """Remove all but the newest ``count`` ``*.json`` entries of a cache ``directory`` (by
+    modification time, never following a link; a file that cannot be read or removed is left)."""
+    entries = []
+    with os.scandir(directory) as found:
+        for item in found:
+            if item.name.endswith(".json") and not item.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
+    for _, stale in sorted(entries, reverse=True)[count:]:
+        with contextlib.suppress(OSError):
+            os.unlink(stale)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.digest import sha256
+from kernelpolicy.digest import file_stamps, sha256
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_PACK_CACHE_BYTES
 from kernelpolicy.policy.cel import LazyProgram
@@ -85,15 +85,7 @@ def _code_stamp() -> str:
     for folder in _CODE_DIRS:
         with contextlib.suppress(OSError):
             files += sorted((package / folder).glob("*.py"))
-    stamps = []
-    for file in files:
-        try:
-            info = file.stat()
-        except OSError:
-            stamps.append(f"{file.name}:-")
-            continue
-        stamps.append(f"{file.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
-    return "\0".join(stamps)
+    return file_stamps(package, files)
 
 
 def load_cached(sources: Sequence[tuple[str, str]], cache_dir: Path | None) -> PolicySet:
@@ -204,7 +196,7 @@ def _entry(key: str, policies: PolicySet) -> dict[str, Any]:
 
 def _write(directory: Path, path: Path, key: str, policies: PolicySet) -> None:
     """Store the entry; a cache that cannot be written is no cache (nothing is raised)."""
-    from kernelpolicy.safeio import write_atomic
+    from kernelpolicy.safeio import keep_newest, write_atomic
     from kernelpolicy.trust import private_dir
 
     try:
@@ -213,18 +205,6 @@ def _write(directory: Path, path: Path, key: str, policies: PolicySet) -> None:
             return
         private_dir(directory, "compiled-pack cache")
         write_atomic(path, data, 0o600)
-        _prune(directory)
+        keep_newest(directory, PACK_CACHE_ENTRIES)
     except (OSError, KernelPolicyError, TypeError, ValueError):
         return
-
-
-def _prune(directory: Path) -> None:
-    entries = []
-    with os.scandir(directory) as found:
-        for item in found:
-            if item.name.endswith(".json") and not item.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
-    for _, stale in sorted(entries, reverse=True)[PACK_CACHE_ENTRIES:]:
-        with contextlib.suppress(OSError):
-            os.unlink(stale)

@@ -22,14 +22,13 @@ default one is made as the compiled-pack cache makes it) or that cannot be writt
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.digest import sha256
+from kernelpolicy.digest import file_stamps, sha256
 from kernelpolicy.errors import KernelPolicyError, SettingsError
 from kernelpolicy.limits import MAX_SETTINGS_MEMO_BYTES
 from kernelpolicy.settings.readers import default_cache_dir, read_value, variable
@@ -68,7 +67,7 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
     if variable("cache_dir") in given and not _is_dir(path.parent.parent):
         return  # reading settings never makes the directory a variable names
 
-    from kernelpolicy.safeio import write_atomic
+    from kernelpolicy.safeio import keep_newest, write_atomic
     from kernelpolicy.trust import private_dir
 
     settings = {name: _encode(values[name]) for name in _fields(given)}
@@ -79,7 +78,7 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
             return
         private_dir(path.parent, "settings memo")
         write_atomic(path, data, 0o600)
-        _prune(path.parent)
+        keep_newest(path.parent, MEMO_ENTRIES)
     except (OSError, KernelPolicyError, TypeError, ValueError):
         return
 
@@ -128,15 +127,7 @@ def _code_stamp() -> str:
     """The settings code (the readers, the model, this memo) and the limits they read."""
     package = Path(__file__).resolve().parent.parent
     files = [*sorted((package / "settings").glob("*.py")), package / "limits.py"]
-    stamps = [str(package)]
-    for file in files:
-        try:
-            info = file.stat()
-        except OSError:
-            stamps.append(f"{file.name}:-")
-            continue
-        stamps.append(f"{file.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
-    return "\0".join(stamps)
+    return str(package) + "\0" + file_stamps(package, files)
 
 
 def _read(
@@ -200,15 +191,3 @@ _TAGS = {**dict.fromkeys(_PATHS, "path"), "policy_paths": "paths", "overrides": 
 
 def _all_str(items: list[Any]) -> bool:
     return all(isinstance(item, str) for item in items)
-
-
-def _prune(directory: Path) -> None:
-    entries = []
-    with os.scandir(directory) as found:
-        for item in found:
-            if item.name.endswith(".json") and not item.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
-    for _, stale in sorted(entries, reverse=True)[MEMO_ENTRIES:]:
-        with contextlib.suppress(OSError):
-            os.unlink(stale)
