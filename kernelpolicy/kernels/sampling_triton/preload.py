@@ -13,6 +13,11 @@ group of files Triton's cache manager names for that hash (with the source's sig
 constants, which Triton's launcher is made from), into the kernel's in-memory cache, where the
 first call finds it.
 
+To note what a build launches, each kernel's in-memory cache becomes, at the first build on a
+device, a dict that also notes the keys a recording thread looks up (:func:`recording`); every
+other lookup costs one thread-local read more (well under a microsecond per eager launch; the
+CUDA-graph replays that serve most calls make none).
+
 The index is kept under the variant's description and the size and modification time of
 ``libtriton.so`` (the compiled files' hash depends on it); an entry whose files are gone, a
 Triton whose in-memory caches differ from the form read here, or anything unreadable loads
