@@ -220,6 +220,21 @@ def test_another_thread_is_not_recorded(kernels: jit.Kernels) -> None:
     assert used == {("group_kernel", "key-a")}
 
 
+def test_the_caches_are_plain_again_after_the_last_build(kernels: jit.Kernels) -> None:
+    """Noting costs lookups only while a build records: nested builds (two threads) keep it
+    until the last one ends, then every kernel's in-memory cache is a plain dict with all its
+    entries."""
+    with preload.recording(kernels) as outer:
+        with preload.recording(kernels):
+            _launch(kernels, "group_kernel", "key-a", "a" * 64)
+        _launch(kernels, "row_kernel", "key-c", "c" * 64)
+        assert type(_memory(kernels, "row_kernel")) is not dict
+    assert ("row_kernel", "key-c") in outer
+    for name in jit.names():
+        assert type(_memory(kernels, name)) is dict, name
+    assert sorted(_memory(kernels, "group_kernel")) == ["key-a"]
+
+
 def test_no_launch_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:
     record = BuiltRecord(tmp_path / "kernels")
     with preload.recording(kernels) as used:
