@@ -102,17 +102,25 @@ if not switch:  # nothing more to measure: the builds in flight would hold the e
     sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 """
 
-PROFILE_RESOLVE = r"""
-import cProfile, gc, io, json, os, pstats, sys, time
-import torch
-torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-import kernelpolicy
-collections = []
+# A collector callback for the profiles: the time of each collection while it is registered.
+GC_TIMER = r"""
+collections = []  # (generation, seconds) of each collection while ``timed`` is a callback
 def timed(phase, info, started=[0.0]):
     if phase == "start":
         started[0] = time.perf_counter()
     else:
         collections.append((info["generation"], time.perf_counter() - started[0]))
+"""
+
+PROFILE_RESOLVE = (
+    r"""
+import cProfile, gc, io, json, os, pstats, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+import kernelpolicy
+"""
+    + GC_TIMER
+    + r"""
 gc.callbacks.append(timed)
 profile = cProfile.Profile()
 t = time.perf_counter()
@@ -126,8 +134,10 @@ pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(15)
 print(json.dumps({"resolve_ms": seconds * 1e3, "gc_ms": sum(s for _, s in collections) * 1e3,
                   "profile": out.getvalue()[-12000:]}))
 """
+)
 
-PROFILE = r"""
+PROFILE = (
+    r"""
 import cProfile, io, json, os, pstats, sys, time
 import torch
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
@@ -146,12 +156,9 @@ sample = res.impl("sampler.top_k_top_p")
 time.sleep(float(os.environ.get("LOAD_GAP_S", "0")))  # a worker loading its model after impl()
 t_call = time.perf_counter()
 import gc
-collections = []  # (generation, seconds) of the collections the first call ran
-def timed(phase, info, started=[0.0]):
-    if phase == "start":
-        started[0] = time.perf_counter()
-    else:
-        collections.append((info["generation"], time.perf_counter() - started[0]))
+"""
+    + GC_TIMER
+    + r"""
 gc.callbacks.append(timed)
 profile = cProfile.Profile()
 profile.enable()
@@ -170,6 +177,7 @@ print(json.dumps({**steps, "builds": {n: str(v) for n, v in builds.stats().items
                   "profile": out.getvalue()[-9000:]}))
 sys.stdout.flush(); os._exit(0)
 """
+)
 
 WARM_ONE = r"""
 import json, sys, time
