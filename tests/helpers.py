@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import shutil
+import subprocess
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -10,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kernelpolicy import Platform, load_platform
 from kernelpolicy.engine import Resolution, resolve_policies
@@ -235,3 +238,17 @@ def reduce_by_slices(interpreter: ModuleType) -> Callable[[], None]:
         return [self.to_tensor(a, arg.dtype) for a, arg in zip(acc, input, strict=True)]
 
     return _swap(interpreter.ReduceOps, "generic_reduce", generic_reduce)
+
+
+def promtool_check_metrics(text: str) -> None:
+    """Prometheus' own ``promtool check metrics`` accepts the exposition ``text``, lint
+    included (skipped where promtool is not installed)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "", done.stdout  # no lint findings either

@@ -22,7 +22,7 @@ import pytest
 
 from kernelpolicy.server.reports import Rejection, report_socket_path
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import FIXTURES, ROOT, fixture
+from tests.helpers import FIXTURES, ROOT, fixture, promtool_check_metrics
 from tests.http_helpers import call
 
 FEATURE = "sampler.greedy"
@@ -176,19 +176,6 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     log = (a.labels.parent / "log").read_text()
     assert '"event": "kernelpolicy.halt"' in log
     assert '"event": "kernelpolicy.halt.cleared"' in log
-
-
-def promtool_check_metrics(text: str) -> None:
-    """promtool accepts the exposition with the halt series in it, lint included."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    done = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip() == "", done.stdout
 
 
 def _report_as(uid: int, path: Path, line: bytes) -> int:
