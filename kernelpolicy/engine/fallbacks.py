@@ -100,8 +100,7 @@ class Fallbacks:
                 f"{feature}: no callable ships for implementation {impl!r}; "
                 "give the candidate an 'entry = \"module:function\"'"
             )
-        builtin = candidate is None or candidate.spec.entry is None
-        function = self._import(feature, impl, entry, builtin=builtin)
+        function = self._import(feature, impl, entry, builtin=self._builtin(feature, impl))
         if wrap is not None:
             function = wrap(function)
         chosen = next((c for c in self.decisions[feature].candidates if c.impl == impl), None)
@@ -119,8 +118,12 @@ class Fallbacks:
         and starts its import in the background, and costs the caller nothing more."""
         from kernelpolicy.policy.names import REQUIRES
 
+        return self._builtin(feature, impl) and impl in REQUIRES
+
+    def _builtin(self, feature: str, impl: str) -> bool:
+        """Whether ``impl``'s callable is the one kernelpolicy ships (the policy names none)."""
         candidate = self.policies.features[feature].candidate(impl)
-        return (candidate is None or candidate.spec.entry is None) and impl in REQUIRES
+        return candidate is None or candidate.spec.entry is None
 
     def _import(self, feature: str, impl: str, entry: str, *, builtin: bool) -> Callable[..., Any]:
         """``entry``'s callable, in its serving form where it has one (a variant not built yet
@@ -137,7 +140,7 @@ class Fallbacks:
             self._listen(feature, impl, entry, function)
 
         try:
-            if builtin and impl in REQUIRES:
+            if self.imported_on_first_call(feature, impl):
                 lazy = LazyEntry(entry, prepare, REQUIRES[impl], loaded)
                 lazy.prefetch()  # off the call path: impl() returns at once
                 return lazy
