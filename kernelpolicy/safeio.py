@@ -258,3 +258,28 @@ def keep_newest(directory: Path, count: int) -> None:
     for _, stale in sorted(entries, reverse=True)[count:]:
         with contextlib.suppress(OSError):
             os.unlink(stale)
+
+
+def read_cache_entry(
+    path: Path, *, key: str, version: int, limit: int, limit_name: str, links: bool
+) -> dict[str, Any] | None:
+    """A cache entry of ours: the JSON object at ``path`` naming ``format`` ``version`` and
+    ``key``, where it and its directory may be trusted (:func:`kernelpolicy.trust.trust_problem`)
+    and it is a regular file within ``limit`` (not a link unless ``links``); None otherwise.
+    Never raises: a cache is never authoritative, whatever is wrong with it is a miss."""
+    from kernelpolicy.trust import trust_problem
+
+    try:
+        if not os.path.lexists(path) or (not links and path.is_symlink()):
+            return None
+        if trust_problem(path) is not None:
+            return None
+        data = read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=KernelPolicyError)
+        # Our own file (trusted above) and size-bounded: no depth pre-scan (it would cost as
+        # much as the parse); a RecursionError is a miss like any other failure.
+        entry = json.loads(data)
+    except Exception:  # unreadable, truncated, too deep: a miss
+        return None
+    if not isinstance(entry, dict) or entry.get("format") != version or entry.get("key") != key:
+        return None
+    return entry

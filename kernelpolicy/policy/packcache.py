@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,20 +114,15 @@ def _read_entry(path: Path, key: str) -> PolicySet:
     Raises:
         _Miss: No entry, or one that may not or cannot be used (see the module doc).
     """
-    from kernelpolicy.safeio import read_bytes_bounded
-    from kernelpolicy.trust import trust_problem
+    from kernelpolicy.safeio import read_cache_entry
 
-    if not os.path.lexists(path) or trust_problem(path) is not None:
+    entry = read_cache_entry(
+        path, key=key, version=FORMAT, limit=MAX_PACK_CACHE_BYTES,
+        limit_name="MAX_PACK_CACHE_BYTES", links=True,
+    )  # fmt: skip
+    if entry is None:
         raise _Miss
     try:
-        data = read_bytes_bounded(
-            path, limit=MAX_PACK_CACHE_BYTES, limit_name="MAX_PACK_CACHE_BYTES", fail=_Miss
-        )
-        # Our own file (trusted above) and size-bounded: no depth pre-scan (it would cost as
-        # much as the parse); a RecursionError is a miss like any other failure.
-        entry = json.loads(data)
-        if entry.get("format") != FORMAT or entry.get("key") != key:
-            raise _Miss
         return _build(entry)
     except Exception:  # never authoritative: whatever is wrong with it, load the files
         raise _Miss from None

@@ -23,7 +23,6 @@ default one is made as the compiled-pack cache makes it) or that cannot be writt
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -133,18 +132,15 @@ def _code_stamp() -> str:
 def _read(
     path: Path, key: str, names: tuple[str, ...], given: Mapping[str, str]
 ) -> dict[str, object]:
-    from kernelpolicy.safeio import read_bytes_bounded
-    from kernelpolicy.trust import trust_problem
+    from kernelpolicy.safeio import read_cache_entry
 
-    if not os.path.lexists(path) or path.is_symlink() or trust_problem(path) is not None:
-        raise _Miss  # a link is never followed, even to a file of ours
+    entry = read_cache_entry(
+        path, key=key, version=FORMAT, limit=MAX_SETTINGS_MEMO_BYTES,
+        limit_name="MAX_SETTINGS_MEMO_BYTES", links=False,  # never followed, even to ours
+    )  # fmt: skip
+    if entry is None:
+        raise _Miss
     try:
-        data = read_bytes_bounded(
-            path, limit=MAX_SETTINGS_MEMO_BYTES, limit_name="MAX_SETTINGS_MEMO_BYTES", fail=_Miss
-        )
-        entry = json.loads(data)
-        if entry.get("format") != FORMAT or entry.get("key") != key:
-            raise _Miss
         stored = entry["values"]
         if sorted(stored) != sorted(_fields(given)) or not set(stored) <= set(names):
             raise _Miss
