@@ -51,8 +51,9 @@ def build_variant(s: Sampler, variant: Variant) -> None:
         cuda = device.type == "cuda"
         # a variant the kernel cache keeps: its kernels without Triton's lookup
         preloaded = s.cached.load(variant) if cuda else []
+        note = cuda and not preloaded  # a variant loaded from its index has its index
         noting: contextlib.AbstractContextManager[set[tuple[str, str]]] = (
-            preload.recording(s.kernels) if cuda else contextlib.nullcontext(set())
+            preload.recording(s.kernels) if note else contextlib.nullcontext(set())
         )
         with noting as used:
             try:
@@ -64,6 +65,7 @@ def build_variant(s: Sampler, variant: Variant) -> None:
                 _run_once(s, logits, call, w)
         if cuda:
             torch.cuda.current_stream(device).synchronize()
+        if note:
             s.cached.produced[variant] = preload.entries(s.kernels, used)
 
 
