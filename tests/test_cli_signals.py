@@ -20,16 +20,28 @@ import pytest
 from tests.helpers import FIXTURES, ROOT
 
 _HOOK = '''\
-import os, signal, sys
+import os, signal, sys, weakref
 
 class _InterruptAt:
-    """SIGINT to this process when the named module is first imported."""
+    """SIGINT to this process when the named module is first imported (handled inside a
+    weakref callback, whose exceptions Python drops, where KP_IN_CALLBACK is set)."""
 
     def find_spec(self, name, path=None, target=None):
         if name == os.environ["KP_INTERRUPT_AT"]:
             sys.meta_path.remove(self)
-            os.kill(os.getpid(), signal.SIGINT)
+            if os.environ.get("KP_IN_CALLBACK"):
+                _interrupt_in_callback()
+            else:
+                os.kill(os.getpid(), signal.SIGINT)
         return None
+
+def _interrupt_in_callback():
+    class _Gone:
+        pass
+
+    gone = _Gone()
+    ref = weakref.ref(gone, lambda _: signal.raise_signal(signal.SIGINT))
+    del gone  # the callback runs here; the handler's KeyboardInterrupt is dropped with it
 
 if os.environ.get("KP_INTERRUPT_AT"):
     sys.meta_path.insert(0, _InterruptAt())
@@ -44,12 +56,18 @@ _IGNORING_PARENT = (
 
 
 def _child(
-    argv: list[str], hook_dir: Path, *, ignored: bool, interrupt_at: str = ""
+    argv: list[str],
+    hook_dir: Path,
+    *,
+    ignored: bool,
+    interrupt_at: str = "",
+    in_callback: bool = False,
 ) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPOLICY_")}
     env.update(
         PYTHONPATH=f"{hook_dir}{os.pathsep}{ROOT}",
         KP_INTERRUPT_AT=interrupt_at,
+        KP_IN_CALLBACK="1" if in_callback else "",
         KERNELPOLICY_LOG_FORMAT="off",
         KERNELPOLICY_CACHE_DIR=str(hook_dir / "cache"),
     )
@@ -122,6 +140,29 @@ def test_interrupt_during_start_up(
     even when the parent left SIGINT ignored (the CLI takes it back)."""
     child = _child(argv, hook_dir, ignored=ignored, interrupt_at=module)
     out, err = child.communicate(timeout=120)
+    _assert_interrupted(child, out, err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        pytest.param(["explain", "--platform", "-"], "kernelpolicy.cli.common", id="importing"),
+        pytest.param(["explain", "--platform", CPU], "kernelpolicy.engine.decide", id="resolving"),
+    ],
+)  # fmt: skip
+def test_interrupt_dropped_by_a_callback_still_ends_the_process(
+    hook_dir: Path, argv: list[str], module: str
+) -> None:
+    """SIGINT handled inside a weakref callback (as the import system's lock clean-up is), which
+    drops the KeyboardInterrupt: the one Ctrl-C still ends the process with one line and 130,
+    and no "Exception ignored" report (before, the process went on as if never interrupted)."""
+    child = _child(argv, hook_dir, ignored=False, interrupt_at=module, in_callback=True)
+    try:
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate(timeout=30)
+        pytest.fail(f"the interrupt was lost; stderr: {err}")
     _assert_interrupted(child, out, err)
 
 

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kernelpolicy.cli.interrupts import Interrupts
+
 if TYPE_CHECKING:
     import argparse
 
@@ -90,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     process = argv is None
     if process:
-        _take_sigint(sys.argv[1:2] != ["exec"])
+        _INTERRUPTS.install(restore=sys.argv[1:2] != ["exec"])
     try:
         from kernelpolicy.cli.common import run_guarded
 
@@ -113,31 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def interrupted(process: bool) -> int:
     """Ctrl-C during start-up: one line, exit 130 (128 + SIGINT, as a shell reports it)."""
     if process:
-        _ignore_sigint()
+        _INTERRUPTS.stop_listening()
     print("kernelpolicy: error: interrupted", file=sys.stderr, flush=True)
     return 130
 
 
-def _take_sigint(restore: bool) -> None:
-    """SIGINT raises KeyboardInterrupt, once: the handler first ignores any further SIGINT
-    (exiting anyway, a second Ctrl-C must not become a traceback during clean-up).
-
-    A parent's SIG_IGN is taken back only where ``restore``: Python keeps an inherited
-    SIG_IGN, and a daemon started so would never stop on Ctrl-C or ``kill -INT``."""
-    import signal
-
-    current = signal.getsignal(signal.SIGINT)
-    if current is signal.default_int_handler or (restore and current is signal.SIG_IGN):
-        signal.signal(signal.SIGINT, _interrupt_once)
-
-
-def _interrupt_once(signum: int, frame: object) -> None:
-    _ignore_sigint()
-    raise KeyboardInterrupt
-
-
-def _ignore_sigint() -> None:
-    """Exiting anyway: a second Ctrl-C must not turn into a traceback during clean-up."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+_INTERRUPTS = Interrupts()
+"""The process's SIGINT handling (installed by :func:`main` when it is the entry point)."""
