@@ -14,12 +14,11 @@ in the same cohort, and ranks see different GPUs (``CUDA_VISIBLE_DEVICES``).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kernelpolicy.digest import hmac_sha256, sha256
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.safeio import read_bytes_bounded
 
@@ -52,7 +51,7 @@ def app_specific_id(raw: str) -> str | None:
     text = raw.strip().lower().replace("-", "")
     if not _RAW.fullmatch(text) or text == "0" * 32:
         return None
-    return hmac.new(bytes.fromhex(text), APP_ID, "sha256").hexdigest()[:32]
+    return hmac_sha256(bytes.fromhex(text), APP_ID)[:32]
 
 
 def is_app_specific_id(value: str) -> bool:
@@ -92,7 +91,7 @@ def node_identity(machine_id: str | None, device_ids: Iterable[object]) -> str |
     )
     if not ids:
         return None
-    return hashlib.sha256(f"gpus:{','.join(ids)}".encode()).hexdigest()[:32]
+    return sha256(f"gpus:{','.join(ids)}".encode()).hexdigest()[:32]
 
 
 def device_ids(extras: Iterable[Mapping[str, object]]) -> list[object]:

@@ -11,10 +11,11 @@ rollout: when in doubt, the fallback.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from kernelpolicy.digest import sha256
 
 __all__ = ["ROLLOUT_BUCKETS", "Cohort", "CompiledRollout", "compile_rollout"]
 
@@ -47,7 +48,7 @@ class CompiledRollout:
 
     def bucket(self, identity: str) -> int:
         """The node's bucket for this candidate: the same whatever the percent."""
-        digest = hashlib.sha256(self.salt + identity.encode("utf-8", "replace")).digest()
+        digest = sha256(self.salt + identity.encode("utf-8", "replace")).digest()
         return int.from_bytes(digest[:8], "big") % ROLLOUT_BUCKETS
 
     def place(self, identity: str | None) -> tuple[Cohort, int | None]:
