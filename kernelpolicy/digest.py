@@ -11,6 +11,7 @@ built-in SHA-256.)
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +30,9 @@ class Hash(Protocol):
 
 
 def _constructor() -> Callable[..., Any]:
-    for module in ("_sha2", "_sha256"):  # CPython 3.12+, then 3.11
+    # CPython's module of 3.12+, or of 3.11: only that one is looked for (a failed import
+    # searches every entry of sys.path, as long as a worker's path is).
+    for module in ("_sha2",) if sys.version_info >= (3, 12) else ("_sha256",):
         try:
             return importlib.import_module(module).sha256  # type: ignore[no-any-return]
         except (ImportError, AttributeError):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +22,13 @@ from hypothesis import HealthCheck, settings
 
 from kernelpolicy.platform.fixtures import fixture_dir
 from tests.helpers import patch_lang_once_per_launch, reduce_by_slices, reduce_xor_with_numpy
+
+# What the tests and the processes they start write under the cache directory (the compiled-pack
+# cache, the settings memo, evidence, kernel indexes) goes to a directory of this test process,
+# removed at its exit, never to the user's ~/.cache/kernelpolicy. Tests of the default location
+# set XDG_CACHE_HOME themselves.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="kernelpolicy-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 # The fuzz suite (tests/test_fuzz_*.py): a fast, deterministic profile for CI, a long one for
 # release checks (HYPOTHESIS_PROFILE=release pytest tests/test_fuzz_*.py). Fuzz tests take their
