@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kernelpolicy.dataclass_cache import methods_cached
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.gcpause import collector_paused
@@ -55,7 +56,9 @@ def resolve(
             ``KERNELPOLICY_POLICY_PATHS`` does not exist, or a ``KERNELPOLICY_FORCE_*`` variable
             or ``KERNELPOLICY_OVERRIDES`` names a feature or implementation the policies lack.
     """
-    with collector_paused():  # a worker's heap is large; see kernelpolicy.gcpause
+    # A worker's heap is large (kernelpolicy.gcpause); the classes the first call makes have
+    # their methods compiled once per node (kernelpolicy.dataclass_cache).
+    with collector_paused(), methods_cached():
         return _resolve(platform, env, policies, settings)
 
 

@@ -260,13 +260,12 @@ def keep_newest(directory: Path, count: int) -> None:
             os.unlink(stale)
 
 
-def read_cache_entry(
-    path: Path, *, key: str, version: int, limit: int, limit_name: str, links: bool
-) -> dict[str, Any] | None:
-    """A cache entry of ours: the JSON object at ``path`` naming ``format`` ``version`` and
-    ``key``, where it and its directory may be trusted (:func:`kernelpolicy.trust.trust_problem`)
-    and it is a regular file within ``limit`` (not a link unless ``links``); None otherwise.
-    Never raises: a cache is never authoritative, whatever is wrong with it is a miss."""
+def read_trusted_cache_bytes(
+    path: Path, *, limit: int, limit_name: str, links: bool = False
+) -> bytes | None:
+    """The bytes of a cache file of ours: where it and its directory may be trusted
+    (:func:`kernelpolicy.trust.trust_problem`) and it is a regular file within ``limit`` (not a
+    link unless ``links``); None otherwise. Never raises: a cache is never authoritative."""
     from kernelpolicy.trust import trust_problem
 
     try:
@@ -274,11 +273,26 @@ def read_cache_entry(
             return None
         if trust_problem(path) is not None:
             return None
-        data = read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=KernelPolicyError)
-        # Our own file (trusted above) and size-bounded: no depth pre-scan (it would cost as
-        # much as the parse); a RecursionError is a miss like any other failure.
+        return read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=KernelPolicyError)
+    except Exception:  # unreadable, too large, gone meanwhile: a miss
+        return None
+
+
+def read_cache_entry(
+    path: Path, *, key: str, version: int, limit: int, limit_name: str, links: bool
+) -> dict[str, Any] | None:
+    """A cache entry of ours: the JSON object at ``path`` naming ``format`` ``version`` and
+    ``key``, where it and its directory may be trusted (:func:`kernelpolicy.trust.trust_problem`)
+    and it is a regular file within ``limit`` (not a link unless ``links``); None otherwise.
+    Never raises: a cache is never authoritative, whatever is wrong with it is a miss."""
+    data = read_trusted_cache_bytes(path, limit=limit, limit_name=limit_name, links=links)
+    if data is None:
+        return None
+    try:
+        # Our own file (trusted) and size-bounded: no depth pre-scan (it would cost as much as
+        # the parse); a RecursionError is a miss like any other failure.
         entry = json.loads(data)
-    except Exception:  # unreadable, truncated, too deep: a miss
+    except Exception:  # truncated, too deep: a miss
         return None
     if not isinstance(entry, dict) or entry.get("format") != version or entry.get("key") != key:
         return None

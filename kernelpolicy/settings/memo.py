@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.digest import file_stamps, sha256
-from kernelpolicy.errors import KernelPolicyError, SettingsError
+from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_SETTINGS_MEMO_BYTES
-from kernelpolicy.settings.readers import default_cache_dir, read_value, variable
+from kernelpolicy.settings.readers import validated_cache_dir, variable
 from kernelpolicy.versions import KERNELPOLICY_VERSION
 
 __all__ = ["MEMO_ENTRIES", "recall", "remember"]
@@ -60,11 +60,9 @@ def recall(given: Mapping[str, str], names: tuple[str, ...]) -> dict[str, object
 def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
     """Store the model's ``values`` of the variables ``given``; a memo that cannot be written
     is no memo (nothing is raised)."""
-    path = _path(given)
+    path = _path(given, writing=True)
     if path is None:
         return
-    if variable("cache_dir") in given and not _is_dir(path.parent.parent):
-        return  # reading settings never makes the directory a variable names
 
     from kernelpolicy.safeio import keep_newest, write_atomic
     from kernelpolicy.trust import private_dir
@@ -82,13 +80,6 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
         return
 
 
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:  # a name too long, a permission: no directory to use
-        return False
-
-
 def _fields(given: Mapping[str, str]) -> list[str]:
     """The setting names of the variables ``given`` (``KERNELPOLICY_LOG_FORMAT`` ->
     ``log_format``)."""
@@ -96,22 +87,11 @@ def _fields(given: Mapping[str, str]) -> list[str]:
     return [name[prefix:].lower() for name in given]
 
 
-def _path(given: Mapping[str, str]) -> Path | None:
-    """Where the entry of ``given`` lives: None when the memo is off, when the variables that
-    name its place do not read (the model then says what is wrong with them), or when the
-    cache directory is relative."""
-    try:
-        switch = given.get(variable("pack_cache"))
-        if switch is not None and not read_value("pack_cache", switch):
-            return None
-        raw = given.get(variable("cache_dir"))
-        base = read_value("cache_dir", raw) if raw is not None else default_cache_dir()
-    except SettingsError:
-        return None
-    assert isinstance(base, Path)  # the cache_dir reader's value
-    if not base.is_absolute():  # relative to wherever the process runs: no memo written there
-        return None
-    return base / "settings" / f"{_key(given)}.json"
+def _path(given: Mapping[str, str], *, writing: bool = False) -> Path | None:
+    """Where the entry of ``given`` lives (see :func:`validated_cache_dir`; a directory that
+    ``KERNELPOLICY_CACHE_DIR`` names is never made for it)."""
+    base = validated_cache_dir(given, create=not writing)
+    return None if base is None else base / "settings" / f"{_key(given)}.json"
 
 
 def _key(given: Mapping[str, str]) -> str:

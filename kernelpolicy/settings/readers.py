@@ -20,6 +20,7 @@ __all__ = [
     "default_cache_dir",
     "parse_bool",
     "read_value",
+    "validated_cache_dir",
     "variable",
 ]
 
@@ -124,6 +125,36 @@ def default_cache_dir() -> Path:
 
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kernelpolicy"
+
+
+def validated_cache_dir(given: Mapping[str, str], *, create: bool) -> Path | None:
+    """The cache directory of the validated caches (the settings memo, the dataclass methods)
+    for the variables ``given``, or None where there is none: ``KERNELPOLICY_PACK_CACHE``
+    turns them off, the variables that name the place do not read (the settings model says
+    what is wrong with them), the directory is relative (it would land wherever the process
+    runs), or ``KERNELPOLICY_CACHE_DIR`` names it and it is not a directory while ``create`` is
+    False (reading settings never makes the directory a variable names)."""
+    try:
+        switch = given.get(variable("pack_cache"))
+        if switch is not None and not read_value("pack_cache", switch):
+            return None
+        raw = given.get(variable("cache_dir"))
+        base = read_value("cache_dir", raw) if raw is not None else default_cache_dir()
+    except SettingsError:
+        return None
+    assert isinstance(base, Path)  # the cache_dir reader's value
+    if not base.is_absolute():
+        return None
+    if raw is not None and not create and not _is_dir(base):
+        return None
+    return base
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long, a permission: no directory to use
+        return False
 
 
 def variable(name: str) -> str:

@@ -1,0 +1,224 @@
+"""kernelpolicy.dataclass_cache: the methods dataclasses writes for kernelpolicy's classes are
+compiled once per node, give the same classes, and a cache file that may not be trusted or read
+is ignored."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import marshal
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.dataclass_cache import MethodCache, cache_place, methods_cached
+from kernelpolicy.settings import VARIABLES
+
+CLASS_SOURCE = """
+from dataclasses import dataclass, field
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int = 0
+    tags: tuple[str, ...] = field(default=(), compare=False)
+"""
+
+
+def _make_class(module_name: str) -> type:
+    """``Point`` made in a fresh module named ``module_name`` (dataclasses compiles its methods
+    in that module's namespace)."""
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module
+    try:
+        # Compiled without this test module's __future__ flags: annotations are evaluated.
+        exec(compile(CLASS_SOURCE, module_name, "exec", dont_inherit=True), module.__dict__)
+    finally:
+        del sys.modules[module_name]
+    point: type = module.__dict__["Point"]
+    return point
+
+
+def _behaviour(point: type) -> tuple[object, ...]:
+    a, b = point(1, 2, ("t",)), point(1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.x = 3
+    return (
+        repr(a), a == b, hash(a) == hash(b), a == point(2, 2),
+        vars(point)["__init__"].__annotations__, [f.name for f in dataclasses.fields(point)],
+    )  # fmt: skip
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Path:
+    return tmp_path / "methods" / "tag.marshal"
+
+
+def _filled(place: Path) -> MethodCache:
+    cache = MethodCache(place)
+    with methods_cached(cache):
+        _make_class("kernelpolicy._test_dataclass_cache")
+    return cache
+
+
+@pytest.mark.parametrize(
+    "module", ["kernelpolicy._test_dataclass_cache", "tests._test_dataclass_cache"]
+)
+def test_a_class_made_inside_is_the_class_made_without(module: str, place: Path) -> None:
+    """Kept code (kernelpolicy's module) or not (another's), a class behaves exactly as one
+    made with no hook: repr, equality, hash, frozen, and __init__'s annotations evaluated (not
+    strings, as this module's __future__ import would make them if its flags leaked)."""
+    plain = _behaviour(_make_class(module))
+    _filled(place)
+    second = MethodCache(place)
+    with methods_cached(second):
+        cached = _behaviour(_make_class(module))
+    assert cached == plain
+    assert plain[4] == {"x": int, "y": int, "tags": tuple[str, ...], "return": None}
+    ours = module.startswith("kernelpolicy.")
+    assert (second.reused > 0, second.compiled) == (ours, 0)
+
+
+def test_the_first_process_compiles_and_writes_the_next_reuses(place: Path) -> None:
+    first = _filled(place)
+    assert first.compiled >= 4  # __init__, __repr__, __eq__, __hash__, frozen __setattr__...
+    assert first.reused == 0
+    assert place.stat().st_mode & 0o777 == 0o600
+    assert place.parent.stat().st_mode & 0o777 == 0o700
+    second = _filled(place)
+    assert (second.compiled, second.reused) == (0, first.compiled)
+
+
+def test_the_hook_is_in_place_only_while_held_and_never_over_another() -> None:
+    cache = MethodCache(Path("/nonexistent/methods/tag.marshal"))
+    assert "exec" not in vars(dataclasses)
+    with methods_cached(cache), methods_cached(cache):
+        assert vars(dataclasses)["exec"] == cache.exec
+    assert "exec" not in vars(dataclasses)
+    theirs = exec
+    dataclasses.exec = theirs  # type: ignore[attr-defined]
+    try:
+        with methods_cached(cache):
+            assert vars(dataclasses)["exec"] is theirs
+        assert vars(dataclasses)["exec"] is theirs
+    finally:
+        del dataclasses.exec  # type: ignore[attr-defined]
+    off = MethodCache(None)  # KERNELPOLICY_PACK_CACHE=0, or no usable directory
+    with methods_cached(off):
+        assert "exec" not in vars(dataclasses)
+
+
+def _foreign(path: Path) -> None:
+    os.chown(path, 65534, 65534)
+
+
+def _group_writable(path: Path) -> None:
+    path.chmod(0o620)
+
+
+def _symlinked(path: Path) -> None:
+    target = path.with_name("elsewhere")
+    path.rename(target)
+    path.symlink_to(target)
+
+
+def _other_interpreter(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"tag\n", b"gat\n", 1))
+
+
+def _truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:200])
+
+
+def _not_code(path: Path) -> None:
+    header, _ = path.read_bytes().split(b"\n", 1)
+    codes = {"def __create_fn__(): pass": "print('planted')"}
+    path.write_bytes(header + b"\n" + marshal.dumps(codes))
+
+
+def _not_marshal(path: Path) -> None:
+    header, _ = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(header + b"\n" + json.dumps({"a": 1}).encode())
+
+
+def _too_large(path: Path) -> None:
+    from kernelpolicy.limits import MAX_METHOD_CACHE_BYTES
+
+    with path.open("ab") as handle:
+        handle.write(b"\0" * MAX_METHOD_CACHE_BYTES)
+
+
+PLANTED: dict[str, Callable[[Path], None]] = {
+    "owned by another user": _foreign,
+    "group-writable": _group_writable,
+    "a symbolic link": _symlinked,
+    "another interpreter's": _other_interpreter,
+    "truncated": _truncated,
+    "values that are not code": _not_code,
+    "not marshal": _not_marshal,
+    "over MAX_METHOD_CACHE_BYTES": _too_large,
+}
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_a_file_that_may_not_be_used_is_ignored(name: str, place: Path) -> None:
+    """Nothing from such a file runs: the methods are compiled from the text, the class is
+    right, and nothing is raised."""
+    plain = _behaviour(_make_class("kernelpolicy._test_dataclass_cache"))
+    first = _filled(place)
+    PLANTED[name](place)
+    cache = MethodCache(place)
+    with methods_cached(cache):
+        made = _behaviour(_make_class("kernelpolicy._test_dataclass_cache"))
+    assert made == plain
+    assert (cache.reused, cache.compiled) == (0, first.compiled)
+
+
+@pytest.mark.parametrize(
+    ("name", "variables"),
+    [
+        ("the validated caches off", {"KERNELPOLICY_PACK_CACHE": "0"}),
+        ("a relative cache directory", {"KERNELPOLICY_CACHE_DIR": "cache"}),
+        ("a named directory that does not exist", {"KERNELPOLICY_CACHE_DIR": "/not/there"}),
+        ("an unreadable switch", {"KERNELPOLICY_PACK_CACHE": "perhaps"}),
+    ],
+)  # fmt: skip
+def test_no_cache_where_the_settings_give_none(name: str, variables: dict[str, str]) -> None:
+    assert cache_place(variables) is None
+
+
+def test_cache_place_is_under_the_cache_directory(tmp_path: Path) -> None:
+    found = cache_place({"KERNELPOLICY_CACHE_DIR": str(tmp_path)})
+    assert found is not None
+    assert found.parent == tmp_path / "methods"
+    assert found.suffix == ".marshal"
+
+
+def _child_counts(cache: Path) -> Iterator[list[str]]:
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env["KERNELPOLICY_CACHE_DIR"] = str(cache)
+    code = (
+        "import kernelpolicy; kernelpolicy.resolve(); "
+        "from kernelpolicy.dataclass_cache import process_cache; c = process_cache(); "
+        "print(c.compiled, c.reused)"
+    )
+    for _ in range(2):
+        yield subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        ).stdout.split()
+
+
+def test_a_second_process_compiles_none_of_resolves_methods(tmp_path: Path) -> None:
+    """The point: a node's first resolve() compiles the methods of every class it makes (and
+    of those its pack validation makes), the next process's compiles none."""
+    (first_compiled, first_reused), (compiled, reused) = _child_counts(tmp_path)
+    assert int(first_compiled) > 100
+    assert first_reused == "0"
+    assert compiled == "0"
+    assert 100 < int(reused) <= int(first_compiled)
