@@ -4,7 +4,8 @@
 # VISIT=short: two empty-cache first calls and the warm-one stage (a cache holding the measured
 # variant only; about 2 minutes after the install); VISIT=worker: the worker stage (with and
 # without a KERNELPOLICY_ variable) and warm-one with a profile of the first call;
-# VISIT=warm-one: that last stage alone; VISIT=warm: kernelpolicy warm, then three processes.
+# VISIT=warm-one: that last stage alone; VISIT=warm: kernelpolicy warm, then three processes;
+# VISIT=resolve: the worker stage alone, with its profile.
 set -uo pipefail
 site=/tmp/site; gpu=.gpu
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$gpu"/wheels/*.whl >/dev/null 2>&1
@@ -24,6 +25,8 @@ if [ "${VISIT:-full}" = warm ]; then
     KP_WARM_CACHE=${KP_WARM_CACHE:-/tmp/kp-warm-fixed} timeout 400 python3 scripts/gpu_cold_start.py --out $OUT --stage warm --runs 3
 elif [ "${VISIT:-full}" = warm-one ]; then
     PROFILE_FIRST_CALL=1 timeout 240 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
+elif [ "${VISIT:-full}" = resolve ]; then
+    PROFILE_RESOLVE=1 timeout 150 python3 scripts/gpu_cold_start.py --out $OUT --stage worker --runs 3
 elif [ "${VISIT:-full}" = worker ]; then
     PROFILE_RESOLVE=1 timeout 150 python3 scripts/gpu_cold_start.py --out $OUT --stage worker --runs 3
     PROFILE_FIRST_CALL=1 timeout 240 python3 scripts/gpu_cold_start.py --out $OUT --stage warm-one --runs 3
