@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from kernelpolicy.errors import VersionError
 from kernelpolicy.limits import MAX_VERSION_CHARS
 from kernelpolicy.versions import (
+    LazySpecifierSet,
     StackVersion,
     UnreadableVersion,
     cuda_version_from_int,
     parse_specifier,
     parse_version,
     require_version,
+    version_admitted,
 )
 
 
@@ -178,3 +183,70 @@ def test_specifier_versions_are_bounded(text: str, ok: bool) -> None:
         return
     with pytest.raises(VersionError, match=r"over MAX_VERSION_CHARS"):
         parse_specifier(text)
+
+
+# version_admitted: the answer without packaging for simple versions and clauses is PEP 440's,
+# as packaging gives it, for every pair of this grid (and packaging answers the rest).
+GRID_VERSIONS = [
+    "0", "1", "1.0", "1.0.0", "1.0.1", "0.9", "0.9.9", "1.1", "2", "10.0", "1.10",
+    "1.0.post1", "1.0.post0", "0.9.post3", "1.0+cu130", "1.0.post2+local.7", "1.0.1+x",
+    "2.11.0+cu130", "0.7.2.post1", "580.159.04", "0.1.13", "0.1.12", "0.1.16.post3",
+    " 1.0 ",
+    # not simple: packaging (or the dotted reader) answers
+    "1.0rc1", "1.0.dev3", "1.0a1.post2", "v1.0", "6.3.1-48", "6.3.42131-fa1d09cbd", "1!2.0",
+    "1.0.POST1", "1.0-1", "not a version", "",
+]  # fmt: skip
+GRID_SPECIFIERS = [
+    "", ">=1.0", ">=1", ">=1.0.0", "<=1.0", "<1.0", ">1.0", "==1.0", "==1", "!=1.0",
+    ">= 0.1.13", ">=0.1.13,<0.2", ">=1.0,!=1.0.1", ">0.9,<=1.0", "<2,>0.9.9",
+    ">=580.65", "==2.11", ">0.7.2", "<=0.7.2", ">=0.7.2.post1",
+    # not simple
+    "~=1.0", "==1.*", "===1.0", ">=1.0rc1", "==1.0+cu130", ">1.0.post0",
+]  # fmt: skip
+
+
+def _packaging_admits(raw: str, text: str, base: bool) -> bool | None:
+    parsed = parse_version(raw)
+    if isinstance(parsed, UnreadableVersion):
+        return None
+    value = parsed.base if base else parsed.value
+    return SpecifierSet(text).contains(value, prereleases=True)
+
+
+@pytest.mark.parametrize("base", [False, True], ids=["full", "base"])
+@pytest.mark.parametrize("text", GRID_SPECIFIERS)
+def test_version_admitted_is_pep_440s_answer(text: str, base: bool) -> None:
+    specifier = LazySpecifierSet(text)
+    for raw in GRID_VERSIONS:
+        answer = version_admitted(raw, specifier, base=base)
+        expected = _packaging_admits(raw, text, base)
+        if expected is None:
+            assert isinstance(answer, UnreadableVersion), raw
+        else:
+            assert answer is expected, (raw, text, base)
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "simple"),
+    [
+        ("2.11.0+cu130", ">=2.4", True),
+        ("0.7.2.post1", ">=0.7,<0.8", True),
+        ("580.159.04", ">=550", True),
+        ("1.0rc1", ">=0.9", False),
+        ("1.0", "~=1.0", False),
+        ("1.0", "==1.*", False),
+        ("6.3.1-48", ">=6", False),
+    ],
+)  # fmt: skip
+def test_simple_versions_and_ranges_import_no_packaging(raw: str, text: str, simple: bool) -> None:
+    """The point of the fast path: a worker whose versions and ranges are simple never imports
+    packaging (checked in a fresh interpreter)."""
+    code = (
+        "import sys; from kernelpolicy.versions import LazySpecifierSet, version_admitted; "
+        f"version_admitted({raw!r}, LazySpecifierSet({text!r})); "
+        "print('packaging' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == str(not simple)

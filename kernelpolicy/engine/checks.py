@@ -13,7 +13,11 @@ from kernelpolicy.policy.compiled import (
     CompiledIssue,
     LibraryCheck,
 )
-from kernelpolicy.versions import LazySpecifierSet, UnreadableVersion, parse_version
+from kernelpolicy.versions import (
+    LazySpecifierSet,
+    UnreadableVersion,
+    version_admitted,
+)
 
 _VENDOR_NAMES = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "none": "no GPU"}
 _UNIT_NAMES = {"nvidia": "SMs", "amd": "CUs"}
@@ -253,14 +257,13 @@ def _version_failure(
     wanted = text or str(specifier)  # as the policy wrote it; SpecifierSet reorders its parts
     if found is None:
         return Check(kind, f"needs {label} {wanted}, but it is unknown on this platform")
-    parsed = parse_version(found)
-    if isinstance(parsed, UnreadableVersion):
+    admitted = version_admitted(found, specifier, base=compare == "base")
+    if isinstance(admitted, UnreadableVersion):
         return Check(
             CheckKind.UNREADABLE_VERSION,
-            f"needs {label} {wanted}, but found {parsed}",
+            f"needs {label} {wanted}, but found {admitted}",
         )
-    value = parsed.base if compare == "base" else parsed.value
-    if specifier.contains(value, prereleases=True):
+    if admitted:
         return None
     return Check(kind, f"needs {label} {wanted}, found {found}")
 

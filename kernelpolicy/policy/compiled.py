@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.policy.rollout import CompiledRollout, compile_rollout
-from kernelpolicy.versions import LazySpecifierSet, StackVersion, parse_version
+from kernelpolicy.versions import LazySpecifierSet, version_admitted
 
 if TYPE_CHECKING:
     # Only types: the specs are schema models after a load, or records of them from the
@@ -57,11 +57,13 @@ class LibraryCheck:
     def satisfied(self, libraries: Mapping[str, str]) -> bool:
         """Installed, readable, and in range (compared as ``compare`` says)."""
         found = libraries.get(self.name)
-        parsed = parse_version(found) if found is not None else None
-        if not isinstance(parsed, StackVersion):
+        if found is None:
             return False
-        value = parsed.base if self.compare == "base" else parsed.value
-        return self.specifier is None or self.specifier.contains(value, prereleases=True)
+        specifier = _ANY_VERSION if self.specifier is None else self.specifier
+        return version_admitted(found, specifier, base=self.compare == "base") is True
+
+
+_ANY_VERSION = LazySpecifierSet("")  # "*": any version that reads
 
 
 def _spec(text: str | None) -> LazySpecifierSet | None:
