@@ -118,11 +118,11 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kernelpolicy' has no attribute {name!r}")
-    from kernelpolicy.dataclass_cache import methods_cached
+    from kernelpolicy.code_cache import code_cached
     from kernelpolicy.gcpause import collector_paused
 
-    # Importing the front door in a worker: see kernelpolicy.gcpause, kernelpolicy.dataclass_cache.
-    with collector_paused(), methods_cached():
+    # Importing the front door in a worker: see kernelpolicy.gcpause, kernelpolicy.code_cache.
+    with collector_paused(), code_cached():
         value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from kernelpolicy.dataclass_cache import methods_cached
+from kernelpolicy.code_cache import code_cached
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.gcpause import collector_paused
@@ -56,9 +56,9 @@ def resolve(
             ``KERNELPOLICY_POLICY_PATHS`` does not exist, or a ``KERNELPOLICY_FORCE_*`` variable
             or ``KERNELPOLICY_OVERRIDES`` names a feature or implementation the policies lack.
     """
-    # A worker's heap is large (kernelpolicy.gcpause); the classes the first call makes have
-    # their methods compiled once per node (kernelpolicy.dataclass_cache).
-    with collector_paused(), methods_cached():
+    # A worker's heap is large (kernelpolicy.gcpause); the code the first call compiles (the
+    # classes' methods, select/gate) is compiled once per node (kernelpolicy.code_cache).
+    with collector_paused(), code_cached():
         return _resolve(platform, env, policies, settings)
 
 

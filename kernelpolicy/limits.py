@@ -26,11 +26,11 @@ is about 25 MiB)."""
 MAX_SETTINGS_MEMO_BYTES = 1 * MIB
 """One entry of validated settings (``kernelpolicy.settings.memo``; each value is bounded by
 ``MAX_SETTING_CHARS``)."""
-MAX_METHOD_CACHE_BYTES = 8 * MIB
-"""The file of compiled dataclass methods (``kernelpolicy.dataclass_cache``; the package's
-classes make about 200 KiB)."""
-MAX_METHOD_CACHE_ENTRIES = 4096
-"""Compiled methods kept in that file (the package's classes make about 200)."""
+MAX_CODE_CACHE_BYTES = 8 * MIB
+"""The file of compiled start-up code (``kernelpolicy.code_cache``: the dataclass methods and
+the generated select/gate of the package and its bundled pack make about 250 KiB)."""
+MAX_CODE_CACHE_ENTRIES = 4096
+"""Code objects kept in that file (the package and its bundled pack make about 220)."""
 MAX_KERNEL_INDEX_BYTES = 1 * MIB
 """One variant's index in the kernel cache (``BuiltRecord.read_index``: the compiled kernels its
 build added, a few hundred bytes each)."""

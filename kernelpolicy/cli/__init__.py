@@ -95,9 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _INTERRUPTS.install(restore=sys.argv[1:2] != ["exec"])
     try:
         from kernelpolicy.cli.common import run_guarded
-        from kernelpolicy.dataclass_cache import methods_cached
+        from kernelpolicy.code_cache import code_cached
 
-        with methods_cached():  # the commands' modules make most of the package's classes
+        with code_cached():  # the commands' modules make most of the package's classes
             parser = build_parser()
             args = parser.parse_args(argv)
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelpolicy.code_cache import compile_kept
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 
@@ -239,9 +240,8 @@ def _signature(function_name: str, kind: str, params: list[str]) -> str:
 
 
 def _compile(function_name: str, lines: list[str], scope: dict[str, Any]) -> Callable[..., Any]:
-    exec(
-        compile("\n".join(lines), f"<kernelpolicy {function_name}>", "exec"), scope
-    )  # generated from validated identifiers only
+    # Generated from validated identifiers only; compiled once per node (kernelpolicy.code_cache).
+    exec(compile_kept("\n".join(lines), f"<kernelpolicy {function_name}>"), scope)
     function: Callable[..., Any] = scope[function_name]
     return function
 

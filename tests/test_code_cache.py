@@ -1,6 +1,6 @@
-"""kernelpolicy.dataclass_cache: the methods dataclasses writes for kernelpolicy's classes are
-compiled once per node, give the same classes, and a cache file that may not be trusted or read
-is ignored."""
+"""kernelpolicy.code_cache: the methods dataclasses writes for kernelpolicy's classes and the
+generated select/gate are compiled once per node, give the same classes and functions, and a
+cache file that may not be trusted or read is ignored."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.dataclass_cache import MethodCache, cache_place, methods_cached
+from kernelpolicy.code_cache import CodeCache, cache_place, code_cached
 from kernelpolicy.settings import VARIABLES
 
 CLASS_SOURCE = """
@@ -56,12 +56,12 @@ def _behaviour(point: type) -> tuple[object, ...]:
 
 @pytest.fixture
 def place(tmp_path: Path) -> Path:
-    return tmp_path / "methods" / "tag.marshal"
+    return tmp_path / "code" / "tag.marshal"
 
 
-def _filled(place: Path) -> MethodCache:
-    cache = MethodCache(place)
-    with methods_cached(cache):
+def _filled(place: Path) -> CodeCache:
+    cache = CodeCache(place)
+    with code_cached(cache):
         _make_class("kernelpolicy._test_dataclass_cache")
     return cache
 
@@ -75,8 +75,8 @@ def test_a_class_made_inside_is_the_class_made_without(module: str, place: Path)
     strings, as this module's __future__ import would make them if its flags leaked)."""
     plain = _behaviour(_make_class(module))
     _filled(place)
-    second = MethodCache(place)
-    with methods_cached(second):
+    second = CodeCache(place)
+    with code_cached(second):
         cached = _behaviour(_make_class(module))
     assert cached == plain
     assert plain[4] == {"x": int, "y": int, "tags": tuple[str, ...], "return": None}
@@ -94,22 +94,49 @@ def test_the_first_process_compiles_and_writes_the_next_reuses(place: Path) -> N
     assert (second.compiled, second.reused) == (0, first.compiled)
 
 
+GENERATED = "def pick(name, /, batch=0):\n    return name if batch < 256 else 'triton'\n"
+
+
+def test_generated_code_is_kept_only_while_held(place: Path) -> None:
+    """compile_kept's path (the hot path's select/gate): compiled and kept inside a holder,
+    reused by the next process's cache, and compiled as before (nothing kept) outside."""
+    first = CodeCache(place)
+    outside = first.compile(GENERATED, "<kernelpolicy select>")
+    assert (first.compiled, first.codes) == (0, {})
+    with code_cached(first):
+        kept = first.compile(GENERATED, "<kernelpolicy select>")
+    assert first.compiled == 1
+    second = CodeCache(place)
+    with code_cached(second):
+        reused = second.compile(GENERATED, "<kernelpolicy select>")
+        other_name = second.compile(GENERATED, "<kernelpolicy gate>")
+    assert (second.reused, second.compiled) == (1, 1)  # the file name is part of the key
+    assert reused.co_filename == "<kernelpolicy select>"
+    assert other_name.co_filename == "<kernelpolicy gate>"
+    for code in (outside, kept, reused):
+        scope: dict[str, object] = {}
+        exec(code, scope)
+        pick = scope["pick"]
+        assert callable(pick)
+        assert (pick("torch"), pick("torch", batch=512)) == ("torch", "triton")
+
+
 def test_the_hook_is_in_place_only_while_held_and_never_over_another() -> None:
-    cache = MethodCache(Path("/nonexistent/methods/tag.marshal"))
+    cache = CodeCache(Path("/nonexistent/code/tag.marshal"))
     assert "exec" not in vars(dataclasses)
-    with methods_cached(cache), methods_cached(cache):
+    with code_cached(cache), code_cached(cache):
         assert vars(dataclasses)["exec"] == cache.exec
     assert "exec" not in vars(dataclasses)
     theirs = exec
     dataclasses.exec = theirs  # type: ignore[attr-defined]
     try:
-        with methods_cached(cache):
+        with code_cached(cache):
             assert vars(dataclasses)["exec"] is theirs
         assert vars(dataclasses)["exec"] is theirs
     finally:
         del dataclasses.exec  # type: ignore[attr-defined]
-    off = MethodCache(None)  # KERNELPOLICY_PACK_CACHE=0, or no usable directory
-    with methods_cached(off):
+    off = CodeCache(None)  # KERNELPOLICY_PACK_CACHE=0, or no usable directory
+    with code_cached(off):
         assert "exec" not in vars(dataclasses)
 
 
@@ -148,10 +175,10 @@ def _not_marshal(path: Path) -> None:
 
 
 def _too_large(path: Path) -> None:
-    from kernelpolicy.limits import MAX_METHOD_CACHE_BYTES
+    from kernelpolicy.limits import MAX_CODE_CACHE_BYTES
 
     with path.open("ab") as handle:
-        handle.write(b"\0" * MAX_METHOD_CACHE_BYTES)
+        handle.write(b"\0" * MAX_CODE_CACHE_BYTES)
 
 
 PLANTED: dict[str, Callable[[Path], None]] = {
@@ -162,7 +189,7 @@ PLANTED: dict[str, Callable[[Path], None]] = {
     "truncated": _truncated,
     "values that are not code": _not_code,
     "not marshal": _not_marshal,
-    "over MAX_METHOD_CACHE_BYTES": _too_large,
+    "over MAX_CODE_CACHE_BYTES": _too_large,
 }
 
 
@@ -173,8 +200,8 @@ def test_a_file_that_may_not_be_used_is_ignored(name: str, place: Path) -> None:
     plain = _behaviour(_make_class("kernelpolicy._test_dataclass_cache"))
     first = _filled(place)
     PLANTED[name](place)
-    cache = MethodCache(place)
-    with methods_cached(cache):
+    cache = CodeCache(place)
+    with code_cached(cache):
         made = _behaviour(_make_class("kernelpolicy._test_dataclass_cache"))
     assert made == plain
     assert (cache.reused, cache.compiled) == (0, first.compiled)
@@ -196,7 +223,7 @@ def test_no_cache_where_the_settings_give_none(name: str, variables: dict[str, s
 def test_cache_place_is_under_the_cache_directory(tmp_path: Path) -> None:
     found = cache_place({"KERNELPOLICY_CACHE_DIR": str(tmp_path)})
     assert found is not None
-    assert found.parent == tmp_path / "methods"
+    assert found.parent == tmp_path / "code"
     assert found.suffix == ".marshal"
 
 
@@ -205,7 +232,7 @@ def _child_counts(cache: Path) -> Iterator[list[str]]:
     env["KERNELPOLICY_CACHE_DIR"] = str(cache)
     code = (
         "import kernelpolicy; kernelpolicy.resolve(); "
-        "from kernelpolicy.dataclass_cache import process_cache; c = process_cache(); "
+        "from kernelpolicy.code_cache import process_cache; c = process_cache(); "
         "print(c.compiled, c.reused)"
     )
     for _ in range(2):
