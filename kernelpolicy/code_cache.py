@@ -8,8 +8,9 @@ of the 36 classes a first ``resolve()`` makes, 40% of it on the 2-core machine) 
 4-8 ms). Inside :func:`code_cached` (``resolve()``, the package's lazy imports, the CLI's
 parsing), the ``exec`` that :mod:`dataclasses` calls for a text of a ``kernelpolicy`` module,
 and :func:`compile_kept`, use the code object an earlier process compiled from the same text,
-kept (keyed by the file name and the whole text) in ``<cache dir>/code/<interpreter>.marshal``,
-which a process that compiled new ones rewrites when its last holder leaves. The same text
+kept (keyed by the file name and the whole text) in ``<cache dir>/code/<tag>.marshal`` (a file
+per interpreter build and kernelpolicy version), which a process that compiled new ones
+rewrites when its last holder leaves. The same text
 compiled with the same flags is the same code, so what is made is exactly what it would be
 without the cache; text of any other module is compiled as :mod:`dataclasses` would.
 
@@ -28,6 +29,7 @@ import __future__
 import builtins
 import contextlib
 import dataclasses
+import itertools
 import marshal
 import os
 import sys
@@ -42,15 +44,24 @@ from kernelpolicy.limits import MAX_CODE_CACHE_BYTES, MAX_CODE_CACHE_ENTRIES
 __all__ = ["CodeCache", "cache_place", "code_cached", "compile_kept", "process_cache"]
 
 FORMAT = 1
+CODE_FILES = 4
+"""Files kept in ``<cache dir>/code`` (the newest): one per interpreter and kernelpolicy version."""
+_SUFFIX = ".marshal"
 _MODULE_PREFIX = "kernelpolicy."
 _DATACLASS_FILE = "<string>"  # what exec() names the code of a text
 
 
-def _interpreter_tag() -> str:
-    """This interpreter's exact build: marshal's format and the bytecode belong to it."""
+def _file_tag() -> str:
+    """This interpreter's exact build (marshal's format and the bytecode belong to it) and
+    kernelpolicy's version (an upgrade starts a file of its own instead of keeping the texts of
+    the old code; :data:`CODE_FILES` are kept)."""
     from kernelpolicy.digest import sha256
+    from kernelpolicy.versions import KERNELPOLICY_VERSION
 
-    text = f"{FORMAT}\0{sys.implementation.cache_tag}\0{sys.version}\0{sys.hexversion}"
+    text = (
+        f"{FORMAT}\0{sys.implementation.cache_tag}\0{sys.version}\0{sys.hexversion}\0"
+        f"{KERNELPOLICY_VERSION}"
+    )
     return sha256(text.encode()).hexdigest()[:32]
 
 
@@ -143,10 +154,11 @@ class CodeCache:
 
     def _kept(self) -> dict[str, CodeType]:
         """What to write: everything, unless that is over ``MAX_CODE_CACHE_ENTRIES`` (other
-        packs, older code), then what this process used."""
+        packs, edited code), then what this process used (at most that many)."""
         if len(self.codes) <= MAX_CODE_CACHE_ENTRIES:
             return self.codes
-        return {key: self.codes[key] for key in self.used}
+        used = (key for key in self.codes if key in self.used)
+        return {key: self.codes[key] for key in itertools.islice(used, MAX_CODE_CACHE_ENTRIES)}
 
 
 def _ours(globals: Mapping[str, Any] | None) -> bool:
@@ -159,7 +171,7 @@ def cache_place(environ: Mapping[str, str]) -> Path | None:
     from kernelpolicy.settings.readers import validated_cache_dir
 
     base = validated_cache_dir(environ, create=False)
-    return None if base is None else base / "code" / f"{_interpreter_tag()}.marshal"
+    return None if base is None else base / "code" / f"{_file_tag()}{_SUFFIX}"
 
 
 def _read(path: Path) -> dict[str, CodeType]:
@@ -186,7 +198,7 @@ def _read(path: Path) -> dict[str, CodeType]:
 def _write(path: Path, codes: Mapping[str, CodeType]) -> None:
     """Keep ``codes`` at ``path``; a cache that cannot be written is no cache."""
     from kernelpolicy.errors import KernelPolicyError
-    from kernelpolicy.safeio import write_atomic
+    from kernelpolicy.safeio import keep_newest, write_atomic
     from kernelpolicy.trust import private_dir
 
     try:
@@ -195,6 +207,7 @@ def _write(path: Path, codes: Mapping[str, CodeType]) -> None:
             return
         private_dir(path.parent, "compiled code cache")
         write_atomic(path, data, 0o600)
+        keep_newest(path.parent, CODE_FILES, _SUFFIX)
     except (OSError, KernelPolicyError, ValueError):
         return
 

@@ -29,8 +29,9 @@ MAX_SETTINGS_MEMO_BYTES = 1 * MIB
 MAX_CODE_CACHE_BYTES = 8 * MIB
 """The file of compiled start-up code (``kernelpolicy.code_cache``: the dataclass methods and
 the generated select/gate of the package and its bundled pack make about 250 KiB)."""
-MAX_CODE_CACHE_ENTRIES = 4096
-"""Code objects kept in that file (the package and its bundled pack make about 220)."""
+MAX_CODE_CACHE_ENTRIES = 1024
+"""Code objects kept in that file (the package and its bundled pack make about 220; past it, a
+write keeps what its process used): every process reads the whole file, about 1 MiB here."""
 MAX_KERNEL_INDEX_BYTES = 1 * MIB
 """One variant's index in the kernel cache (``BuiltRecord.read_index``: the compiled kernels its
 build added, a few hundred bytes each)."""

@@ -246,13 +246,13 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
         os.close(directory)
 
 
-def keep_newest(directory: Path, count: int) -> None:
-    """Remove all but the newest ``count`` ``*.json`` entries of a cache ``directory`` (by
+def keep_newest(directory: Path, count: int, suffix: str = ".json") -> None:
+    """Remove all but the newest ``count`` entries (``*<suffix>``) of a cache ``directory`` (by
     modification time, never following a link; a file that cannot be read or removed is left)."""
     entries = []
     with os.scandir(directory) as found:
         for item in found:
-            if item.name.endswith(".json") and not item.name.startswith("."):
+            if item.name.endswith(suffix) and not item.name.startswith("."):
                 with contextlib.suppress(OSError):
                     entries.append((item.stat(follow_symlinks=False).st_mtime_ns, item.path))
     for _, stale in sorted(entries, reverse=True)[count:]:

@@ -121,6 +121,44 @@ def test_generated_code_is_kept_only_while_held(place: Path) -> None:
         assert (pick("torch"), pick("torch", batch=512)) == ("torch", "triton")
 
 
+def test_past_the_entry_limit_a_write_keeps_what_its_process_used(place: Path) -> None:
+    """Texts of other packs or edited code pile up only to MAX_CODE_CACHE_ENTRIES: then the
+    file keeps what the writing process used, and never more than the limit (a reader refuses
+    a larger file whole)."""
+    from kernelpolicy.limits import MAX_CODE_CACHE_ENTRIES
+
+    old = CodeCache(place)
+    with code_cached(old):
+        for n in range(MAX_CODE_CACHE_ENTRIES - 10):
+            old.compile(f"x = {n}", "<old>")
+    busy = CodeCache(place)
+    with code_cached(busy):
+        for n in range(20):
+            busy.compile(f"y = {n}", "<new>")
+        busy.compile("x = 0", "<old>")
+    assert busy.reused == 1
+    after = CodeCache(place)
+    with code_cached(after):
+        assert len(after.codes) == 21
+    flood = CodeCache(place)
+    with code_cached(flood):
+        for n in range(MAX_CODE_CACHE_ENTRIES + 5):
+            flood.compile(f"z = {n}", "<flood>")
+    last = CodeCache(place)
+    with code_cached(last):
+        assert len(last.codes) == MAX_CODE_CACHE_ENTRIES
+
+
+def test_a_directory_keeps_the_newest_files(tmp_path: Path) -> None:
+    """One file per interpreter build and kernelpolicy version; the newest CODE_FILES stay."""
+    from kernelpolicy.code_cache import CODE_FILES
+
+    for n in range(CODE_FILES + 2):
+        with code_cached(CodeCache(tmp_path / "code" / f"tag{n}.marshal")) as cache:
+            cache.compile("x = 1", "<f>")
+    assert len(list((tmp_path / "code").glob("*.marshal"))) == CODE_FILES
+
+
 def test_the_hook_is_in_place_only_while_held_and_never_over_another() -> None:
     cache = CodeCache(Path("/nonexistent/code/tag.marshal"))
     assert "exec" not in vars(dataclasses)
