@@ -57,6 +57,14 @@ print(json.dumps({"cuda_init_s": t_cuda - t0, "import_ms": (t_import - t_cuda) *
                   "impl_chosen": res.decision("sampler.top_k_top_p").impl}))
 """
 
+# The machine's speed at that moment (benchmarks/bench_resolve.py's reference): a fresh
+# interpreter importing six standard modules, run just before each worker process.
+REFERENCE = r"""
+import json, time; t = time.perf_counter()
+import dataclasses, json, pathlib, logging, pickle, hashlib
+print(json.dumps({"reference_ms": (time.perf_counter() - t) * 1e3}))
+"""
+
 FIRST_SAMPLE = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
@@ -267,7 +275,8 @@ def worker(runs: int, base: dict[str, str], record: Any) -> None:
         if settings != "none":
             env = {**plain, settings: cache}
         for run in range(runs):
-            record("worker", run, {"settings": settings, **child(WORKER, env)})
+            reference = child(REFERENCE, env)
+            record("worker", run, {"settings": settings, **reference, **child(WORKER, env)})
         if os.environ.get("PROFILE_RESOLVE"):
             record("profile-resolve", 0, {"settings": settings, **child(PROFILE_RESOLVE, env)})
 
