@@ -12,7 +12,10 @@ kept (keyed by the file name and the whole text) in ``<cache dir>/code/<tag>.mar
 per interpreter build and kernelpolicy version), which a process that compiled new ones
 rewrites when its last holder leaves. The same text
 compiled with the same flags is the same code, so what is made is exactly what it would be
-without the cache; text of any other module is compiled as :mod:`dataclasses` would.
+without the cache; text of any other module is compiled as :mod:`dataclasses` would. The same
+file keeps texts derived only from what their key names (:func:`keep_text`): the Python
+translations of the policies' CEL rules, verified against CEL once per node
+(:mod:`kernelpolicy.engine.rules`; a later process loads no CEL extension for them).
 
 A code object is code: the file is used only under the compiled-pack cache's rules (it and its
 directory belong to this user or root and no one else can write them, a regular file and not a
@@ -41,7 +44,15 @@ from typing import Any
 
 from kernelpolicy.limits import MAX_CODE_CACHE_BYTES, MAX_CODE_CACHE_ENTRIES
 
-__all__ = ["CodeCache", "cache_place", "code_cached", "compile_kept", "process_cache"]
+__all__ = [
+    "CodeCache",
+    "cache_place",
+    "code_cached",
+    "compile_kept",
+    "keep_text",
+    "kept_text",
+    "process_cache",
+]
 
 FORMAT = 1
 CODE_FILES = 4
@@ -49,6 +60,7 @@ CODE_FILES = 4
 _SUFFIX = ".marshal"
 _MODULE_PREFIX = "kernelpolicy."
 _DATACLASS_FILE = "<string>"  # what exec() names the code of a text
+_TEXT = "text\0"  # the keys of kept texts (a compiled text's key starts with its file name)
 
 
 def _file_tag() -> str:
@@ -92,7 +104,7 @@ class CodeCache:
         self.holders = 0
         self.hooked = False
         self.loaded = False
-        self.codes: dict[str, CodeType] = {}
+        self.codes: dict[str, CodeType | str] = {}
         self.used: set[str] = set()
         self.compiled = 0
         self.reused = 0
@@ -127,7 +139,7 @@ class CodeCache:
         key = f"{filename}\0{source}"
         if self.holders > 0 and self.place is not None:
             kept = self.codes.get(key)
-            if kept is not None:
+            if type(kept) is CodeType:
                 self.reused += 1
                 self.used.add(key)
                 return kept
@@ -139,6 +151,28 @@ class CodeCache:
                 self._unsaved = True
                 self.compiled += 1
         return code
+
+    def text(self, key: str) -> str | None:
+        """The text kept under ``key`` by an earlier process (while a holder is inside)."""
+        if self.holders == 0 or self.place is None:
+            return None
+        kept = self.codes.get(_TEXT + key)
+        if type(kept) is not str:
+            return None
+        self.reused += 1
+        self.used.add(_TEXT + key)
+        return kept
+
+    def keep_text(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` for later processes (while a holder is inside): a
+        result derived only from what ``key`` names, such as a verified translation."""
+        if self.holders == 0 or self.place is None:
+            return
+        with self.lock:
+            self.codes[_TEXT + key] = value
+            self.used.add(_TEXT + key)
+            self._unsaved = True
+            self.compiled += 1
 
     def exec(self, source: Any, globals: dict[str, Any] | None = None, locals: Any = None) -> None:
         """``exec`` as :mod:`dataclasses` calls it: the text of one of kernelpolicy's modules
@@ -152,7 +186,7 @@ class CodeCache:
             code = compile(source, _DATACLASS_FILE, "exec", dont_inherit=True)
         return builtins.exec(code, globals, locals)
 
-    def _kept(self) -> dict[str, CodeType]:
+    def _kept(self) -> dict[str, CodeType | str]:
         """What to write: everything, unless that is over ``MAX_CODE_CACHE_ENTRIES`` (other
         packs, edited code), then what this process used (at most that many)."""
         if len(self.codes) <= MAX_CODE_CACHE_ENTRIES:
@@ -174,7 +208,7 @@ def cache_place(environ: Mapping[str, str]) -> Path | None:
     return None if base is None else base / "code" / f"{_file_tag()}{_SUFFIX}"
 
 
-def _read(path: Path) -> dict[str, CodeType]:
+def _read(path: Path) -> dict[str, CodeType | str]:
     """The kept code objects at ``path``; none where the file may not be trusted or read."""
     from kernelpolicy.safeio import read_trusted_cache_bytes
 
@@ -190,12 +224,13 @@ def _read(path: Path) -> dict[str, CodeType]:
         return {}
     if not isinstance(codes, dict) or len(codes) > MAX_CODE_CACHE_ENTRIES:
         return {}
-    if not all(type(k) is str and type(v) is CodeType for k, v in codes.items()):
-        return {}
+    for key, value in codes.items():
+        if type(key) is not str or type(value) is not (str if key.startswith(_TEXT) else CodeType):
+            return {}
     return codes
 
 
-def _write(path: Path, codes: Mapping[str, CodeType]) -> None:
+def _write(path: Path, codes: Mapping[str, CodeType | str]) -> None:
     """Keep ``codes`` at ``path``; a cache that cannot be written is no cache."""
     from kernelpolicy.errors import KernelPolicyError
     from kernelpolicy.safeio import keep_newest, write_atomic
@@ -228,6 +263,17 @@ def compile_kept(source: str, filename: str) -> CodeType:
     """``compile(source, filename, "exec")`` (no inherited ``__future__`` flags), from the
     code an earlier process kept while the process's cache is held (:func:`code_cached`)."""
     return process_cache().compile(source, filename)
+
+
+def kept_text(key: str) -> str | None:
+    """A text an earlier process kept under ``key`` (:meth:`CodeCache.text`), while the
+    process's cache is held; None otherwise."""
+    return process_cache().text(key)
+
+
+def keep_text(key: str, value: str) -> None:
+    """Keep ``value`` under ``key`` for the node's later processes (:meth:`CodeCache.keep_text`)."""
+    process_cache().keep_text(key, value)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import pytest
 
 from kernelpolicy.code_cache import CodeCache, cache_place, code_cached
 from kernelpolicy.settings import VARIABLES
+from tests.helpers import ROOT
 
 CLASS_SOURCE = """
 from dataclasses import dataclass, field
@@ -149,6 +150,46 @@ def test_past_the_entry_limit_a_write_keeps_what_its_process_used(place: Path) -
         assert len(last.codes) == MAX_CODE_CACHE_ENTRIES
 
 
+def test_texts_are_kept_under_their_key_only_while_held(place: Path) -> None:
+    first = CodeCache(place)
+    first.keep_text("translation of x", "x > 1")
+    assert first.text("translation of x") is None  # not held: nothing kept, nothing read
+    with code_cached(first):
+        assert first.text("translation of x") is None
+        first.keep_text("translation of x", "x > 1")
+    second = CodeCache(place)
+    with code_cached(second):
+        assert second.text("translation of x") == "x > 1"
+        assert second.text("translation of y") is None
+        assert second.compile("x > 1", "<f>").co_filename == "<f>"  # a text is never code
+    assert second.reused == 1
+
+
+def test_a_second_process_takes_the_verified_translations(tmp_path: Path) -> None:
+    """The H100's rules translated to Python and verified against CEL once per node: the next
+    process takes the translations, loads no CEL extension, and selects the same."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env["KERNELPOLICY_CACHE_DIR"] = str(tmp_path)
+    h100 = ROOT / "kernelpolicy" / "fixtures" / "platforms" / "h100-real.json"
+    code = (
+        "import sys, kernelpolicy; "
+        f"r = kernelpolicy.resolve(platform=kernelpolicy.load_platform({str(h100)!r})); "
+        "picks = [r.select('sampler.top_k_top_p', has_generators=g, has_top_k=True, "
+        "has_top_p=True, logprobs_mode=m, batch=b, dtype='bfloat16') "
+        "for g in (False, True) for m in ('raw_logprobs', 'processed_logits') for b in (1, 512)]; "
+        "print('cel.cel' in sys.modules, ','.join(picks))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert runs[0][0] == "True"
+    assert runs[1][0] == "False"
+    assert runs[1][1] == runs[0][1]
+
+
 def test_a_directory_keeps_the_newest_files(tmp_path: Path) -> None:
     """One file per interpreter build and kernelpolicy version; the newest CODE_FILES stay."""
     from kernelpolicy.code_cache import CODE_FILES
@@ -207,6 +248,11 @@ def _not_code(path: Path) -> None:
     path.write_bytes(header + b"\n" + marshal.dumps(codes))
 
 
+def _text_for_code(path: Path) -> None:
+    header, _ = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(header + b"\n" + marshal.dumps({"<f>\0x = 1": "x = 1"}))
+
+
 def _not_marshal(path: Path) -> None:
     header, _ = path.read_bytes().split(b"\n", 1)
     path.write_bytes(header + b"\n" + json.dumps({"a": 1}).encode())
@@ -226,6 +272,7 @@ PLANTED: dict[str, Callable[[Path], None]] = {
     "another interpreter's": _other_interpreter,
     "truncated": _truncated,
     "values that are not code": _not_code,
+    "a text where code belongs": _text_for_code,
     "not marshal": _not_marshal,
     "over MAX_CODE_CACHE_BYTES": _too_large,
 }

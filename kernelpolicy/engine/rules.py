@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from kernelpolicy.code_cache import keep_text, kept_text
+from kernelpolicy.digest import file_stamps
 from kernelpolicy.dtypes import ROUTING_VARIABLES
 from kernelpolicy.engine.hotpath import type_guard
 from kernelpolicy.engine.model import Decision, DtypeRule
-from kernelpolicy.policy.cel import evaluate
+from kernelpolicy.policy.cel import evaluate, extension_stamp
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
 
 
@@ -123,11 +126,33 @@ class _Chain:
             return None
         declared = self._feature.spec.context
         source = candidate.spec.when or ""
+        key = _translation_key(source, self._static, declared)
+        kept = kept_text(key)
+        if kept is not None:  # verified by an earlier process from the same inputs
+            return kept
         python = fold(translate(source, self._static, set(declared)))
         reference = functools.partial(_evaluate_with, candidate.when, self._static)
         if not verify(python, reference, declared, source, dict(self._scope)):
             raise Untranslatable(f"{self._feature.name}/{impl}: translation disagrees with CEL")
+        keep_text(key, python)
         return python
+
+
+def _translation_key(source: str, static: Mapping[str, object], declared: Mapping[str, str]) -> str:
+    """Everything a verified translation depends on: the expression, the platform facts it
+    inlines, the declared types, and the translator's and CEL's code (:func:`_translator`)."""
+    parts = (_translator(), source, repr(sorted(static.items())), repr(sorted(declared.items())))
+    return "\0".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _translator() -> str:
+    """kernelpolicy's translator and CEL binding (the compiled-code cache keeps a file per
+    kernelpolicy version; these files' stamps cover an edit within one) and the CEL extension,
+    read once per process."""
+    package = Path(__file__).resolve().parent.parent
+    code = [package / "policy" / "transpile.py", package / "policy" / "cel.py", Path(__file__)]
+    return f"translation 1\0{file_stamps(package, code)}\0{extension_stamp()}"
 
 
 def _dtype_condition(rule: DtypeRule) -> str:

@@ -98,6 +98,19 @@ def _load() -> Any:
     return cel
 
 
+def extension_stamp() -> str:
+    """The CEL extension's file, size and modification time (``-`` where it is not found):
+    what a result kept from its evaluations depends on, besides the expression."""
+    path = _extension_path()
+    if path is None:
+        return "-"
+    try:
+        info = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{path}:{info.st_size}:{info.st_mtime_ns}"
+
+
 def _extension_path() -> str | None:
     spec = importlib.util.find_spec("cel")
     for location in list(spec.submodule_search_locations or []) if spec else []:
