@@ -42,9 +42,11 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+from kernelpolicy.cache_dir import default_cache_dir
 from kernelpolicy.limits import MAX_CODE_CACHE_BYTES, MAX_CODE_CACHE_ENTRIES
 
 __all__ = [
+    "PLACE_VARIABLES",
     "CodeCache",
     "cache_place",
     "code_cached",
@@ -65,15 +67,14 @@ _TEXT = "text\0"  # the keys of kept texts (a compiled text's key starts with it
 
 def _file_tag() -> str:
     """This interpreter's exact build (marshal's format and the bytecode belong to it) and
-    kernelpolicy's version (an upgrade starts a file of its own instead of keeping the texts of
-    the old code; :data:`CODE_FILES` are kept)."""
-    from kernelpolicy.digest import sha256
-    from kernelpolicy.versions import KERNELPOLICY_VERSION
+    kernelpolicy's installation, as the stamp of the file that holds its version (an upgrade
+    starts a file of its own instead of keeping the texts of the old code; :data:`CODE_FILES`
+    are kept). Nothing here makes a class: the place is known before the first one."""
+    from kernelpolicy.digest import file_stamps, sha256
 
-    text = (
-        f"{FORMAT}\0{sys.implementation.cache_tag}\0{sys.version}\0{sys.hexversion}\0"
-        f"{KERNELPOLICY_VERSION}"
-    )
+    package = Path(__file__).resolve().parent
+    installed = file_stamps(package, [package / "versions.py"])
+    text = f"{FORMAT}\0{sys.implementation.cache_tag}\0{sys.version}\0{sys.hexversion}\0{installed}"
     return sha256(text.encode()).hexdigest()[:32]
 
 
@@ -199,12 +200,21 @@ def _ours(globals: Mapping[str, Any] | None) -> bool:
     return isinstance(globals, dict) and str(globals.get("__name__", "")).startswith(_MODULE_PREFIX)
 
 
+PLACE_VARIABLES = ("KERNELPOLICY_PACK_CACHE", "KERNELPOLICY_CACHE_DIR")
+"""The settings that move or switch off the cache: only where one is set are the settings'
+readers imported (they make classes of their own, whose methods this cache keeps)."""
+
+
 def cache_place(environ: Mapping[str, str]) -> Path | None:
     """The cache file for the variables ``environ``, or None where there is no cache (see
     :func:`kernelpolicy.settings.readers.validated_cache_dir`)."""
-    from kernelpolicy.settings.readers import validated_cache_dir
+    if any(name in environ for name in PLACE_VARIABLES):
+        from kernelpolicy.settings.readers import validated_cache_dir
 
-    base = validated_cache_dir(environ, create=False)
+        base = validated_cache_dir(environ, create=False)
+    else:  # the default place, as validated_cache_dir gives it
+        base = default_cache_dir()
+        base = base if base.is_absolute() else None
     return None if base is None else base / "code" / f"{_file_tag()}{_SUFFIX}"
 
 

@@ -305,6 +305,31 @@ def test_no_cache_where_the_settings_give_none(name: str, variables: dict[str, s
     assert cache_place(variables) is None
 
 
+def test_the_place_variables_are_the_settings_variables() -> None:
+    from kernelpolicy.code_cache import PLACE_VARIABLES
+    from kernelpolicy.settings.readers import variable
+
+    assert (variable("pack_cache"), variable("cache_dir")) == PLACE_VARIABLES
+
+
+def test_the_default_place_makes_no_class_before_the_hook(tmp_path: Path) -> None:
+    """Finding the default place imports nothing that makes a dataclass (their methods are
+    what the cache keeps: one made before it is loaded is compiled in every process)."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    code = (
+        "import sys, dataclasses; made = []; real = dataclasses._process_class\n"
+        "def spy(cls, *a, **k):\n    made.append(cls.__qualname__); return real(cls, *a, **k)\n"
+        "dataclasses._process_class = spy\n"
+        "from kernelpolicy.code_cache import process_cache; print(process_cache().place, made)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert out[0].startswith(str(tmp_path / "kernelpolicy" / "code"))
+    assert out[1] == "[]"
+
+
 def test_cache_place_is_under_the_cache_directory(tmp_path: Path) -> None:
     found = cache_place({"KERNELPOLICY_CACHE_DIR": str(tmp_path)})
     assert found is not None

@@ -19,10 +19,10 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from kernelpolicy.cache_dir import default_cache_dir
 from kernelpolicy.settings.readers import (
     ACCEPTED_BOOLEANS,
     bundled_policy_dir,
-    default_cache_dir,
     parse_bool,
     variable,
 )

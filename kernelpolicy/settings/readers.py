@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.cache_dir import default_cache_dir
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_SETTING_CHARS, shown
 from kernelpolicy.safeio import parse_json
@@ -17,7 +18,6 @@ from kernelpolicy.safeio import parse_json
 __all__ = [
     "ACCEPTED_BOOLEANS",
     "bundled_policy_dir",
-    "default_cache_dir",
     "parse_bool",
     "read_value",
     "validated_cache_dir",
@@ -116,15 +116,6 @@ _READERS: dict[str, Callable[[str, str], Any]] = {
 def bundled_policy_dir() -> Path:
     """The policy pack that ships with kernelpolicy (``policies/`` in the source tree)."""
     return Path(__file__).resolve().parent.parent / "bundled_policies"
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/kernelpolicy``, else ``~/.cache/kernelpolicy``: the evidence store and
-    the compiled-pack cache live under it unless ``KERNELPOLICY_CACHE_DIR`` says otherwise."""
-    import os
-
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kernelpolicy"
 
 
 def validated_cache_dir(given: Mapping[str, str], *, create: bool) -> Path | None:
