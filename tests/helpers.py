@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -252,3 +253,20 @@ def promtool_check_metrics(text: str) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "", done.stdout  # no lint findings either
+
+
+# A cache entry made untrustworthy, as an attacker or a careless admin would leave it: the
+# caches that hold validated values or code (settings memo, compiled code) must ignore each.
+def plant_foreign_owner(path: Path) -> None:
+    os.chown(path, 65534, 65534)
+
+
+def plant_group_writable(path: Path) -> None:
+    path.chmod(0o620)
+
+
+def plant_symlink(path: Path) -> None:
+    """``path`` becomes a link to its own content moved beside it."""
+    target = path.with_name("elsewhere")
+    path.rename(target)
+    path.symlink_to(target)

@@ -18,7 +18,7 @@ import pytest
 
 from kernelpolicy.code_cache import CodeCache, cache_place, code_cached
 from kernelpolicy.settings import VARIABLES
-from tests.helpers import ROOT
+from tests.helpers import ROOT, plant_foreign_owner, plant_group_writable, plant_symlink
 
 CLASS_SOURCE = """
 from dataclasses import dataclass, field
@@ -165,11 +165,19 @@ def test_texts_are_kept_under_their_key_only_while_held(place: Path) -> None:
     assert second.reused == 1
 
 
+def _child(code: str, **variables: str) -> list[str]:
+    """The words a fresh interpreter running ``code`` prints, with none of kernelpolicy's
+    settings in its environment but ``variables``."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**env, **variables}, check=True, capture_output=True,
+        text=True,
+    ).stdout.split()  # fmt: skip
+
+
 def test_a_second_process_takes_the_verified_translations(tmp_path: Path) -> None:
     """The H100's rules translated to Python and verified against CEL once per node: the next
     process takes the translations, loads no CEL extension, and selects the same."""
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    env["KERNELPOLICY_CACHE_DIR"] = str(tmp_path)
     h100 = ROOT / "kernelpolicy" / "fixtures" / "platforms" / "h100-real.json"
     code = (
         "import sys, kernelpolicy; "
@@ -179,12 +187,7 @@ def test_a_second_process_takes_the_verified_translations(tmp_path: Path) -> Non
         "for g in (False, True) for m in ('raw_logprobs', 'processed_logits') for b in (1, 512)]; "
         "print('cel.cel' in sys.modules, ','.join(picks))"
     )
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()
-        for _ in range(2)
-    ]
+    runs = [_child(code, KERNELPOLICY_CACHE_DIR=str(tmp_path)) for _ in range(2)]
     assert runs[0][0] == "True"
     assert runs[1][0] == "False"
     assert runs[1][1] == runs[0][1]
@@ -217,20 +220,6 @@ def test_the_hook_is_in_place_only_while_held_and_never_over_another() -> None:
     off = CodeCache(None)  # KERNELPOLICY_PACK_CACHE=0, or no usable directory
     with code_cached(off):
         assert "exec" not in vars(dataclasses)
-
-
-def _foreign(path: Path) -> None:
-    os.chown(path, 65534, 65534)
-
-
-def _group_writable(path: Path) -> None:
-    path.chmod(0o620)
-
-
-def _symlinked(path: Path) -> None:
-    target = path.with_name("elsewhere")
-    path.rename(target)
-    path.symlink_to(target)
 
 
 def _other_interpreter(path: Path) -> None:
@@ -266,9 +255,9 @@ def _too_large(path: Path) -> None:
 
 
 PLANTED: dict[str, Callable[[Path], None]] = {
-    "owned by another user": _foreign,
-    "group-writable": _group_writable,
-    "a symbolic link": _symlinked,
+    "owned by another user": plant_foreign_owner,
+    "group-writable": plant_group_writable,
+    "a symbolic link": plant_symlink,
     "another interpreter's": _other_interpreter,
     "truncated": _truncated,
     "values that are not code": _not_code,
@@ -315,17 +304,13 @@ def test_the_place_variables_are_the_settings_variables() -> None:
 def test_the_default_place_makes_no_class_before_the_hook(tmp_path: Path) -> None:
     """Finding the default place imports nothing that makes a dataclass (their methods are
     what the cache keeps: one made before it is loaded is compiled in every process)."""
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    env["XDG_CACHE_HOME"] = str(tmp_path)
     code = (
         "import sys, dataclasses; made = []; real = dataclasses._process_class\n"
         "def spy(cls, *a, **k):\n    made.append(cls.__qualname__); return real(cls, *a, **k)\n"
         "dataclasses._process_class = spy\n"
         "from kernelpolicy.code_cache import process_cache; print(process_cache().place, made)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
-    ).stdout.split()
+    out = _child(code, XDG_CACHE_HOME=str(tmp_path))
     assert out[0].startswith(str(tmp_path / "kernelpolicy" / "code"))
     assert out[1] == "[]"
 
@@ -338,17 +323,13 @@ def test_cache_place_is_under_the_cache_directory(tmp_path: Path) -> None:
 
 
 def _child_counts(cache: Path) -> Iterator[list[str]]:
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    env["KERNELPOLICY_CACHE_DIR"] = str(cache)
     code = (
         "import kernelpolicy; kernelpolicy.resolve(); "
         "from kernelpolicy.code_cache import process_cache; c = process_cache(); "
         "print(c.compiled, c.reused)"
     )
     for _ in range(2):
-        yield subprocess.run(
-            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
-        ).stdout.split()
+        yield _child(code, KERNELPOLICY_CACHE_DIR=str(cache))
 
 
 def test_a_second_process_compiles_none_of_resolves_methods(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.settings import VARIABLES, settings_from
+from tests.helpers import plant_foreign_owner, plant_group_writable, plant_symlink
 
 ENVIRONMENTS = {
     "log format": {"KERNELPOLICY_LOG_FORMAT": "json"},
@@ -72,20 +73,6 @@ def test_a_process_with_the_same_variables_does_not_import_pydantic(tmp_path: Pa
     assert runs == [["off", str(tmp_path), "True"], ["off", str(tmp_path), "False"]]
 
 
-def _foreign(path: Path) -> None:
-    os.chown(path, 65534, 65534)
-
-
-def _group_writable(path: Path) -> None:
-    path.chmod(0o620)
-
-
-def _symlinked(path: Path) -> None:
-    target = path.with_name("elsewhere")
-    path.rename(target)
-    path.symlink_to(target)
-
-
 def _other_key(path: Path) -> None:
     entry = json.loads(path.read_bytes())
     path.write_text(json.dumps({**entry, "key": "0" * 32}))
@@ -108,9 +95,9 @@ def _truncated(path: Path) -> None:
 
 
 PLANTED: dict[str, Callable[[Path], None]] = {
-    "owned by another user": _foreign,
-    "group-writable": _group_writable,
-    "a symbolic link": _symlinked,
+    "owned by another user": plant_foreign_owner,
+    "group-writable": plant_group_writable,
+    "a symbolic link": plant_symlink,
     "another key": _other_key,
     "a value of the wrong form": _wrong_form,
     "a field not given": _more_fields,
