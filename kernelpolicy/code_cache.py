@@ -242,19 +242,16 @@ def _read(path: Path) -> dict[str, CodeType | str]:
 
 def _write(path: Path, codes: Mapping[str, CodeType | str]) -> None:
     """Keep ``codes`` at ``path``; a cache that cannot be written is no cache."""
-    from kernelpolicy.errors import KernelPolicyError
-    from kernelpolicy.safeio import keep_newest, write_atomic
-    from kernelpolicy.trust import private_dir
+    from kernelpolicy.safeio import store_cache_bytes
 
     try:
         data = _header(path.stem) + marshal.dumps(dict(codes))
-        if len(data) > MAX_CODE_CACHE_BYTES:
-            return
-        private_dir(path.parent, "compiled code cache")
-        write_atomic(path, data, 0o600)
-        keep_newest(path.parent, CODE_FILES, _SUFFIX)
-    except (OSError, KernelPolicyError, ValueError):
+    except ValueError:
         return
+    store_cache_bytes(
+        path, data, limit=MAX_CODE_CACHE_BYTES, keep=CODE_FILES, what="compiled code cache",
+        suffix=_SUFFIX,
+    )  # fmt: skip
 
 
 _PROCESS: dict[str, CodeCache] = {}  # the process's cache, made on first use

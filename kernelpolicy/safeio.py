@@ -260,6 +260,26 @@ def keep_newest(directory: Path, count: int, suffix: str = ".json") -> None:
             os.unlink(stale)
 
 
+def store_cache_bytes(
+    path: Path, data: bytes, *, limit: int, keep: int, what: str, suffix: str = ".json"
+) -> None:
+    """Write a cache file of ours: ``data`` as ``path`` (0600, atomically) in a private 0700
+    directory (:func:`kernelpolicy.trust.private_dir`, ``what`` naming it), then keep the newest
+    ``keep`` files of its kind (:func:`keep_newest`). Data over ``limit`` is not stored. Never
+    raises: a cache that cannot be written is no cache. Read back by
+    :func:`read_trusted_cache_bytes`."""
+    from kernelpolicy.trust import private_dir
+
+    if len(data) > limit:
+        return
+    try:
+        private_dir(path.parent, what)
+        write_atomic(path, data, 0o600)
+        keep_newest(path.parent, keep, suffix)
+    except (OSError, KernelPolicyError):
+        return
+
+
 def read_trusted_cache_bytes(
     path: Path, *, limit: int, limit_name: str, links: bool = False
 ) -> bytes | None:

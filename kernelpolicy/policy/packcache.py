@@ -190,15 +190,12 @@ def _entry(key: str, policies: PolicySet) -> dict[str, Any]:
 
 def _write(directory: Path, path: Path, key: str, policies: PolicySet) -> None:
     """Store the entry; a cache that cannot be written is no cache (nothing is raised)."""
-    from kernelpolicy.safeio import keep_newest, write_atomic
-    from kernelpolicy.trust import private_dir
+    from kernelpolicy.safeio import store_cache_bytes
 
     try:
         data = json.dumps(_entry(key, policies), separators=(",", ":")).encode()
-        if len(data) > MAX_PACK_CACHE_BYTES:
-            return
-        private_dir(directory, "compiled-pack cache")
-        write_atomic(path, data, 0o600)
-        keep_newest(directory, PACK_CACHE_ENTRIES)
-    except (OSError, KernelPolicyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return
+    store_cache_bytes(
+        path, data, limit=MAX_PACK_CACHE_BYTES, keep=PACK_CACHE_ENTRIES, what="compiled-pack cache"
+    )

@@ -64,20 +64,17 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
     if path is None:
         return
 
-    from kernelpolicy.safeio import keep_newest, write_atomic
-    from kernelpolicy.trust import private_dir
+    from kernelpolicy.safeio import store_cache_bytes
 
     settings = {name: _encode(values[name]) for name in _fields(given)}
     entry = {"format": FORMAT, "key": _key(given), "values": settings}
     try:
         data = json.dumps(entry, separators=(",", ":")).encode()
-        if len(data) > MAX_SETTINGS_MEMO_BYTES:
-            return
-        private_dir(path.parent, "settings memo")
-        write_atomic(path, data, 0o600)
-        keep_newest(path.parent, MEMO_ENTRIES)
-    except (OSError, KernelPolicyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return
+    store_cache_bytes(
+        path, data, limit=MAX_SETTINGS_MEMO_BYTES, keep=MEMO_ENTRIES, what="settings memo"
+    )
 
 
 def _fields(given: Mapping[str, str]) -> list[str]:

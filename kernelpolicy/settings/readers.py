@@ -119,7 +119,7 @@ def bundled_policy_dir() -> Path:
 
 
 def validated_cache_dir(given: Mapping[str, str], *, create: bool) -> Path | None:
-    """The cache directory of the validated caches (the settings memo, the dataclass methods)
+    """The cache directory of the validated caches (the settings memo, the compiled code)
     for the variables ``given``, or None where there is none: ``KERNELPOLICY_PACK_CACHE``
     turns them off, the variables that name the place do not read (the settings model says
     what is wrong with them), the directory is relative (it would land wherever the process
