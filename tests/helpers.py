@@ -270,3 +270,11 @@ def plant_symlink(path: Path) -> None:
     target = path.with_name("elsewhere")
     path.rename(target)
     path.symlink_to(target)
+
+
+UNTRUSTED_ENTRIES: dict[str, Callable[[Path], None]] = {
+    "owned by another user": plant_foreign_owner,
+    "group-writable": plant_group_writable,
+    "a symbolic link": plant_symlink,
+}
+"""The ways an entry is made untrustworthy, named, for a cache test's table of planted files."""

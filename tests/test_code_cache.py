@@ -18,7 +18,7 @@ import pytest
 
 from kernelpolicy.code_cache import CodeCache, cache_place, code_cached
 from kernelpolicy.settings import VARIABLES
-from tests.helpers import ROOT, plant_foreign_owner, plant_group_writable, plant_symlink
+from tests.helpers import ROOT, UNTRUSTED_ENTRIES
 
 CLASS_SOURCE = """
 from dataclasses import dataclass, field
@@ -255,9 +255,7 @@ def _too_large(path: Path) -> None:
 
 
 PLANTED: dict[str, Callable[[Path], None]] = {
-    "owned by another user": plant_foreign_owner,
-    "group-writable": plant_group_writable,
-    "a symbolic link": plant_symlink,
+    **UNTRUSTED_ENTRIES,
     "another interpreter's": _other_interpreter,
     "truncated": _truncated,
     "values that are not code": _not_code,

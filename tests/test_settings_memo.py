@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.settings import VARIABLES, settings_from
-from tests.helpers import plant_foreign_owner, plant_group_writable, plant_symlink
+from tests.helpers import UNTRUSTED_ENTRIES
 
 ENVIRONMENTS = {
     "log format": {"KERNELPOLICY_LOG_FORMAT": "json"},
@@ -95,9 +95,7 @@ def _truncated(path: Path) -> None:
 
 
 PLANTED: dict[str, Callable[[Path], None]] = {
-    "owned by another user": plant_foreign_owner,
-    "group-writable": plant_group_writable,
-    "a symbolic link": plant_symlink,
+    **UNTRUSTED_ENTRIES,
     "another key": _other_key,
     "a value of the wrong form": _wrong_form,
     "a field not given": _more_fields,
