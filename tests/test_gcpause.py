@@ -13,6 +13,8 @@ from kernelpolicy.api import resolve
 from kernelpolicy.gcpause import collector_paused
 from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import load_platform
+from kernelpolicy.policy import loader
+from kernelpolicy.policy.loader import load_policy_text
 
 
 @pytest.fixture
@@ -67,6 +69,50 @@ def _two_threads() -> list[bool]:
     return [*seen, gc.isenabled()]
 
 
+def _holder_outlives_a_policy_load() -> list[bool]:
+    """A thread that starts holding the pause while policies load and stays after the load:
+    the load pauses the collector through the same owner, so its end leaves it off for that
+    holder (a pause of its own would turn it on there), and the last holder turns it on."""
+    held, loaded = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    threads: list[threading.Thread] = []
+
+    def holder() -> None:
+        with collector_paused():
+            held.set()
+            loaded.wait(10)
+            seen.append(gc.isenabled())
+
+    def validate_with_a_new_holder(*args: object) -> object:
+        if not threads:  # while the load is inside its pause
+            threads.append(threading.Thread(target=holder))
+            threads[0].start()
+            held.wait(10)
+        return validate(*args)
+
+    validate = loader._validate
+    loader._validate = validate_with_a_new_holder  # restored below
+    try:
+        load_policy_text(SMALL_POLICY)
+    finally:
+        loader._validate = validate
+    loaded.set()
+    threads[0].join(10)
+    return [*seen, gc.isenabled()]
+
+
+SMALL_POLICY = """
+schema = "kernelpolicy.policy/v1"
+
+[features.demo]
+description = "One feature, one candidate"
+fallback = "torch"
+
+[[features.demo.candidates]]
+impl = "torch"
+entry = "json:loads"
+"""
+
 CASES: dict[str, tuple[bool, Callable[[], list[bool]], list[bool]]] = {
     # name: (collector on before, what the case does, gc.isenabled() at each point it reports)
     "off inside, on after": (True, _plain, [False, True]),
@@ -74,6 +120,7 @@ CASES: dict[str, tuple[bool, Callable[[], list[bool]], list[bool]]] = {
     "nested: on only after the outermost": (True, _nested, [False, False, True]),
     "a failing body still turns it back on": (True, _raised, [True]),
     "two threads: on after the last leaves": (True, _two_threads, [False, True]),
+    "a policy load shares the pause": (True, _holder_outlives_a_policy_load, [False, True]),
 }
 
 
