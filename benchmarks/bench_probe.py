@@ -6,6 +6,11 @@ Budgets (DESIGN.md, issue 2):
   * ``kernelpolicy probe --json`` as a whole process well under ``python -c "import torch"``
     (expected ratio < 0.3).
 
+The CLI is also timed without bytecode (``PYTHONPYCACHEPREFIX`` an empty directory and
+``PYTHONDONTWRITEBYTECODE=1``: every module compiled from source in every process), as in an
+image whose packages were installed with ``pip install --no-compile``; deploy/Dockerfile
+compiles bytecode at build time for that reason.
+
 Usage: python benchmarks/bench_probe.py [--runs N] [--calls N] [--json]
 """
 
@@ -18,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,8 +53,9 @@ def first_call(runs: int) -> float:
     return fresh(FIRST_CALL, runs)
 
 
-def whole_process(runs: int) -> tuple[float, float]:
-    """Median wall time of the CLI and of importing torch, runs interleaved."""
+def whole_process(runs: int) -> tuple[float, float, float]:
+    """Median wall times of the CLI, of the CLI without bytecode, and of importing torch, runs
+    interleaved."""
     cli = shutil.which("kernelpolicy")
     probe_cmd = (
         [cli, "probe", "--json"]
@@ -56,13 +63,18 @@ def whole_process(runs: int) -> tuple[float, float]:
         else [sys.executable, "-m", "kernelpolicy", "probe", "--json"]
     )
     torch_cmd = [sys.executable, "-c", "import torch"]
-    probe_t, torch_t = [], []
-    for _ in range(runs):
-        for cmd, sink in ((probe_cmd, probe_t), (torch_cmd, torch_t)):
-            start = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, check=True, env=clean_env())
-            sink.append(time.perf_counter() - start)
-    return statistics.median(probe_t), statistics.median(torch_t)
+    with tempfile.TemporaryDirectory() as empty:
+        # With a prefix Python reads bytecode only from it; it stays empty (nothing written).
+        source_only = {**clean_env(), "PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"}
+        commands = ((probe_cmd, clean_env()), (probe_cmd, source_only), (torch_cmd, clean_env()))
+        samples: list[list[float]] = [[], [], []]
+        for _ in range(runs):
+            for (cmd, env), sink in zip(commands, samples, strict=True):
+                start = time.perf_counter()
+                subprocess.run(cmd, capture_output=True, check=True, env=env)
+                sink.append(time.perf_counter() - start)
+    probe_t, source_t, torch_t = (statistics.median(sink) for sink in samples)
+    return probe_t, source_t, torch_t
 
 
 def main() -> None:
@@ -74,13 +86,14 @@ def main() -> None:
 
     warm = warm_calls(args.calls)
     first = first_call(args.runs)
-    cli, torch = whole_process(args.runs)
+    cli, cli_from_source, torch = whole_process(args.runs)
     result = {
         "machine": f"{host.node()} {host.machine()} {host.processor() or ''}".strip(),
         "python": host.python_version(),
         "probe_warm_ms": round(warm * 1e3, 3),
         "probe_first_call_ms": round(first * 1e3, 1),
         "cli_probe_json_ms": round(cli * 1e3, 1),
+        "cli_probe_json_no_bytecode_ms": round(cli_from_source * 1e3, 1),
         "import_torch_ms": round(torch * 1e3, 1),
         "ratio_cli_over_torch": round(cli / torch, 3),
     }
@@ -91,6 +104,11 @@ def main() -> None:
         (f"in-process probe(), warm, median of {args.calls}", "probe_warm_ms", "budget 20 ms"),
         (f"import kernelpolicy + first probe(), median of {args.runs}", "probe_first_call_ms", ""),
         (f"'kernelpolicy probe --json' process, median of {args.runs}", "cli_probe_json_ms", ""),
+        (
+            f"the same, no bytecode (--no-compile), median of {args.runs}",
+            "cli_probe_json_no_bytecode_ms",
+            "",
+        ),
         (f"'python -c \"import torch\"' process, median of {args.runs}", "import_torch_ms", ""),
     ]
     for label, key, note in rows:

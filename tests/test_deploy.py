@@ -243,6 +243,25 @@ def test_dockerfile_matches_the_daemonset() -> None:
     assert uid["runAsUser"] == 10001
 
 
+def _run_instructions(text: str) -> list[str]:
+    """The Dockerfile's RUN instructions, continuation lines joined."""
+    joined = text.replace("\\\n", " ")
+    return [line.strip()[4:] for line in joined.splitlines() if line.strip().startswith("RUN ")]
+
+
+def test_image_ships_bytecode() -> None:
+    """The image sets PYTHONDONTWRITEBYTECODE, so bytecode must be compiled when it is built:
+    pip's --no-compile (or PYTHONDONTWRITEBYTECODE set before the install) would leave every
+    process of the image compiling kernelpolicy and its dependencies from source."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    installs = [run for run in _run_instructions(text) if "pip install" in run]
+    assert installs, "the Dockerfile installs kernelpolicy with pip"
+    assert not [run for run in installs if "--no-compile" in run]
+    env_block = text.split("ENV ", 1)[1].split("\n\n", 1)[0]
+    assert "PYTHONDONTWRITEBYTECODE=1" in env_block  # no writes at run time (read-only root)
+    assert "PIP_NO_COMPILE" not in text
+
+
 @pytest.mark.parametrize("command", ["check", "test"])
 def test_alert_rules_with_promtool(command: str) -> None:
     """`promtool check rules` and `promtool test rules` (each alert fires when it should)."""
