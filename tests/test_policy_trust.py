@@ -15,6 +15,7 @@ from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.policy import load_policies, read_policy_sources
 from kernelpolicy.settings import bundled_policy_dir
+from tests.helpers import make_group_writable
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = """schema = "kernelpolicy.policy/v1"
@@ -40,15 +41,24 @@ def policy_dir(tmp_path: Path) -> Path:
 
 def chmod_file(mode: int) -> Callable[[Path], Path]:
     def change(directory: Path) -> Path:
-        os.chmod(directory / "p.toml", mode)
+        _chmod(directory / "p.toml", mode)
         return directory / "p.toml"
 
     return change
 
 
+def _chmod(path: Path, mode: int) -> None:
+    """Group write is given with a group that others are in (one of the owner alone is
+    trusted, as ssh does)."""
+    if mode & 0o022 == 0o020:
+        make_group_writable(path, mode)
+    else:
+        os.chmod(path, mode)
+
+
 def chmod_dir(mode: int) -> Callable[[Path], Path]:
     def change(directory: Path) -> Path:
-        os.chmod(directory, mode)
+        _chmod(directory, mode)
         return directory
 
     return change
