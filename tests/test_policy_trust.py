@@ -99,6 +99,48 @@ def test_untrusted_policy_is_refused(
     assert "KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1" in text
 
 
+def _files(directory: Path, count: int) -> list[Path]:
+    files = [directory / f"{index:02d}.toml" for index in range(count)]
+    for file in files:
+        file.write_text(POLICY.replace("mhc", f"f{file.stem}"))
+    return files
+
+
+@pytest.mark.parametrize(
+    ("untrusted", "directory_too", "lines", "more"),
+    [
+        pytest.param(3, False, 3, None, id="three-files"),
+        pytest.param(3, True, 4, None, id="three-files-and-their-directory"),
+        pytest.param(12, False, 10, "and 2 more", id="over-the-shown-limit"),
+    ],
+)
+def test_every_untrusted_path_is_named_at_once(
+    untrusted: int, directory_too: bool, lines: int, more: str | None, tmp_path: Path
+) -> None:
+    """Several untrusted files (a checkout made under a permissive umask) are named in one
+    error, the directory once though each file in it reports it too: one fix covers them all,
+    instead of one run per file."""
+    directory = tmp_path / "policies"
+    directory.mkdir(mode=0o755)
+    files = _files(directory, untrusted)
+    for file in files:
+        file.chmod(0o666)
+    if directory_too:
+        directory.chmod(0o777)
+    with pytest.raises(UntrustedFileError) as info:
+        read_policy_sources([directory])
+    head, *named = str(info.value).splitlines()
+    count = untrusted + directory_too
+    assert head == (
+        f"refusing {count} policy paths another user could change "
+        "(set KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept)"
+    )
+    assert len([line for line in named if "writable by others" in line]) == lines
+    assert named[-1] == f"  {more}" if more else "more" not in named[-1]
+    if directory_too:
+        assert named[0].startswith(f"  policy directory {directory}: writable by others")
+
+
 @pytest.mark.parametrize(("make_untrusted", "message"), CASES)
 def test_opt_out_accepts_untrusted(
     make_untrusted: Callable[[Path], Path], message: str, tmp_path: Path

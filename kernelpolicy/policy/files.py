@@ -1,7 +1,7 @@
 """Policy files on disk: which files a set of paths means, whether to trust them, their text.
 
 A directory means its ``*.toml`` files in name order. Before anything is read, every directory
-given and every file must pass :func:`kernelpolicy.trust.check_trusted` (owned by root or the
+given and every file must pass :func:`kernelpolicy.trust.trust_problem` (owned by root or the
 current user, writable by nobody else) unless the caller opts out (``allow_untrusted``,
 ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``). Files are read with :mod:`kernelpolicy.safeio`: regular
 files only (a FIFO never hangs, ``/dev/zero`` is refused), at most ``MAX_POLICY_FILE_BYTES``,
@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue
+from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue, UntrustedFileError
 from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
 from kernelpolicy.policy.load_boundary import boundary
 from kernelpolicy.safeio import read_text_bounded
-from kernelpolicy.trust import check_trusted
+from kernelpolicy.trust import trust_problem
 
 
 class _Unreadable(KernelPolicyError):
@@ -142,20 +142,45 @@ def check_policy_trust(
     """Check every directory among ``paths`` and every existing file among ``files``.
 
     Raises:
-        UntrustedFileError: The first one owned or writable by another user (a missing file is
-            left to the reader, which reports it).
+        UntrustedFileError: Some are owned or writable by another user: one line for one, else
+            a line for each (at most ``MAX_UNTRUSTED_SHOWN``), so that one fix covers them all
+            (a missing file is left to the reader, which reports it).
     """
     if allow_untrusted:
         return
+    problems: dict[str, str] = {}  # problem -> what it is about, in the order found
     with boundary() as cursor:
         for path in map(Path, expand_policy_paths(paths)):
             cursor.at(str(path))
             if path.is_dir():
-                check_trusted(path, "policy directory")
+                _note(problems, "policy directory", path)
         for file in files:
             cursor.at(str(file))
             if file.exists():
-                check_trusted(file, "policy file")
+                _note(problems, "policy file", file)
+    opt_out = "set KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept"
+    if len(problems) == 1:
+        ((problem, what),) = problems.items()
+        raise UntrustedFileError(f"refusing {what} {problem} ({opt_out} it)")
+    if problems:
+        shown = list(problems.items())[:MAX_UNTRUSTED_SHOWN]
+        lines = [f"refusing {len(problems)} policy paths another user could change ({opt_out})"]
+        lines += [f"  {what} {problem}" for problem, what in shown]
+        if len(problems) > len(shown):
+            lines.append(f"  and {len(problems) - len(shown)} more")
+        raise UntrustedFileError("\n".join(lines))
+
+
+MAX_UNTRUSTED_SHOWN = 10
+"""Untrusted policy paths named in one error; the rest are counted."""
+
+
+def _note(problems: dict[str, str], what: str, path: Path) -> None:
+    """Add why ``path`` may not be trusted, if it may not (a directory's problem is named once,
+    though each file in it reports it too)."""
+    problem = trust_problem(path)
+    if problem is not None:
+        problems.setdefault(problem, what)
 
 
 def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
