@@ -84,6 +84,8 @@ class Told:
         by_dtype: Per dtype the feature routes on (and per batch range, where it routes by
             batch too), what ``select()`` chooses in-process for a call that gives its dtype;
             set only where some dtype changes the choice.
+        model_kind: The only kind of model the feature is for (``mla``, ``mha``), where it
+            is not the kind the engine is told for (status ``OTHER_MODEL_KIND``).
     """
 
     feature: str
@@ -100,6 +102,7 @@ class Told:
     by_batch: tuple[BatchChoice, ...] = ()
     batch_conditions: tuple[str, ...] = ()
     by_dtype: tuple[DtypeChoice, ...] = ()
+    model_kind: str | None = None
 
     @property
     def per_batch(self) -> bool:
@@ -175,10 +178,24 @@ class Told:
             Status.DEFAULT: "(engine default)",
             Status.UNDECLARED: "(not declared)",
             Status.NOT_FOR_ENGINE: "-",
-            Status.OTHER_MODEL_KIND: "(mla models only)",
+            Status.OTHER_MODEL_KIND: f"({self.model_kind or 'other'} models only)",
             Status.NOT_APPLICABLE: "-",
             Status.ERROR: "ERROR",
         }[self.status]
+
+    def outcome(self) -> str:
+        """The implementation decided, or in explain's words why there is none: ``ERROR``,
+        ``(no implementation applies)``, with ``mla models only`` where the feature is for
+        another kind of model than the engine is told for. What exec's log shows."""
+        if self.impl is not None:
+            return self.impl
+        if self.status is Status.NOT_FOR_ENGINE:  # an error this engine is told nothing of
+            return "ERROR (not told to the engine)"
+        only = f"{self.model_kind or 'other'} models only"
+        other = self.status is Status.OTHER_MODEL_KIND
+        if self.note is not None:  # the decision's error
+            return f"ERROR ({only})" if other else "ERROR"
+        return f"(no implementation applies; {only})" if other else "(no implementation applies)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -248,12 +265,24 @@ class EngineSettings:
         return not self.errors
 
     @property
+    def version_assumed(self) -> bool:
+        """No version was installed or given: the rules were matched as the knob tables'
+        newest release (:attr:`release`), which :attr:`matched_version` then names."""
+        return not self.version and self.release is not None
+
+    @property
+    def matched_version(self) -> str | None:
+        """The version installed or given; where there is none, the release the rules were
+        matched as (:attr:`version_assumed`); ``None`` where neither is known."""
+        return self.release if self.version_assumed else self.version
+
+    @property
     def label(self) -> str:
         """``vllm 0.12.0``; ``vllm 0.33.0 (newest known)`` where none is installed or given and
         the rules were matched as the tables' newest release; ``vllm`` where neither is known."""
-        if self.version:
-            return f"{self.engine} {self.version}"
-        return f"{self.engine} {self.release} (newest known)" if self.release else self.engine
+        if self.version_assumed:
+            return f"{self.engine} {self.release} (newest known)"
+        return f"{self.engine} {self.version}" if self.version else self.engine
 
     @property
     def per_batch(self) -> tuple[str, ...]:

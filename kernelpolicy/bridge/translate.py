@@ -161,9 +161,9 @@ class _Teller:
     def tell(self, feature: CompiledFeature, decision: Decision) -> Told:
         name, impl, engine = feature.name, decision.impl, self.engine
         relevant = bool(_all_rules(feature, engine))
-        other_kind = feature.spec.model_kind not in (None, self.model_kind)
-        if relevant and other_kind:
-            return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error)
+        kind = feature.spec.model_kind
+        if relevant and kind not in (None, self.model_kind):
+            return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error, model_kind=kind)
         if decision.error is not None:
             if relevant:
                 self.errors.append(f"{name}: {decision.error}")

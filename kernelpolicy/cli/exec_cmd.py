@@ -29,7 +29,9 @@ def register(commands: Any) -> None:
             "Resolve the policies on this node, log the decisions with their fingerprint, set "
             "the engine's variables (never overwriting one you set) and append its flags (never "
             "one you gave), then replace this process with COMMAND. Exits 1 before starting "
-            "anything when a decision is an error or two decisions need different values."
+            "anything when a decision is an error or two decisions need different values; "
+            "127 when COMMAND is not found and 126 when it cannot be run (the shell's codes). "
+            "Once started, the exit status is the engine's."
         ),
         epilog=(
             "examples:\n"
@@ -152,7 +154,10 @@ def _local_engine(args: argparse.Namespace) -> str | None:
     return read_libraries([distribution(args.engine)]).versions.get(distribution(args.engine))
 
 
-def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:
+def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str]) -> None:
+    """The one ``kernelpolicy.exec`` event: the engine's version (where none is installed or
+    given, the knob tables' release the rules were matched as, with ``engine_version_assumed``),
+    each decision as explain words it, and the warnings said on stderr above it, each once."""
     if fmt == "off":
         return
     from kernelpolicy.logs import get_logger
@@ -163,8 +168,9 @@ def _log(fmt: str, settings: Any, argv: list[str], warnings: list[str]) -> None:
         "kernelpolicy.exec",
         fingerprint=settings.fingerprint,
         engine=settings.engine,
-        engine_version=settings.version,
-        decisions={n: t.impl or f"<{t.status.value}>" for n, t in settings.decisions.items()},
+        engine_version=settings.matched_version,
+        engine_version_assumed=settings.version_assumed,
+        decisions={n: t.outcome() for n, t in settings.decisions.items()},
         env=settings.env,
         flags=list(settings.flags),
         command=argv[0],
