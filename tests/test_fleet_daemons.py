@@ -92,8 +92,8 @@ def test_an_unreachable_daemon_is_named_and_counted(
     main(["diff", "--policies", f"+{OLD}", "--against", f"+{NEW}", "--daemons",
           f"{daemons[0]},{missing}"])  # fmt: skip
     text = capsys.readouterr().out
-    assert text.startswith("2 daemons: 1 nodes in 1 classes")
-    assert "unreachable: 1 daemon(s), not counted" in text
+    assert text.startswith("2 daemons: 1 node in 1 class")
+    assert "unreachable: 1 daemon, not counted" in text
     assert f"  {why}" in text
 
 

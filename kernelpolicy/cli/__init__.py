@@ -20,25 +20,23 @@ examples:
   kernelpolicy probe                      what this machine is, as a table
   kernelpolicy probe --json > node.json   the same as a platform snapshot
   kernelpolicy probe --platform node.json show a snapshot taken elsewhere
-  kernelpolicy explain                    which kernel each feature uses here, and why
+  kernelpolicy explain                    each feature's kernel here, and why
   kernelpolicy explain --platform node.json --env VLLM_ROCM_USE_AITER=1
-  kernelpolicy check my-policies/         validate policy files, every mistake located
-  kernelpolicy matrix                     decisions on every shipped platform fixture
-  kernelpolicy env --engine vllm          the variables and flags that make vLLM follow them
-  kernelpolicy exec --engine vllm -- vllm serve MODEL   start vLLM with those settings
-  kernelpolicy verify                     conformance suite here; results become evidence
-  kernelpolicy serve                      the daemon (gRPC, flagd-compatible), explain table first
-  kernelpolicy status                     how a running daemon is: revision, last reload error
-  kernelpolicy labels                     node labels for Node Feature Discovery
-  kernelpolicy diff --against NEW/        what a policy change does to a fleet's nodes
+  kernelpolicy check my-policies/         validate policies, mistakes located
+  kernelpolicy matrix                     decisions on every shipped fixture
+  kernelpolicy env --engine vllm          vLLM's variables and flags for them
+  kernelpolicy exec --engine vllm -- vllm serve MODEL  start vLLM with them
+  kernelpolicy verify                     conformance suite, kept as evidence
+  kernelpolicy serve                      the daemon (gRPC, flagd-compatible)
+  kernelpolicy status                     a daemon's revision, reload errors
+  kernelpolicy labels                     labels for Node Feature Discovery
+  kernelpolicy diff --against NEW/        a policy change's effect on a fleet
   kernelpolicy completion bash            shell completion (bash or zsh)
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, every sub-command registered."""
-    import argparse
-
     from kernelpolicy import __version__
     from kernelpolicy.cli import (
         check_cmd,
@@ -54,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
         verify_cmd,
         warm_cmd,
     )
-    from kernelpolicy.cli.common import disable_abbreviations
+    from kernelpolicy.cli.common import HelpFormatter, disable_abbreviations
     from kernelpolicy.cli.parsing import SuggestingParser
 
     parser = SuggestingParser(
         prog="kernelpolicy",
         description="Which GPU kernel runs on this machine, and why.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"kernelpolicy {__version__}")

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.cli.common import HelpFormatter
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -25,7 +27,7 @@ def register(commands: Any) -> None:
             "examples:\n  kernelpolicy check\n"
             "  kernelpolicy check my-policies/ --platform node.json"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "paths",
@@ -44,7 +46,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.check import check_policies
-    from kernelpolicy.cli.common import allow_untrusted_files
+    from kernelpolicy.cli.common import allow_untrusted_files, counted
     from kernelpolicy.settings import bundled_policy_dir
 
     report = check_policies(
@@ -61,11 +63,11 @@ def run(args: argparse.Namespace) -> int:
     elif issues:
         for issue in issues:
             print(issue)
-        print(f"{len(issues)} problem(s) in {len(files)} file(s)")
+        print(f"{counted(len(issues), 'problem')} in {counted(len(files), 'file')}")
     else:
         assert policies is not None
         print(
-            f"ok: {len(policies.features)} features, {len(policies.gates)} gates in "
-            f"{len(files)} file(s)"
+            f"ok: {counted(len(policies.features), 'feature')}, "
+            f"{counted(len(policies.gates), 'gate')} in {counted(len(files), 'file')}"
         )
     return 1 if issues else 0

@@ -1,10 +1,11 @@
-"""Options and inputs shared by the commands: --platform, --env, --policies."""
+"""Options, inputs and help shared by the commands: --platform, --env, --policies."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,54 @@ from typing import Any
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with descriptions and epilogs wrapped as prose and examples kept.
+
+    A run of unindented lines is one paragraph, filled to argparse's width (``COLUMNS``, else the
+    terminal's, less 2). An indented line (an example, a command line) is kept as written, and
+    folded at spaces under a deeper indent only where it is wider than that; blank lines between
+    paragraphs stay. Every parser of the command line uses it (``formatter_class``).
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        paragraph: list[str] = []
+        for line in text.splitlines():
+            if line.strip() and not line[0].isspace():
+                paragraph.append(line)
+                continue
+            lines += _filled(_words(paragraph), width, indent, indent)
+            paragraph = []
+            if not line.strip():
+                lines.append("")
+            elif len(indent + line) <= width:
+                lines.append(indent + line)
+            else:
+                lead = indent + line[: len(line) - len(line.lstrip())]
+                lines += _filled(line.strip(), width, lead, lead + "    ")
+        lines += _filled(_words(paragraph), width, indent, indent)
+        return "\n".join(lines)
+
+
+def _words(lines: list[str]) -> str:
+    """A paragraph's lines as one line, each run of whitespace one space."""
+    return " ".join(" ".join(lines).split())
+
+
+def _filled(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a longer word stays
+    whole); a run of spaces inside a line stays."""
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=rest,
+        break_long_words=False, break_on_hyphens=False,
+    )  # fmt: skip
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless the count is one: "1 gate", "2 gates", "0 gates"."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def add_platform_option(parser: argparse.ArgumentParser) -> None:

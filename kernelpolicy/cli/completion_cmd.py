@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from kernelpolicy.cli.common import HelpFormatter
+
 
 def register(commands: Any, whole: argparse.ArgumentParser) -> None:
     """``completion``, completing every command of ``whole`` (the parser being built)."""
@@ -22,7 +24,7 @@ def register(commands: Any, whole: argparse.ArgumentParser) -> None:
             "  kernelpolicy completion bash > /etc/bash_completion.d/kernelpolicy\n"
             '  kernelpolicy completion zsh > "${fpath[1]}/_kernelpolicy"'
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
     parser.set_defaults(run=run, whole=whole)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.cli.common import HelpFormatter, counted
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import DAEMON_TIMEOUT_SECONDS, MAX_ROLLOUT_STEPS
 
@@ -18,8 +19,9 @@ examples:
   kernelpolicy diff --against +policies.d/ --platforms snapshots/ --exit-code
   kubectl get nodes -o json > nodes.json
   kernelpolicy diff --against +policies.d/ --platforms nodes.json --json
-  kernelpolicy diff --against +policies.d/ --daemons 10.0.0.7:50051,10.0.0.8:50051
-  kernelpolicy diff --against +policies.d/ --daemons @daemons.txt --daemon-timeout 2
+  kernelpolicy diff --against +policies.d/ --daemons node1:50051,node2:50051
+  kernelpolicy diff --against +policies.d/ --daemons @daemons.txt \\
+      --daemon-timeout 2
 
 with --daemons, each daemon's platform snapshot is read over gRPC (unix:PATH or HOST:PORT,
 without TLS); one that does not answer within --daemon-timeout is named on stderr and
@@ -41,7 +43,7 @@ def register(commands: Any) -> None:
             "policies, how many nodes it reaches at each step."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--against", metavar="PATH", action="append", type=Path, required=True,
@@ -133,25 +135,26 @@ def _inventory(args: argparse.Namespace) -> Any:
             raise SettingsError(f"--daemon-timeout {args.daemon_timeout:g}: expected seconds > 0")
         addresses = daemon_addresses(args.daemons)
         inventory = load_daemons(addresses, args.daemon_timeout)
-        return replace(inventory, source=f"{len(addresses)} daemon{'s' * (len(addresses) != 1)}")
+        return replace(inventory, source=counted(len(addresses), "daemon"))
     return load_inventory(args.platforms or fixture_dir() / "platforms")
 
 
 def _count(n: int, total: int, noun: str = "node") -> str:
     share = f"{100 * n / total:.1f}%" if total else "0%"
-    return f"{n:,} of {total:,} {noun}{'s' if total != 1 else ''} ({share})"
+    return f"{n:,} of {counted(total, noun)} ({share})"
 
 
 def render(result: Any, source: str) -> str:
     """The comparison as text: the fleet's totals, each changed class, each rollout's steps."""
+    classes = counted(len(result.classes), "class", "classes")
     lines = [
-        f"{source}: {result.nodes:,} nodes in {len(result.classes)} classes; "
+        f"{source}: {counted(result.nodes, 'node')} in {classes}; "
         f"{_count(result.changed_nodes, result.nodes)} change"
     ]
     if result.skipped:
-        lines.append(f"skipped {len(result.skipped)} nodes without kernelpolicy labels")
+        lines.append(f"skipped {counted(len(result.skipped), 'node')} without kernelpolicy labels")
     if result.unreachable:
-        lines.append(f"unreachable: {len(result.unreachable)} daemon(s), not counted")
+        lines.append(f"unreachable: {counted(len(result.unreachable), 'daemon')}, not counted")
         lines += [f"  {why}" for why in result.unreachable]
     totals = result.totals()
     if totals:
@@ -160,7 +163,7 @@ def render(result: Any, source: str) -> str:
     for cls in result.classes:
         if not cls.changes:
             continue
-        lines += ["", f"class {cls.key}: {cls.summary} ({_nodes(len(cls.nodes))}, e.g. "
+        lines += ["", f"class {cls.key}: {cls.summary} ({counted(len(cls.nodes), 'node')}, e.g. "
                   f"{cls.nodes[0]})"]  # fmt: skip
         lines += [
             f"  {_change(c)}  {_count(n, len(cls.nodes))}" for c, n in sorted(cls.changes.items())
@@ -168,17 +171,13 @@ def render(result: Any, source: str) -> str:
     for rollout in result.rollouts:
         lines += ["", f"rollout {rollout.feature} -> {rollout.impl} at {rollout.percent:g}%:"]
         lines += [
-            f"  {p:g}%: {_nodes(n)}{'  (the policy)' if p == rollout.percent else ''}"
+            f"  {p:g}%: {counted(n, 'node')}{'  (the policy)' if p == rollout.percent else ''}"
             for p, n in rollout.steps
         ]
     unchanged = sum(1 for cls in result.classes if not cls.changes)
     if unchanged:
-        lines += ["", f"{unchanged} unchanged class{'' if unchanged == 1 else 'es'}"]
+        lines += ["", counted(unchanged, "unchanged class", "unchanged classes")]
     return "\n".join(lines) + "\n"
-
-
-def _nodes(n: int) -> str:
-    return f"{n:,} node{'' if n == 1 else 's'}"
 
 
 def _change(change: Any) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from kernelpolicy.cli.common import add_resolve_options
+from kernelpolicy.cli.common import HelpFormatter, add_resolve_options
 from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
 
 
@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
             "  kernelpolicy env --engine sglang --platform node.json --format k8s\n"
             "  kernelpolicy env --engine vllm --env VLLM_ROCM_USE_AITER=1 --format json"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_engine_options(parser)
     add_resolve_options(parser)

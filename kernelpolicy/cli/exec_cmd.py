@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.cli.common import add_platform_option
+from kernelpolicy.cli.common import HelpFormatter, add_platform_option
 from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def register(commands: Any) -> None:
             "  kernelpolicy exec --engine vllm -- vllm serve meta-llama/Llama-3.1-8B-Instruct\n"
             "  kernelpolicy exec --engine sglang -- python3 -m sglang.launch_server --model-path M"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_engine_options(parser)
     add_platform_option(parser)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.cli.common import add_resolve_options
+from kernelpolicy.cli.common import HelpFormatter, add_resolve_options
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.provenance import value_sources
 from kernelpolicy.errors import ResolutionError
@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
             "  kernelpolicy explain sampler.top_k_top_p --platform node.json --json\n"
             "  kernelpolicy explain --platform mi300x.json --env VLLM_ROCM_USE_AITER=1"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("features", nargs="*", metavar="FEATURE", help="only these features")
     add_resolve_options(parser)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.cli.common import (
+    HelpFormatter,
     add_resolve_options,
+    counted,
     environment,
     obtain_platform,
     policy_load_options,
@@ -32,9 +34,10 @@ def register(commands: Any) -> None:
             "examples:\n"
             "  kernelpolicy labels\n"
             "  kernelpolicy labels --format json --platform node.json\n"
-            "  kernelpolicy labels --write /etc/kubernetes/node-feature-discovery/features.d"
+            "  kernelpolicy labels \\\n"
+            "      --write /etc/kubernetes/node-feature-discovery/features.d"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_resolve_options(parser)
     parser.add_argument(
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         from kernelpolicy.labels import write_feature_file
 
         path = write_feature_file(args.write, text)
-        print(f"wrote {len(labels)} labels to {path}", file=sys.stderr)
+        print(f"wrote {counted(len(labels), 'label')} to {path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import (
+    HelpFormatter,
     environment,
     local_environment,
     policy_load_options,
@@ -41,7 +42,7 @@ def register(commands: Any) -> None:
             "  kernelpolicy matrix -o wide --env VLLM_ROCM_USE_AITER=1\n"
             "  kernelpolicy matrix -o json"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "features", nargs="*", metavar="FEATURE", help="only these features (columns)"

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.cli.common import add_platform_option, obtain_platform
+from kernelpolicy.cli.common import HelpFormatter, add_platform_option, obtain_platform
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.render import platform_table
 
@@ -20,6 +20,7 @@ def register(commands: Any) -> None:
             "without creating a GPU context. What could not be read is listed under probe "
             "errors; the probe itself never fails. Exits 2 when --root or --platform is wrong."
         ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--json", action="store_true", help="print the kernelpolicy.platform/v1 snapshot"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli import status_cmd
-from kernelpolicy.cli.common import add_platform_option, environment, obtain_platform
+from kernelpolicy.cli.common import HelpFormatter, add_platform_option, environment, obtain_platform
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 
 if TYPE_CHECKING:
@@ -31,10 +31,10 @@ def register(commands: Any) -> None:
             "examples:\n"
             "  kernelpolicy serve\n"
             "  kernelpolicy serve --listen 127.0.0.1:0 --port-file /tmp/kp.port\n"
-            "  kernelpolicy serve --policies /etc/kernelpolicy --listen 0.0.0.0:50151  "
-            "(with KERNELPOLICY_TLS_CERT_FILE/KEY_FILE)"
+            "  KERNELPOLICY_TLS_CERT_FILE=cert.pem KERNELPOLICY_TLS_KEY_FILE=key.pem \\\n"
+            "      kernelpolicy serve --policies /etc/kernelpolicy --listen 0.0.0.0:50151"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     serve.add_argument(
         "--listen", action="append", metavar="ADDR",
@@ -42,12 +42,15 @@ def register(commands: Any) -> None:
         "in a private directory: $XDG_RUNTIME_DIR/kernelpolicy/, /run/kernelpolicy/ for root)",
     )  # fmt: skip
     serve.add_argument(
-        "--policies", action="append", type=Path, metavar="PATH", help="policy file or directory"
-    )
+        "--policies", metavar="PATH", action="append", type=Path,
+        help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
+        "bundled pack)",
+    )  # fmt: skip
     add_platform_option(serve)
     serve.add_argument(
-        "--env", metavar="K=V", action="append", default=[], help="set a variable for the answers"
-    )
+        "--env", metavar="K=V", action="append", default=[],
+        help="set an environment variable for the answers (repeatable; K= unsets it)",
+    )  # fmt: skip
     serve.add_argument("--port-file", type=Path, help="write the bound addresses here, one a line")
     serve.add_argument(
         "--no-watch", action="store_true", help="do not watch policy files (SIGHUP still reloads)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernelpolicy.cli.common import HelpFormatter
 from kernelpolicy.errors import KernelPolicyError
 
 CLEAR_TIMEOUT = 10.0
@@ -29,6 +30,7 @@ def register(commands: Any) -> None:
             "serving); 2 no daemon answered, a daemon was refused (run by another user), an "
             "unknown feature, or bad usage"
         ),
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     status.add_argument(

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.cli.common import HelpFormatter
 from kernelpolicy.errors import KernelPolicyError
 
 
@@ -34,10 +35,10 @@ def register(commands: Any) -> None:
             "  kernelpolicy verify\n"
             "  kernelpolicy verify --quick                  a smoke run, never stored\n"
             "  kernelpolicy verify --feature sampler.top_k_top_p --json\n"
-            "  kernelpolicy verify --feature sampler.greedy --entry mypkg.kernels:greedy "
-            "--guard clamp_token_ids"
+            "  kernelpolicy verify --feature sampler.greedy --entry mypkg.kernels:greedy \\\n"
+            "      --guard clamp_token_ids"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--feature", action="append", help="only this feature (repeatable)")
     parser.add_argument("--impl", action="append", help="only this implementation (repeatable)")

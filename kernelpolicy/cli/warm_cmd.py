@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kernelpolicy.cli.common import add_resolve_options
+from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted
 from kernelpolicy.cli.resolving import resolve_args
 
 DEFAULT_VOCABS = (32000, 128256, 151936)  # Llama 2, Llama 3, Qwen: the vocabulary classes
@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
             "Without a CUDA device there is nothing to build (exit 0). Exit 1 when a build fails."
         ),
         epilog="examples:\n  kernelpolicy warm\n  kernelpolicy warm --vocab 128256 --jobs 16",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_resolve_options(parser)
     parser.add_argument(
@@ -122,7 +122,9 @@ def _report(
         print(json.dumps({"cache": root, "tasks": len(tasks), "note": note, "results": results}))
     else:
         print(f"kernel cache: {root}")
-        print(note or f"built {len(results) - len(failed)} of {len(tasks)} variant group(s)")
+        print(
+            note or f"built {len(results) - len(failed)} of {counted(len(tasks), 'variant group')}"
+        )
         for r in failed:
             print(f"  failed: {r['impl']} {r['dtype']} {r['vocab'] or ''}: {r['failed']}")
     return 1 if failed else 0
