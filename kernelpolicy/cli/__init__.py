@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 a finding such as an error, 2 bad usage or
-    input, 130 interrupted; see docs/cli.md).
+    input, 130 interrupted; ``exec`` 126/127 when its command cannot run or is not found,
+    else the engine's own status; see docs/cli.md).
 
     Called as the process's entry point (``argv`` None), it first takes SIGINT back from a
     parent that ignored it (``cmd &`` in a script), except for ``exec``, whose engine inherits

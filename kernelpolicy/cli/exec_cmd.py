@@ -35,8 +35,10 @@ def register(commands: Any) -> None:
         ),
         epilog=(
             "examples:\n"
-            "  kernelpolicy exec --engine vllm -- vllm serve meta-llama/Llama-3.1-8B-Instruct\n"
-            "  kernelpolicy exec --engine sglang -- python3 -m sglang.launch_server --model-path M"
+            "  kernelpolicy exec --engine vllm -- \\\n"
+            "      vllm serve meta-llama/Llama-3.1-8B-Instruct\n"
+            "  kernelpolicy exec --engine sglang -- \\\n"
+            "      python3 -m sglang.launch_server --model-path M"
         ),
         formatter_class=HelpFormatter,
     )
