@@ -137,6 +137,34 @@ def test_mistakes_are_one_line_and_exit_2(
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "usage_of", "expected"),
+    [
+        pytest.param(["env"], "kernelpolicy env", "required: --engine", id="missing-required"),
+        pytest.param(
+            ["explain", "--platfrom", CPU], "kernelpolicy explain", "did you mean --platform?",
+            id="mistyped-option-of-a-command",
+        ),
+        pytest.param(
+            ["diff", "--platforms", "x"], "kernelpolicy diff", "required: --against",
+            id="another-command",
+        ),
+        pytest.param(["nosuch"], "kernelpolicy [-h]", "invalid choice: 'nosuch'", id="no-command"),
+    ],
+)  # fmt: skip
+def test_usage_mistakes_name_the_command(argv: list[str], usage_of: str, expected: str) -> None:
+    """argparse's usage errors: the usage of the command they are about first (its options),
+    then one line that starts `kernelpolicy: error:` whichever command it was."""
+    done = kernelpolicy(*argv)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(f"usage: {usage_of}")
+    assert lines[-1].startswith("kernelpolicy: error: ")
+    assert expected in lines[-1]
+    assert [line for line in lines if ": error:" in line] == [lines[-1]]
+    assert done.stdout == ""
+
+
 # verify imports torch: these run in this process (torch imported once) through the same
 # main() and error boundary; the first also runs as a process below.
 VERIFY_ERRORS = [

@@ -9,6 +9,7 @@ suggestion is said, never acted on.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -44,18 +45,29 @@ class SuggestingParser(argparse.ArgumentParser):
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
+        """The usage of the command the error is about (the sub-command's where one was given),
+        then one line that starts ``kernelpolicy: error:`` for every command."""
         prefix = "unrecognized arguments: "
         if message.startswith(prefix) and self._last is not None:
             message += _option_hints(message[len(prefix) :].split(), self._options_of_last())
-        super().error(message)
+        (self._command_parser() or self).print_usage(sys.stderr)
+        self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
+
+    def _command_parser(self) -> argparse.ArgumentParser | None:
+        """The parser of the sub-command just parsed, if any."""
+        command = getattr(self._last, "command", None)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parser: argparse.ArgumentParser = action.choices[command]
+                return parser
+        return None
 
     def _options_of_last(self) -> list[str]:
         """The option strings of this parser and of the sub-command just parsed."""
         options = list(self._option_string_actions)
-        command = getattr(self._last, "command", None)
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
-                options += list(action.choices[command]._option_string_actions)
+        command = self._command_parser()
+        if command is not None:
+            options += list(command._option_string_actions)
         return options
 
 
