@@ -61,8 +61,8 @@ class PolicyIssue:
         if self.feature:
             parts.append(f"[{self.feature}]")
         if self.key:
-            parts.append(f"{self.key}:")
-        return f"{' '.join(parts)} {self.message}"
+            parts.append(self.key)
+        return f"{' '.join(parts)}: {self.message}"  # the place, a colon, what is wrong
 
 
 class PolicyError(KernelPolicyError):

@@ -235,7 +235,7 @@ def test_feature_defined_twice(tmp_path: Path) -> None:
     a = write(tmp_path, GOOD, "a.toml")
     b = write(tmp_path, GOOD, "b.toml")
     with pytest.raises(
-        PolicyError, match=r"b\.toml:3 \[sampler\.greedy\] feature also defined in .*a\.toml:3"
+        PolicyError, match=r"b\.toml:3 \[sampler\.greedy\]: feature also defined in .*a\.toml:3"
     ):
         load_policies([a, b])
 

@@ -191,6 +191,9 @@ def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
     except _Unreadable as exc:
         message = str(exc).removeprefix(f"{path}: ")
         if message == "no such file":
-            message = "no such policy file"
+            message = (
+                "no such policy file or directory; expected a policy file or a directory of "
+                "*.toml files"
+            )
         issues.append(PolicyIssue(str(path), message))
         return None
