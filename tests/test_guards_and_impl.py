@@ -50,6 +50,8 @@ def test_missing_library_hands_the_choice_to_the_next_candidate() -> None:
     assert "flashinfer" not in decision.order
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
     assert "cannot import flashinfer.sampling" in note
+    assert note.count("cannot load ") == 1  # said once, with the entry it could not load
+    assert note.startswith("flashinfer cannot be loaded (")
     assert note.endswith("the calls routed to it go to the next candidate")
     assert note in decision.warnings
     ctx = {"has_generators": False, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw"}

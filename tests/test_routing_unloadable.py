@@ -88,7 +88,7 @@ def test_an_unloadable_routed_kernel_costs_only_its_calls(
     assert (decision.impl, decision.reason) == (chosen, Reason.PREFERRED)
     notes = resolution.runtime_fallbacks.get(FEATURE, "")
     for impl in ("small", "large"):
-        expected_note = f"{impl} failed at run time ("
+        expected_note = f"{impl} cannot be loaded ("
         assert notes.count(expected_note) == (impl in broken)
         document = resolution.to_dict()["decisions"][FEATURE]
         assert all(impl not in route["order"] for route in document["routes"]) is (impl in broken)
@@ -118,7 +118,7 @@ def test_the_chosen_kernel_unloadable_hands_the_choice_to_the_next() -> None:
     assert decision.impl == "small"
     assert "first" not in decision.order
     note = resolution.runtime_fallbacks[FEATURE]
-    assert note.startswith("first failed at run time (")
+    assert note.startswith("first cannot be loaded (")
     assert note.endswith("the calls routed to it go to the next candidate")
     for batch, expected in ((4, "small"), (64, "large")):
         assert resolution.select(FEATURE, batch=batch, dtype="float32", **CONTEXT) == expected

@@ -234,7 +234,7 @@ class Fallbacks:
         if impl == decision.impl and rest == (self.fallback(feature),):
             self.switch(feature, why)
             return
-        note = f"{impl} failed at run time ({why}); the calls routed to it go to the next candidate"
+        note = f"{impl} cannot be loaded ({why}); the calls routed to it go to the next candidate"
 
         def without(order: tuple[str, ...]) -> tuple[str, ...]:
             return tuple(name for name in order if name != impl)

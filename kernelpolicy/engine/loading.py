@@ -39,8 +39,8 @@ class LazyEntry:
     ) -> None:
         missing = [name for name in requires if not installed(name)]
         if missing:
-            raise ResolutionError(
-                f"cannot load {entry}: cannot import {missing[0]}: "
+            raise ResolutionError(  # the caller says which entry it could not load
+                f"cannot import {missing[0]}: "
                 f"ModuleNotFoundError: No module named {missing[0].partition('.')[0]!r}"
             )
         self.entry = entry
