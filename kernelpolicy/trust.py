@@ -2,21 +2,21 @@
 
 A file or directory that decides which kernel runs must be owned by root or by the user running
 kernelpolicy, and writable by nobody else; otherwise a second local user could switch a kernel
-on or off. Write access for the file's group counts as nobody else's when that group is its
-owner's own (a user-private group whose one member is the owner, as Debian's OpenSSH accepts
-under StrictModes): with ``umask 002``, Ubuntu's default for people, every checkout is
-group-writable. The opt-out (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1``) exists for people who
-share a policy directory on purpose; it is never the default.
+on or off. The opt-out (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1``) exists for people who share a
+policy directory on purpose; it is never the default.
+
+What ships inside kernelpolicy's installation (the bundled pack) is held to the rule of the code
+that reads it: a group that can write the package's code can already change every decision, so
+its write access to the bundled pack adds no one (:func:`code_group`). An install made under
+``umask 002`` (Ubuntu's default for people) is group-writable throughout; it works as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
-import grp
+import functools
 import os
-import pwd
 import stat
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kernelpolicy.errors import UntrustedFileError
@@ -27,16 +27,13 @@ def owner_ok(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
-def owner_mode_problem(
-    info: os.stat_result, alone: Callable[[int, int], bool] | None = None
-) -> str | None:
+def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str | None:
     """The rule for one file or directory, from its ``stat``: why it may not be trusted, or None.
 
-    Refused: owned by a user other than root or the current one; writable by others, or by a
-    group other than one of the owner alone (``alone(gid, uid)``, default
-    :func:`owner_only_group`; never the root group, gid 0, which containers hand to arbitrary
-    uids that no database lists). A directory with the sticky bit, like ``/tmp``, may be
-    world-writable when root owns it: others cannot replace what is in it.
+    Refused: owned by a user other than root or the current one; writable by group or others
+    (a directory with the sticky bit, like ``/tmp``, may be world-writable when root owns it:
+    others cannot replace what is in it). ``code_gid``: a group that may write it all the same
+    (the group that can write kernelpolicy's code, for what ships with it).
     """
     mode = stat.S_IMODE(info.st_mode)
     if not owner_ok(info.st_uid):
@@ -45,59 +42,26 @@ def owner_mode_problem(
             f"{os.geteuid()}, the user running kernelpolicy"
         )
     sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
-    if sticky:
-        return None
-    if mode & stat.S_IWOTH:
+    if code_gid is not None and info.st_gid == code_gid:
+        mode &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
         return (
-            f"writable by others (mode {mode:04o}, owner uid {info.st_uid}); expected no group "
-            f"or other write (chmod go-w)"
-        )
-    owner_alone = owner_only_group if alone is None else alone
-    if mode & stat.S_IWGRP and (info.st_gid == 0 or not owner_alone(info.st_gid, info.st_uid)):
-        return (
-            f"writable by its group (mode {mode:04o}, owner uid {info.st_uid}, group gid "
-            f"{info.st_gid} not the owner's alone); expected no group or other write "
+            f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
+            f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
             f"(chmod go-w)"
         )
     return None
 
 
-def owner_only_group(gid: int, owner: int) -> bool:
-    """Whether ``owner`` is the one member of group ``gid``, in the system's user and group
-    databases (a user-private group): group write then gives nobody else a way in. A process
-    root starts with that gid (a container's ``runAsGroup``) is a member no database shows;
-    who can start one can change the file anyway."""
-    try:
-        group = grp.getgrgid(gid)
-        accounts = pwd.getpwall()
-    except (KeyError, OSError):  # an unknown group, or a database that cannot be read
-        return False
-    primary = [account.pw_uid for account in accounts if account.pw_gid == gid]
-    names = {account.pw_name: account.pw_uid for account in accounts}
-    return sole_member(owner, primary, group.gr_mem, names)
-
-
-def sole_member(
-    owner: int, primary: Iterable[int], listed: Iterable[str], uids: dict[str, int]
-) -> bool:
-    """The rule of :func:`owner_only_group` on the databases' contents: every account whose
-    primary group it is (``primary``, uids) and every name the group lists (``listed``,
-    resolved through ``uids``) is ``owner``, and there is at least one. A listed name with no
-    account counts as someone else; a group with no member at all (the kind setgid programs
-    use) is not the owner's."""
-    members = set(primary)
-    for name in listed:
-        members.add(uids.get(name, -1))
-    return members == {owner}
-
-
-def trust_problem(path: str | Path) -> str | None:
+def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
 
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
     (as ssh does) and to the directory holding it, since whoever can write that directory can
-    swap the file.
+    swap the file. ``shipped``: it is part of kernelpolicy's installation (the bundled pack),
+    writable by the group that can write the code as well (:func:`code_group`).
     """
+    code_gid = code_group() if shipped else None
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -107,9 +71,25 @@ def trust_problem(path: str | Path) -> str | None:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
-        problem = owner_mode_problem(info)
+        problem = owner_mode_problem(info, code_gid)
         if problem is not None:
             return f"{item}: {problem}"
+    return None
+
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+@functools.cache
+def code_group(package: Path = PACKAGE) -> int | None:
+    """The group that can write kernelpolicy's code, or None: the package directory and its
+    ``__init__.py`` (what every process imports first) both writable by the same group."""
+    try:
+        infos = [package.stat(), (package / "__init__.py").stat()]
+    except OSError:
+        return None
+    if all(info.st_mode & stat.S_IWGRP for info in infos) and infos[0].st_gid == infos[1].st_gid:
+        return infos[0].st_gid
     return None
 
 

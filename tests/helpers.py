@@ -262,47 +262,7 @@ def plant_foreign_owner(path: Path) -> None:
 
 
 def plant_group_writable(path: Path) -> None:
-    make_group_writable(path, 0o620)
-
-
-def getent(database: str) -> list[list[str]]:
-    """The rows of a system database as `getent` prints them (read independently of
-    kernelpolicy, which asks Python's pwd and grp modules)."""
-    done = subprocess.run(
-        ["getent", database], capture_output=True, text=True, timeout=30, check=True
-    )
-    return [line.split(":") for line in done.stdout.splitlines() if line]
-
-
-def alone_in(gid: int, uid: int) -> bool:
-    """Whether ``uid`` is the one member of group ``gid`` (primary or listed), by getent."""
-    accounts = getent("passwd")
-    names = {row[0]: int(row[2]) for row in accounts}
-    members = {int(row[2]) for row in accounts if int(row[3]) == gid}
-    for row in getent("group"):
-        if int(row[2]) == gid:
-            members |= {names.get(name, -1) for name in row[3].split(",") if name}
-    return members == {uid}
-
-
-@cache
-def shared_gid() -> int | None:
-    """A group with a member besides the user running the tests, or None."""
-    for row in getent("group"):
-        if not alone_in(int(row[2]), os.geteuid()):
-            return int(row[2])
-    return None
-
-
-def make_group_writable(path: Path, mode: int) -> None:
-    """``chmod mode`` and give ``path`` to a group that others are in, so that its group write
-    lets another user in (a group of the owner alone would be trusted, as ssh does). Skips the
-    test where that cannot be done (chgrp to such a group needs root)."""
-    gid = shared_gid()
-    if gid is None or os.geteuid() != 0:
-        pytest.skip("no group with other members to give the file to (needs root)")
-    os.chown(path, -1, gid, follow_symlinks=False)
-    path.chmod(mode)
+    path.chmod(0o620)
 
 
 def plant_symlink(path: Path) -> None:

@@ -24,7 +24,6 @@ from kernelpolicy.policy.record import SpecRecord, decode, encode
 from kernelpolicy.render import explain_table
 from kernelpolicy.settings import VARIABLES, bundled_policy_dir
 from kernelpolicy.testing.engine_golden import render_golden
-from tests.helpers import make_group_writable
 
 FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy" / "fixtures" / "platforms"
 PLATFORMS = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -136,7 +135,7 @@ def _foreign(path: Path) -> None:
 
 
 def _group_writable(path: Path) -> None:
-    make_group_writable(path, 0o620)
+    path.chmod(0o620)
 
 
 def _garbage(path: Path) -> None:

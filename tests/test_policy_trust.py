@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,6 @@ from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.policy import load_policies, read_policy_sources
 from kernelpolicy.settings import bundled_policy_dir
-from tests.helpers import make_group_writable
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = """schema = "kernelpolicy.policy/v1"
@@ -41,24 +41,15 @@ def policy_dir(tmp_path: Path) -> Path:
 
 def chmod_file(mode: int) -> Callable[[Path], Path]:
     def change(directory: Path) -> Path:
-        _chmod(directory / "p.toml", mode)
+        os.chmod(directory / "p.toml", mode)
         return directory / "p.toml"
 
     return change
 
 
-def _chmod(path: Path, mode: int) -> None:
-    """Group write is given with a group that others are in (one of the owner alone is
-    trusted, as ssh does)."""
-    if mode & 0o022 == 0o020:
-        make_group_writable(path, mode)
-    else:
-        os.chmod(path, mode)
-
-
 def chmod_dir(mode: int) -> Callable[[Path], Path]:
     def change(directory: Path) -> Path:
-        _chmod(directory, mode)
+        os.chmod(directory, mode)
         return directory
 
     return change
@@ -232,3 +223,61 @@ def test_daemon_reload_reports_and_keeps_serving(
     state.commit(prepared)
     assert state.snapshot.resolution.decision("mhc").impl == "torch"
     assert state.snapshot.policy_error == prepared
+
+
+def _installed_under_umask_002(tmp_path: Path, code_writable: bool) -> Path:
+    """A copy of kernelpolicy laid out as pip installs it (the bundled pack a real directory
+    in the package), every directory and file group-writable as `umask 002` leaves them; with
+    ``code_writable`` False, the package directory and its __init__.py are not."""
+    site = tmp_path / "site"
+    shutil.copytree(
+        REPO / "kernelpolicy", site / "kernelpolicy", symlinks=False,
+        ignore=shutil.ignore_patterns("__pycache__", "fixtures"),
+    )  # fmt: skip
+    for path in [site, *site.rglob("*")]:
+        path.chmod(0o775 if path.is_dir() else 0o664)
+    if not code_writable:
+        (site / "kernelpolicy").chmod(0o755)
+        (site / "kernelpolicy" / "__init__.py").chmod(0o644)
+    return site
+
+
+@pytest.mark.parametrize(
+    ("code_writable", "policies", "exit_code", "said"),
+    [
+        pytest.param(True, None, 0, "ok: ", id="bundled-pack-as-writable-as-the-code"),
+        pytest.param(
+            False, None, 1, "bundled_policies: writable by its group",
+            id="bundled-pack-more-writable-than-the-code",
+        ),
+        pytest.param(
+            True, "mine", 1, "mine: writable by its group", id="own-directory-still-refused"
+        ),
+    ],
+)  # fmt: skip
+def test_an_install_made_under_umask_002(
+    code_writable: bool, policies: str | None, exit_code: int, said: str, tmp_path: Path
+) -> None:
+    """`kernelpolicy check` from an installation whose files are all group-writable (pip under
+    Ubuntu's default umask for people): the bundled pack is held to the rule of the code that
+    reads it, since that group can change the code anyway; a directory of one's own is not."""
+    site = _installed_under_umask_002(tmp_path, code_writable)
+    argv = [sys.executable, "-m", "kernelpolicy", "check"]
+    if policies is not None:
+        mine = tmp_path / policies
+        mine.mkdir(mode=0o775)
+        mine.chmod(0o775)
+        shutil.copy(site / "kernelpolicy" / "bundled_policies" / "10-sampler.toml", mine)
+        argv.append(str(mine))
+    env = {**os.environ, "PYTHONPATH": str(site), "KERNELPOLICY_LOG_FORMAT": "off"}
+    env.pop("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", None)
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == exit_code, done.stdout + done.stderr
+    assert said in done.stdout + done.stderr
+    imported = subprocess.run(
+        [sys.executable, "-c", "import kernelpolicy; print(kernelpolicy.__file__)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert imported.startswith(str(site))  # the copy ran, not the checkout

@@ -23,7 +23,7 @@ from kernelpolicy.server.sockets import prepare_socket, runtime_dir
 from kernelpolicy.server.tls import TlsFiles
 from kernelpolicy.testing.daemon import running_daemon
 from kernelpolicy.trust import owner_mode_problem
-from tests.helpers import ROOT, fixture, make_group_writable
+from tests.helpers import ROOT, fixture
 
 OTHER = 65534  # nobody: the second local user
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
@@ -133,24 +133,19 @@ def test_serve_refuses_a_socket_in_a_directory_others_may_write(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("mode", "shared"),
+    "mode",
     [
-        pytest.param(0o700, False, id="0700"),
-        pytest.param(0o755, False, id="0755"),
-        pytest.param(0o770, False, id="group-writable-own-group"),
-        pytest.param(0o770, True, id="group-writable-shared-group"),
-        pytest.param(0o1777, False, id="sticky-but-ours"),
+        pytest.param(0o700, id="0700"),
+        pytest.param(0o755, id="0755"),
+        pytest.param(0o770, id="group-writable"),
+        pytest.param(0o1777, id="sticky-but-ours"),
     ],
 )
-def test_socket_directory_follows_the_trust_rule(tmp_path: Path, mode: int, shared: bool) -> None:
-    """A socket's directory is refused exactly where kernelpolicy.trust refuses a directory
-    (``shared``: its group is one that others are in)."""
+def test_socket_directory_follows_the_trust_rule(tmp_path: Path, mode: int) -> None:
+    """A socket's directory is refused exactly where kernelpolicy.trust refuses a directory."""
     directory = tmp_path / "sockets"
     directory.mkdir()
-    if shared:
-        make_group_writable(directory, mode)
-    else:
-        directory.chmod(mode)
+    directory.chmod(mode)
     address = f"unix:{directory / 'kp.sock'}"
     if owner_mode_problem(directory.stat()) is None:
         assert prepare_socket(address, default=False) == directory / "kp.sock"

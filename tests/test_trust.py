@@ -11,13 +11,11 @@ import pytest
 from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.trust import (
     check_trusted,
+    code_group,
     owner_mode_problem,
-    owner_only_group,
     private_dir,
-    sole_member,
     trust_problem,
 )
-from tests.helpers import alone_in, getent, make_group_writable
 
 OTHER_UID = 65534  # nobody
 
@@ -32,33 +30,18 @@ def _file(tmp_path: Path, mode: int = 0o644) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("mode", "group", "problem"),
+    ("mode", "problem"),
     [
-        pytest.param(0o644, "own", None, id="0644"),
-        pytest.param(0o600, "own", None, id="0600"),
-        pytest.param(0o664, "shared", "writable by its group", id="group-writable-shared"),
-        pytest.param(0o664, "private", None, id="group-writable-owner-alone"),
-        pytest.param(0o664, "root", "writable by its group", id="group-writable-root-group"),
-        pytest.param(0o666, "own", "writable by others", id="world-writable"),
+        pytest.param(0o644, None, id="0644"),
+        pytest.param(0o600, None, id="0600"),
+        pytest.param(0o664, "writable by its group", id="group-writable"),
+        pytest.param(0o666, "writable by others", id="world-writable"),
     ],
 )
-def test_file_modes(tmp_path: Path, mode: int, group: str, problem: str | None) -> None:
-    """Other write access is refused, and group write unless the group is the owner's alone
-    (a user-private group, as `umask 002` checkouts have), naming the mode."""
+def test_file_modes(tmp_path: Path, mode: int, problem: str | None) -> None:
+    """Group or other write access is refused, naming the mode."""
     tmp_path.chmod(0o755)
-    path = _file(tmp_path, mode)
-    if group != "own":
-        if os.geteuid() != 0:
-            pytest.skip("chgrp to a chosen group needs root")
-        if group == "shared":
-            make_group_writable(path, mode)
-        elif group == "root":
-            os.chown(path, -1, 0)
-        elif os.getegid() == 0 or not alone_in(os.getegid(), os.geteuid()):
-            pytest.skip("the user running the tests has no private group other than root's")
-        else:
-            os.chown(path, -1, os.getegid())
-    found = trust_problem(path)
+    found = trust_problem(_file(tmp_path, mode))
     if problem is None:
         assert found is None
     else:
@@ -107,18 +90,8 @@ def test_sticky_root_directory_is_fine(tmp_path: Path) -> None:
         path.unlink()
 
 
-def _stat(kind: int, mode: int, uid: int, gid: int | None = None) -> os.stat_result:
-    return os.stat_result((kind | mode, 1, 1, 1, uid, uid if gid is None else gid, 0, 0, 0, 0))
-
-
-NO_SUCH_GID = 2**31 - 5  # no group of that id: not the owner's own
-PRIVATE_GID, SHARED_GID = 4242, 4243
-
-
-def _groups(gid: int, uid: int) -> bool:
-    """A user database where 4242 is the running user's private group and 4243 is shared:
-    a machine where the tests run as a user with a private group, which CI (root) is not."""
-    return gid == PRIVATE_GID and uid == os.geteuid()
+def _stat(kind: int, mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((kind | mode, 1, 1, 1, uid, uid, 0, 0, 0, 0))
 
 
 @pytest.mark.parametrize(
@@ -132,30 +105,7 @@ def _groups(gid: int, uid: int) -> bool:
             _stat(stat.S_IFREG, 0o644, OTHER_UID), "owned by uid 65534", id="another-owner"
         ),
         pytest.param(
-            _stat(stat.S_IFREG, 0o664, os.geteuid(), NO_SUCH_GID),
-            "writable by its group",
-            id="group-write-unknown-group",
-        ),
-        pytest.param(
-            _stat(stat.S_IFREG, 0o664, os.geteuid(), PRIVATE_GID),
-            None,
-            id="group-write-owner-alone",
-        ),
-        pytest.param(
-            _stat(stat.S_IFDIR, 0o775, os.geteuid(), PRIVATE_GID), None, id="directory-owner-alone"
-        ),
-        pytest.param(
-            _stat(stat.S_IFREG, 0o664, os.geteuid(), SHARED_GID),
-            "group gid 4243 not the owner's alone",
-            id="group-write-shared",
-        ),
-        pytest.param(
-            _stat(stat.S_IFREG, 0o664, 0, 0), "writable by its group", id="root-group-never"
-        ),
-        pytest.param(
-            _stat(stat.S_IFREG, 0o666, os.geteuid(), PRIVATE_GID),
-            "writable by others",
-            id="other-write-despite-private-group",
+            _stat(stat.S_IFREG, 0o664, os.geteuid()), "writable by its group", id="group-write"
         ),
         pytest.param(
             _stat(stat.S_IFDIR, 0o1777, os.geteuid()),
@@ -169,43 +119,14 @@ def _groups(gid: int, uid: int) -> bool:
     ],
 )
 def test_owner_mode_rule(info: os.stat_result, problem: str | None) -> None:
-    """The one rule, on a stat result: root or us as owner, no other write except a root-owned
-    sticky directory, no group write except by a group of the owner alone."""
-    found = owner_mode_problem(info, alone=_groups)
+    """The one rule, on a stat result: root or us as owner, no group or other write except a
+    root-owned sticky directory."""
+    found = owner_mode_problem(info)
     if problem is None:
         assert found is None
     else:
         assert found is not None
         assert problem in found
-
-
-@pytest.mark.parametrize(
-    ("owner", "primary", "listed", "alone"),
-    [
-        pytest.param(1000, [1000], [], True, id="primary-group-of-the-owner"),
-        pytest.param(1000, [1000], ["alice"], True, id="also-listed-by-name"),
-        pytest.param(1000, [], ["alice"], True, id="listed-only"),
-        pytest.param(1000, [1000, 1001], [], False, id="another-primary-member"),
-        pytest.param(1000, [1000], ["bob"], False, id="another-listed-member"),
-        pytest.param(1000, [1000], ["ghost"], False, id="listed-name-without-account"),
-        pytest.param(1000, [1001], [], False, id="owner-not-a-member"),
-        pytest.param(1000, [], [], False, id="no-member"),
-    ],
-)
-def test_sole_member(owner: int, primary: list[int], listed: list[str], alone: bool) -> None:
-    """Group write is the owner's alone when every member, primary or listed, is the owner."""
-    assert sole_member(owner, primary, listed, {"alice": 1000, "bob": 1001}) is alone
-
-
-def test_owner_only_group_agrees_withgetent() -> None:
-    """Every group of this machine, for each of its primary members and root, judged as
-    `getent` shows the databases."""
-    accounts = getent("passwd")
-    for row in getent("group"):
-        gid = int(row[2])
-        for uid in {0, *(int(a[2]) for a in accounts if int(a[3]) == gid)}:
-            assert owner_only_group(gid, uid) is alone_in(gid, uid), (gid, uid)
-    assert owner_only_group(NO_SUCH_GID, 0) is False
 
 
 def test_private_dir_is_created_0700(tmp_path: Path) -> None:
@@ -240,3 +161,59 @@ def test_private_dir_that_cannot_be_created_is_an_untrusted_file_error(tmp_path:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UntrustedFileError, match="cannot prepare evidence store"):
         private_dir(tmp_path / "file" / "store", "evidence store")
+
+
+def _stat_of(mode: int, gid: int) -> os.stat_result:
+    return os.stat_result((stat.S_IFREG | mode, 1, 1, 1, os.geteuid(), gid, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "gid", "code_gid", "problem"),
+    [
+        pytest.param(0o664, 1234, 1234, None, id="group-write-by-the-code's-group"),
+        pytest.param(0o664, 1234, 4321, "writable by its group", id="another-group"),
+        pytest.param(0o664, 1234, None, "writable by its group", id="code-not-group-writable"),
+        pytest.param(0o666, 1234, 1234, "writable by others", id="others-never"),
+        pytest.param(0o644, 1234, 1234, None, id="no-group-write"),
+    ],
+)
+def test_shipped_files_follow_the_code(
+    mode: int, gid: int, code_gid: int | None, problem: str | None
+) -> None:
+    """What ships with kernelpolicy may be writable by the group that can write its code
+    (nobody new), never by others."""
+    found = owner_mode_problem(_stat_of(mode, gid), code_gid)
+    assert (found is None) if problem is None else (problem in (found or ""))
+
+
+def _package(tmp_path: Path, directory: int, init: int) -> Path:
+    package = tmp_path / "kernelpolicy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    package.chmod(directory)
+    (package / "__init__.py").chmod(init)
+    return package
+
+
+@pytest.mark.parametrize(
+    ("directory", "init", "writable"),
+    [
+        pytest.param(0o775, 0o664, True, id="installed-under-umask-002"),
+        pytest.param(0o755, 0o644, False, id="installed-under-umask-022"),
+        pytest.param(0o775, 0o644, False, id="directory-only"),
+        pytest.param(0o755, 0o664, False, id="init-only"),
+    ],
+)
+def test_code_group(tmp_path: Path, directory: int, init: int, writable: bool) -> None:
+    """The group that can write the code: the package directory and its __init__.py both."""
+    package = _package(tmp_path, directory, init)
+    expected = package.stat().st_gid if writable else None
+    assert code_group(package) == expected
+
+
+@needs_root
+def test_code_group_needs_one_group(tmp_path: Path) -> None:
+    """A directory and an __init__.py writable by two different groups: neither is the code's."""
+    package = _package(tmp_path, 0o775, 0o664)
+    os.chown(package / "__init__.py", -1, OTHER_UID)
+    assert code_group(package) is None
