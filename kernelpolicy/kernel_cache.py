@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
 from kernelpolicy.safeio import write_atomic
-from kernelpolicy.trust import code_group, foreign_write, owner_ok, private_dir
+from kernelpolicy.trust import owner_ok, private_dir
 
 KERNELS = "kernels"
 # Variable -> the cache's subdirectory it points to.
@@ -62,12 +62,9 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
 
 def cache_problem(root: Path) -> str | None:
     """Why the kernel cache at ``root`` may not be used, or None: a missing cache, a symbolic
-    link, an entry owned by another user or writable by others or a group other than the one
-    that can write kernelpolicy's code (:func:`kernelpolicy.trust.foreign_write`), or too many
-    entries."""
+    link, an entry owned by another user or writable by group or others, or too many entries."""
     if not root.is_dir() or root.is_symlink():
         return f"{root}: no kernel cache (run kernelpolicy warm)"
-    code_gid = code_group()  # its members can change the code that loads the kernels anyway
     for seen, path in enumerate((root, *_walk(root)), start=1):
         if seen > MAX_ENTRIES_CHECKED:
             return f"{root}: over {MAX_ENTRIES_CHECKED} entries"
@@ -77,7 +74,7 @@ def cache_problem(root: Path) -> str | None:
             return f"{path}: a symbolic link (it could point anywhere)"
         if not owner_ok(info.st_uid):
             return f"{path}: owned by uid {info.st_uid}, expected root or uid {os.geteuid()}"
-        if foreign_write(info, code_gid):
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
             return f"{path}: writable by group or others (mode {mode:04o})"
     return None
 
@@ -122,7 +119,7 @@ class BuiltRecord:
             info = self.path(text).lstat()
         except OSError:
             return False
-        writable = foreign_write(info, code_group())
+        writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
         return stat.S_ISREG(info.st_mode) and owner_ok(info.st_uid) and not writable
 
     def add(self, text: str) -> None:
@@ -156,7 +153,7 @@ class BuiltRecord:
             return None
         try:
             info = os.fstat(fd)
-            writable = foreign_write(info, code_group())
+            writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
             if not stat.S_ISREG(info.st_mode) or not owner_ok(info.st_uid) or writable:
                 return None
             data = os.read(fd, MAX_KERNEL_INDEX_BYTES + 1)

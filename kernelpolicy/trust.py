@@ -5,11 +5,10 @@ kernelpolicy, and writable by nobody else; otherwise a second local user could s
 on or off. The opt-out (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1``) exists for people who share a
 policy directory on purpose; it is never the default.
 
-"Nobody else" leaves out the group that can write kernelpolicy's own code (:func:`code_group`):
-its members can already change every decision, through the code that reads the files, so their
-write access to a policy file, the evidence store or a cache adds no one. An install made under
-``umask 002`` (Ubuntu's default for people) is group-writable throughout, with the files it
-makes; it works as it is, and an install of root's with mode 0644 leaves no such group.
+What ships inside kernelpolicy's installation (the bundled pack) is held to the rule of the code
+that reads it: a group that can write the package's code can already change every decision, so
+its write access to the bundled pack adds no one (:func:`code_group`). An install made under
+``umask 002`` (Ubuntu's default for people) is group-writable throughout; it works as it is.
 """
 
 from __future__ import annotations
@@ -28,18 +27,13 @@ def owner_ok(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
-def owner_mode_problem(info: os.stat_result) -> str | None:
-    """The rule for one file or directory, from its ``stat``: why it may not be trusted, or None
-    (:func:`mode_problem` with the group that can write kernelpolicy's code)."""
-    return mode_problem(info, code_group())
+def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str | None:
+    """The rule for one file or directory, from its ``stat``: why it may not be trusted, or None.
 
-
-def mode_problem(info: os.stat_result, code_gid: int | None) -> str | None:
-    """Why a file or directory of this ``stat`` may not be trusted, or None.
-
-    Refused: owned by a user other than root or the current one; writable by others, or by a
-    group other than ``code_gid`` (a directory with the sticky bit, like ``/tmp``, may be
-    world-writable when root owns it: others cannot replace what is in it).
+    Refused: owned by a user other than root or the current one; writable by group or others
+    (a directory with the sticky bit, like ``/tmp``, may be world-writable when root owns it:
+    others cannot replace what is in it). ``code_gid``: a group that may write it all the same
+    (the group that can write kernelpolicy's code, for what ships with it).
     """
     mode = stat.S_IMODE(info.st_mode)
     if not owner_ok(info.st_uid):
@@ -47,7 +41,10 @@ def mode_problem(info: os.stat_result, code_gid: int | None) -> str | None:
             f"owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
             f"{os.geteuid()}, the user running kernelpolicy"
         )
-    if foreign_write(info, code_gid):
+    sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
+    if code_gid is not None and info.st_gid == code_gid:
+        mode &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
         return (
             f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
             f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
@@ -56,25 +53,15 @@ def mode_problem(info: os.stat_result, code_gid: int | None) -> str | None:
     return None
 
 
-def foreign_write(info: os.stat_result, code_gid: int | None) -> bool:
-    """Whether someone besides the owner and the members of ``code_gid`` (the group that can
-    write kernelpolicy's code) may write it: others, or another group. A root-owned directory
-    with the sticky bit (``/tmp``) is not writable that way: nobody can replace what others
-    put in it."""
-    mode = stat.S_IMODE(info.st_mode)
-    if stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0:
-        return False
-    group = bool(mode & stat.S_IWGRP) and info.st_gid != code_gid
-    return bool(mode & stat.S_IWOTH) or group
-
-
-def trust_problem(path: str | Path) -> str | None:
+def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
 
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
     (as ssh does) and to the directory holding it, since whoever can write that directory can
-    swap the file.
+    swap the file. ``shipped``: it is part of kernelpolicy's installation (the bundled pack),
+    writable by the group that can write the code as well (:func:`code_group`).
     """
+    code_gid = code_group() if shipped else None
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -84,7 +71,7 @@ def trust_problem(path: str | Path) -> str | None:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
-        problem = owner_mode_problem(info)
+        problem = owner_mode_problem(info, code_gid)
         if problem is not None:
             return f"{item}: {problem}"
     return None
@@ -96,8 +83,7 @@ PACKAGE = Path(__file__).resolve().parent
 @functools.cache
 def code_group(package: Path = PACKAGE) -> int | None:
     """The group that can write kernelpolicy's code, or None: the package directory and its
-    ``__init__.py`` (what every process imports first) both writable by the same group. Read
-    once a process (two ``stat`` calls)."""
+    ``__init__.py`` (what every process imports first) both writable by the same group."""
     try:
         infos = [package.stat(), (package / "__init__.py").stat()]
     except OSError:

@@ -262,21 +262,7 @@ def plant_foreign_owner(path: Path) -> None:
 
 
 def plant_group_writable(path: Path) -> None:
-    give_group_write(path, 0o620)
-
-
-def give_group_write(path: Path, mode: int) -> None:
-    """``chmod mode`` for a case whose group write must let someone else in: where the file's
-    group is the one that can write kernelpolicy's code (a checkout made under `umask 002`),
-    which is trusted, it goes to another group (root only; the test is skipped otherwise)."""
-    from kernelpolicy.trust import code_group
-
-    path.chmod(mode)
-    code = code_group()
-    if code is not None and path.stat().st_gid == code:
-        if os.geteuid() != 0:
-            pytest.skip("the file's group can write kernelpolicy's code here (umask 002)")
-        os.chown(path, -1, 65534 if code != 65534 else 65533)
+    path.chmod(0o620)
 
 
 def plant_symlink(path: Path) -> None:
@@ -292,20 +278,3 @@ UNTRUSTED_ENTRIES: dict[str, Callable[[Path], None]] = {
     "a symbolic link": plant_symlink,
 }
 """The ways an entry is made untrustworthy, named, for a cache test's table of planted files."""
-
-
-def installed_under_umask_002(tmp_path: Path, code_writable: bool) -> Path:
-    """A copy of kernelpolicy laid out as pip installs it (the bundled pack a real directory
-    in the package), every directory and file group-writable as `umask 002` leaves them; with
-    ``code_writable`` False, the package directory and its __init__.py are not."""
-    site = tmp_path / "site"
-    shutil.copytree(
-        ROOT / "kernelpolicy", site / "kernelpolicy", symlinks=False,
-        ignore=shutil.ignore_patterns("__pycache__", "fixtures"),
-    )  # fmt: skip
-    for path in [site, *site.rglob("*")]:
-        path.chmod(0o775 if path.is_dir() else 0o664)
-    if not code_writable:
-        (site / "kernelpolicy").chmod(0o755)
-        (site / "kernelpolicy" / "__init__.py").chmod(0o644)
-    return site

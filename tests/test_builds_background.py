@@ -28,7 +28,7 @@ from kernelpolicy.kernels import adapters
 from kernelpolicy.kernels.builds import BuildFailed, Builds, BuildStats, Compiling
 from kernelpolicy.kernels.sampling_triton import Kernels, Variant
 from kernelpolicy.policy import load_policy_text
-from tests.helpers import TritonSampler, fixture, give_group_write
+from tests.helpers import TritonSampler, fixture
 
 FEATURE = "sampler.top_k_top_p"
 ENTRY: object = None
@@ -429,7 +429,7 @@ def test_a_variant_warm_built_runs_the_first_call_on_triton(
     if recorded:
         BuiltRecord(root).add(describe(sampler.tuning, variant))
     if not trusted:
-        give_group_write(root / "flashinfer", 0o770)
+        (root / "flashinfer").chmod(0o770)
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(policy(False)))
     kernel = resolution.impl(FEATURE)
     ids = kernel(logits, k, None)

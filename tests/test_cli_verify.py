@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from kernelpolicy.cli import main
-from tests.helpers import give_group_write
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +169,7 @@ def test_verify_refuses_an_untrusted_store_before_running(
     suite spends minutes; the opt-out stores into it."""
     cache = tmp_path / "shared"
     cache.mkdir()
-    give_group_write(cache, mode)
+    cache.chmod(mode)
     monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(cache))
     assert main(["verify", "--feature", "topk_per_row"]) == 2
     captured = capsys.readouterr()
@@ -225,7 +224,7 @@ def test_verify_uses_and_fills_the_kernel_cache(
     planted = root / "triton" / "planted.cubin"  # verify tightens the directories, not this
     if how == "untrusted":
         planted.write_bytes(b"\0code")
-        give_group_write(planted, 0o664)
+        planted.chmod(0o664)
     seen: dict[str, object] = {}
 
     def run(*args: object, **kwargs: object) -> Any:

@@ -20,7 +20,7 @@ from kernelpolicy.evidence.store import (
     store_evidence,
     temp_path,
 )
-from tests.helpers import FIXTURES, ROOT, fixture, give_group_write
+from tests.helpers import FIXTURES, ROOT, fixture
 from tests.test_evidence import POLICY, RESULT
 
 OTHER_UID = 65534  # nobody
@@ -102,7 +102,7 @@ def _chmod_open(path: Path) -> None:
 
 
 def _chmod_group(path: Path) -> None:
-    give_group_write(path, 0o770)
+    path.chmod(0o770)
 
 
 UNTRUSTED = [

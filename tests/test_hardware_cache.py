@@ -15,7 +15,6 @@ from kernelpolicy.platform.hardware_cache import RELATIVE, hardware_key
 from kernelpolicy.platform.probing import probe
 from kernelpolicy.testing import FakeNVML
 from kernelpolicy.testing.machines import H100_SXM
-from tests.helpers import give_group_write
 
 NOBODY = 65534
 
@@ -98,9 +97,9 @@ def _plant(path: Path, how: str, tmp_path: Path) -> None:
     if how == "foreign-owner":
         os.chown(path, NOBODY, NOBODY)
     elif how == "group-writable":
-        give_group_write(path, 0o664)
+        path.chmod(0o664)
     elif how == "directory-group-writable":
-        give_group_write(path.parent, 0o770)
+        path.parent.chmod(0o770)
     elif how == "symlink-to-foreign":
         elsewhere = tmp_path / "elsewhere.json"
         elsewhere.write_bytes(path.read_bytes())

@@ -21,7 +21,6 @@ pytest.importorskip("triton")
 from kernelpolicy.kernel_cache import BuiltRecord
 from kernelpolicy.kernels.sampling_triton import jit, preload
 from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
-from tests.helpers import give_group_write
 
 DESCRIPTION = '{"family": "triton sampler", "vocab": 300}'
 
@@ -130,7 +129,7 @@ def _damaged(record: BuiltRecord, tmp_path: Path) -> None:
 
 def _group_writable(record: BuiltRecord, tmp_path: Path) -> None:
     for index in (record.root / "index").iterdir():
-        give_group_write(index, 0o664)
+        index.chmod(0o664)
 
 
 def _symlinked(record: BuiltRecord, tmp_path: Path) -> None:

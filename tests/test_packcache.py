@@ -24,7 +24,6 @@ from kernelpolicy.policy.record import SpecRecord, decode, encode
 from kernelpolicy.render import explain_table
 from kernelpolicy.settings import VARIABLES, bundled_policy_dir
 from kernelpolicy.testing.engine_golden import render_golden
-from tests.helpers import give_group_write
 
 FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy" / "fixtures" / "platforms"
 PLATFORMS = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -136,7 +135,7 @@ def _foreign(path: Path) -> None:
 
 
 def _group_writable(path: Path) -> None:
-    give_group_write(path, 0o620)
+    path.chmod(0o620)
 
 
 def _garbage(path: Path) -> None:

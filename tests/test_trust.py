@@ -12,11 +12,10 @@ from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.trust import (
     check_trusted,
     code_group,
-    mode_problem,
+    owner_mode_problem,
     private_dir,
     trust_problem,
 )
-from tests.helpers import give_group_write
 
 OTHER_UID = 65534  # nobody
 
@@ -26,7 +25,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user
 def _file(tmp_path: Path, mode: int = 0o644) -> Path:
     path = tmp_path / "p.toml"
     path.write_text("x")
-    give_group_write(path, mode)
+    path.chmod(mode)
     return path
 
 
@@ -122,7 +121,7 @@ def _stat(kind: int, mode: int, uid: int) -> os.stat_result:
 def test_owner_mode_rule(info: os.stat_result, problem: str | None) -> None:
     """The one rule, on a stat result: root or us as owner, no group or other write except a
     root-owned sticky directory."""
-    found = mode_problem(info, None)  # the rule, with no group that can write the code
+    found = owner_mode_problem(info)
     if problem is None:
         assert found is None
     else:
@@ -178,12 +177,12 @@ def _stat_of(mode: int, gid: int) -> os.stat_result:
         pytest.param(0o644, 1234, 1234, None, id="no-group-write"),
     ],
 )
-def test_the_code_group_is_nobody_new(
+def test_shipped_files_follow_the_code(
     mode: int, gid: int, code_gid: int | None, problem: str | None
 ) -> None:
-    """What kernelpolicy trusts may be writable by the group that can write its code (nobody
-    new: it can change every decision through the code), never by others."""
-    found = mode_problem(_stat_of(mode, gid), code_gid)
+    """What ships with kernelpolicy may be writable by the group that can write its code
+    (nobody new), never by others."""
+    found = owner_mode_problem(_stat_of(mode, gid), code_gid)
     assert (found is None) if problem is None else (problem in (found or ""))
 
 

@@ -18,6 +18,7 @@ from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue, Unt
 from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
 from kernelpolicy.policy.load_boundary import boundary
 from kernelpolicy.safeio import read_text_bounded
+from kernelpolicy.settings import bundled_policy_dir
 from kernelpolicy.trust import trust_problem
 
 
@@ -177,10 +178,21 @@ MAX_UNTRUSTED_SHOWN = 10
 
 def _note(problems: dict[str, str], what: str, path: Path) -> None:
     """Add why ``path`` may not be trusted, if it may not (a directory's problem is named once,
-    though each file in it reports it too)."""
-    problem = trust_problem(path)
+    though each file in it reports it too). The bundled pack is held to the rule of the code
+    that ships with it (:func:`kernelpolicy.trust.code_group`)."""
+    problem = trust_problem(path, shipped=_bundled(path))
     if problem is not None:
         problems.setdefault(problem, what)
+
+
+def _bundled(path: Path) -> bool:
+    """Whether ``path`` is the bundled pack or in it (symbolic links followed)."""
+    pack = bundled_policy_dir().resolve()
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links: not the pack (trust_problem says why)
+        return False
+    return real == pack or pack in real.parents
 
 
 def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
