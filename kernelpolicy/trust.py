@@ -42,9 +42,10 @@ def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str
             f"{os.geteuid()}, the user running kernelpolicy"
         )
     sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
+    writers = mode & (stat.S_IWGRP | stat.S_IWOTH)
     if code_gid is not None and info.st_gid == code_gid:
-        mode &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
-    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+        writers &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
+    if writers and not sticky:
         return (
             f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
             f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
@@ -59,9 +60,8 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
     (as ssh does) and to the directory holding it, since whoever can write that directory can
     swap the file. ``shipped``: it is part of kernelpolicy's installation (the bundled pack),
-    writable by the group that can write the code as well (:func:`code_group`).
+    writable by the group that can write the code as well (:func:`shipped_group`).
     """
-    code_gid = code_group() if shipped else None
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -71,7 +71,7 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
-        problem = owner_mode_problem(info, code_gid)
+        problem = owner_mode_problem(info, shipped_group(item, info) if shipped else None)
         if problem is not None:
             return f"{item}: {problem}"
     return None
@@ -80,13 +80,41 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
 PACKAGE = Path(__file__).resolve().parent
 
 
+def shipped_group(path: Path, info: os.stat_result) -> int | None:
+    """The group that may write ``path``, part of kernelpolicy's installation: the one that can
+    write the code (:func:`code_group`), where ``path`` is on the code's filesystem and carries
+    no POSIX ACL (with one, the group bits are the ACL's mask and may let in a named user)."""
+    code_gid = code_group()
+    if code_gid is None or info.st_gid != code_gid or not info.st_mode & stat.S_IWGRP:
+        return None
+    if info.st_dev != _code_device() or _has_acl(path):
+        return None
+    return code_gid
+
+
+@functools.cache
+def _code_device() -> int:
+    return PACKAGE.stat().st_dev
+
+
+def _has_acl(path: Path) -> bool:
+    try:
+        os.getxattr(path, "system.posix_acl_access")
+    except OSError:  # no ACL (ENODATA), or a filesystem without them (ENOTSUP)
+        return False
+    return True
+
+
 @functools.cache
 def code_group(package: Path = PACKAGE) -> int | None:
     """The group that can write kernelpolicy's code, or None: the package directory and its
-    ``__init__.py`` (what every process imports first) both writable by the same group."""
+    ``__init__.py`` (what every process imports first) both writable by the same group, with no
+    POSIX ACL on either (whose mask the group bits would be). Read once a process."""
     try:
         infos = [package.stat(), (package / "__init__.py").stat()]
     except OSError:
+        return None
+    if _has_acl(package) or _has_acl(package / "__init__.py"):
         return None
     if all(info.st_mode & stat.S_IWGRP for info in infos) and infos[0].st_gid == infos[1].st_gid:
         return infos[0].st_gid

@@ -30,6 +30,9 @@ impl = "torch"
 NOBODY = 65534
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+needs_setfacl = pytest.mark.skipif(
+    shutil.which("setfacl") is None, reason="setfacl is not installed (Debian package acl)"
+)
 
 
 def policy_dir(tmp_path: Path) -> Path:
@@ -253,6 +256,10 @@ def _installed_under_umask_002(tmp_path: Path, code_writable: bool) -> Path:
         pytest.param(
             True, "mine", 1, "mine: writable by its group", id="own-directory-still-refused"
         ),
+        pytest.param(
+            True, "acl", 1, "10-sampler.toml: writable by its group",
+            id="bundled-file-with-an-acl", marks=needs_setfacl,
+        ),
     ],
 )  # fmt: skip
 def test_an_install_made_under_umask_002(
@@ -263,7 +270,10 @@ def test_an_install_made_under_umask_002(
     reads it, since that group can change the code anyway; a directory of one's own is not."""
     site = _installed_under_umask_002(tmp_path, code_writable)
     argv = [sys.executable, "-m", "kernelpolicy", "check"]
-    if policies is not None:
+    if policies == "acl":  # a named user may write it: the group bits are the ACL's mask
+        bundled = site / "kernelpolicy" / "bundled_policies" / "10-sampler.toml"
+        subprocess.run(["setfacl", "-m", f"u:{NOBODY}:rw", str(bundled)], check=True)
+    elif policies is not None:
         mine = tmp_path / policies
         mine.mkdir(mode=0o775)
         mine.chmod(0o775)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,4 +218,14 @@ def test_code_group_needs_one_group(tmp_path: Path) -> None:
     """A directory and an __init__.py writable by two different groups: neither is the code's."""
     package = _package(tmp_path, 0o775, 0o664)
     os.chown(package / "__init__.py", -1, OTHER_UID)
+    assert code_group(package) is None
+
+
+def test_code_group_with_an_acl(tmp_path: Path) -> None:
+    """A POSIX ACL on the package makes its group bits the ACL's mask (a named user may write
+    it): no group is taken as the code's."""
+    if shutil.which("setfacl") is None:
+        pytest.skip("setfacl is not installed (Debian package acl)")
+    package = _package(tmp_path, 0o775, 0o664)
+    subprocess.run(["setfacl", "-m", f"u:{OTHER_UID}:rw", str(package / "__init__.py")], check=True)
     assert code_group(package) is None
