@@ -130,6 +130,22 @@ def test_boolean_gate(channel: grpc.Channel, module, grpc_module) -> None:  # ty
             grpc.StatusCode.INVALID_ARGUMENT,
             id="gate-wrong-type",
         ),
+        pytest.param(
+            lambda s: s.ResolveString(
+                f2.ResolveStringRequest(flag_key=SAMPLER, context=ctx(has_generators=True))
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            id="feature-part-of-its-context",
+        ),
+        pytest.param(
+            lambda s: s.ResolveString(
+                f2.ResolveStringRequest(
+                    flag_key=SAMPLER, context=ctx(**{**SAMPLER_CONTEXT, "has_top_k": "no"})
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            id="feature-bool-as-string",
+        ),
     ],
 )
 def test_errors_as_flagd_reports_them(channel: grpc.Channel, call, code: grpc.StatusCode) -> None:  # type: ignore[no-untyped-def]
@@ -154,6 +170,12 @@ def test_not_applicable_feature_defers_to_the_callers_default() -> None:
     assert not response.HasField("variant")
 
 
+SAMPLER = "sampler.top_k_top_p"
+SAMPLER_CONTEXT = {
+    "has_generators": False, "has_top_k": True, "has_top_p": True, "logprobs_mode": "raw",
+}  # fmt: skip
+
+
 def test_resolve_all(channel: grpc.Channel) -> None:
     """ResolveAll (v1): every feature, plus the gates whose context is given."""
     stub = f1_grpc.ServiceStub(channel)
@@ -163,3 +185,6 @@ def test_resolve_all(channel: grpc.Channel) -> None:
     full = stub.ResolveAll(f1.ResolveAllRequest(context=ctx(**GATE_CONTEXT)))
     assert full.flags[GATE].bool_value is True
     assert all(flag.reason != "STATIC" for flag in full.flags.values())
+    part = stub.ResolveAll(f1.ResolveAllRequest(context=ctx(has_generators=True)))
+    assert SAMPLER not in part.flags  # a part of its context: no answer, as for an error
+    assert part.flags["mhc"].string_value == "torch"

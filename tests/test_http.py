@@ -77,6 +77,11 @@ def url() -> Iterator[str]:
         pytest.param("sampler.top_k_top_p",
                      {"context": {**SAMPLER_CONTEXT, "batch": "many"}}, 400,
                      {"errorCode": "INVALID_CONTEXT"}, id="per-call-batch-mistyped"),
+        pytest.param("sampler.top_k_top_p", {"context": {"has_generators": True}}, 400,
+                     {"errorCode": "INVALID_CONTEXT"}, id="per-call-part-of-the-context"),
+        pytest.param("sampler.top_k_top_p",
+                     {"context": {**SAMPLER_CONTEXT, "has_generators": "no"}}, 400,
+                     {"errorCode": "INVALID_CONTEXT"}, id="per-call-bool-as-string"),
         pytest.param("allreduce_rmsnorm.one_stage", {"context": GATE_CONTEXT}, 200,
                      {"value": False, "variant": "off"}, id="gate"),
         pytest.param("sparse_attn_indexer", {}, 200, {"reason": "DISABLED"}, id="not-applicable"),
@@ -378,3 +383,17 @@ def test_fleet_doc_states_each_limit() -> None:
     }
     for name, value in shown.items():
         assert f"| `{name}` | {value}" in page, name
+
+
+def test_a_part_of_a_features_context_is_named(url: str) -> None:
+    """A feature flag asked with some of its declared variables answers what is missing, as
+    select() does, instead of the node's decision (which would drop a seeded request's
+    has_generators); in the bulk answer, that flag alone is in error."""
+    reply = post(url, ONE + "sampler.top_k_top_p", {"context": {"has_generators": True}})
+    details = reply.json()["errorDetails"]
+    assert "gives has_generators but not has_top_k, has_top_p, logprobs_mode" in details
+    flags = {
+        f["key"]: f for f in post(url, BULK, {"context": {"has_generators": True}}).json()["flags"]
+    }
+    assert flags["sampler.top_k_top_p"]["errorCode"] == "INVALID_CONTEXT"
+    assert flags["sampler.greedy"]["value"] == "torch"

@@ -9,6 +9,7 @@ from google.protobuf import json_format, struct_pb2
 
 from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.engine.fallbacks import Host
+from kernelpolicy.engine.hotpath import convert
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.rules import call_variables
@@ -33,6 +34,36 @@ def context_for(declared: Mapping[str, str], context: Mapping[str, Any]) -> dict
             value = context[name]
             out[name] = float(value) if kind == "double" and isinstance(value, int) else value
     return out
+
+
+def flag_value(resolution: Resolution, name: str, given: Mapping[str, Any]) -> str | None:
+    """What feature ``name`` answers as a flag (flagd, OFREP) for the context ``given``: the
+    node's decision where ``given`` holds none of the variables the feature declares (a flag
+    read with no context), the per-call choice (``select()``) where it holds all of them. A
+    part of them is an error, as it is for ``select()``: answering the node's decision would
+    drop what the caller did say (a seeded request's ``has_generators``).
+
+    Raises:
+        ResolutionError: A part of the declared context, or a value ``select()`` refuses.
+        TypeError, ArithmeticError: From ``select()`` (see ``CALL_ERRORS``).
+    """
+    feature = resolution.policies.features[name]
+    call = context_for(call_variables(feature), given)
+    declared = list(feature.spec.context)
+    given_names = [variable for variable in declared if variable in call]
+    if not given_names:
+        return resolution.decisions[name].impl
+    if len(given_names) < len(declared):
+        missing = [variable for variable in declared if variable not in call]
+        raise ResolutionError(
+            f"{name}: the context gives {', '.join(given_names)} but not {', '.join(missing)}; "
+            "expected every variable the feature declares, or none for the node's decision"
+        )
+    # A JSON value of another type is refused here, as the CEL path would: the generated fast
+    # path takes booleans by truthiness (the string "no" would be true).
+    kinds = call_variables(feature)
+    typed = {key: convert(f"flag {name}", key, kinds[key], value) for key, value in call.items()}
+    return resolution.select(name, **typed)
 
 
 def decision_message(decision: Decision) -> pb.Decision:

@@ -161,18 +161,12 @@ def evaluate(snapshot: Snapshot, key: str, context: dict[str, Any]) -> dict[str,
         raise OfrepError(400, "GENERAL", f"{key}: {decision.error}")
     if decision.impl is None:  # not applicable here: the caller's code default applies
         return {**base, "variant": "not_applicable", "reason": DISABLED}
-    value_str = decision.impl
-    from kernelpolicy.engine.rules import call_variables
+    from kernelpolicy.server.convert import flag_value
 
-    feature = resolution.policies.features[key]
-    declared = feature.spec.context
-    call = _declared(call_variables(feature), context)
-    # The whole declared call context (and any routing variable given): the per-call choice.
-    if declared and all(variable in call for variable in declared):
-        try:
-            value_str = resolution.select(key, **call)
-        except (ResolutionError, TypeError) as exc:
-            raise OfrepError(400, "INVALID_CONTEXT", str(exc)) from None
+    try:  # none of the declared context: the node's decision; all of it: the per-call choice
+        value_str = flag_value(resolution, key, context) or decision.impl
+    except (ResolutionError, TypeError, ArithmeticError) as exc:
+        raise OfrepError(400, "INVALID_CONTEXT", str(exc)) from None
     return {**base, "value": value_str, "variant": value_str, "reason": TARGETING_MATCH}
 
 

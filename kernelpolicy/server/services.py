@@ -13,7 +13,6 @@ from google.protobuf import struct_pb2
 from kernelpolicy.engine.cohort import rollout_metadata
 from kernelpolicy.engine.decide import halts_of, resolve_policies
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.render import explain_table
@@ -27,6 +26,7 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc
 from kernelpolicy.server.convert import (
     context_dict,
     context_for,
+    flag_value,
     inputs_message,
     resolve_response,
 )
@@ -241,13 +241,10 @@ class _Flagd:
             )
         value = decision.impl
         if with_context:
-            feature = resolution.policies.features[name]
-            call = context_for(call_variables(feature), context_dict(request.context))
-            if all(variable in call for variable in feature.spec.context):
-                try:
-                    value = resolution.select(name, **call)
-                except CALL_ERRORS as exc:
-                    await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            try:
+                value = flag_value(resolution, name, context_dict(request.context)) or value
+            except CALL_ERRORS as exc:
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Not STATIC: a reload can change the value, and STATIC values are cached by providers.
         return self.m.ResolveStringResponse(
             value=value, reason="TARGETING_MATCH", variant=value,
@@ -342,14 +339,10 @@ class FlagdV1(_FlagdMethods, f1_grpc.ServiceServicer):  # type: ignore[misc]
         for name, decision in resolution.decisions.items():
             if decision.impl is None:
                 continue  # errors and not-applicable features have no value to give
-            value = decision.impl
-            declared = resolution.policies.features[name].spec.context
-            call = context_for(call_variables(resolution.policies.features[name]), given)
-            if declared and all(variable in call for variable in declared):
-                try:
-                    value = resolution.select(name, **call)
-                except CALL_ERRORS:
-                    continue
+            try:
+                value = flag_value(resolution, name, given) or decision.impl
+            except CALL_ERRORS:
+                continue  # a context this flag cannot be answered for, as a flag in error
             flags[name] = f1.AnyFlag(
                 reason="TARGETING_MATCH", variant=value, string_value=value,
                 metadata=_metadata(snapshot, name),
