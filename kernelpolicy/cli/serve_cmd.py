@@ -96,7 +96,6 @@ def _serve(args: argparse.Namespace) -> int:
     _quiet_grpc()
     from kernelpolicy.render import explain_table
     from kernelpolicy.server.daemon import (
-        DEFAULT_PORT,
         Daemon,
         check_listen_address,
         default_unix_socket,
@@ -104,11 +103,11 @@ def _serve(args: argparse.Namespace) -> int:
     from kernelpolicy.server.tls import tls_from_settings
     from kernelpolicy.settings import settings_from
 
-    listen = args.listen or [f"127.0.0.1:{DEFAULT_PORT}", default_unix_socket()]
-    for address in listen:  # settings mistakes first, before anything slow
+    settings = settings_from(environment(args, None))  # settings mistakes first
+    listen = args.listen or default_listen(settings)
+    for address in listen:  # before anything slow
         check_listen_address(address)
     _check_options(args)
-    settings = settings_from(environment(args, None))
     tls = tls_from_settings(settings)
     state = _serving_state(args, settings)
     daemon = Daemon(
@@ -184,3 +183,12 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if args.port_file is not None and not args.port_file.parent.is_dir():
         raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")
+
+
+def default_listen(settings: Settings) -> list[str]:
+    """Where ``serve`` listens without ``--listen``: TCP on 127.0.0.1 (flagd/OpenFeature
+    providers) and the node's unix socket (``KERNELPOLICY_SOCKET``, else this user's own),
+    where ``connect()``, ``status`` and the workers' reports look for it."""
+    from kernelpolicy.server.daemon import DEFAULT_PORT, default_unix_socket
+
+    return [f"127.0.0.1:{DEFAULT_PORT}", settings.socket or default_unix_socket()]

@@ -63,11 +63,19 @@ def quiet_grpc() -> None:
 def _status_addresses(args: argparse.Namespace) -> list[str]:
     import os
 
-    from kernelpolicy.server.sockets import SOCKET_NAME, default_socket_address, runtime_dir
+    from kernelpolicy.server.sockets import (
+        SOCKET_NAME,
+        default_socket_address,
+        node_socket_address,
+        runtime_dir,
+    )
 
     if args.address:
         return [args.address]
-    addresses = [default_socket_address()]
+    configured = node_socket_address(os.environ)
+    if configured != default_socket_address():  # KERNELPOLICY_SOCKET: that one only
+        return [configured]
+    addresses = [configured]
     if os.geteuid() != 0:
         addresses.append(f"unix:{runtime_dir(0) / SOCKET_NAME}")
     return addresses

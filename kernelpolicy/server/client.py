@@ -9,6 +9,7 @@ the daemon reports.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -37,9 +38,9 @@ class Client:
         credentials: grpc.ChannelCredentials | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        from kernelpolicy.server.sockets import check_peer, default_socket_address
+        from kernelpolicy.server.sockets import check_peer, node_socket_address
 
-        self.address = address or default_socket_address()
+        self.address = address or node_socket_address(os.environ)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         check_peer(self.address)  # before grpc: refuse a daemon run by another user
@@ -165,9 +166,9 @@ def connect(
     """A client of the daemon at ``address``.
 
     Args:
-        address: ``unix:/path`` or ``host:port``; default: this user's unix socket
-            (``$XDG_RUNTIME_DIR/kernelpolicy/kernelpolicy.sock``, ``/run/kernelpolicy/...``
-            for root).
+        address: ``unix:/path`` or ``host:port``; default: ``KERNELPOLICY_SOCKET``, else
+            this user's unix socket (``$XDG_RUNTIME_DIR/kernelpolicy/kernelpolicy.sock``,
+            ``/run/kernelpolicy/...`` for root).
         timeout: Seconds each request may take.
         credentials: TLS channel credentials for a TCP daemon that uses TLS.
         connect_timeout: Seconds to wait for the daemon to accept a connection on first use.

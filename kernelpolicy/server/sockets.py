@@ -16,6 +16,7 @@ import errno
 import os
 import stat
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from kernelpolicy.errors import DaemonError, UntrustedFileError
@@ -43,6 +44,19 @@ def default_socket_path() -> Path:
 
 def default_socket_address() -> str:
     return f"unix:{default_socket_path()}"
+
+
+def node_socket_address(environ: Mapping[str, str]) -> str:
+    """Where this node's daemon listens for kernelpolicy's own clients: ``KERNELPOLICY_SOCKET``
+    where the environment sets it, else this user's default socket. ``serve`` binds it,
+    ``connect()`` and ``status`` ask it, and workers report beside it.
+
+    Raises:
+        SettingsError: ``KERNELPOLICY_SOCKET`` is not a unix socket address.
+    """
+    from kernelpolicy.settings import settings_from
+
+    return settings_from(environ).socket or default_socket_address()
 
 
 def report_socket_path(grpc_socket: Path) -> Path:
