@@ -57,6 +57,17 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 USAGE_ERRORS = [
     pytest.param(
+        ["status", "--address", "/run/kp.sock"], {},
+        ["--address '/run/kp.sock': a path; did you mean unix:/run/kp.sock?"],
+        id="status-address-a-path",
+    ),
+    pytest.param(
+        ["diff", "--against", "+docs/rollout/step-50", "--daemons", "node1:50151,http://node2:50151"],
+        {},
+        ["--daemons 'http://node2:50151': a URL: give HOST:PORT"],
+        id="diff-daemons-a-url",
+    ),
+    pytest.param(
         ["matrix", "--platforms", "/nonexistent"], {},
         ["--platforms /nonexistent: no such directory; expected a directory of platform "
          "snapshots"],

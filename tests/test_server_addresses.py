@@ -3,10 +3,12 @@ the loopback check and a gRPC peer."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.server.addresses import HostPort, split_address, with_port
+from kernelpolicy.server.addresses import HostPort, check_daemon_address, split_address, with_port
 from kernelpolicy.server.daemon import check_listen_address, is_loopback
 from kernelpolicy.server.http import parse_http_address
 
@@ -80,3 +82,43 @@ def test_bad_listen_addresses(address: str, message: str) -> None:
 )
 def test_is_loopback(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
+
+
+DIALED = {
+    "a unix socket": ("unix:/run/kp/kp.sock", None),
+    "ipv4": ("127.0.0.1:50151", None),
+    "ipv6": ("[::1]:50151", None),
+    "a name": ("node-7.example:50151", None),
+    "the last port": ("10.0.0.1:65535", None),
+    "a word": ("bogus", "no HOST:PORT"),
+    "a url": ("http://127.0.0.1:50151", "a URL: give HOST:PORT"),
+    "a path without unix:": ("/run/kp/kp.sock", "did you mean unix:/run/kp/kp.sock?"),
+    "unix: and nothing": ("unix:", "no socket path"),
+    "port out of range": ("127.0.0.1:99999", "port '99999' is not a number from 1 to 65535"),
+    "port 0": ("127.0.0.1:0", "port '0' is not a number from 1 to 65535"),
+    "no IPv4 address": ("999.1.1.1:5000", "'999.1.1.1' is not an IPv4 address"),
+}
+
+
+@pytest.mark.parametrize(("address", "problem"), DIALED.values(), ids=list(DIALED))
+def test_a_daemon_address_is_checked_before_dialling(address: str, problem: str | None) -> None:
+    """connect(), status --address and diff --daemons name a mistyped address at once, instead
+    of waiting for a connection that cannot come and then asking about TLS."""
+    if problem is None:
+        assert check_daemon_address(address) == address
+    else:
+        with pytest.raises(DaemonError, match=re.escape(problem)):
+            check_daemon_address(address)
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        pytest.param("http://127.0.0.1:5", "a URL: give HOST:PORT", id="a-url"),
+        pytest.param("999.1.1.1:5000", "'999.1.1.1' is not an IPv4 address", id="no-ipv4"),
+    ],
+)
+def test_a_listen_address_that_is_no_host_is_refused(address: str, problem: str) -> None:
+    """Refused before the beyond-loopback warning and the bind's 'in use or not valid'."""
+    with pytest.raises(DaemonError, match=re.escape(problem)):
+        check_listen_address(address)

@@ -71,7 +71,9 @@ def _status_addresses(args: argparse.Namespace) -> list[str]:
     )
 
     if args.address:
-        return [args.address]
+        from kernelpolicy.server.addresses import check_daemon_address
+
+        return [check_daemon_address(args.address, "--address")]
     configured = node_socket_address(os.environ)
     if configured != default_socket_address():  # KERNELPOLICY_SOCKET: that one only
         return [configured]

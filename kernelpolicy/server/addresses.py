@@ -3,7 +3,10 @@ an option allows it) split at the last colon, the brackets of an IPv6 host remov
 
 from __future__ import annotations
 
+import ipaddress
 from typing import NamedTuple
+
+from kernelpolicy.errors import DaemonError
 
 MAX_PORT = 65535
 
@@ -30,3 +33,45 @@ def split_address(address: str) -> HostPort:
 def with_port(address: str, port: int) -> str:
     """``address`` with its port replaced (the host as written, brackets kept)."""
     return f"{address.rpartition(':')[0]}:{port}"
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be a host name or address, or None: a URL's scheme or path, or
+    dotted numbers that are no IPv4 address (``999.1.1.1``)."""
+    if "/" in host or "://" in host:
+        return "a URL: give HOST:PORT, without a scheme or path"
+    if host.replace(".", "").isdigit() and not _is_ip(host):
+        return f"{host!r} is not an IPv4 address"
+    return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def check_daemon_address(address: str, what: str = "daemon address") -> str:
+    """``address`` if a client can dial it: ``unix:/path`` or ``HOST:PORT`` (``[V6]:PORT``)
+    with a port from 1 to 65535.
+
+    Raises:
+        DaemonError: It is neither, naming ``what`` and what was expected (a bare path gets
+            ``unix:`` suggested), before anything waits on a connection.
+    """
+    expected = "expected unix:/path or HOST:PORT (127.0.0.1:50151, [::1]:50151)"
+    if address.startswith("unix:"):
+        if not address.removeprefix("unix:").strip("/"):
+            raise DaemonError(f"{what} {address!r}: no socket path; expected unix:/path")
+        return address
+    if address.startswith("/"):
+        raise DaemonError(f"{what} {address[:100]!r}: a path; did you mean unix:{address[:100]}?")
+    split = split_address(address)
+    problem = host_problem(split.host) if split.host else "no HOST:PORT"
+    if problem is None and not (split.number is not None and 1 <= split.number <= MAX_PORT):
+        problem = f"port {split.port[:20]!r} is not a number from 1 to {MAX_PORT}"
+    if problem is not None:
+        raise DaemonError(f"{what} {address[:100]!r}: {problem}; {expected}")
+    return address

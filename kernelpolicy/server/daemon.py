@@ -22,7 +22,7 @@ from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-from kernelpolicy.server.addresses import MAX_PORT, split_address, with_port
+from kernelpolicy.server.addresses import MAX_PORT, host_problem, split_address, with_port
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.ratelog import Throttle
 from kernelpolicy.server.report_listener import ReportListener, start_report_listeners
@@ -67,10 +67,11 @@ def check_listen_address(address: str) -> str:
             raise DaemonError(f"--listen {address!r}: no socket path; expected unix:/path")
         return address
     split = split_address(address)
-    if not split.host or split.number is None:
+    problem = host_problem(split.host) if split.host else None
+    if not split.host or split.number is None or problem is not None:
         raise DaemonError(
-            f"--listen {shown(address, 80)!r}: expected HOST:PORT (127.0.0.1:50151, [::1]:0) or "
-            "unix:/path"
+            f"--listen {shown(address, 80)!r}: {problem + '; ' if problem else ''}expected "
+            "HOST:PORT (127.0.0.1:50151, [::1]:0) or unix:/path"
         )
     if split.number > MAX_PORT:
         raise DaemonError(f"--listen {address}: port {split.number} is out of range (0-65535)")
