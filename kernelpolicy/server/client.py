@@ -45,6 +45,7 @@ class Client:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         check_peer(self.address)  # before grpc: refuse a daemon run by another user
+        self._tls = credentials is not None
         self.channel = (
             grpc.secure_channel(self.address, credentials)
             if credentials is not None
@@ -65,9 +66,15 @@ class Client:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=self.connect_timeout)
         except grpc.FutureTimeoutError:
+            tls = (
+                "with TLS, as this client is?"
+                if self._tls
+                else "without TLS? (this client speaks plain gRPC; a daemon with TLS is asked "
+                "on its unix socket, or with connect(credentials=...))"
+            )
             raise DaemonError(
                 f"{self.address}: not answering (no connection within {self.connect_timeout:g} "
-                "s: is kernelpolicy serve running there, with the same TLS setting?)",
+                f"s: is kernelpolicy serve running there, {tls})",
                 grpc.StatusCode.UNAVAILABLE,
             ) from None
         self._ready = True
