@@ -57,6 +57,23 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 USAGE_ERRORS = [
     pytest.param(
+        ["diff", "--against", "+docs/rollout/step-50", "--platforms", "/nonexistent"], {},
+        ["--platforms /nonexistent: no such file"], id="diff-platforms-missing",
+    ),
+    pytest.param(
+        ["diff", "--against", "+docs/rollout/step-50", "--daemons", "@/nonexistent"], {},
+        ["--daemons @/nonexistent: no such file"], id="diff-daemons-file-missing",
+    ),
+    pytest.param(
+        ["diff", "--against", "+docs/rollout/step-50", "--steps", "1,0.001"], {},
+        ["--steps: 0.001 has more than two decimals"], id="diff-steps-too-fine",
+    ),
+    pytest.param(
+        ["serve", "--ready-requires-current-policy", "--listen", "127.0.0.1:0"], {},
+        ["--ready-requires-current-policy: it changes /readyz, which only --http serves"],
+        id="serve-ready-without-http",
+    ),
+    pytest.param(
         ["status", "--address", "/run/kp.sock"], {},
         ["--address '/run/kp.sock': a path; did you mean unix:/run/kp.sock?"],
         id="status-address-a-path",

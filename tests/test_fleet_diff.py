@@ -260,3 +260,22 @@ def test_diff_fleet_in_process() -> None:
     policies: PolicySet = load_policies([ROOT / "policies"])
     result = diff_fleet(load_inventory(FIXTURES).nodes, policies, policies)
     assert (result.nodes, len(result.classes), result.changed) == (len(NAMES), len(NAMES), False)
+
+
+@pytest.mark.parametrize(
+    ("plus", "warned"),
+    [
+        pytest.param("", True, id="without-plus-replaces-the-pack"),
+        pytest.param("+", False, id="with-plus-adds-to-it"),
+    ],
+)
+def test_a_new_set_that_drops_features_is_said(
+    plus: str, warned: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--against without + replaces the policies: a new set missing the current set's
+    features (every node 'changes' to unset) gets a warning naming them and the + form."""
+    assert main(["diff", "--against", plus + str(ROOT / "docs/rollout/step-50")]) == 0
+    err = capsys.readouterr().err
+    said = "kernelpolicy: warning: the new set has none of 18 features of the current one"
+    assert (said in err) is warned
+    assert ("+PATH adds to the bundled pack" in err) is warned

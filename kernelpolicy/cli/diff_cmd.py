@@ -19,7 +19,7 @@ examples:
   kernelpolicy diff --against +policies.d/ --platforms snapshots/ --exit-code
   kubectl get nodes -o json > nodes.json
   kernelpolicy diff --against +policies.d/ --platforms nodes.json --json
-  kernelpolicy diff --against +policies.d/ --daemons node1:50051,node2:50051
+  kernelpolicy diff --against +policies.d/ --daemons node1:50151,node2:50151
   kernelpolicy diff --against +policies.d/ --daemons @daemons.txt \\
       --daemon-timeout 2
 
@@ -98,6 +98,11 @@ def parse_steps(text: str) -> tuple[float, ...]:
         steps = ()
     if not steps or not all(0 <= s <= 100 for s in steps):
         raise SettingsError(f"--steps {text[:80]!r}: expected percents 0-100 such as 1,10,50,100")
+    finer = [s for s in steps if abs(s * 100 - round(s * 100)) > 1e-6]
+    if finer:  # a rollout's percent has two decimals at most: a finer step is no stage
+        raise SettingsError(
+            f"--steps: {finer[0]:g} has more than two decimals (0.01% is a rollout's smallest step)"
+        )
     return steps
 
 
@@ -110,19 +115,34 @@ def run(args: argparse.Namespace) -> int:
     options = policy_load_options()
     old = load_policies_cached(policy_paths(args, local_environment(args)), **options)
     new = load_policies_cached(existing_policy_paths(args.against, "--against"), **options)
+    _say_what_is_dropped(old, new, args.against)
     inventory = _inventory(args)
     result = diff_fleet(
         inventory.nodes, old, new, steps=steps, skipped=inventory.skipped,
         unreachable=inventory.unreachable,
     )  # fmt: skip
     for why in inventory.unreachable:
-        sys.stderr.write(f"kernelpolicy diff: {why}\n")
+        sys.stderr.write(f"kernelpolicy: warning: {why}\n")
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         source = "bundled fixtures" if args.platforms is None and args.daemons is None else None
         sys.stdout.write(render(result, source or inventory.source))
     return 1 if args.exit_code and result.changed else 0
+
+
+def _say_what_is_dropped(old: Any, new: Any, against: list[Path]) -> None:
+    """A warning where the new set has none of some of the current set's features and was
+    given without ``+``: --against replaces the policies, a likely slip in CI."""
+    dropped = [name for name in old.features if name not in new.features]
+    if not dropped or any(str(path).startswith("+") for path in against):
+        return
+    named = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+    sys.stderr.write(
+        f"kernelpolicy: warning: the new set has none of {counted(len(dropped), 'feature')} of "
+        f"the current one ({named}): --against PATH replaces the policies; +PATH adds to the "
+        "bundled pack\n"
+    )
 
 
 def _inventory(args: argparse.Namespace) -> Any:
@@ -136,7 +156,14 @@ def _inventory(args: argparse.Namespace) -> Any:
         addresses = daemon_addresses(args.daemons)
         inventory = load_daemons(addresses, args.daemon_timeout)
         return replace(inventory, source=counted(len(addresses), "daemon"))
-    return load_inventory(args.platforms or fixture_dir() / "platforms")
+    if args.platforms is None:
+        return load_inventory(fixture_dir() / "platforms")
+    from kernelpolicy.errors import InventoryError
+
+    try:
+        return load_inventory(args.platforms)
+    except InventoryError as exc:  # the file's problem, with the option that named it
+        raise InventoryError(f"--platforms {exc}") from None
 
 
 def _count(n: int, total: int, noun: str = "node") -> str:

@@ -167,8 +167,9 @@ def _check_options(args: argparse.Namespace) -> None:
     """The options checked before anything is probed, resolved or printed.
 
     Raises:
-        DaemonError: ``--http`` is no address, ``--labels-dir`` no directory, or the directory
-            of ``--port-file`` does not exist.
+        DaemonError: ``--http`` is no address, ``--labels-dir`` no directory,
+            ``--ready-requires-current-policy`` without ``--http``, or the directory of
+            ``--port-file`` does not exist.
     """
     from kernelpolicy.errors import DaemonError
 
@@ -180,6 +181,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise DaemonError(
             f"--labels-dir {args.labels_dir}: not a directory; expected Node Feature "
             "Discovery's features.d (/etc/kubernetes/node-feature-discovery/features.d)"
+        )
+    if args.ready_requires_current_policy and args.http is None:
+        raise DaemonError(
+            "--ready-requires-current-policy: it changes /readyz, which only --http serves; "
+            "give --http ADDR too"
         )
     if args.port_file is not None and not args.port_file.parent.is_dir():
         raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")

@@ -40,7 +40,7 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
     if text.startswith("@"):
         data = read_bytes_bounded(
             Path(text[1:]), limit=MAX_INVENTORY_NODES * 256, limit_name="--daemons @FILE",
-            fail=_fail,
+            fail=lambda message: _fail(f"--daemons @{message}"),
         )  # fmt: skip
         lines = (line.split("#", 1)[0] for line in data.decode("utf-8", "replace").splitlines())
         parts = [line.strip() for line in lines]
