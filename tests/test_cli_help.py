@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
 from kernelpolicy.cli import build_parser, main
 from kernelpolicy.cli.common import HelpFormatter, counted
+from tests.helpers import ROOT
 
 COLUMNS = 80
 
@@ -131,3 +133,21 @@ def test_formatter_fills_prose_and_keeps_examples(text: str, expected: str) -> N
 def test_counted(count: int, noun: str, plural: str | None, expected: str) -> None:
     """A count with its noun in agreement."""
     assert counted(count, noun, plural) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["labels"], id="labels"),
+        pytest.param(["env", "--engine", "vllm"], id="env"),
+    ],
+)
+def test_json_is_spelt_as_everywhere(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` is `--format json` for the commands whose output has several formats, as the
+    other commands spell it."""
+    platform = ["--platform", str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")]
+    outputs = []
+    for spelling in (["--json"], ["--format", "json"]):
+        assert main([*argv, *platform, *spelling]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1]

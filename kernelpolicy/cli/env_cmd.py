@@ -41,6 +41,10 @@ def register(commands: Any) -> None:
         help="shell (export lines, quoted), dotenv, json, k8s (a container's env: list, YAML), "
         "k8s-json",
     )  # fmt: skip
+    parser.add_argument(  # as every other command spells it
+        "--json", dest="format", action="store_const", const="json",
+        help="the same as --format json",
+    )  # fmt: skip
     parser.set_defaults(run=run)
 
 

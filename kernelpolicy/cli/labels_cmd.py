@@ -44,6 +44,10 @@ def register(commands: Any) -> None:
         "--format", choices=("nfd", "json"), default="nfd",
         help="nfd: features.d lines 'key=value' (default); json: an object of labels",
     )  # fmt: skip
+    parser.add_argument(  # as every other command spells it
+        "--json", dest="format", action="store_const", const="json",
+        help="the same as --format json",
+    )  # fmt: skip
     parser.add_argument(
         "--write", type=Path, metavar="DIR",
         help="replace DIR/kernelpolicy (the NFD feature file) instead of printing",

@@ -153,8 +153,14 @@ def run_status(args: argparse.Namespace) -> int:
     from kernelpolicy.errors import DaemonError
 
     quiet_grpc()
+    addresses = _status_addresses(args)
+    if args.clear_halt is not None and not addresses[0].startswith("unix:"):
+        raise DaemonError(  # a usage mistake, not a daemon that did not answer
+            f"--clear-halt with --address {addresses[0]}: it goes over the daemon's unix socket "
+            "only (its peer credentials say who asks); give --address unix:/path"
+        )
     problems: list[str] = []
-    for address in _status_addresses(args):
+    for address in addresses:
         try:
             if args.clear_halt is not None:
                 return _clear(address, args.clear_halt, args.json)
