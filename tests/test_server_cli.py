@@ -145,9 +145,12 @@ def test_connect_to_nothing_fails_fast_and_says_so() -> None:
         with pytest.raises(DaemonError, match=r"127\.0\.0\.1:1: not answering \(no connection"):
             client.resolve()
         assert client.timeout == 10.0  # the request timeout was not what ended it
-    with connect("127.0.0.1:1", connect_timeout=0.2) as client:  # what a TLS daemon needs
-        with pytest.raises(DaemonError, match="this client speaks plain gRPC; a daemon with TLS"):
-            client.resolve()
+    plain = "this client speaks plain gRPC; a daemon with TLS"  # and what such a daemon needs
+    with (
+        connect("127.0.0.1:1", connect_timeout=0.2) as client,
+        pytest.raises(DaemonError, match=plain),
+    ):
+        client.resolve()
 
 
 def test_connect_to_a_missing_socket_says_so(tmp_path: Path) -> None:
