@@ -170,12 +170,14 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     assert worker(a, 0)["impl"] == "planted"  # answered once the daemon resolved again
     assert "halted." not in a.label_file()
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
+    again = status(a, "--clear-halt", FEATURE)  # nothing halted any more
+    assert (again.returncode, again.stdout.strip()) == (0, f"{a.address}: {FEATURE}: not halted")
     unknown = status(a, "--clear-halt", "no.such")
     assert unknown.returncode == 2
     assert "unknown feature 'no.such'" in unknown.stderr
     log = (a.labels.parent / "log").read_text()
     assert '"event": "kernelpolicy.halt"' in log
-    assert '"event": "kernelpolicy.halt.cleared"' in log
+    assert log.count('"event": "kernelpolicy.halt.cleared"') == 1  # not for "not halted"
 
 
 def _report_as(uid: int, path: Path, line: bytes) -> int:

@@ -159,8 +159,8 @@ class ReportListener:
             answer = {"error": f"unknown feature {feature!r}"}
         else:
             answer = {"cleared": lifted}
-            self.log("info", "kernelpolicy.halt.cleared", feature=feature, impls=lifted)
-            if lifted:
+            if lifted:  # nothing was halted: the answer says so, the log stays quiet
+                self.log("info", "kernelpolicy.halt.cleared", feature=feature, impls=lifted)
                 await self.changed()  # answered once the daemon's answers say so
         writer.write(json.dumps(answer).encode() + b"\n")
         await writer.drain()
