@@ -239,3 +239,26 @@ def test_address_in_use_is_one_clear_error(
     err = capsys.readouterr().err
     assert f"cannot listen on {daemon.bound[0]}" in err  # type: ignore[attr-defined]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "given",
+    [pytest.param("pol", id="relative"), pytest.param("+pol", id="relative-added-to-the-pack")],
+)
+def test_policy_files_are_named_absolute(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon names its policy files absolute (status, Explain, logs), however they were
+    given, so that they can be found from anywhere."""
+    from kernelpolicy.server.state import ServingState
+
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "my.toml").write_text(
+        'schema = "kernelpolicy.policy/v1"\n[features.mine]\ndescription = "x"\n'
+        'fallback = "a"\n[[features.mine.candidates]]\nimpl = "a"\nentry = "json:loads"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    state = ServingState(fixture("cpu"), {}, [Path(given)], {})
+    names = [name for name, _ in state.snapshot.sources]
+    assert str(tmp_path / "pol" / "my.toml") in names
+    assert all(Path(name).is_absolute() for name in names)

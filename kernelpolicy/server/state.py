@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,13 @@ class Change:
     flags: tuple[str, ...]  # feature and gate names whose answer may have changed
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute from the working directory (``+DIR`` stays a ``+`` entry)."""
+    text = str(path)
+    plus = "+" if text.startswith("+") else ""
+    return Path(plus + os.path.abspath(text.removeprefix("+")))
+
+
 class ServingState:
     """The current snapshot, how to make the next one, and who wants to hear about it."""
 
@@ -119,14 +127,16 @@ class ServingState:
     ) -> None:
         self.platform = platform
         self.env = dict(env)
-        self.policy_paths = list(policy_paths)
+        # Absolute, so that status, Explain and the logs name the files wherever they are read
+        # (symbolic links kept: a ConfigMap's are followed at each reload).
+        self.policy_paths = [_absolute(path) for path in policy_paths]
         self.overrides = dict(overrides)
         self.cache_dir = cache_dir
         self.allow_untrusted = allow_untrusted
         self._subscribers: set[asyncio.Queue[Change]] = set()
         self.halts = Halts()  # what workers reported, and the candidates halted on this node
         # Raises at start-up: there is nothing to serve yet.
-        sources = tuple(read_policy_sources(policy_paths, allow_untrusted=allow_untrusted))
+        sources = tuple(read_policy_sources(self.policy_paths, allow_untrusted=allow_untrusted))
         self.snapshot = self._build(1, sources, None)
 
     def _build(
