@@ -88,6 +88,31 @@ def _walk(root: Path) -> list[Path]:
     return found
 
 
+def tighten(root: Path) -> int:
+    """Take group and other write away from the entries of ours in the cache at ``root``
+    (symbolic links left alone): Triton and FlashInfer write with the process's umask, and
+    under ``umask 002`` (Ubuntu's default for people) the files they write would make the
+    whole cache untrusted for the next worker (:func:`cache_problem`). Returns how many were
+    changed; what cannot be changed is left for :func:`cache_problem` to report."""
+    changed = 0
+    for path in (root, *_walk(root)):
+        try:  # through a descriptor: a link put in the entry's place is never followed
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # a link, gone meanwhile, or not ours to open
+            continue
+        try:
+            info = os.fstat(fd)
+            mode = stat.S_IMODE(info.st_mode)
+            if info.st_uid == os.geteuid() and mode & 0o022:
+                os.fchmod(fd, mode & ~0o022)
+                changed += 1
+        except OSError:  # not ours to change: cache_problem says so
+            pass
+        finally:
+            os.close(fd)
+    return changed
+
+
 def cache_environment(
     cache_dir: Path, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str | None]:
@@ -131,6 +156,7 @@ class BuiltRecord:
         """
         directory = private_dir(self.root / BUILT, "kernel cache")
         write_atomic(directory / self.path(text).name, text.encode(), 0o644)
+        tighten(self.root)  # what the build just wrote, under the process's umask
 
     def write_index(self, text: str, data: bytes) -> None:
         """Keep ``data`` as the index of the variant described by ``text``.

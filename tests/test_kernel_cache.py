@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,41 @@ def test_a_record_counts_when_it_is_a_trusted_file(tmp_path: Path, how: str, hel
     if how == "recorded":
         assert path.read_text() == text
         assert cache_problem(record.root) is None  # the record keeps the cache trusted
+
+
+@pytest.mark.parametrize(
+    ("modes", "foreign", "trusted_after"),
+    [
+        pytest.param((0o775, 0o664), False, True, id="written-under-umask-002"),
+        pytest.param((0o777, 0o666), False, True, id="written-under-umask-000"),
+        pytest.param((0o700, 0o644), False, True, id="already-tight"),
+        pytest.param(
+            (0o775, 0o664), True, False, id="another-user's-entry-left-and-reported",
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="a foreign owner needs root"),
+        ),
+    ],
+)  # fmt: skip
+def test_recording_a_build_tightens_what_it_wrote(
+    tmp_path: Path, modes: tuple[int, int], foreign: bool, trusted_after: bool
+) -> None:
+    """Triton writes its kernels with the process's umask: group-writable under umask 002,
+    which made the whole cache untrusted for the next worker. Recording the build takes group
+    and other write away from the entries of ours (never following a link); another user's
+    entry is left for cache_problem to report."""
+    root = prepare_kernel_cache(tmp_path)
+    entry = _entry(root)
+    entry.parent.chmod(modes[0])
+    entry.chmod(modes[1])
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not the cache's")
+    outside.chmod(0o664)
+    (root / "triton" / "link").symlink_to(outside)
+    if foreign:
+        os.chown(entry, NOBODY, NOBODY)
+    BuiltRecord(root).add("a variant")
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o664  # the link was not followed
+    (root / "triton" / "link").unlink()  # (a link makes the cache untrusted in any case)
+    assert (cache_problem(root) is None) is trusted_after
+    if not foreign:
+        assert stat.S_IMODE(entry.stat().st_mode) == modes[1] & ~0o022
+        assert stat.S_IMODE(entry.parent.stat().st_mode) == modes[0] & ~0o022
