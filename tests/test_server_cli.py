@@ -274,3 +274,18 @@ def test_a_second_serve_on_the_same_address_prints_nothing_on_stdout(tmp_path: P
         f"kernelpolicy: error: cannot listen on {address}: the address is in use (another "
         "kernelpolicy serve?) or not valid here; pick another with --listen\n"
     )
+
+
+def test_a_relative_socket_is_named_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--listen unix:kp.sock binds there and names it absolute (what --port-file and status
+    show), so a client in another directory can use it."""
+    monkeypatch.chdir(tmp_path)
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], listen=["unix:kp.sock"], watch=False
+    ) as daemon:
+        assert daemon.bound == [f"unix:{tmp_path / 'kp.sock'}"]
+        monkeypatch.chdir("/")
+        with connect(daemon.bound[0]) as client:
+            assert client.resolve().decision("sampler.greedy").impl == "torch"

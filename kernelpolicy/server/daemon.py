@@ -199,7 +199,9 @@ class Daemon:
         finally:
             if old_umask is not None:
                 os.umask(old_umask)
-        self.bound.append(address if unix else with_port(address, port))
+        # a relative socket named absolute (--port-file, status): found from any directory
+        bound = f"unix:{os.path.abspath(address.removeprefix('unix:'))}" if unix else None
+        self.bound.append(bound or with_port(address, port))
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
