@@ -25,6 +25,7 @@ feature, the key and what was expected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -74,7 +75,16 @@ class PolicyError(KernelPolicyError):
 
 
 class UntrustedFileError(KernelPolicyError):
-    """A file or directory the engine would trust is owned or writable by another user."""
+    """A file or directory the engine would trust is owned or writable by another user.
+
+    Attributes:
+        issues: One located issue per path refused, where the refusal names several (what
+            ``kernelpolicy check`` reports, a line each); empty otherwise.
+    """
+
+    def __init__(self, message: str, issues: Sequence[PolicyIssue] = ()) -> None:
+        super().__init__(message)
+        self.issues = tuple(issues)
 
 
 class EvidenceError(KernelPolicyError):

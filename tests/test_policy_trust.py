@@ -250,14 +250,16 @@ def _installed_under_umask_002(tmp_path: Path, code_writable: bool) -> Path:
     [
         pytest.param(True, None, 0, "ok: ", id="bundled-pack-as-writable-as-the-code"),
         pytest.param(
-            False, None, 1, "bundled_policies: writable by its group",
+            False, None, 1,
+            "bundled_policies: refusing this policy directory: writable by its group",
             id="bundled-pack-more-writable-than-the-code",
         ),
         pytest.param(
-            True, "mine", 1, "mine: writable by its group", id="own-directory-still-refused"
+            True, "mine", 1, "mine: refusing this policy directory: writable by its group",
+            id="own-directory-still-refused",
         ),
         pytest.param(
-            True, "acl", 1, "10-sampler.toml: writable by its group",
+            True, "acl", 1, "10-sampler.toml: refusing this policy file: writable by its group",
             id="bundled-file-with-an-acl", marks=needs_setfacl,
         ),
     ],
@@ -291,3 +293,22 @@ def test_an_install_made_under_umask_002(
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     assert imported.startswith(str(site))  # the copy ran, not the checkout
+
+
+def test_check_reports_each_untrusted_path_where_it_is(tmp_path: Path) -> None:
+    """`kernelpolicy check` (its --json too) has an issue located at each path refused, the
+    directory once, instead of one '<policies>' issue holding them all."""
+    from kernelpolicy.check import check_policies
+
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    files = _files(directory, 2)
+    for file in files:
+        file.chmod(0o666)
+    directory.chmod(0o777)
+    report = check_policies([directory])
+    assert [issue.file for issue in report.issues] == [str(directory), *map(str, files)]
+    assert [issue.message.split(":")[0] for issue in report.issues] == [
+        "refusing this policy directory", "refusing this policy file", "refusing this policy file",
+    ]  # fmt: skip
+    assert all("writable by others" in issue.message for issue in report.issues)

@@ -62,8 +62,8 @@ def check_policies(
         issues += preflight(policies, [*fixture_platforms(), *given])
     except PolicyError as exc:
         issues = exc.issues
-    except UntrustedFileError as exc:
-        issues = [PolicyIssue("<policies>", str(exc))]
+    except UntrustedFileError as exc:  # a line for each path refused
+        issues = list(exc.issues) or [PolicyIssue("<policies>", str(exc))]
     return CheckReport(files, policies, issues)
 
 

@@ -162,14 +162,23 @@ def check_policy_trust(
     opt_out = "set KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept"
     if len(problems) == 1:
         ((problem, what),) = problems.items()
-        raise UntrustedFileError(f"refusing {what} {problem} ({opt_out} it)")
+        raise UntrustedFileError(
+            f"refusing {what} {problem} ({opt_out} it)", [_issue(problem, what, opt_out)]
+        )
     if problems:
         shown = list(problems.items())[:MAX_UNTRUSTED_SHOWN]
         lines = [f"refusing {len(problems)} policy paths another user could change ({opt_out})"]
         lines += [f"  {what} {problem}" for problem, what in shown]
         if len(problems) > len(shown):
             lines.append(f"  and {len(problems) - len(shown)} more")
-        raise UntrustedFileError("\n".join(lines))
+        issues = [_issue(problem, what, opt_out) for problem, what in problems.items()]
+        raise UntrustedFileError("\n".join(lines), issues)
+
+
+def _issue(problem: str, what: str, opt_out: str) -> PolicyIssue:
+    """``PATH: why`` as an issue located at the path (``kernelpolicy check``'s lines)."""
+    path, _, why = problem.partition(": ")
+    return PolicyIssue(path, f"refusing this {what}: {why} ({opt_out} it)")
 
 
 MAX_UNTRUSTED_SHOWN = 10
