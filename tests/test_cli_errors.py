@@ -57,6 +57,9 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 USAGE_ERRORS = [
     pytest.param(
+        ["status", "--address", ""], {}, ["--address '': no HOST:PORT"], id="status-address-empty"
+    ),
+    pytest.param(
         ["status", "--clear-halt", "sampler.top_k_top_p", "--address", "127.0.0.1:50151"], {},
         ["--clear-halt with --address 127.0.0.1:50151: it goes over the daemon's unix socket"],
         id="status-clear-halt-over-tcp",

@@ -36,9 +36,19 @@ def test_serve_listens_on_the_configured_socket(
     assert listen == [f"127.0.0.1:{DEFAULT_PORT}", expected or default_unix_socket()]
 
 
-def test_a_socket_setting_that_is_no_socket_is_refused() -> None:
-    with pytest.raises(SettingsError, match="KERNELPOLICY_SOCKET"):
-        settings_from({"KERNELPOLICY_SOCKET": "unix:"})
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("unix:", id="no-path"),
+        pytest.param("bogus", id="a-word"),
+        pytest.param("unix:run/kp.sock", id="relative"),
+    ],
+)
+def test_a_socket_setting_that_is_no_socket_is_refused(value: str) -> None:
+    """An absolute path only: a worker and the daemon started in different directories must
+    meet at the same socket."""
+    with pytest.raises(SettingsError, match="expected a unix socket, unix:/path or /path"):
+        settings_from({"KERNELPOLICY_SOCKET": value})
 
 
 def test_connect_and_status_ask_the_configured_socket(

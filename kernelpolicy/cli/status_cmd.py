@@ -70,7 +70,7 @@ def _status_addresses(args: argparse.Namespace) -> list[str]:
         runtime_dir,
     )
 
-    if args.address:
+    if args.address is not None:  # an empty one is a mistake, not "the default"
         from kernelpolicy.server.addresses import check_daemon_address
 
         return [check_daemon_address(args.address, "--address")]

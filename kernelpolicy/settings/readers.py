@@ -92,9 +92,11 @@ def _read_log_format(name: str, value: str) -> str:
 
 
 def _socket(name: str, value: str) -> str:
-    if "\0" in value or not value.removeprefix("unix:").strip("/"):
+    path = value.removeprefix("unix:")
+    if "\0" in value or not path.startswith("/") or not path.strip("/"):
+        # absolute: a worker and the daemon started in different directories meet there
         raise SettingsError(f"{name}={shown(value)!r}: expected a unix socket, unix:/path or /path")
-    return value if value.startswith("unix:") else f"unix:{value}"
+    return f"unix:{path}"
 
 
 _READERS: dict[str, Callable[[str, str], Any]] = {
