@@ -75,7 +75,9 @@ def load_policies_cached(
     key = tuple((str(f), *_stamp(f)) for f in files)
     cached = _POLICY_CACHE.pop(key, None)  # re-inserted below: the dict keeps use order
     if cached is None and pack_cache:
-        cached = load_cached(read_listed_sources(files), cache_dir)  # listed and checked above
+        cached = load_cached(  # listed and checked above
+            read_listed_sources(files, trusted=not allow_untrusted), cache_dir
+        )
     elif cached is None:
         from kernelpolicy.policy.loader import load_policies
 

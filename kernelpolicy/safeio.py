@@ -28,7 +28,14 @@ def _raise(fail: Fail, message: str) -> NoReturn:
     raise fail(message) from None
 
 
-def read_bytes_bounded(path: str | Path, *, limit: int, limit_name: str, fail: Fail) -> bytes:
+def read_bytes_bounded(
+    path: str | Path,
+    *,
+    limit: int,
+    limit_name: str,
+    fail: Fail,
+    opened: Callable[[os.stat_result], None] | None = None,
+) -> bytes:
     """The contents of a regular file of at most ``limit`` bytes.
 
     The file is opened non-blocking, so a FIFO or a device never hangs the reader; anything but
@@ -39,6 +46,8 @@ def read_bytes_bounded(path: str | Path, *, limit: int, limit_name: str, fail: F
         limit: The most bytes accepted.
         limit_name: The constant in :mod:`kernelpolicy.limits` that ``limit`` comes from.
         fail: Builds the error to raise.
+        opened: Called with the ``stat`` of the file opened, before anything is read (it may
+            raise: a trust check of the very file read, which a path check before cannot be).
 
     Raises:
         KernelPolicyError: Whatever ``fail`` builds, naming the file and what was wrong.
@@ -58,6 +67,8 @@ def read_bytes_bounded(path: str | Path, *, limit: int, limit_name: str, fail: F
             _raise(fail, f"{source}: not a regular file ({_kind(info.st_mode)}); expected a file")
         if info.st_size > limit:
             _raise(fail, f"{source}: {info.st_size} bytes is over {limit_name} ({limit} bytes)")
+        if opened is not None:
+            opened(info)
         chunks: list[bytes] = []
         total = 0
         while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
@@ -95,9 +106,16 @@ def decode_utf8(data: bytes, source: str, fail: Fail) -> str:
         _raise(fail, f"{source}: not UTF-8 (byte {exc.start}: {exc.reason}); expected UTF-8 text")
 
 
-def read_text_bounded(path: str | Path, *, limit: int, limit_name: str, fail: Fail) -> str:
+def read_text_bounded(
+    path: str | Path,
+    *,
+    limit: int,
+    limit_name: str,
+    fail: Fail,
+    opened: Callable[[os.stat_result], None] | None = None,
+) -> str:
     """A regular UTF-8 text file of at most ``limit`` bytes (see :func:`read_bytes_bounded`)."""
-    data = read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=fail)
+    data = read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=fail, opened=opened)
     return decode_utf8(data, str(path), fail)
 
 

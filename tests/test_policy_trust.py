@@ -312,3 +312,25 @@ def test_check_reports_each_untrusted_path_where_it_is(tmp_path: Path) -> None:
         "refusing this policy directory", "refusing this policy file", "refusing this policy file",
     ]  # fmt: skip
     assert all("writable by others" in issue.message for issue in report.issues)
+
+
+@pytest.mark.parametrize(
+    ("trusted", "refused"),
+    [
+        pytest.param(True, True, id="checked-as-opened"),
+        pytest.param(False, False, id="opted-out"),
+    ],
+)
+def test_the_file_read_is_the_file_checked(tmp_path: Path, trusted: bool, refused: bool) -> None:
+    """A policy file put in place after its path was checked (here: made world-writable after
+    check_policy_trust, by calling the reader alone) is refused on the descriptor read, unless
+    the caller opted out of the trust check."""
+    from kernelpolicy.policy.files import read_listed_sources
+
+    directory = policy_dir(tmp_path)
+    (directory / "p.toml").chmod(0o666)
+    if refused:
+        with pytest.raises(UntrustedFileError, match=r"p\.toml as opened: writable by others"):
+            read_listed_sources([directory / "p.toml"], trusted=trusted)
+    else:
+        assert read_listed_sources([directory / "p.toml"], trusted=trusted)[0][1] == POLICY

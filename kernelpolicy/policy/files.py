@@ -11,7 +11,7 @@ UTF-8; a set has at most ``MAX_POLICY_FILES`` files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue, UntrustedFileError
@@ -19,7 +19,7 @@ from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
 from kernelpolicy.policy.load_boundary import boundary
 from kernelpolicy.safeio import read_text_bounded
 from kernelpolicy.settings import bundled_policy_dir
-from kernelpolicy.trust import trust_problem
+from kernelpolicy.trust import owner_mode_problem, shipped_group, trust_problem
 
 
 class _Unreadable(KernelPolicyError):
@@ -111,16 +111,20 @@ def read_policy_sources(
         given = expand_policy_paths(paths)
         files = policy_files(given)  # refuses an empty path before Path("") means "."
         check_policy_trust(given, files, allow_untrusted=allow_untrusted)
-    return read_listed_sources(files)
+    return read_listed_sources(files, trusted=not allow_untrusted)
 
 
-def read_listed_sources(files: Sequence[Path]) -> list[tuple[str, str]]:
+def read_listed_sources(files: Sequence[Path], *, trusted: bool = True) -> list[tuple[str, str]]:
     """(file name, text) of ``files``, already listed by :func:`policy_files` and checked by
     :func:`check_policy_trust` (as :func:`read_policy_sources` does before it calls this).
+
+    ``trusted`` (unless the caller opted out): each file opened is checked again, on the very
+    file read, so that one put in its place after the path was checked is refused too.
 
     Raises:
         PolicyError: A file is missing, unreadable, not a regular file, too large or not UTF-8,
             or there is no file at all.
+        UntrustedFileError: The file opened is owned or writable by another user.
     """
     with boundary() as cursor:
         if not files:
@@ -129,7 +133,7 @@ def read_listed_sources(files: Sequence[Path]) -> list[tuple[str, str]]:
         sources = []
         for path in files:
             cursor.at(str(path))
-            text = _read(path, issues)
+            text = _read(path, issues, _opened_check(path) if trusted else None)
             if text is not None:
                 sources.append((str(path), text))
         if issues:
@@ -204,11 +208,29 @@ def _bundled(path: Path) -> bool:
     return real == pack or pack in real.parents
 
 
-def _read(path: Path, issues: list[PolicyIssue]) -> str | None:
+def _opened_check(path: Path) -> Callable[[os.stat_result], None]:
+    """The trust rule for the file ``path`` names, as opened (see read_listed_sources)."""
+
+    def check(info: os.stat_result) -> None:
+        code_gid = shipped_group(path, info) if _bundled(path) else None
+        problem = owner_mode_problem(info, code_gid)
+        if problem is not None:
+            raise UntrustedFileError(
+                f"refusing policy file {path} as opened: {problem} (set "
+                "KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept it)"
+            )
+
+    return check
+
+
+def _read(
+    path: Path, issues: list[PolicyIssue], opened: Callable[[os.stat_result], None] | None
+) -> str | None:
     try:
         return read_text_bounded(
-            path, limit=MAX_POLICY_FILE_BYTES, limit_name="MAX_POLICY_FILE_BYTES", fail=_Unreadable
-        )
+            path, limit=MAX_POLICY_FILE_BYTES, limit_name="MAX_POLICY_FILE_BYTES",
+            fail=_Unreadable, opened=opened,
+        )  # fmt: skip
     except _Unreadable as exc:
         message = str(exc).removeprefix(f"{path}: ")
         if message == "no such file":
