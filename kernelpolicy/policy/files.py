@@ -193,7 +193,9 @@ def _note(problems: dict[str, str], what: str, path: Path) -> None:
     """Add why ``path`` may not be trusted, if it may not (a directory's problem is named once,
     though each file in it reports it too). The bundled pack is held to the rule of the code
     that ships with it (:func:`kernelpolicy.trust.code_group`)."""
-    problem = trust_problem(path, shipped=_bundled(path))
+    problem = trust_problem(path)
+    if problem is not None and _bundled(path):  # (a resolve() a path: only where refused)
+        problem = trust_problem(path, shipped=True)
     if problem is not None:
         problems.setdefault(problem, what)
 
@@ -212,8 +214,9 @@ def _opened_check(path: Path) -> Callable[[os.stat_result], None]:
     """The trust rule for the file ``path`` names, as opened (see read_listed_sources)."""
 
     def check(info: os.stat_result) -> None:
-        code_gid = shipped_group(path, info) if _bundled(path) else None
-        problem = owner_mode_problem(info, code_gid)
+        problem = owner_mode_problem(info)
+        if problem is not None and _bundled(path):
+            problem = owner_mode_problem(info, shipped_group(path, info))
         if problem is not None:
             raise UntrustedFileError(
                 f"refusing policy file {path} as opened: {problem} (set "
