@@ -36,6 +36,10 @@ def context_for(declared: Mapping[str, str], context: Mapping[str, Any]) -> dict
     return out
 
 
+CALL_ERRORS = (ResolutionError, TypeError, ArithmeticError)
+"""What evaluating a call context the client sent may raise: the client's mistake, reported."""
+
+
 def flag_value(resolution: Resolution, name: str, given: Mapping[str, Any]) -> str | None:
     """What feature ``name`` answers as a flag (flagd, OFREP) for the context ``given``: the
     node's decision where ``given`` holds none of the variables the feature declares (a flag
@@ -48,7 +52,8 @@ def flag_value(resolution: Resolution, name: str, given: Mapping[str, Any]) -> s
         TypeError, ArithmeticError: From ``select()`` (see ``CALL_ERRORS``).
     """
     feature = resolution.policies.features[name]
-    call = context_for(call_variables(feature), given)
+    kinds = call_variables(feature)
+    call = context_for(kinds, given)
     declared = list(feature.spec.context)
     given_names = [variable for variable in declared if variable in call]
     if not given_names:
@@ -61,7 +66,6 @@ def flag_value(resolution: Resolution, name: str, given: Mapping[str, Any]) -> s
         )
     # A JSON value of another type is refused here, as the CEL path would: the generated fast
     # path takes booleans by truthiness (the string "no" would be true).
-    kinds = call_variables(feature)
     typed = {key: convert(f"flag {name}", key, kinds[key], value) for key, value in call.items()}
     return resolution.select(name, **typed)
 
@@ -122,7 +126,7 @@ def resolve_response(
             variables = call_variables(resolution.policies.features[name])
             try:
                 message.selected = resolution.select(name, **context_for(variables, context))
-            except (ResolutionError, TypeError, ArithmeticError) as exc:
+            except CALL_ERRORS as exc:
                 message.select_error = str(exc)
         response.decisions.append(message)
     for gate in gates:
@@ -133,7 +137,7 @@ def resolve_response(
         try:
             value = resolution.gate(gate, **context_for(spec.spec.context, context or {}))
             response.gates.append(pb.GateValue(name=gate, value=value))
-        except (ResolutionError, TypeError, ArithmeticError) as exc:
+        except CALL_ERRORS as exc:
             response.gates.append(pb.GateValue(name=gate, error=str(exc)))
     if inputs is not None:
         response.inputs.CopyFrom(inputs)

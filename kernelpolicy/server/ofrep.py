@@ -161,11 +161,11 @@ def evaluate(snapshot: Snapshot, key: str, context: dict[str, Any]) -> dict[str,
         raise OfrepError(400, "GENERAL", f"{key}: {decision.error}")
     if decision.impl is None:  # not applicable here: the caller's code default applies
         return {**base, "variant": "not_applicable", "reason": DISABLED}
-    from kernelpolicy.server.convert import flag_value
+    from kernelpolicy.server.convert import CALL_ERRORS, flag_value
 
     try:  # none of the declared context: the node's decision; all of it: the per-call choice
         value_str = flag_value(resolution, key, context) or decision.impl
-    except (ResolutionError, TypeError, ArithmeticError) as exc:
+    except CALL_ERRORS as exc:
         raise OfrepError(400, "INVALID_CONTEXT", str(exc)) from None
     return {**base, "value": value_str, "variant": value_str, "reason": TARGETING_MATCH}
 

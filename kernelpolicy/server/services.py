@@ -24,6 +24,7 @@ from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_gr
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.convert import (
+    CALL_ERRORS,
     context_dict,
     context_for,
     flag_value,
@@ -33,8 +34,6 @@ from kernelpolicy.server.convert import (
 from kernelpolicy.server.state import ServingState, Snapshot
 
 KEEP_ALIVE_SECONDS = 20.0
-CALL_ERRORS = (ResolutionError, TypeError, ArithmeticError)
-"""What evaluating a call context the client sent may raise: the client's mistake, reported."""
 
 
 def _invalid(message: str) -> KernelPolicyError:
