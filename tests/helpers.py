@@ -278,3 +278,18 @@ UNTRUSTED_ENTRIES: dict[str, Callable[[Path], None]] = {
     "a symbolic link": plant_symlink,
 }
 """The ways an entry is made untrustworthy, named, for a cache test's table of planted files."""
+
+
+def make_certificate(directory: Path, name: str = "") -> tuple[Path, Path]:
+    """A self-signed certificate for localhost and 127.0.0.1 and its unencrypted key
+    (``cert{name}.pem``, ``key{name}.pem`` in ``directory``), made by openssl."""
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make a test certificate"
+    cert, key = directory / f"cert{name}.pem", directory / f"key{name}.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key

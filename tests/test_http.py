@@ -319,9 +319,9 @@ def test_address_in_use_is_a_clear_error(url: str) -> None:
 def test_tls_with_the_grpc_files(tmp_path: Path) -> None:
     """KERNELPOLICY_TLS_* apply to HTTP too: https, and the certificate verifies."""
     from kernelpolicy.server.daemon import TlsFiles
-    from tests.test_server_ops import _certificate
+    from tests.helpers import make_certificate
 
-    cert, key = _certificate(tmp_path)
+    cert, key = make_certificate(tmp_path)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0",
         tls=TlsFiles.load(cert, key),
@@ -337,13 +337,13 @@ def test_tls_with_the_grpc_files(tmp_path: Path) -> None:
 def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
     """KERNELPOLICY_TLS_CLIENT_CA_FILE applies to HTTP too: no client certificate, no answer."""
     from kernelpolicy.server.daemon import TlsFiles
-    from tests.test_server_ops import _certificate
+    from tests.helpers import make_certificate
 
     server_dir, client_dir = tmp_path / "server", tmp_path / "client"
     server_dir.mkdir()
     client_dir.mkdir()
-    cert, key = _certificate(server_dir)
-    client_cert, client_key = _certificate(client_dir)  # self-signed: it is its own CA
+    cert, key = make_certificate(server_dir)
+    client_cert, client_key = make_certificate(client_dir)  # self-signed: it is its own CA
     tls = TlsFiles.load(cert, key, client_cert)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0", tls=tls

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -16,7 +15,7 @@ from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_gr
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.daemon import TlsFiles, is_loopback
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, make_certificate
 
 
 @pytest.mark.parametrize(
@@ -32,24 +31,11 @@ def test_loopback_detection(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
 
 
-def _certificate(tmp_path: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is needed to make a test certificate"
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 def test_tls(tmp_path: Path) -> None:
     """With a certificate, TCP listeners speak TLS: a TLS client is served, plaintext is not."""
     from kernelpolicy.server.client import connect
 
-    cert, key = _certificate(tmp_path)
+    cert, key = make_certificate(tmp_path)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, tls=TlsFiles.load(cert, key)
     ) as daemon:

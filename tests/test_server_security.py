@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from kernelpolicy.server.sockets import prepare_socket, runtime_dir
 from kernelpolicy.server.tls import TlsFiles
 from kernelpolicy.testing.daemon import running_daemon
 from kernelpolicy.trust import owner_mode_problem
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, make_certificate
 
 OTHER = 65534  # nobody: the second local user
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
@@ -227,19 +226,6 @@ def test_runtime_dir(
 # TLS settings: validated before anything is bound.
 
 
-def _certificate(directory: Path, name: str = "") -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    cert, key = directory / f"cert{name}.pem", directory / f"key{name}.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 TLS_CASES = [
     pytest.param({"CLIENT_CA": "cert"}, "KERNELPOLICY_TLS_CLIENT_CA_FILE needs "
                  "KERNELPOLICY_TLS_CERT_FILE and KERNELPOLICY_TLS_KEY_FILE", id="ca-without-cert"),
@@ -271,8 +257,8 @@ def test_tls_settings_are_validated(
     message: str,
 ) -> None:
     """Each bad TLS setting: exit 2, one line naming the setting and file, never 'in use'."""
-    cert, key = _certificate(tmp_path)
-    _, other_key = _certificate(tmp_path, "2")
+    cert, key = make_certificate(tmp_path)
+    _, other_key = make_certificate(tmp_path, "2")
     files = {
         "cert": cert, "key": key, "other_key": other_key, "missing": tmp_path / "nope.pem",
         "garbage": tmp_path / "garbage.pem", "badbody": tmp_path / "badbody.pem",
@@ -295,7 +281,7 @@ def test_tls_settings_are_validated(
 
 def test_tls_file_at_the_size_limit_is_accepted(tmp_path: Path) -> None:
     """A PEM file of exactly MAX_TLS_FILE_BYTES loads (padding after the block is allowed)."""
-    cert, key = _certificate(tmp_path)
+    cert, key = make_certificate(tmp_path)
     cert.write_bytes(cert.read_bytes().ljust(MAX_TLS_FILE_BYTES, b"\n"))
     assert cert.stat().st_size == MAX_TLS_FILE_BYTES
     files = TlsFiles.load(cert, key)

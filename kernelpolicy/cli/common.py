@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,44 @@ def add_resolve_options(parser: argparse.ArgumentParser) -> None:
         help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
         "bundled pack)",
     )  # fmt: skip
+
+
+def add_tls_client_options(parser: argparse.ArgumentParser) -> None:
+    """--tls-ca, --tls-cert, --tls-key: how a command reaches a TCP daemon that speaks TLS."""
+    parser.add_argument(
+        "--tls-ca", metavar="FILE", type=Path,
+        help="speak TLS to TCP daemons, trusting the CA certificates of FILE (PEM; the "
+        "daemon's KERNELPOLICY_TLS_CERT_FILE itself for a self-signed one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", type=Path,
+        help="this client's certificate (PEM), for a daemon with KERNELPOLICY_TLS_CLIENT_CA_FILE",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-key", metavar="FILE", type=Path, help="the private key of --tls-cert (PEM)"
+    )
+
+
+def tls_credentials(args: argparse.Namespace, addresses: Sequence[str]) -> Any:
+    """The grpc channel credentials the --tls-* options ask for, or None (plain gRPC).
+
+    Raises:
+        DaemonError: A --tls-* option with a unix socket address, an unpaired --tls-cert or
+            --tls-key, or a file that is not what the option needs.
+    """
+    given = [f"--tls-{o}" for o in ("ca", "cert", "key") if getattr(args, f"tls_{o}")]
+    if not given:
+        return None
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.server.tls import client_credentials
+
+    for address in addresses:
+        if address.startswith("unix:"):
+            raise DaemonError(
+                f"{given[0]} with {address}: a unix socket speaks no TLS (the daemon checks its "
+                "peer's credentials instead); give TCP addresses (host:port) only"
+            )
+    return client_credentials(args.tls_ca, args.tls_cert, args.tls_key)
 
 
 def obtain_platform(args: argparse.Namespace, **probe_kwargs: Any) -> Platform:

@@ -9,7 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.cli.common import HelpFormatter, counted
+from kernelpolicy.cli.common import (
+    HelpFormatter,
+    add_tls_client_options,
+    counted,
+    tls_credentials,
+)
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import DAEMON_TIMEOUT_SECONDS, MAX_ROLLOUT_STEPS
 
@@ -22,9 +27,11 @@ examples:
   kernelpolicy diff --against +policies.d/ --daemons node1:50151,node2:50151
   kernelpolicy diff --against +policies.d/ --daemons @daemons.txt \\
       --daemon-timeout 2
+  kernelpolicy diff --against +policies.d/ --daemons node1:50151 --tls-ca ca.pem
 
-with --daemons, each daemon's platform snapshot is read over gRPC (unix:PATH or HOST:PORT,
-without TLS); one that does not answer within --daemon-timeout is named on stderr and
+with --daemons, each daemon's platform snapshot is read over gRPC (unix:PATH or HOST:PORT;
+TLS to TCP daemons with --tls-ca, and --tls-cert/--tls-key where they require client
+certificates); one that does not answer within --daemon-timeout is named on stderr and
 counted, not fatal, unless none answers (exit 2)
 
 exit status: 0 (with --exit-code: no node changes), 1 (--exit-code: some node changes),
@@ -70,6 +77,7 @@ def register(commands: Any) -> None:
         help=f"seconds each daemon has to connect and to answer (default "
         f"{DAEMON_TIMEOUT_SECONDS:g})",
     )  # fmt: skip
+    add_tls_client_options(parser)
     parser.add_argument(
         "--steps", metavar="P,P,...", default="1,5,25,50,100",
         help="percents at which to count each staged rollout (default 1,5,25,50,100; the "
@@ -150,11 +158,15 @@ def _inventory(args: argparse.Namespace) -> Any:
     from kernelpolicy.fleet import daemon_addresses, load_daemons, load_inventory
     from kernelpolicy.platform.fixtures import fixture_dir
 
+    if args.daemons is None and (args.tls_ca or args.tls_cert or args.tls_key):
+        raise SettingsError("--tls-ca, --tls-cert and --tls-key say how to reach --daemons; "
+                            "give --daemons too")  # fmt: skip
     if args.daemons is not None:
         if not args.daemon_timeout > 0:
             raise SettingsError(f"--daemon-timeout {args.daemon_timeout:g}: expected seconds > 0")
         addresses = daemon_addresses(args.daemons)
-        inventory = load_daemons(addresses, args.daemon_timeout)
+        credentials = tls_credentials(args, addresses)
+        inventory = load_daemons(addresses, args.daemon_timeout, credentials)
         return replace(inventory, source=counted(len(addresses), "daemon"))
     if args.platforms is None:
         return load_inventory(fixture_dir() / "platforms")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kernelpolicy.cli.common import HelpFormatter
+from kernelpolicy.cli.common import HelpFormatter, add_tls_client_options, tls_credentials
 from kernelpolicy.errors import KernelPolicyError
 
 CLEAR_TIMEOUT = 10.0
@@ -19,7 +19,9 @@ def register(commands: Any) -> None:
         "halted kernels",
         description=(
             "Query a running daemon. A daemon behind a unix socket must run as root or as you "
-            "(its peer credentials are checked); TCP addresses carry no such identity. "
+            "(its peer credentials are checked); TCP addresses carry no such identity (a TCP "
+            "daemon with TLS is asked with --tls-ca, and --tls-cert/--tls-key where it requires "
+            "client certificates). "
             "--clear-halt lifts the halts of a feature on this node (a candidate halted by its "
             "policy's halt_on after guard trips or run-time failures its workers reported): "
             "only over the unix socket, as root or the daemon's user."
@@ -48,6 +50,7 @@ def register(commands: Any) -> None:
         "--clear-halt", metavar="FEATURE",
         help="lift every halt of FEATURE on this node and count its events from zero",
     )  # fmt: skip
+    add_tls_client_options(status)
     status.set_defaults(run=run_status)
 
 
@@ -83,7 +86,7 @@ def _status_addresses(args: argparse.Namespace) -> list[str]:
     return addresses
 
 
-def _ask(address: str) -> dict[str, Any]:
+def _ask(address: str, credentials: Any = None) -> dict[str, Any]:
     """The status report of the daemon at ``address``.
 
     Raises:
@@ -98,7 +101,7 @@ def _ask(address: str) -> dict[str, Any]:
     from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
 
-    with connect(address, timeout=3.0) as client:
+    with connect(address, timeout=3.0, credentials=credentials) as client:
         client.wait_ready()
         try:
             health = health_pb2_grpc.HealthStub(client.channel).Check(
@@ -159,12 +162,13 @@ def run_status(args: argparse.Namespace) -> int:
             f"--clear-halt with --address {addresses[0]}: it goes over the daemon's unix socket "
             "only (its peer credentials say who asks); give --address unix:/path"
         )
+    credentials = tls_credentials(args, addresses)
     problems: list[str] = []
     for address in addresses:
         try:
             if args.clear_halt is not None:
                 return _clear(address, args.clear_halt, args.json)
-            report = _ask(address)
+            report = _ask(address, credentials)
         except DaemonError as exc:
             problems.append(str(exc))
             if str(exc).startswith("refusing") or args.address:

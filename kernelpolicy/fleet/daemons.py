@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from kernelpolicy.errors import InventoryError, KernelPolicyError
 from kernelpolicy.fleet.inventory import Inventory, Node
@@ -61,27 +62,34 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
     return addresses
 
 
-def _snapshot(address: str, timeout: float) -> Platform:
+def _snapshot(address: str, timeout: float, credentials: Any) -> Platform:
     from kernelpolicy.server.client import connect
 
-    with connect(address, timeout=timeout, connect_timeout=timeout) as client:
+    with connect(
+        address, timeout=timeout, connect_timeout=timeout, credentials=credentials
+    ) as client:
         text = client.platform_json()
     if len(text) > MAX_PLATFORM_FILE_BYTES:
         raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")
     return Platform.from_dict(parse_json(text, address, _fail), source=address)
 
 
-def _ask(address: str, timeout: float) -> Node | str:
+def _ask(address: str, timeout: float, credentials: Any) -> Node | str:
     """The daemon's node, or why it gave none (a message naming the address)."""
     try:
-        return Node.of(address, _snapshot(address, timeout))
+        return Node.of(address, _snapshot(address, timeout, credentials))
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"
 
 
-def load_daemons(addresses: Sequence[str], timeout: float = DAEMON_TIMEOUT_SECONDS) -> Inventory:
+def load_daemons(
+    addresses: Sequence[str], timeout: float = DAEMON_TIMEOUT_SECONDS, credentials: Any = None
+) -> Inventory:
     """Each daemon's platform snapshot as one node named by its address.
+
+    ``credentials``: grpc channel credentials for daemons that speak TLS (unix sockets take
+    none), as ``kernelpolicy.server.tls.client_credentials`` makes them.
 
     Returns:
         The nodes of the daemons that answered; ``unreachable`` names each that did not, and
@@ -91,7 +99,7 @@ def load_daemons(addresses: Sequence[str], timeout: float = DAEMON_TIMEOUT_SECON
         InventoryError: No daemon answered (every address and why in the message).
     """
     with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(addresses)) or 1) as pool:
-        answers = list(pool.map(lambda address: _ask(address, timeout), addresses))
+        answers = list(pool.map(lambda address: _ask(address, timeout, credentials), addresses))
     nodes = tuple(a for a in answers if isinstance(a, Node))
     unreachable = tuple(a for a in answers if isinstance(a, str))
     if not nodes:

@@ -67,10 +67,12 @@ class Client:
             grpc.channel_ready_future(self.channel).result(timeout=self.connect_timeout)
         except grpc.FutureTimeoutError:
             tls = (
-                "with TLS, as this client is?"
+                "with TLS, as this client is? Is its certificate signed by the CA given "
+                "(--tls-ca), and does it require a client certificate (--tls-cert/--tls-key)?"
                 if self._tls
                 else "without TLS? (this client speaks plain gRPC; a daemon with TLS is asked "
-                "on its unix socket, or with connect(credentials=...))"
+                "on its unix socket, with --tls-ca FILE (status, diff), or with "
+                "connect(credentials=...))"
             )
             raise DaemonError(
                 f"{self.address}: not answering (no connection within {self.connect_timeout:g} "

@@ -146,3 +146,32 @@ def tls_from_settings(settings: Any) -> TlsFiles | None:
     )
     files.check_pair()
     return files
+
+
+def client_credentials(ca: Path | None, cert: Path | None = None, key: Path | None = None) -> Any:
+    """grpc channel credentials for a client of a daemon that speaks TLS.
+
+    Args:
+        ca: The CA certificates (PEM) the daemon's certificate must chain to; the system's
+            roots when None.
+        cert: This client's certificate, for a daemon that requires client certificates
+            (``KERNELPOLICY_TLS_CLIENT_CA_FILE``); given with ``key`` only.
+        key: Its unencrypted private key.
+
+    Raises:
+        DaemonError: One line naming the option (``--tls-ca``, ``--tls-cert``, ``--tls-key``),
+            the file and what was wrong.
+    """
+    import grpc
+
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise DaemonError(f"{given} needs {missing}: a client certificate goes with its key")
+    roots = None if ca is None else _read_pem(ca, "--tls-ca", _CERTIFICATE, "CERTIFICATE blocks")
+    if cert is None or key is None:
+        return grpc.ssl_channel_credentials(root_certificates=roots)
+    return grpc.ssl_channel_credentials(
+        root_certificates=roots,
+        private_key=_read_pem(key, "--tls-key", _KEYS, "a PRIVATE KEY block"),
+        certificate_chain=_read_pem(cert, "--tls-cert", _CERTIFICATE, "a CERTIFICATE block"),
+    )
