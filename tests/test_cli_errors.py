@@ -186,6 +186,14 @@ def test_mistakes_are_one_line_and_exit_2(
             id="another-command",
         ),
         pytest.param(["nosuch"], "kernelpolicy [-h]", "invalid choice: 'nosuch'", id="no-command"),
+        pytest.param(
+            ["env", "--engine", "vllm", "--format", "k8s", "--json"], "kernelpolicy env",
+            "argument --json: not allowed with argument --format", id="env-two-formats",
+        ),
+        pytest.param(
+            ["labels", "--json", "--format", "nfd"], "kernelpolicy labels",
+            "argument --format: not allowed with argument --json", id="labels-two-formats",
+        ),
     ],
 )  # fmt: skip
 def test_usage_mistakes_name_the_command(argv: list[str], usage_of: str, expected: str) -> None:

@@ -36,12 +36,13 @@ def register(commands: Any) -> None:
     )
     add_engine_options(parser)
     add_resolve_options(parser)
-    parser.add_argument(
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
         "--format", choices=FORMATS, default="shell",
         help="shell (export lines, quoted), dotenv, json, k8s (a container's env: list, YAML), "
         "k8s-json",
     )  # fmt: skip
-    parser.add_argument(  # as every other command spells it
+    output.add_argument(  # as every other command spells it
         "--json", dest="format", action="store_const", const="json",
         help="the same as --format json",
     )  # fmt: skip

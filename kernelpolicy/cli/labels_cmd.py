@@ -40,11 +40,12 @@ def register(commands: Any) -> None:
         formatter_class=HelpFormatter,
     )
     add_resolve_options(parser)
-    parser.add_argument(
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
         "--format", choices=("nfd", "json"), default="nfd",
         help="nfd: features.d lines 'key=value' (default); json: an object of labels",
     )  # fmt: skip
-    parser.add_argument(  # as every other command spells it
+    output.add_argument(  # as every other command spells it
         "--json", dest="format", action="store_const", const="json",
         help="the same as --format json",
     )  # fmt: skip
