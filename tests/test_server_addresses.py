@@ -8,8 +8,8 @@ import re
 import pytest
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.server.addresses import HostPort, check_daemon_address, split_address, with_port
-from kernelpolicy.server.daemon import check_listen_address, is_loopback
+from kernelpolicy.server.addresses import HostPort, check_address, split_address, with_port
+from kernelpolicy.server.daemon import is_loopback
 from kernelpolicy.server.http import parse_http_address
 
 SPLITS = {
@@ -64,7 +64,8 @@ LISTEN = {
     "no host": (":50151", "expected HOST:PORT"),
     "a bare port": ("50151", "expected HOST:PORT"),
     "a superscript port": ("h:\u00b2", "expected HOST:PORT"),
-    "out of range": ("h:65536", "port 65536 is out of range"),
+    "out of range": ("h:65536", "port '65536' is not a number from 0 to 65535"),
+    "a path without unix:": ("/run/kp.sock", "did you mean unix:/run/kp.sock?"),
     "no socket path": ("unix:", "no socket path"),
 }
 
@@ -72,7 +73,7 @@ LISTEN = {
 @pytest.mark.parametrize(("address", "message"), LISTEN.values(), ids=list(LISTEN))
 def test_bad_listen_addresses(address: str, message: str) -> None:
     with pytest.raises(DaemonError, match=message):
-        check_listen_address(address)
+        check_address(address, "--listen", listening=True)
 
 
 @pytest.mark.parametrize(
@@ -105,10 +106,10 @@ def test_a_daemon_address_is_checked_before_dialling(address: str, problem: str 
     """connect(), status --address and diff --daemons name a mistyped address at once, instead
     of waiting for a connection that cannot come and then asking about TLS."""
     if problem is None:
-        assert check_daemon_address(address) == address
+        assert check_address(address) == address
     else:
         with pytest.raises(DaemonError, match=re.escape(problem)):
-            check_daemon_address(address)
+            check_address(address)
 
 
 @pytest.mark.parametrize(
@@ -121,4 +122,4 @@ def test_a_daemon_address_is_checked_before_dialling(address: str, problem: str 
 def test_a_listen_address_that_is_no_host_is_refused(address: str, problem: str) -> None:
     """Refused before the beyond-loopback warning and the bind's 'in use or not valid'."""
     with pytest.raises(DaemonError, match=re.escape(problem)):
-        check_listen_address(address)
+        check_address(address, "--listen", listening=True)

@@ -95,18 +95,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     _quiet_grpc()
     from kernelpolicy.render import explain_table
-    from kernelpolicy.server.daemon import (
-        Daemon,
-        check_listen_address,
-        default_unix_socket,
-    )
+    from kernelpolicy.server.addresses import check_address
+    from kernelpolicy.server.daemon import Daemon, default_unix_socket
     from kernelpolicy.server.tls import tls_from_settings
     from kernelpolicy.settings import settings_from
 
     settings = settings_from(environment(args, None))  # settings mistakes first
     listen = args.listen or default_listen(settings)
     for address in listen:  # before anything slow
-        check_listen_address(address)
+        check_address(address, "--listen", listening=True)
     _check_options(args)
     tls = tls_from_settings(settings)
     state = _serving_state(args, settings)

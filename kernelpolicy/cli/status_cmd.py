@@ -74,9 +74,9 @@ def _status_addresses(args: argparse.Namespace) -> list[str]:
     )
 
     if args.address is not None:  # an empty one is a mistake, not "the default"
-        from kernelpolicy.server.addresses import check_daemon_address
+        from kernelpolicy.server.addresses import check_address
 
-        return [check_daemon_address(args.address, "--address")]
+        return [check_address(args.address, "--address")]
     configured = node_socket_address(os.environ)
     if configured != default_socket_address():  # KERNELPOLICY_SOCKET: that one only
         return [configured]

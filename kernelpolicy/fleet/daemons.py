@@ -52,11 +52,11 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
         raise _fail(f"--daemons {text[:80]!r}: no address (expected ADDR,ADDR,... or @FILE)")
     if len(addresses) > MAX_INVENTORY_NODES:
         raise _fail(f"--daemons: {len(addresses)} addresses, over MAX_INVENTORY_NODES")
-    from kernelpolicy.server.addresses import check_daemon_address
+    from kernelpolicy.server.addresses import check_address
 
     for address in addresses:  # a mistyped one is named now, not after a connection timeout
         try:
-            check_daemon_address(address, "--daemons")
+            check_address(address, "--daemons")
         except KernelPolicyError as exc:
             raise _fail(str(exc)) from None
     return addresses

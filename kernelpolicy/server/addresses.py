@@ -53,15 +53,17 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def check_daemon_address(address: str, what: str = "daemon address") -> str:
-    """``address`` if a client can dial it: ``unix:/path`` or ``HOST:PORT`` (``[V6]:PORT``)
-    with a port from 1 to 65535.
+def check_address(address: str, what: str = "daemon address", *, listening: bool = False) -> str:
+    """``address`` if it is ``unix:/path`` or ``HOST:PORT`` (``[V6]:PORT``) with a port from 1
+    to 65535 (from 0 when ``listening``: the system picks one). The one check of ``--listen``,
+    ``connect()``, ``status --address`` and ``diff --daemons``.
 
     Raises:
         DaemonError: It is neither, naming ``what`` and what was expected (a bare path gets
-            ``unix:`` suggested), before anything waits on a connection.
+            ``unix:`` suggested), before anything binds or waits on a connection.
     """
-    expected = "expected unix:/path or HOST:PORT (127.0.0.1:50151, [::1]:50151)"
+    low, example = (0, "[::1]:0") if listening else (1, "[::1]:50151")
+    expected = f"expected HOST:PORT (127.0.0.1:50151, {example}) or unix:/path"
     if address.startswith("unix:"):
         if not address.removeprefix("unix:").strip("/"):
             raise DaemonError(f"{what} {address!r}: no socket path; expected unix:/path")
@@ -70,8 +72,8 @@ def check_daemon_address(address: str, what: str = "daemon address") -> str:
         raise DaemonError(f"{what} {address[:100]!r}: a path; did you mean unix:{address[:100]}?")
     split = split_address(address)
     problem = host_problem(split.host) if split.host else "no HOST:PORT"
-    if problem is None and not (split.number is not None and 1 <= split.number <= MAX_PORT):
-        problem = f"port {split.port[:20]!r} is not a number from 1 to {MAX_PORT}"
+    if problem is None and not (split.number is not None and low <= split.number <= MAX_PORT):
+        problem = f"port {split.port[:20]!r} is not a number from {low} to {MAX_PORT}"
     if problem is not None:
         raise DaemonError(f"{what} {address[:100]!r}: {problem}; {expected}")
     return address

@@ -38,10 +38,10 @@ class Client:
         credentials: grpc.ChannelCredentials | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        from kernelpolicy.server.addresses import check_daemon_address
+        from kernelpolicy.server.addresses import check_address
         from kernelpolicy.server.sockets import check_peer, node_socket_address
 
-        self.address = check_daemon_address(address or node_socket_address(os.environ))
+        self.address = check_address(address or node_socket_address(os.environ))
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         check_peer(self.address)  # before grpc: refuse a daemon run by another user

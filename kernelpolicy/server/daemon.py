@@ -22,7 +22,7 @@ from kernelpolicy.logs import get_logger
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-from kernelpolicy.server.addresses import MAX_PORT, host_problem, split_address, with_port
+from kernelpolicy.server.addresses import check_address, split_address, with_port
 from kernelpolicy.server.fleet import Fleet
 from kernelpolicy.server.ratelog import Throttle
 from kernelpolicy.server.report_listener import ReportListener, start_report_listeners
@@ -54,28 +54,6 @@ SERVICES = (
 def default_unix_socket() -> str:
     """The default socket address (``unix:`` + a path in a private directory)."""
     return default_socket_address()
-
-
-def check_listen_address(address: str) -> str:
-    """``address`` if it is ``unix:PATH`` or ``HOST:PORT`` with a port in 0-65535.
-
-    Raises:
-        DaemonError: It is neither, naming what was expected.
-    """
-    if address.startswith("unix:"):
-        if not address.removeprefix("unix:").strip("/"):
-            raise DaemonError(f"--listen {address!r}: no socket path; expected unix:/path")
-        return address
-    split = split_address(address)
-    problem = host_problem(split.host) if split.host else None
-    if not split.host or split.number is None or problem is not None:
-        raise DaemonError(
-            f"--listen {shown(address, 80)!r}: {problem + '; ' if problem else ''}expected "
-            "HOST:PORT (127.0.0.1:50151, [::1]:0) or unix:/path"
-        )
-    if split.number > MAX_PORT:
-        raise DaemonError(f"--listen {address}: port {split.number} is out of range (0-65535)")
-    return address
 
 
 def is_loopback(address: str) -> bool:
@@ -207,7 +185,7 @@ class Daemon:
         self._loop = asyncio.get_running_loop()
         server = self._grpc_server()
         for address in self.listen:
-            self._bind(server, check_listen_address(address))
+            self._bind(server, check_address(address, "--listen", listening=True))
         await server.start()
         self.server = server
         try:
