@@ -120,6 +120,23 @@ def test_inference_example_starts_through_exec() -> None:
     )  # the socket is 0600: the same uid (or root) may connect
 
 
+def test_inference_example_reaches_the_node_daemon() -> None:
+    """The worker's KERNELPOLICY_SOCKET is the socket the DaemonSet listens on, inside the
+    socket directory mounted into the worker, so its reports (what halt_on counts) and
+    connect() reach the node's daemon."""
+    from kernelpolicy.server.sockets import report_path, socket_path
+
+    daemon = container(find("DaemonSet", "kernelpolicy"), "kernelpolicy")
+    listen = daemon["args"][daemon["args"].index("--listen") + 1]
+    worker = container(find("Deployment", "llama-8b", "inference"), "vllm")
+    env = {item["name"]: item["value"] for item in worker["env"]}
+    assert env["KERNELPOLICY_SOCKET"] == listen
+    mounts = {m["mountPath"] for m in worker["volumeMounts"]}
+    assert str(socket_path(listen).parent) in mounts
+    report = report_path(listen, explicit=True)
+    assert report is not None and str(report.parent) in mounts
+
+
 def test_node_affinity_uses_labels_kernelpolicy_writes() -> None:
     """Every kernelpolicy label a manifest selects on is valid and is one the labels produce."""
     env = {"KERNELPOLICY_LOG_FORMAT": "off"}
