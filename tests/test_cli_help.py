@@ -151,3 +151,13 @@ def test_json_is_spelt_as_everywhere(argv: list[str], capsys: pytest.CaptureFixt
         assert main([*argv, *platform, *spelling]) == 0
         outputs.append(json.loads(capsys.readouterr().out))
     assert outputs[0] == outputs[1]
+
+
+def test_check_help_names_the_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """The keys `check --help` promises are the keys `check --json` prints."""
+    assert main(["check", str(ROOT / "policies"), "--json"]) == 0
+    printed = sorted(json.loads(capsys.readouterr().out))
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    promised = " ".join(capsys.readouterr().out.split()).split("print {", 1)[1].split("}")[0]
+    assert sorted(promised.split(", ")) == printed

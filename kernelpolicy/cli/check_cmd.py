@@ -40,7 +40,9 @@ def register(commands: Any) -> None:
         "--platform", metavar="FILE", type=Path, action="append", default=[],
         help="also report workarounds that may be lifted on this platform (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print {ok, files, issues} as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print {ok, files, features, issues} as JSON"
+    )
     parser.set_defaults(run=run)
 
 
