@@ -162,3 +162,58 @@ def test_platforms_and_daemons_exclude_each_other(capsys: pytest.CaptureFixture[
         main(["diff", "--against", str(NEW), "--platforms", ".", "--daemons", "unix:/x"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+AS_SERVED = [
+    pytest.param({}, {}, 1, id="nothing-set: the h200 node takes the candidate"),
+    pytest.param({"KERNELPOLICY_FORCE_FLEET_EXAMPLE": "current"}, {}, 0,
+                 id="a force in the daemon's environment"),
+    pytest.param({}, {"fleet.example": "current"}, 0, id="a settings override"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "overrides", "changed"), AS_SERVED)
+def test_daemons_are_diffed_as_they_resolve(
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    overrides: dict[str, str],
+    changed: int,
+) -> None:
+    """A daemon's own environment and forces (``serve --env``, its settings) reach the
+    snapshot ``diff --daemons`` reads, so the prediction is what the daemon will decide."""
+    from kernelpolicy.platform.model import load_platform
+    from kernelpolicy.testing.daemon import running_daemon
+
+    platform = load_platform(FIXTURES / "h200.json")
+    with running_daemon(platform, [ROOT / "policies", OLD], env, watch=False,
+                        overrides=overrides) as daemon:  # fmt: skip
+        code, document, err = diff(capsys, "--daemons", daemon.bound[0])
+        with running_daemon(platform, [ROOT / "policies", NEW], env, watch=False,
+                            overrides=overrides) as after:  # fmt: skip
+            from kernelpolicy.server.client import connect
+
+            with connect(after.bound[0]) as client:
+                served = client.resolve().decision("fleet.example").impl
+    assert code == 0, err
+    assert document["changed_nodes"] == changed
+    assert (served == "candidate") is (changed == 1)  # what the reloaded daemon decides
+
+
+def test_the_served_snapshot_carries_the_daemons_values() -> None:
+    """GetPlatform's env: the daemon's value of each variable its policies read (absent where
+    the daemon has it unset, whatever the snapshot file said), other captured ones kept."""
+    from kernelpolicy.platform.model import Platform
+    from kernelpolicy.server.client import connect
+    from kernelpolicy.testing.daemon import running_daemon
+
+    snapshot = json.loads((FIXTURES / "h100-sxm.json").read_text())
+    snapshot["env"] = {"VLLM_USE_FLASHINFER_SAMPLER": "1", "NCCL_DEBUG": "INFO"}
+    platform = Platform.from_dict(snapshot)
+    env = {"VLLM_ROCM_USE_AITER": "0", "UNREAD_BY_ANY_POLICY": "x"}
+    with (
+        running_daemon(platform, [ROOT / "policies"], env, watch=False) as daemon,
+        connect(daemon.bound[0]) as client,
+    ):
+        served = json.loads(client.platform_json())
+    assert served["env"] == {"VLLM_ROCM_USE_AITER": "0", "NCCL_DEBUG": "INFO"}
+    assert {**served, "env": snapshot["env"]} == snapshot  # nothing else changed

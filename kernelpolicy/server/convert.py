@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from kernelpolicy.engine.hotpath import convert
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.rules import call_variables
+from kernelpolicy.engine.switches import force_variable, read_variables
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
@@ -144,6 +146,18 @@ def resolve_response(
     return response
 
 
+def resolved_platform_json(resolution: Resolution) -> str:
+    """The snapshot as the daemon resolves it (``GetPlatform``): for each variable its policies
+    read, the daemon's own value (``serve --env`` included; absent where it is unset), and each
+    force it applies (a settings override too) as ``KERNELPOLICY_FORCE_<FEATURE>``, so that
+    ``diff --daemons``, resolving this snapshot, decides what the daemon decides."""
+    read = read_variables(resolution.policies)
+    env = {k: v for k, v in resolution.platform.env.items() if k not in read}
+    env.update(resolution.env)
+    env.update({force_variable(feature): impl for feature, impl in resolution.overrides.items()})
+    return json.dumps({**resolution.platform.to_dict(), "env": env})
+
+
 def inputs_message(
     resolution: Resolution, sources: Iterable[tuple[str, str]], evidence: Evidence | None
 ) -> pb.Inputs:
@@ -162,8 +176,6 @@ def inputs_message(
 
 def rebuild(inputs: pb.Inputs, host: Host | None = None) -> Resolution:
     """A Resolution from a daemon's inputs, resolved here by the same pure engine."""
-    import json
-
     from kernelpolicy.engine.decide import resolve_policies
     from kernelpolicy.platform.model import Platform
     from kernelpolicy.policy.loader import load_policy_sources

@@ -30,6 +30,7 @@ from kernelpolicy.server.convert import (
     flag_value,
     inputs_message,
     resolve_response,
+    resolved_platform_json,
 )
 from kernelpolicy.server.state import ServingState, Snapshot
 
@@ -57,7 +58,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         cached = snapshot.cache.get("platform")
         if cached is None:
             cached = pb.PlatformSnapshot(
-                json=snapshot.resolution.platform.to_json(indent=None)
+                json=resolved_platform_json(snapshot.resolution)
             ).SerializeToString()
             snapshot.cache.put("platform", cached)
         return cached

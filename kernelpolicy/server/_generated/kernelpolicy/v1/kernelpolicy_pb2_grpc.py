@@ -66,7 +66,8 @@ class KernelPolicyServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetPlatform(self, request, context):
-        """The node's platform snapshot (kernelpolicy.platform/v1 JSON).
+        """The node's platform snapshot (kernelpolicy.platform/v1 JSON) as the daemon resolves it: its
+        env has the daemon's value of each variable its policies read, and each force it applies.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
