@@ -204,12 +204,24 @@ def test_nodes_without_labels_are_skipped(tmp_path: Path) -> None:
     assert (found.nodes, found.skipped) == ((), ("cpu-1",))
 
 
-def test_kubectl_identity_from_machine_id(tmp_path: Path) -> None:
-    """Without a node.identity label, status.nodeInfo.machineID places the node, as the probe
-    of that host would."""
-    from kernelpolicy.platform.identity import app_specific_id
+IDENTITIES = [
+    pytest.param("cda9f4ad802221e153fb5fcc18229d05", "cda9f4ad802221e153fb5fcc18229d05",
+                 id="the label's identity"),
+    pytest.param(None, None, id="no label: none, as its daemon had none"),
+    pytest.param("not-an-identity", None, id="a malformed label: none"),
+]  # fmt: skip
 
+
+@pytest.mark.parametrize(("label", "identity"), IDENTITIES)
+def test_kubectl_identity_is_the_labels(
+    tmp_path: Path, label: str | None, identity: str | None
+) -> None:
+    """A node's identity is its node.identity label, never status.nodeInfo.machineID: a node
+    labelled without one was probed without a machine ID or GPU UUIDs, its daemon put it in no
+    partial rollout, and the diff must predict that (it counted such a node in before)."""
     labels = {f"{PREFIX}/gpu.vendor": "none", f"{PREFIX}/gpu.count": "0"}
+    if label is not None:
+        labels[f"{PREFIX}/node.identity"] = label
     item = {
         "metadata": {"name": "a", "labels": labels},
         "status": {"nodeInfo": {"machineID": "5a2b" * 8}},
@@ -217,7 +229,7 @@ def test_kubectl_identity_from_machine_id(tmp_path: Path) -> None:
     path = tmp_path / "n.json"
     path.write_text(json.dumps({"kind": "List", "items": [item]}))
     (node,) = load_inventory(path).nodes
-    assert node.identity == app_specific_id("5a2b" * 8)
+    assert node.identity == identity
 
 
 @pytest.mark.parametrize(

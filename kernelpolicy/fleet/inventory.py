@@ -7,7 +7,8 @@ Three shapes are read (each bounded before a JSON parser sees it):
 * one snapshot file;
 * the output of ``kubectl get nodes -o json`` (a ``List`` or ``NodeList``): each node's
   platform is rebuilt from the labels ``kernelpolicy labels`` wrote
-  (:mod:`kernelpolicy.labels`), its identity from the ``node.identity`` label, else from
+  (:mod:`kernelpolicy.labels`), its identity from the ``node.identity`` label: a labelled node
+  without one had none where it was probed, and is in no partial rollout there, whatever its
   ``status.nodeInfo.machineID``. Nodes without kernelpolicy's labels are skipped and counted.
 
 A bad snapshot is one :class:`~kernelpolicy.errors.PlatformFileError` naming its file.
@@ -30,7 +31,7 @@ from kernelpolicy.limits import (
     MAX_PLATFORM_FILE_BYTES,
     MAX_PROBED_DEVICES,
 )
-from kernelpolicy.platform.identity import app_specific_id, is_app_specific_id, node_identity
+from kernelpolicy.platform.identity import is_app_specific_id
 from kernelpolicy.platform.model import SCHEMA, Platform, load_platform
 from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 
@@ -132,7 +133,7 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
     skipped: list[str] = []
     kinds: dict[tuple[tuple[str, str], ...], Platform | None] = {}  # one Platform per label set
     for index, item in enumerate(items):
-        name, labels, machine = _node_parts(item, f"{source}: items[{index}]")
+        name, labels = _node_parts(item, f"{source}: items[{index}]")
         identity = labels.get(_IDENTITY_LABEL, "")
         key = tuple(sorted((k, v) for k, v in labels.items() if k != _IDENTITY_LABEL))
         if key not in kinds:
@@ -143,15 +144,13 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
         if platform is None:
             skipped.append(name)
             continue
-        if not is_app_specific_id(identity):
-            raw = app_specific_id(machine) if machine else None
-            identity = node_identity(raw, ()) or ""
-        nodes.append(Node(name, platform, identity or None))
+        # As its daemon decided: the label is the identity the probe found, none without it.
+        nodes.append(Node(name, platform, identity if is_app_specific_id(identity) else None))
     return Inventory(source, tuple(nodes), tuple(skipped))
 
 
-def _node_parts(item: object, where: str) -> tuple[str, dict[str, str], str | None]:
-    """A Node object's name, labels and raw machine ID."""
+def _node_parts(item: object, where: str) -> tuple[str, dict[str, str]]:
+    """A Node object's name and labels."""
     metadata = item.get("metadata") if isinstance(item, dict) else None
     if not isinstance(metadata, dict):
         raise _fail(f"{where}: not a Node object (no metadata)")
@@ -159,16 +158,12 @@ def _node_parts(item: object, where: str) -> tuple[str, dict[str, str], str | No
     labels = metadata.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise _fail(f"{where} ({name}): labels are not a map of strings")
-    status = item.get("status") if isinstance(item, dict) else None
-    info = status.get("nodeInfo") if isinstance(status, dict) else None
-    machine = info.get("machineID") if isinstance(info, dict) else None
-    return name, labels, machine if isinstance(machine, str) else None
+    return name, labels
 
 
 def platform_from_labels(
     labels: Mapping[str, str],
     *,
-    machine_id: str | None = None,
     prefix: str = PREFIX,
     source: str = "<labels>",
 ) -> Platform | None:
@@ -177,7 +172,6 @@ def platform_from_labels(
 
     Args:
         labels: The Node's labels.
-        machine_id: ``status.nodeInfo.machineID`` (raw), used when no ``node.identity`` label.
         prefix: The label prefix ``kernelpolicy labels`` wrote with.
         source: Names the node in errors.
 
@@ -196,9 +190,7 @@ def platform_from_labels(
         "torch": {"version": _version(facts.get("torch.version"))},
         "libraries": {k[4:]: _version(v) for k, v in facts.items() if k.startswith("lib.")},
         "env": {k[4:]: v for k, v in facts.items() if k.startswith("env.")},
-        "machine_id": identity
-        if is_app_specific_id(identity)
-        else (app_specific_id(machine_id) if machine_id else None),
+        "machine_id": identity if is_app_specific_id(identity) else None,
     }
     return Platform.from_dict(fields, source=source)
 
