@@ -134,7 +134,34 @@ def test_inference_example_reaches_the_node_daemon() -> None:
     mounts = {m["mountPath"] for m in worker["volumeMounts"]}
     assert str(socket_path(listen).parent) in mounts
     report = report_path(listen, explicit=True)
-    assert report is not None and str(report.parent) in mounts
+    assert report is not None
+    assert str(report.parent) in mounts
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "namespace", "container_name"),
+    [
+        pytest.param("DaemonSet", "kernelpolicy", "kernelpolicy", "kernelpolicy", id="daemon"),
+        pytest.param("Deployment", "llama-8b", "inference", "warm-kernels", id="warm"),
+        pytest.param("Deployment", "llama-8b", "inference", "vllm", id="worker"),
+    ],
+)
+def test_every_resolver_sees_the_hosts_machine_id(
+    kind: str, name: str, namespace: str, container_name: str
+) -> None:
+    """The daemon, the warm step and the worker read the node's identity from the host's
+    /etc/machine-id (read-only), where the probe looks first: without it each would fall back
+    to the GPU UUIDs it sees (a rank sees one GPU, the daemon all), or to a machine ID baked
+    into its image, and land in another rollout cohort than the daemon that labelled the node."""
+    from kernelpolicy.platform.identity import MACHINE_ID_FILES
+
+    workload = find(kind, name, namespace)
+    mounts = {m["mountPath"]: m for m in container(workload, container_name)["volumeMounts"]}
+    mount = mounts["/" + MACHINE_ID_FILES[0]]
+    assert mount.get("readOnly") is True
+    volumes = workload["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+    assert volume["hostPath"] == {"path": "/etc/machine-id", "type": "File"}
 
 
 def test_node_affinity_uses_labels_kernelpolicy_writes() -> None:
