@@ -162,10 +162,22 @@ def _issue(name: str, text: str, loc: tuple[Any, ...], msg: str, kind: str) -> P
     key = ".".join(str(p) for p in key_parts) or None
     message = msg.removeprefix("Value error, ")
     if kind == "extra_forbidden":
-        message = "unknown key (check the spelling; see README 'Policy language')"
+        message = _unknown_key(loc)
     elif kind == "missing":
         message = "required key is missing"
     return PolicyIssue(name, message, line=locate(text, loc), feature=feature, key=key)
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """ "unknown key; did you mean 'x'?", else the keys allowed there (docs/policies.md)."""
+    from kernelpolicy.policy.schema.keys import allowed_keys
+    from kernelpolicy.suggest import did_you_mean
+
+    allowed = allowed_keys(loc)
+    close = did_you_mean(str(loc[-1]), allowed) if loc else ""
+    if close or not allowed:
+        return f"unknown key{close} (the policy language: docs/policies.md)"
+    return f"unknown key; expected one of: {', '.join(allowed)}"
 
 
 def _compile_expressions(

@@ -7,7 +7,8 @@ feature declares. Evaluation later only evaluates.
 The document and its features, candidates and gates are in :mod:`.model`; the leaves a
 candidate's conditions are made of in :mod:`.conditions`; the bridge's rules (how an inference
 engine is told to run a choice, the ``engines`` tables) in :mod:`.bridge`; the per-call routing
-keys in :mod:`.routes`. Each name below is imported from its module on first use.
+keys in :mod:`.routes`; the keys allowed at each place (for the message about an unknown
+one) in :mod:`.keys`. Each name below is imported from its module on first use.
 """
 
 from typing import TYPE_CHECKING
