@@ -12,7 +12,7 @@ import pytest
 
 from kernelpolicy.bridge import engine_settings
 from kernelpolicy.cli import main
-from kernelpolicy.cli.diff_cmd import parse_steps
+from kernelpolicy.cli.diff_cmd import nodes_in_words, parse_steps
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.errors import InventoryError, PlatformFileError, SettingsError
 from kernelpolicy.fleet import diff_fleet, load_inventory, platform_from_labels
@@ -117,6 +117,51 @@ def test_rollout_changes_are_counted(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert abs(at_50 / at_100 - 0.5) < 0.15  # 100 eligible nodes: 3 sigma
 
 
+def test_the_changed_nodes_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Per class, --json names exactly the nodes whose own resolution changes (each node
+    resolved on its own here, as its daemon would), in inventory order; the text names the
+    first three of them and counts the rest."""
+    new = rolled_out(tmp_path)
+    snapshots, _ = inventory(tmp_path, 56)
+    assert main(["diff", "--against", str(new), "--platforms", str(snapshots), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    policies = load_policies([new])
+    expected = []
+    for path in sorted(snapshots.glob("*.json")):
+        platform = Platform.from_dict(json.loads(path.read_text()))
+        before = resolve_policies(platform, platform.env, bundled())
+        after = resolve_policies(platform, platform.env, policies)
+        if (
+            before.decisions["sampler.top_k_top_p"].impl
+            != after.decisions["sampler.top_k_top_p"].impl
+        ):
+            expected.append(path.stem)
+    named = [name for cls in document["classes"] for name in cls["changed_nodes"]]
+    assert sorted(named) == expected
+    assert len(expected) == document["changed_nodes"] > 3
+    for cls in document["classes"]:
+        assert cls["example"] == (cls["changed_nodes"] or [cls["example"]])[0]
+    assert main(["diff", "--against", str(new), "--platforms", str(snapshots)]) == 0
+    out = capsys.readouterr().out
+    for cls in document["classes"]:
+        if cls["changed_nodes"]:
+            assert f"changes on {nodes_in_words(cls['changed_nodes'])})" in out
+
+
+@pytest.mark.parametrize(
+    ("names", "text"),
+    [
+        pytest.param(["a"], "a", id="one"),
+        pytest.param(["a", "b"], "a and b", id="two"),
+        pytest.param(["a", "b", "c"], "a, b and c", id="three"),
+        pytest.param(["a", "b", "c", "d", "e"], "a, b, c and 2 more", id="more"),
+        pytest.param([f"n{i}" for i in range(1003)], "n0, n1, n2 and 1,000 more", id="many"),
+    ],
+)
+def test_changed_nodes_in_words(names: list[str], text: str) -> None:
+    assert nodes_in_words(names) == text
+
+
 def test_text_output_names_classes_and_shares(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,7 +170,7 @@ def test_text_output_names_classes_and_shares(
     out = capsys.readouterr().out
     assert "changes across the fleet:" in out
     assert "decision sampler.top_k_top_p: flashinfer -> triton  5 of 14 nodes (35.7%)" in out
-    assert "(1 node, e.g. h100-sxm)" in out
+    assert "(1 node; changes on h100-sxm)" in out
     assert "rollout sampler.top_k_top_p -> flashinfer at 0%:" in out
     assert "  0%: 0 nodes  (the policy)" in out
     assert "  100%: 5 nodes" in out

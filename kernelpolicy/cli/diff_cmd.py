@@ -202,8 +202,8 @@ def render(result: Any, source: str) -> str:
     for cls in result.classes:
         if not cls.changes:
             continue
-        lines += ["", f"class {cls.key}: {cls.summary} ({counted(len(cls.nodes), 'node')}, e.g. "
-                  f"{cls.nodes[0]})"]  # fmt: skip
+        lines += ["", f"class {cls.key}: {cls.summary} ({counted(len(cls.nodes), 'node')}; "
+                  f"changes on {nodes_in_words(cls.changed)})"]  # fmt: skip
         lines += [
             f"  {_change(c)}  {_count(n, len(cls.nodes))}" for c, n in sorted(cls.changes.items())
         ]
@@ -217,6 +217,14 @@ def render(result: Any, source: str) -> str:
     if unchanged:
         lines += ["", counted(unchanged, "unchanged class", "unchanged classes")]
     return "\n".join(lines) + "\n"
+
+
+def nodes_in_words(names: list[str], shown: int = 3) -> str:
+    """``a``, ``a, b and c``, ``a, b, c and 5 more``: the nodes a change reaches (all of them
+    in ``--json``)."""
+    if len(names) <= shown:
+        return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
+    return f"{', '.join(names[:shown])} and {len(names) - shown:,} more"
 
 
 def _change(change: Any) -> str:

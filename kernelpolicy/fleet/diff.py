@@ -56,12 +56,14 @@ class ClassDiff:
         summary: The class in words (vendor, arch, GPU count, versions).
         nodes: The node names of the class.
         changes: Each change and the number of the class's nodes it reaches.
+        changed: The names of the class's nodes that some change reaches, in inventory order.
     """
 
     key: str
     summary: str
     nodes: list[str] = field(default_factory=list)
     changes: dict[Change, int] = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ def _class_dict(cls: ClassDiff) -> dict[str, object]:
         "class": cls.key,
         "summary": cls.summary,
         "nodes": len(cls.nodes),
-        "example": cls.nodes[0] if cls.nodes else None,
+        "example": (cls.changed or cls.nodes)[0] if cls.nodes else None,
+        "changed_nodes": list(cls.changed),
         "changes": [
             {**c.to_dict(), "nodes": n, "share": share(n)} for c, n in sorted(cls.changes.items())
         ],
@@ -231,7 +234,7 @@ class _Fleet:
     """The nodes deduplicated: classes, and per node its class and identity."""
 
     summaries: list[ClassDiff]
-    members: list[tuple[int, str | None, Platform]]  # per node: class index, identity, platform
+    members: list[tuple[int, str | None, Platform, str]]  # per node: class, identity, it, name
 
     @classmethod
     def build(cls, nodes: Iterable[Node]) -> _Fleet:
@@ -245,19 +248,19 @@ class _Fleet:
                 digest = sha256(key.encode()).hexdigest()[:10]
                 fleet.summaries.append(ClassDiff(digest, summary(node.platform)))
             fleet.summaries[number].nodes.append(node.name)
-            fleet.members.append((number, node.identity, node.platform))
+            fleet.members.append((number, node.identity, node.platform, node.name))
         return fleet
 
-    def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[int, Platform]]:
-        """(class, cohorts) -> its node count and one of its nodes, each node placed in every
-        rollout of ``placed``: resolving that node resolves the whole group."""
-        found: dict[Group, tuple[int, Platform]] = {}
-        for number, identity, platform in self.members:
+    def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[list[int], Platform]]:
+        """(class, cohorts) -> its nodes (indices into ``members``) and one of them as a
+        platform, each node placed in every rollout of ``placed``: resolving that node resolves
+        the whole group."""
+        found: dict[Group, tuple[list[int], Platform]] = {}
+        for index, (number, identity, platform, _) in enumerate(self.members):
             group = (number, tuple(r.place(identity)[0] for r in placed))
-            held = found.get(group)
-            found[group] = (
-                (1, _as_node(platform, identity)) if held is None else (held[0] + 1, held[1])
-            )
+            if group not in found:
+                found[group] = ([], _as_node(platform, identity))
+            found[group][0].append(index)
         return found
 
 
@@ -291,17 +294,22 @@ def diff_fleet(
     fleet = _Fleet.build(nodes)
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
     before, after = _Resolver(old), _Resolver(new)
-    changed = 0
-    for group, (count, platform) in fleet.groups(placed).items():
+    changed: set[int] = set()
+    for group, (members, platform) in fleet.groups(placed).items():
         found = _changes(before.outcome(group, platform), after.outcome(group, platform))
         cls = fleet.summaries[group[0]]
         for change in found:
-            cls.changes[change] = cls.changes.get(change, 0) + count
-        changed += count if found else 0
+            cls.changes[change] = cls.changes.get(change, 0) + len(members)
+        if found:
+            changed.update(members)
+    for index in sorted(changed):  # in inventory order
+        number, _, _, name = fleet.members[index]
+        fleet.summaries[number].changed.append(name)
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
     return FleetDiff(
-        len(fleet.members), fleet.summaries, changed, counted, tuple(skipped), tuple(unreachable)
-    )
+        len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
+        counted, tuple(skipped), tuple(unreachable),
+    )  # fmt: skip
 
 
 def _steps(
@@ -318,8 +326,8 @@ def _steps(
         resolver = _Resolver(staged, engines=())
         groups = fleet.groups([r for _, _, r in rollouts(staged)])
         reached = sum(
-            count
-            for group, (count, platform) in groups.items()
+            len(members)
+            for group, (members, platform) in groups.items()
             if resolver.outcome(group, platform)[("decision", feature)] == impl
         )
         counted.append((percent, reached))
