@@ -145,3 +145,17 @@ def test_tls_options_refused(
     assert err.startswith("kernelpolicy: error: ")
     assert message.format(**names) in err
     assert err.count("\n") == 1
+
+
+def test_explain_asks_a_tls_daemon(
+    pki: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explain --address with --tls-ca: the daemon's decisions, as its own explain shows them."""
+    tls = TlsFiles.load(pki["server_cert"], pki["server_key"])
+    env = {"KERNELPOLICY_FORCE_MHC": "torch"}
+    with running_daemon(fixture("h100-sxm"), [ROOT / "policies"], env, watch=False,
+                        tls=tls) as daemon:  # fmt: skip
+        args = ["explain", "--address", daemon.bound[0], "--tls-ca", str(pki["server_cert"])]
+        assert main([*args, "mhc"]) == 0
+    out = capsys.readouterr().out
+    assert "force: KERNELPOLICY_FORCE_MHC=torch in the daemon's environment" in out

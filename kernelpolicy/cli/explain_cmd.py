@@ -7,10 +7,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.cli.common import HelpFormatter, add_resolve_options
+from kernelpolicy.cli.common import (
+    HelpFormatter,
+    add_resolve_options,
+    add_tls_client_options,
+)
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.provenance import value_sources
-from kernelpolicy.errors import ResolutionError
+from kernelpolicy.errors import ResolutionError, SettingsError
 from kernelpolicy.render import explain_table, in_process
 from kernelpolicy.suggest import did_you_mean
 
@@ -32,12 +36,19 @@ def register(commands: Any) -> None:
             "examples:\n"
             "  kernelpolicy explain\n"
             "  kernelpolicy explain sampler.top_k_top_p --platform node.json --json\n"
-            "  kernelpolicy explain --platform mi300x.json --env VLLM_ROCM_USE_AITER=1"
+            "  kernelpolicy explain --platform mi300x.json --env VLLM_ROCM_USE_AITER=1\n"
+            "  kernelpolicy explain --address unix:/run/kernelpolicy/kernelpolicy.sock"
         ),
         formatter_class=HelpFormatter,
     )
     parser.add_argument("features", nargs="*", metavar="FEATURE", help="only these features")
     add_resolve_options(parser)
+    parser.add_argument(
+        "--address", metavar="ADDR",
+        help="what the running daemon at ADDR (unix:/path or host:port) decides for its node, "
+        "from its snapshot, environment and policies (instead of --platform, --env, --policies)",
+    )  # fmt: skip
+    add_tls_client_options(parser)
     parser.add_argument("--json", action="store_true", help="print the explain JSON document")
     add_model_kind_option(parser)
     parser.set_defaults(run=run)
@@ -49,9 +60,15 @@ def run(args: argparse.Namespace) -> int:
         all_engine_settings,
         engines_section,
     )
-    from kernelpolicy.cli.resolving import resolve_explained
+    from kernelpolicy.cli.resolving import resolve_explained, resolve_from_daemon
 
-    resolution, inputs = resolve_explained(args)
+    if args.address is not None:
+        resolution, inputs = resolve_from_daemon(args)
+    else:
+        if args.tls_ca or args.tls_cert or args.tls_key:
+            raise SettingsError("--tls-ca, --tls-cert and --tls-key say how to reach --address; "
+                                "give --address too")  # fmt: skip
+        resolution, inputs = resolve_explained(args)
     env = inputs.env
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
@@ -61,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         )
     chosen = args.features or list(resolution.decisions)
     engines = all_engine_settings(resolution, env)
-    _warn_unimportable(resolution, chosen)
+    if args.address is None:  # a daemon's implementations are imported on its node, not here
+        _warn_unimportable(resolution, chosen)
     if args.json:
         document = resolution.to_dict()
         document["decisions"] = {f: document["decisions"][f] for f in chosen}

@@ -35,6 +35,7 @@ class Origin(StrEnum):
     OVERRIDE = "override"
     FORCE = "force"
     UNSET = "unset"
+    DAEMON = "daemon"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,22 @@ def answer_env(args: argparse.Namespace, platform: Platform | None) -> AnswerEnv
             origins.pop(key, None)
             removed.add(key)
     return AnswerEnv(base, origins, snapshot, dict(os.environ), frozenset(removed))
+
+
+def daemon_env(resolution: Resolution) -> AnswerEnv:
+    """The environment of a daemon's answer (``explain --address``): the variables its
+    policies read as it has them, and its settings' overrides as ``KERNELPOLICY_OVERRIDES``."""
+    import json
+
+    from kernelpolicy.engine.switches import force_variable
+
+    env = dict(resolution.env)
+    origins = dict.fromkeys(env, Origin.DAEMON)
+    settings = {f: i for f, i in resolution.overrides.items() if force_variable(f) not in env}
+    if settings:
+        env["KERNELPOLICY_OVERRIDES"] = json.dumps(settings)
+        origins["KERNELPOLICY_OVERRIDES"] = Origin.DAEMON
+    return AnswerEnv(env, origins, False, {}, frozenset())
 
 
 @dataclass(frozen=True)
@@ -152,7 +169,7 @@ class ValueSource:
 def _where(origin: Origin | None) -> str:
     return {
         Origin.SHELL: "from your shell", Origin.ENV_OPTION: "from --env",
-        Origin.SNAPSHOT: "in the snapshot",
+        Origin.SNAPSHOT: "in the snapshot", Origin.DAEMON: "in the daemon's environment",
     }.get(origin, "") if origin is not None else ""  # fmt: skip
 
 

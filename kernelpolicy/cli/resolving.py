@@ -39,6 +39,33 @@ def resolve_explained(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
     return resolution, inputs
 
 
+def resolve_from_daemon(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
+    """The Resolution of the daemon at ``--address`` (rebuilt here from its inputs, with its
+    fingerprint), and its environment.
+
+    Raises:
+        SettingsError: ``--address`` with an option that describes this machine's inputs.
+        DaemonError: The address is not one, or no daemon answered there.
+    """
+    from kernelpolicy.cli.common import tls_credentials
+    from kernelpolicy.cli.provenance import daemon_env
+    from kernelpolicy.errors import SettingsError
+    from kernelpolicy.server.addresses import check_address
+    from kernelpolicy.server.client import connect
+
+    local = [o for o in ("platform", "env", "policies") if getattr(args, o, None)]
+    if local:
+        raise SettingsError(
+            f"--address with --{local[0]}: the daemon answers with its own snapshot, "
+            "environment and policies; ask it alone, or leave --address out to answer here"
+        )
+    address = check_address(args.address, "--address")
+    credentials = tls_credentials(args, [address])
+    with connect(address, timeout=10.0, credentials=credentials) as client:
+        resolution = client.resolve()
+    return resolution, daemon_env(resolution)
+
+
 def _resolve(
     args: argparse.Namespace, env: Mapping[str, str] | None
 ) -> tuple[Resolution, AnswerEnv | None]:

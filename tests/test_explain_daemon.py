@@ -1,0 +1,64 @@
+"""explain --address: what a running daemon decides for its node, shown as explain shows a
+local answer (the same document and fingerprint), with where each value came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernelpolicy.api import resolve
+from kernelpolicy.cli import main
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture
+
+pytestmark = pytest.mark.xdist_group("explain-daemon")
+
+DAEMON_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "KERNELPOLICY_FORCE_MHC": "torch"}
+
+
+def test_explain_the_daemons_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its decisions and fingerprint are the daemon's (this shell's environment plays no part),
+    each value named as the daemon's own; --json is the document explain prints locally."""
+    platform = fixture("h100-sxm")
+    local = resolve(platform, {**DAEMON_ENV, "KERNELPOLICY_LOG_FORMAT": "off"})
+    with running_daemon(platform, [ROOT / "policies"], DAEMON_ENV, watch=False,
+                        overrides={"topk_per_row": "torch"}) as daemon:  # fmt: skip
+        address = daemon.bound[0]
+        assert main(["explain", "--address", address]) == 0
+        text = capsys.readouterr().out
+        assert main(["explain", "--address", address, "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+    assert "switch: VLLM_USE_FLASHINFER_SAMPLER=0 in the daemon's environment: off" in text
+    assert "force: KERNELPOLICY_FORCE_MHC=torch in the daemon's environment" in text
+    assert (
+        document["decisions"]["sampler.top_k_top_p"]["impl"]
+        == local.decision("sampler.top_k_top_p").impl
+    )
+    sources = {s["variable"]: s for s in document["decisions"]["topk_per_row"]["sources"]}
+    assert sources["KERNELPOLICY_OVERRIDES"]["from"] == "override"
+    assert sources["KERNELPOLICY_OVERRIDES"]["set_in"] == "daemon"
+    assert set(document) == {"fingerprint", "decisions", "engines"}
+
+
+MISUSES = [
+    pytest.param(["--address", "127.0.0.1:9", "--platform", "x.json"],
+                 "--address with --platform: the daemon answers with its own snapshot",
+                 id="with-platform"),
+    pytest.param(["--address", "127.0.0.1:9", "--env", "A=1"], "--address with --env",
+                 id="with-env"),
+    pytest.param(["--tls-ca", "ca.pem"], "say how to reach --address; give --address too",
+                 id="tls-without-address"),
+    pytest.param(["--address", "bogus"], "--address 'bogus': no HOST:PORT", id="bad-address"),
+    pytest.param(["--address", "127.0.0.1:1"], "127.0.0.1:1: not answering", id="nothing-there"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "message"), MISUSES)
+def test_explain_address_misuse(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(["explain", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
