@@ -8,6 +8,8 @@ what they share is here:
 - :func:`escaped`: free text (a comment, an error message) with every character that is not
   printable written as its Python escape (``\\n``, ``\\x00``, ``\\u2028``), so it cannot end
   its line in any reader (a shell, python-dotenv, YAML, Go's line scanner).
+- :func:`one_line`, :func:`some_lines`: text from elsewhere (a daemon's answer) cut and escaped
+  for a terminal, so that no escape sequence in it can move the cursor or rewrite the screen.
 - :func:`control_character`: the first character a platform string must not hold.
 - :func:`yaml_quoted`: a YAML double-quoted scalar that escapes all but printable ASCII.
 - :class:`EncodingError`: a value a format cannot carry exactly is refused, never bent.
@@ -18,9 +20,17 @@ from __future__ import annotations
 import unicodedata
 
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.limits import shown
+from kernelpolicy.limits import SHOWN_ERROR_CHARS, shown
 
-__all__ = ["EncodingError", "control_character", "described", "escaped", "yaml_quoted"]
+__all__ = [
+    "EncodingError",
+    "control_character",
+    "described",
+    "escaped",
+    "one_line",
+    "some_lines",
+    "yaml_quoted",
+]
 
 # Control (C0, DEL, C1), format (bidi overrides, zero-width), surrogate (text that was not
 # UTF-8), and the line and paragraph separators YAML and str.splitlines() break lines at.
@@ -45,9 +55,32 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def one_line(text: str, limit: int = SHOWN_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (marked when cut) and :func:`escaped`: one line
+    holding no control character, safe to print to a terminal whoever wrote it (``\\x1b[2J``
+    is shown as those characters, never sent as an escape)."""
+    return escaped(shown(text, limit))
+
+
+SHOWN_LINES = 20
+"""How many lines of a multi-line message from elsewhere :func:`some_lines` shows."""
+
+
+def some_lines(text: str, lines: int = SHOWN_LINES, limit: int = SHOWN_ERROR_CHARS) -> str:
+    """The first ``lines`` lines of ``text`` (split at ``\\n`` only), each :func:`one_line`,
+    and how many more there were: a multi-line message (a policy error lists its issues a line
+    each) kept readable, bounded and safe to print to a terminal."""
+    parts = text.split("\n", lines)  # at most lines + 1: the rest, uncut, is only counted
+    shown_parts = [one_line(part, limit) for part in parts[:lines]]
+    if len(parts) > lines:
+        more = parts[lines].count("\n") + 1
+        shown_parts.append(f"...(and {more} more line{'s' if more > 1 else ''})")
+    return "\n".join(shown_parts)
+
+
 def described(text: str, limit: int = 80) -> str:
     """``text`` quoted, escaped and cut for an error message (always one line)."""
-    return f"'{escaped(shown(text, limit))}'"
+    return f"'{one_line(text, limit)}'"
 
 
 def control_character(text: str) -> str | None:

@@ -5,6 +5,10 @@ texts, evidence) and resolves them here with the same pure engine: the Resolutio
 type, the same decisions and the same fingerprint as the daemon's, and its ``select()`` and
 ``gate()`` run in this process at in-process speed. The fingerprint is checked against the one
 the daemon reports.
+
+Whatever the daemon answers is read as untrusted (on TCP it may be anyone who bound the port
+first): its inputs are parsed with bounds (:func:`~kernelpolicy.server.convert.rebuild`), and
+each text of it that goes into an error here (a status detail, a fingerprint) is cut and escaped.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
+from kernelpolicy.encoding import described, one_line
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import DaemonError
@@ -87,7 +92,7 @@ class Client:
             return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise DaemonError(
-                f"{self.address}: {method} failed: {exc.code().name}: {exc.details()}", exc.code()
+                f"{self.address}: {method} failed: {exc.code().name}: {_details(exc)}", exc.code()
             ) from None
 
     def resolve(
@@ -100,7 +105,7 @@ class Client:
         if env is not None:
             request.env.update(env)
             request.hypothetical_env = True
-        return _checked(self._call("Resolve", request), self._host)
+        return _checked(self._call("Resolve", request), self._host, self.address)
 
     def _host(self, response: pb.ResolveResponse) -> Host:
         """What a Resolution rebuilt from ``response`` is given: this process's decision log,
@@ -147,11 +152,11 @@ class Client:
         stream = self.stub.Watch(pb.WatchRequest(include_inputs=True), wait_for_ready=True)
         try:
             for response in stream:
-                yield _checked(response, self._host)
+                yield _checked(response, self._host, self.address)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 raise DaemonError(
-                    f"{self.address}: Watch failed: {exc.details()}", exc.code()
+                    f"{self.address}: Watch failed: {_details(exc)}", exc.code()
                 ) from None
         finally:
             stream.cancel()
@@ -203,13 +208,24 @@ def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
+def _details(exc: grpc.RpcError) -> str:
+    """The status details of a failed call, cut and escaped: the daemon wrote them."""
+    return one_line(str(exc.details() or ""))
+
+
 def _checked(
-    response: pb.ResolveResponse, host: Callable[[pb.ResolveResponse], Host]
+    response: pb.ResolveResponse, host: Callable[[pb.ResolveResponse], Host], address: str
 ) -> Resolution:
-    resolution = rebuild(response.inputs, host(response))
+    """The Resolution rebuilt from ``response``, checked against the fingerprint it reports.
+
+    Raises:
+        DaemonError: The inputs cannot be used, or they rebuild another Resolution.
+    """
+    resolution = rebuild(response.inputs, host(response), daemon=address)
     if resolution.fingerprint != response.fingerprint:
         raise DaemonError(
-            f"rebuilt resolution has fingerprint {resolution.fingerprint}, the daemon reported "
-            f"{response.fingerprint}: client and daemon run different kernelpolicy versions?"
+            f"{address}: rebuilt resolution has fingerprint {resolution.fingerprint}, the daemon "
+            f"reported {described(response.fingerprint)}: client and daemon run different "
+            "kernelpolicy versions?"
         )
     return resolution

@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from kernelpolicy.encoding import some_lines
 from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.hotpath import convert
@@ -15,7 +16,7 @@ from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.engine.switches import force_variable, read_variables
-from kernelpolicy.errors import ResolutionError
+from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
 from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 
@@ -174,22 +175,48 @@ def inputs_message(
     )
 
 
-def rebuild(inputs: pb.Inputs, host: Host | None = None) -> Resolution:
-    """A Resolution from a daemon's inputs, resolved here by the same pure engine."""
+def rebuild(inputs: pb.Inputs, host: Host | None = None, *, daemon: str = "") -> Resolution:
+    """A Resolution from a daemon's inputs, resolved here by the same pure engine.
+
+    Each input is read as from an untrusted file (the daemon may be anyone who bound its TCP
+    port first): the snapshot as strict JSON of at most ``MAX_PLATFORM_FILE_BYTES`` nested at
+    most ``MAX_NESTING_DEPTH`` deep, the policy texts and the evidence by their own bounded
+    loaders. ``env``, ``overrides`` and ``halted`` are maps of strings that the engine carries
+    as it carries its own (pairs the policies do not have are ignored).
+
+    Args:
+        inputs: The ``inputs`` of a Resolve or Watch answer.
+        host: What this process gives the Resolution (its log, the node's daemon).
+        daemon: The daemon's address, named in the error.
+
+    Raises:
+        DaemonError: An input is not what a daemon sends (too deep or large, not JSON, NaN, not
+            a snapshot, policies or evidence that do not load), naming the daemon, the input
+            and what was wrong, cut and escaped.
+    """
     from kernelpolicy.engine.decide import resolve_policies
-    from kernelpolicy.platform.model import Platform
+    from kernelpolicy.platform.model import load_platform_bytes
     from kernelpolicy.policy.loader import load_policy_sources
 
-    platform = Platform.from_dict(json.loads(inputs.platform_json), source="<daemon>")
-    policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
-    evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
-    halts = dict(inputs.halted)
+    def refused(problem: str) -> DaemonError:
+        where = f"the daemon at {daemon}" if daemon else "the daemon"
+        return DaemonError(f"{where} answered inputs this client cannot use: {some_lines(problem)}")
+
+    try:
+        platform = load_platform_bytes(inputs.platform_json.encode(), "inputs.platform_json")
+        evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
+    except KernelPolicyError as exc:  # PlatformFileError, EvidenceError
+        raise refused(str(exc)) from None
+    try:
+        policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
+    except KernelPolicyError as exc:  # PolicyError: each issue names its document
+        raise refused(f"inputs.policies: {exc}") from None
     return resolve_policies(
         platform,
         dict(inputs.env),
         policies,
         dict(inputs.overrides),
         evidence,
-        halts=halts,
+        halts=dict(inputs.halted),
         host=host,
     )
