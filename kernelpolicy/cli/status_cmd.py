@@ -6,10 +6,15 @@ import argparse
 from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_tls_client_options, tls_credentials
+from kernelpolicy.encoding import one_line, some_lines
 from kernelpolicy.errors import KernelPolicyError
 
 CLEAR_TIMEOUT = 10.0
 """Seconds ``--clear-halt`` waits for the daemon to answer (it answers once it resolved again)."""
+SHOWN_CHARS = 1024
+"""How much of one string a daemon sent (an error, a path, a halt reason) the text report shows."""
+SHOWN_POLICY_FILES = 100
+"""How many of the daemon's policy files the text report names."""
 
 
 def register(commands: Any) -> None:
@@ -86,14 +91,13 @@ def _status_addresses(args: argparse.Namespace) -> list[str]:
     return addresses
 
 
-def _ask(address: str, credentials: Any = None) -> dict[str, Any]:
-    """The status report of the daemon at ``address``.
+def _ask(address: str, credentials: Any = None) -> tuple[bool, Any]:
+    """Whether the daemon at ``address`` is serving, and its Explain answer (read by
+    :func:`_report`).
 
     Raises:
         DaemonError: It is refused (peer check), not answering, or a request failed.
     """
-    import json
-
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -109,45 +113,125 @@ def _ask(address: str, credentials: Any = None) -> dict[str, Any]:
             )
             explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
         except grpc.RpcError as exc:
-            raise DaemonError(f"{address}: {exc.code().name}: {exc.details()}") from None
-    document = json.loads(explain.json)
+            details = one_line(str(exc.details() or ""))
+            raise DaemonError(f"{address}: {exc.code().name}: {details}") from None
+    return health.status == health_pb2.HealthCheckResponse.SERVING, explain
+
+
+def _report(address: str, serving: bool, explain: Any) -> dict[str, Any]:
+    """The status report of the daemon at ``address`` from its answers, strings as it sent
+    them (:func:`_print_report` escapes them).
+
+    Raises:
+        DaemonError: Its Explain document is not strict JSON, or not the shape
+            ``kernelpolicy explain --json`` writes.
+    """
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.safeio import parse_json
+
+    def refused(what: str, problem: str) -> DaemonError:
+        return DaemonError(
+            f"the daemon at {address} answered an Explain document that is not {what}: "
+            f"{one_line(problem)}"
+        )
+
+    document = parse_json(explain.json, "ExplainResponse.json", lambda m: refused("strict JSON", m))
+    try:
+        fingerprint = _member(document, "fingerprint", str, "")
+        decisions = _member(document, "decisions", dict, "")
+        errors, halted = _errors_and_halts(decisions)
+    except _Shape as exc:
+        raise refused("what `kernelpolicy explain --json` writes", str(exc)) from None
     return {
         "address": address,
-        "serving": health.status == health_pb2.HealthCheckResponse.SERVING,
+        "serving": serving,
         "revision": explain.revision,
-        "fingerprint": document["fingerprint"],
+        "fingerprint": fingerprint,
         "policy_files": list(explain.policy_files),
         "policy_error": explain.policy_error or None,
-        "errors": {f: d["error"] for f, d in document["decisions"].items() if d["error"]},
-        "halted": _halted(document),
+        "errors": errors,
+        "halted": halted,
     }
 
 
-def _halted(document: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Feature -> impl -> why, for the candidates halted on the node."""
+class _Shape(Exception):
+    """A part of an Explain document that is not what ``explain --json`` writes: where, what."""
+
+
+_KINDS: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
+
+
+def _member(value: Any, key: str, kind: type, where: str, *, nullable: bool = False) -> Any:
+    """``value[key]``, which must be of ``kind`` (or null where ``nullable``), ``value`` being
+    a JSON object at ``where``."""
+    if not isinstance(value, dict):
+        raise _Shape(f"{where or '(top level)'}: expected an object, got {_kind(value)}")
+    path = f"{where}.{key}" if where else key
+    if key not in value:
+        raise _Shape(f"{path}: missing")
+    member = value[key]
+    if not isinstance(member, kind) and not (nullable and member is None):
+        raise _Shape(f"{path}: expected {_KINDS[kind]}, got {_kind(member)}")
+    return member
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return _KINDS.get(type(value), "a number")
+
+
+def _errors_and_halts(
+    decisions: dict[str, Any],
+) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Feature -> error, and feature -> impl -> why for the candidates halted on the node.
+
+    Raises:
+        _Shape: A decision, candidate or failure is not the shape ``explain --json`` writes.
+    """
+    errors: dict[str, str] = {}
     halted: dict[str, dict[str, str]] = {}
-    for feature, decision in document["decisions"].items():
-        for candidate in decision["candidates"]:
-            for failure in candidate["failures"]:
-                if failure["kind"] == "halted":
-                    halted.setdefault(feature, {})[candidate["impl"]] = failure["message"]
-    return halted
+    for feature, decision in decisions.items():
+        where = f"decisions[{feature!r}]"
+        if error := _member(decision, "error", str, where, nullable=True):
+            errors[feature] = error
+        for i, candidate in enumerate(_member(decision, "candidates", list, where)):
+            at = f"{where}.candidates[{i}]"
+            impl = _member(candidate, "impl", str, at)
+            for j, failure in enumerate(_member(candidate, "failures", list, at)):
+                if _member(failure, "kind", str, f"{at}.failures[{j}]") == "halted":
+                    why = _member(failure, "message", str, f"{at}.failures[{j}]")
+                    halted.setdefault(feature, {})[impl] = why
+    return errors, halted
 
 
 def _print_report(report: dict[str, Any]) -> None:
+    """The report as text: every string the daemon sent is cut and escaped (an escape sequence
+    in it would otherwise move the cursor or clear the user's terminal)."""
     health_word = "SERVING" if report["serving"] else "NOT SERVING"
     print(
         f"{report['address']}: {health_word}, revision {report['revision']}, "
-        f"fingerprint {report['fingerprint']}"
+        f"fingerprint {one_line(report['fingerprint'], SHOWN_CHARS)}"
     )
-    print(f"policies: {', '.join(report['policy_files'])}")
+    files = report["policy_files"]
+    listed = [one_line(name, SHOWN_CHARS) for name in files[:SHOWN_POLICY_FILES]]
+    if len(files) > SHOWN_POLICY_FILES:
+        listed.append(f"...(and {len(files) - SHOWN_POLICY_FILES} more)")
+    print(f"policies: {', '.join(listed)}")
     if report["policy_error"]:
-        print(f"last reload FAILED (serving the last good policies):\n{report['policy_error']}")
+        error = some_lines(report["policy_error"], limit=SHOWN_CHARS)
+        print(f"last reload FAILED (serving the last good policies):\n{error}")
     for feature, error in report["errors"].items():
-        print(f"decision error: {feature}: {error}")
+        print(f"decision error: {one_line(feature, SHOWN_CHARS)}: {one_line(error, SHOWN_CHARS)}")
     for feature, impls in report["halted"].items():
+        name = one_line(feature, SHOWN_CHARS)
         for impl, why in impls.items():
-            print(f"HALTED: {feature}/{impl}: {why} (kernelpolicy status --clear-halt {feature})")
+            print(
+                f"HALTED: {name}/{one_line(impl, SHOWN_CHARS)}: {one_line(why, SHOWN_CHARS)} "
+                f"(kernelpolicy status --clear-halt {name})"
+            )
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -168,12 +252,19 @@ def run_status(args: argparse.Namespace) -> int:
         try:
             if args.clear_halt is not None:
                 return _clear(address, args.clear_halt, args.json)
-            report = _ask(address, credentials)
+            serving, explain = _ask(address, credentials)
         except DaemonError as exc:
             problems.append(str(exc))
             if str(exc).startswith("refusing") or args.address:
                 break  # another user's daemon, or the one asked for: do not look further
             continue
+        try:  # a daemon answered: what is wrong with its answer is said as that, not looked past
+            report = _report(address, serving, explain)
+        except DaemonError as exc:
+            if not args.json:
+                raise
+            print(json.dumps({"serving": False, "error": str(exc)}, indent=2))
+            return 2
         if args.json:
             print(json.dumps(report, indent=2))
         else:
@@ -190,20 +281,30 @@ def _clear(address: str, feature: str, as_json: bool) -> int:
     """Ask the daemon at ``address`` to lift ``feature``'s halts; print what it lifted.
 
     Raises:
-        DaemonError: Not a unix socket, refused (peer check), or not answering.
+        DaemonError: Not a unix socket, refused (peer check), not answering, or an answer that
+            is neither an error nor the list of what it lifted.
     """
     import json
 
+    from kernelpolicy.errors import DaemonError
     from kernelpolicy.server.reporter import request_clear
 
     answer = request_clear(address, feature, CLEAR_TIMEOUT)
+    error, cleared = answer.get("error"), answer.get("cleared")
+    if not isinstance(error, str) and not (
+        isinstance(cleared, list) and all(isinstance(impl, str) for impl in cleared)
+    ):
+        raise DaemonError(
+            f"{address}: --clear-halt {feature}: the daemon answered neither an error nor the "
+            f"list of what it lifted: {one_line(json.dumps(answer), 200)}"
+        )
     if as_json:
         print(json.dumps({"address": address, "feature": feature, **answer}, indent=2))
-    if "error" in answer:
+    if isinstance(error, str):
         if not as_json:
-            raise KernelPolicyError(f"{address}: --clear-halt {feature}: {answer['error']}")
+            raise KernelPolicyError(f"{address}: --clear-halt {feature}: {one_line(error)}")
         return 2
     if not as_json:
-        lifted = ", ".join(f"{feature}/{impl}" for impl in answer["cleared"])
+        lifted = ", ".join(f"{feature}/{one_line(impl, SHOWN_CHARS)}" for impl in cleared or ())
         print(f"{address}: cleared {lifted}" if lifted else f"{address}: {feature}: not halted")
     return 0
