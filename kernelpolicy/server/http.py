@@ -13,8 +13,10 @@
 Every request is bounded before a handler sees it: the request target and each header value
 (``MAX_HTTP_HEADER_BYTES``), the number of headers (``MAX_HTTP_HEADERS``) and the body
 (``MAX_HTTP_BODY_BYTES``, 413 past it; ``MAX_HTTP_BODY_SECONDS`` to send it, 408 past that);
-flag keys are bounded by the OFREP layer. Connections are bounded in number, per peer and in
-time by ``server.connections``. Errors are JSON (``{"errorDetails": ...}``, plus ``key`` and
+flag keys are bounded by the OFREP layer. A body is never decompressed: a ``Content-Encoding``
+other than ``identity`` is refused (415) unread and its connection closed, not read to the end
+(1 MiB of gzip inflates to 1 GiB). Connections are bounded in number, per peer and in time by
+``server.connections``. Errors are JSON (``{"errorDetails": ...}``, plus ``key`` and
 ``errorCode`` on OFREP routes), never a traceback. A client that hangs up before its answer is
 no error of the daemon's: it is counted (``kernelpolicy_http_connections_closed_total``), not
 answered, and not counted as a request.
@@ -38,6 +40,7 @@ from kernelpolicy.limits import (
     MAX_HTTP_BODY_BYTES,
     MAX_HTTP_HEADER_BYTES,
     MAX_HTTP_HEADERS,
+    shown,
 )
 from kernelpolicy.server import ofrep
 from kernelpolicy.server.addresses import MAX_PORT, split_address
@@ -51,6 +54,9 @@ DEFAULT_HTTP_PORT = 50152
 OFREP_ONE = "/ofrep/v1/evaluate/flags/{key}"
 OFREP_BULK = "/ofrep/v1/evaluate/flags"
 _METHODS = frozenset({"GET", "HEAD", "POST"})  # other methods are counted as "other"
+ACCEPTED_CONTENT_CODINGS = ("identity",)
+"""The request ``Content-Encoding`` values read: none but the body as sent (OFREP bodies are a
+few hundred bytes of JSON; nothing is gained by compressing them)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -63,13 +69,42 @@ class _BodyTimeout(Exception):
     """The body did not arrive within MAX_HTTP_BODY_SECONDS."""
 
 
+class _BadBody(Exception):
+    """The body cannot be read as sent: an OFREP ``PARSE_ERROR`` with ``status`` (415 for a
+    refused ``Content-Encoding``, 400 for a body that does not match its framing)."""
+
+    def __init__(self, status: int, details: str) -> None:
+        super().__init__(details)
+        self.status = status
+        self.details = details
+
+
+def _refused_coding(request: web.Request) -> str | None:
+    """The request's ``Content-Encoding`` when it names a coding not accepted, else ``None``."""
+    values = request.headers.getall("Content-Encoding", [])
+    codings = [c.strip().lower() for value in values for c in value.split(",") if c.strip()]
+    if all(coding in ACCEPTED_CONTENT_CODINGS for coding in codings):
+        return None
+    return ", ".join(values)
+
+
 async def _body(request: web.Request, seconds: float) -> bytes:
     """The request body, read within ``seconds`` (``MAX_HTTP_BODY_SECONDS``).
 
     Raises:
+        _BadBody: A ``Content-Encoding`` other than identity (before anything is read), or a
+            body that does not match its framing.
         _HungUp: The client went away in the middle of it.
         _BodyTimeout: It did not all arrive in time.
     """
+    coding = _refused_coding(request)
+    if coding is not None:
+        accepted = ", ".join(ACCEPTED_CONTENT_CODINGS)
+        raise _BadBody(
+            415,
+            f"Content-Encoding {shown(coding)!r} is not accepted: send the JSON body as it is "
+            f"(Content-Encoding: {accepted}, or none)",
+        )
     try:
         async with asyncio.timeout(seconds):
             return await request.read()
@@ -77,6 +112,8 @@ async def _body(request: web.Request, seconds: float) -> bytes:
         raise _BodyTimeout from None
     except ConnectionError:
         raise _HungUp from None
+    except web.RequestPayloadError as exc:  # aiohttp's parser: bad chunked framing and the like
+        raise _BadBody(400, f"the request body does not match its headers ({exc})") from None
 
 
 def parse_http_address(address: str) -> tuple[str, int]:
@@ -131,6 +168,36 @@ def _json(status: int, document: dict[str, Any] | None, headers: Any = ()) -> we
     response = web.Response(status=status, body=body or None, headers=dict(headers))
     if document is not None:
         response.content_type = "application/json"
+    return response
+
+
+async def _refuse_body(request: web.Request, error: _BadBody) -> web.StreamResponse:
+    """The OFREP ``PARSE_ERROR`` for a body that cannot be read as sent (with ``key`` on the
+    one-flag route, as ``ofrep`` answers), sent at once, then the connection closed.
+
+    Closed, not kept: aiohttp would read the rest of the body first (for up to
+    ``MAX_HTTP_BODY_SECONDS``), the work that refusing it unread is there to spare, and a body
+    whose framing is broken leaves nothing to read the next request from. A client still
+    sending may see a reset after the answer.
+
+    Raises:
+        _HungUp: The client went away before the answer was sent.
+    """
+    document = {"errorCode": "PARSE_ERROR", "errorDetails": error.details}
+    key = request.match_info.get("key")
+    if key is not None:
+        document = {"key": shown(key), **document}
+    headers = (
+        {"Accept-Encoding": ", ".join(ACCEPTED_CONTENT_CODINGS)} if error.status == 415 else {}
+    )
+    response = _json(error.status, document, headers)
+    response.force_close()  # Connection: close
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:
+        raise _HungUp from None
+    request.protocol.force_close()  # the transport sends what it holds, then closes
     return response
 
 
@@ -229,11 +296,12 @@ class HttpListener:
         # an answer sent before the whole body came (413, 408), aiohttp reads on for at most
         # the body timeout, so that the client sees the answer rather than a reset.
         backstop = 2 * max(self.timeouts.header, self.timeouts.idle)
+        # auto_decompress off: aiohttp's parser never inflates a body (_body refuses encoded ones).
         runner = web.AppRunner(
             self.application(), handle_signals=False, access_log=None, logger=quiet,
             max_line_size=MAX_HTTP_HEADER_BYTES, max_field_size=MAX_HTTP_HEADER_BYTES,
             max_headers=MAX_HTTP_HEADERS, keepalive_timeout=backstop,
-            lingering_time=self.timeouts.body,
+            lingering_time=self.timeouts.body, auto_decompress=False,
         )  # fmt: skip
         await runner.setup()
         return runner
@@ -289,6 +357,8 @@ class HttpListener:
             )  # fmt: skip
             response.force_close()
             return response
+        except _BadBody as exc:
+            return await _refuse_body(request, exc)
         except web.HTTPRequestEntityTooLarge:
             return _json(
                 413,
