@@ -137,6 +137,26 @@ running after twice this long is cut."""
 MAX_HTTP_IDLE_SECONDS = 30.0
 """A kept-alive connection between the end of one answer and the end of the next request's
 headers."""
+MAX_GRPC_CONNECTIONS = 256
+"""Open gRPC connections on one listener (the TCP port, the unix socket: each its own), and
+never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor limit: idle connections held by one
+local user on the TCP port cannot take the descriptors the workers' unix socket needs."""
+GRPC_DESCRIPTOR_SHARE = 0.2
+"""The part of the descriptor limit one gRPC listener may hold (with 1,024 files: 204)."""
+MAX_GRPC_STREAMS_PER_CONNECTION = 100
+"""Concurrent requests and streams on one gRPC connection (HTTP/2 SETTINGS, the figure RFC 9113
+recommends as the least); a client's next stream waits for one to end. Above
+``MAX_WATCH_STREAMS_PER_PEER``, so a peer's stream past that cap is refused, not held."""
+MAX_GRPC_IDLE_SECONDS = 120.0
+"""A gRPC connection with no request or stream open is closed after this long (clients connect
+again when they next ask)."""
+MAX_GRPC_HANDSHAKE_SECONDS = 10.0
+"""From accepting a gRPC connection to the end of its HTTP/2 (and TLS) handshake."""
+MAX_HYPOTHETICAL_RESOLVES = 2
+"""Hypothetical answers (a request's own platform_json or env) worked out at once, each in a
+thread beside the event loop, so that the node's own answers (cached) keep flowing."""
+MAX_HYPOTHETICAL_WAITING = 32
+"""Hypothetical requests waiting for one of those; RESOURCE_EXHAUSTED past it."""
 MAX_WATCH_STREAMS = 256
 """Open server streams (Watch, flagd EventStream) from TCP peers in all (about 54 KiB each);
 RESOURCE_EXHAUSTED past it. Clients on the unix socket have their own share (below), so no TCP

@@ -130,18 +130,23 @@ _OPEN = frozenset("[{")
 _CLOSE = frozenset("]}")
 
 
-def nesting_depth(text: str, *, toml: bool = False) -> int:
+def nesting_depth(text: str, *, toml: bool = False, stop_above: int | None = None) -> int:
     """The deepest bracket nesting of a JSON (or TOML) text, strings and comments excluded.
 
     Linear in the text, with no recursion; unbalanced text is measured as far as it goes (the
-    parser reports the syntax error).
+    parser reports the syntax error). With ``stop_above``, the scan ends as soon as the depth
+    passes it (a megabyte of ``[`` is refused after ``stop_above + 1`` of them, not after a
+    scan of the whole text) and that depth is returned.
     """
     depth = deepest = 0
     for match in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
         token = match.group()
         if token in _OPEN:
             depth += 1
-            deepest = max(deepest, depth)
+            if depth > deepest:
+                deepest = depth
+                if stop_above is not None and deepest > stop_above:
+                    break
         elif token in _CLOSE:
             depth = max(depth - 1, 0)
     return deepest
@@ -168,12 +173,8 @@ def check_depth(
     text: str, source: str, fail: Fail, *, toml: bool = False, limit: int = MAX_NESTING_DEPTH
 ) -> None:
     """Raise when ``text`` nests deeper than ``limit`` (``MAX_NESTING_DEPTH``)."""
-    depth = nesting_depth(text, toml=toml)
-    if depth > limit:
-        _raise(
-            fail,
-            f"{source}: nested {depth} levels deep, over MAX_NESTING_DEPTH ({limit})",
-        )
+    if nesting_depth(text, toml=toml, stop_above=limit) > limit:
+        _raise(fail, f"{source}: nested more than {limit} levels deep, over MAX_NESTING_DEPTH")
 
 
 def _no_constant(name: str) -> NoReturn:

@@ -123,8 +123,8 @@ def test_platform_fifo_does_not_hang(tmp_path: Path) -> None:
             "KERNELPOLICY_OVERRIDES", "[" * 5000, "KERNELPOLICY_OVERRIDES=", id="deep-overrides"
         ),
         pytest.param(
-            "KERNELPOLICY_POLICY_PATHS", "[" * 5000, "KERNELPOLICY_POLICY_PATHS: nested 5000",
-            id="deep-policy-paths",
+            "KERNELPOLICY_POLICY_PATHS", "[" * 5000,
+            "KERNELPOLICY_POLICY_PATHS: nested more than 32", id="deep-policy-paths",
         ),
         pytest.param(
             "KERNELPOLICY_LOG_FORMAT", "x" * 70_000, "over MAX_SETTING_CHARS", id="long-setting"

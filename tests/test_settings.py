@@ -117,7 +117,7 @@ HOSTILE = [
     pytest.param(
         "KERNELPOLICY_OVERRIDES",
         _deep_object(MAX_NESTING_DEPTH + 1),
-        rf"nested {MAX_NESTING_DEPTH + 1} levels deep, over MAX_NESTING_DEPTH",
+        rf"nested more than {MAX_NESTING_DEPTH} levels deep, over MAX_NESTING_DEPTH",
         id="overrides-depth-limit-plus-one",
     ),
     pytest.param(

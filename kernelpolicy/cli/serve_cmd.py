@@ -106,6 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
         check_address(address, "--listen", listening=True)
     _check_options(args)
     tls = tls_from_settings(settings)
+    raise_descriptor_limit()  # before the listeners take their shares of it
     state = _serving_state(args, settings)
     daemon = Daemon(
         state, listen, tls=tls, log_format=settings.log_format, watch=not args.no_watch,
@@ -186,6 +187,21 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if args.port_file is not None and not args.port_file.parent.is_dir():
         raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")
+
+
+def raise_descriptor_limit(ceiling: int = 1 << 20) -> None:
+    """Raise this process's soft descriptor limit to its hard limit (at most ``ceiling``), as
+    Go's runtime does for every server: the listeners' connection caps are shares of it, and a
+    soft limit of 1,024 (systemd's default) leaves the unix socket, gRPC and HTTP little room."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        # A container that forbids it keeps its soft limit (the caps then follow that one).
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def default_listen(settings: Settings) -> list[str]:

@@ -12,22 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.limits import MAX_REQUEST_BYTES, shown
+from kernelpolicy.limits import (
+    shown,
+)
 from kernelpolicy.logs import get_logger
-from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
-from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
-from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.addresses import check_address, split_address, with_port
 from kernelpolicy.server.fleet import Fleet
+from kernelpolicy.server.grpc_server import SERVICES, grpc_connection_cap, grpc_server
+from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.server.ratelog import Throttle
 from kernelpolicy.server.report_listener import ReportListener, start_report_listeners
-from kernelpolicy.server.rpc_boundary import Boundary, decoder
-from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
+from kernelpolicy.server.rpc_boundary import Boundary
 from kernelpolicy.server.sockets import (
     default_socket_address,
     is_loopback_host,
@@ -44,11 +42,6 @@ kernelpolicy's own clients (``connect()``, ``status``) default to the unix socke
 they can check; TCP carries no identity (see docs/daemon-security.md)."""
 RELOAD_SWITCH_INTERVAL = 0.0005
 """Seconds between interpreter-lock hand-overs while a reload builds the next set."""
-SERVICES = (
-    pb.DESCRIPTOR.services_by_name["KernelPolicy"].full_name,
-    f1.DESCRIPTOR.services_by_name["Service"].full_name,
-    f2.DESCRIPTOR.services_by_name["Service"].full_name,
-)
 
 
 def default_unix_socket() -> str:
@@ -87,6 +80,7 @@ class Daemon:
     http: str | None = None  # serve --http: OFREP, /metrics, /healthz, /readyz
     labels_dir: Path | None = None  # serve --labels-dir: the NFD feature file, per revision
     ready_requires_current_policy: bool = False  # /readyz says no while a reload is failing
+    grpc_connections: int | None = None  # per gRPC listener; None: grpc_connection_cap()
 
     def __post_init__(self) -> None:
         self.log = (
@@ -97,6 +91,7 @@ class Daemon:
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
+        self.hypotheticals = Hypotheticals()  # requests with their own platform_json or env
         # What clients can cause again and again is logged at a bounded rate (server.ratelog).
         self.client_log = Throttle(self._client_log)
         self.boundary = Boundary(self.client_log)
@@ -132,25 +127,11 @@ class Daemon:
             self._log("info", event, **fields)
 
     def _grpc_server(self) -> Any:
-        server = grpc.aio.server(
-            interceptors=self.fleet.interceptors(),
-            options=[
-                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        guard = self.boundary
-        add_service(server, pb.DESCRIPTOR.services_by_name["KernelPolicy"],
-                    KernelPolicyService(self.state), guard)  # fmt: skip
-        add_service(server, f1.DESCRIPTOR.services_by_name["Service"], FlagdV1(self.state), guard)
-        add_service(server, f2.DESCRIPTOR.services_by_name["Service"], FlagdV2(self.state), guard)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
-            server,
+        return grpc_server(
+            self.state, self.boundary, self.health, self.fleet.interceptors(),
+            connections=self.grpc_connections or grpc_connection_cap(),
+            hypotheticals=self.hypotheticals,
         )  # fmt: skip
-        return server
 
     def _bind(self, server: Any, address: str) -> None:
         if not is_loopback(address):
@@ -343,35 +324,3 @@ class Daemon:
         await self.fleet.stop()
         await self._stop_reports()
         await self.server.stop(grace)
-
-
-def _serialize(message: Any) -> bytes:
-    """Messages are serialised as usual; answers cached as bytes go out as they are."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
-def add_service(server: Any, service: Any, servicer: Any, boundary: Boundary) -> None:
-    """Register ``servicer`` for a service descriptor, as the generated ``add_*_to_server``
-    does, except that every handler goes through ``boundary`` (requests checked, failures
-    mapped to a status) and may return pre-serialised bytes (the cached hot answers)."""
-    from google.protobuf.message_factory import GetMessageClass
-
-    handlers = {}
-    for method in service.methods:
-        request_class = GetMessageClass(method.input_type)
-        name = f"{service.full_name}/{method.name}"
-        handler: Any
-        if method.server_streaming:
-            make = grpc.unary_stream_rpc_method_handler
-            handler = boundary.guard_stream(name, getattr(servicer, method.name))
-        else:
-            make = grpc.unary_unary_rpc_method_handler
-            handler = boundary.guard(name, getattr(servicer, method.name))
-        handlers[method.name] = make(
-            handler,
-            request_deserializer=decoder(request_class),
-            response_serializer=_serialize,
-        )
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler(service.full_name, handlers)]
-    )

@@ -13,6 +13,7 @@ is ``other``), features and implementations come from the policy files.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -377,6 +378,18 @@ def _timed_unary(
 def _counted_stream(
     metrics: DaemonMetrics, method: str, behaviour: Callable[[Any, Any], Any]
 ) -> Callable[[Any, Any], Any]:
+    if not inspect.isasyncgenfunction(behaviour):  # writes through context.write (health)
+
+        async def counted_writer(request: Any, context: Any) -> None:
+            failed = True
+            try:
+                await behaviour(request, context)
+                failed = False
+            finally:
+                metrics.grpc_requests.labels(method, _code_name(context, failed, "CANCELLED")).inc()
+
+        return counted_writer
+
     async def counted(request: Any, context: Any) -> Any:
         failed = True
         try:

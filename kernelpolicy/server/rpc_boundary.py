@@ -21,6 +21,7 @@ daemon's throttled log (``server.ratelog``): a client cannot fill the log.
 
 from __future__ import annotations
 
+import inspect
 import math
 import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -230,8 +231,23 @@ class Boundary:
 
         return guarded
 
-    def guard_stream(self, method: str, handler: Streaming) -> Streaming:
-        """The same for a server-streaming handler (Watch, EventStream)."""
+    def guard_stream(self, method: str, handler: Streaming) -> Any:
+        """The same for a server-streaming handler (Watch, EventStream), an async generator or
+        a coroutine that writes through ``context.write`` (grpc_health's Watch)."""
+        if not inspect.isasyncgenfunction(handler):
+            writer: Any = handler
+
+            async def guarded_writer(request: Any, context: grpc.aio.ServicerContext) -> None:
+                try:
+                    await self._admit(context, method, request)
+                    with self.streams.slot(context.peer()):
+                        await writer(request, context)
+                except grpc.aio.AbortError:
+                    raise
+                except Exception as exc:  # the one boundary: everything is mapped
+                    await self._fail(context, method, exc)
+
+            return guarded_writer
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
@@ -239,6 +255,28 @@ class Boundary:
                 with self.streams.slot(context.peer()):
                     async for item in handler(request, context):
                         yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:  # the one boundary: everything is mapped
+                await self._fail(context, method, exc)
+
+        return guarded
+
+    def guard_bidi(self, method: str, handler: Callable[..., AsyncIterator[Any]]) -> Any:
+        """The same for a bidirectional stream (server reflection): each request checked as it
+        comes, an undecodable one ending the call ``INVALID_ARGUMENT``."""
+
+        async def guarded(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            async def admitted() -> AsyncIterator[Any]:
+                async for request in requests:
+                    await self._admit(context, method, request)
+                    yield request
+
+            try:
+                async for item in handler(admitted(), context):
+                    yield item
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:  # the one boundary: everything is mapped

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import struct_pb2
 
 from kernelpolicy.engine.cohort import rollout_metadata
-from kernelpolicy.engine.decide import halts_of, resolve_policies
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
-from kernelpolicy.platform.model import Platform
+from kernelpolicy.errors import DaemonError, ResolutionError
 from kernelpolicy.render import explain_table
-from kernelpolicy.safeio import parse_json
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2_grpc as f1_grpc
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
@@ -32,13 +29,10 @@ from kernelpolicy.server.convert import (
     resolve_response,
     resolved_platform_json,
 )
+from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.server.state import ServingState, Snapshot
 
 KEEP_ALIVE_SECONDS = 20.0
-
-
-def _invalid(message: str) -> KernelPolicyError:
-    return KernelPolicyError(message)
 
 
 async def _abort(
@@ -50,8 +44,9 @@ async def _abort(
 
 
 class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
-    def __init__(self, state: ServingState) -> None:
+    def __init__(self, state: ServingState, hypotheticals: Hypotheticals | None = None) -> None:
         self.state = state
+        self.hypotheticals = hypotheticals or Hypotheticals()
 
     async def GetPlatform(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
@@ -74,7 +69,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
             cached = snapshot.cache.get(key)
             if cached is not None:
                 return cached
-        resolution = await _resolution_for(self.state, snapshot, request, context)
+        resolution = await _resolution_for(self, snapshot, request)
         try:
             response = resolve_response(
                 resolution,
@@ -95,7 +90,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
 
     async def Explain(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
-        resolution = await _resolution_for(self.state, snapshot, request, context)
+        resolution = await _resolution_for(self, snapshot, request)
         unknown = [f for f in request.features if f not in resolution.decisions]
         if unknown:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown feature {unknown[0]!r}")
@@ -155,32 +150,12 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
 
 
 async def _resolution_for(
-    state: ServingState, snapshot: Snapshot, request: Any, context: grpc.aio.ServicerContext
+    service: KernelPolicyService, snapshot: Snapshot, request: Any
 ) -> Resolution:
     """The node's resolution, or a hypothetical one for a given platform and/or environment."""
     if not (request.platform_json or request.env or request.hypothetical_env):
         return snapshot.resolution
-    try:
-        platform = (
-            Platform.from_dict(
-                parse_json(request.platform_json, "platform_json", _invalid), source="platform_json"
-            )
-            if request.platform_json
-            else state.platform
-        )
-    except KernelPolicyError as exc:
-        message = str(exc)
-        prefix = "" if message.startswith("platform_json") else "platform_json: "
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, prefix + message)
-    env: Mapping[str, str] = (
-        dict(request.env) if (request.env or request.hypothetical_env) else state.env
-    )
-    # This node's halts hold for what it would decide under another environment, not for
-    # another platform.
-    halts = None if request.platform_json else halts_of(snapshot.resolution.decisions)
-    return resolve_policies(
-        platform, env, snapshot.policies, state.overrides, snapshot.evidence, halts=halts
-    )
+    return await service.hypotheticals.resolve(service.state, snapshot, request)
 
 
 # flagd: every feature is a string flag (value: the implementation), every gate a boolean flag.

@@ -28,6 +28,7 @@ def running_daemon(
     http: str | None = None,
     labels_dir: Path | None = None,
     ready_requires_current_policy: bool = False,
+    grpc_connections: int | None = None,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
@@ -38,7 +39,8 @@ def running_daemon(
     names the listen address treated as the default socket (its directory is made private).
     ``http`` (such as ``"127.0.0.1:0"``) adds the HTTP listener, whose URL is then
     ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
-    ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing.
+    ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing;
+    ``grpc_connections`` caps each gRPC listener's connections (default: the daemon's own cap).
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -57,6 +59,7 @@ def running_daemon(
                 reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
                 http=http, labels_dir=labels_dir,
                 ready_requires_current_policy=ready_requires_current_policy,
+                grpc_connections=grpc_connections,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)

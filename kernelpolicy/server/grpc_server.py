@@ -1,0 +1,122 @@
+"""The daemon's gRPC server: its limits, and its services, each through the one boundary.
+
+Each listener (the TCP port, the unix socket) holds at most ``MAX_GRPC_CONNECTIONS``
+connections, and never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor limit, so that a
+local user's idle connections to the TCP port cannot take the descriptors the workers' unix
+socket needs; a connection carries at most ``MAX_GRPC_STREAMS_PER_CONNECTION`` calls at once, is
+closed after ``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshake within
+``MAX_GRPC_HANDSHAKE_SECONDS``. Every service, health and reflection included, goes through
+:class:`~kernelpolicy.server.rpc_boundary.Boundary`: no answer is UNKNOWN or names a Python
+class, and every server stream holds a stream slot.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from kernelpolicy.limits import (
+    GRPC_DESCRIPTOR_SHARE,
+    MAX_GRPC_CONNECTIONS,
+    MAX_GRPC_HANDSHAKE_SECONDS,
+    MAX_GRPC_IDLE_SECONDS,
+    MAX_GRPC_STREAMS_PER_CONNECTION,
+    MAX_REQUEST_BYTES,
+)
+from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
+from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
+from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server.hypothetical import Hypotheticals
+from kernelpolicy.server.rpc_boundary import Boundary, decoder
+from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
+from kernelpolicy.server.state import ServingState
+
+SERVICES = (
+    pb.DESCRIPTOR.services_by_name["KernelPolicy"].full_name,
+    f1.DESCRIPTOR.services_by_name["Service"].full_name,
+    f2.DESCRIPTOR.services_by_name["Service"].full_name,
+)
+
+
+def grpc_connection_cap() -> int:
+    """Connections one gRPC listener may hold: ``MAX_GRPC_CONNECTIONS``, and at most
+    ``GRPC_DESCRIPTOR_SHARE`` of this process's descriptor limit (``RLIMIT_NOFILE``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_GRPC_CONNECTIONS
+    return max(1, min(MAX_GRPC_CONNECTIONS, int(soft * GRPC_DESCRIPTOR_SHARE)))
+
+
+def grpc_server(
+    state: ServingState,
+    boundary: Boundary,
+    health: Any,
+    interceptors: Sequence[Any],
+    *,
+    connections: int,
+    hypotheticals: Hypotheticals,
+) -> Any:
+    """An unstarted ``grpc.aio`` server with every service registered, ``connections`` per
+    listener; ``health`` is the daemon's health servicer, ``hypotheticals`` where its
+    hypothetical answers are worked out."""
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_allowed_incoming_connections", connections),
+            ("grpc.max_concurrent_streams", MAX_GRPC_STREAMS_PER_CONNECTION),
+            ("grpc.max_connection_idle_ms", int(MAX_GRPC_IDLE_SECONDS * 1000)),
+            ("grpc.server_handshake_timeout_ms", int(MAX_GRPC_HANDSHAKE_SECONDS * 1000)),
+        ],
+    )
+    add_service(server, pb.DESCRIPTOR.services_by_name["KernelPolicy"],
+                KernelPolicyService(state, hypotheticals), boundary)  # fmt: skip
+    add_service(server, f1.DESCRIPTOR.services_by_name["Service"], FlagdV1(state), boundary)
+    add_service(server, f2.DESCRIPTOR.services_by_name["Service"], FlagdV2(state), boundary)
+    health_service = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    add_service(server, health_service, health, boundary)
+    names = (*SERVICES, health_service.full_name, reflection.SERVICE_NAME)
+    add_service(server, reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+                reflection.aio.ReflectionServicer(names), boundary)  # fmt: skip
+    return server
+
+
+def _serialize(message: Any) -> bytes:
+    """Messages are serialised as usual; answers cached as bytes go out as they are."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def add_service(server: Any, service: Any, servicer: Any, boundary: Boundary) -> None:
+    """Register ``servicer`` for a service descriptor, as the generated ``add_*_to_server``
+    does, except that every handler goes through ``boundary`` (requests checked, failures
+    mapped to a status) and may return pre-serialised bytes (the cached hot answers)."""
+    from google.protobuf.message_factory import GetMessageClass
+
+    handlers = {}
+    for method in service.methods:
+        request_class = GetMessageClass(method.input_type)
+        name = f"{service.full_name}/{method.name}"
+        handler: Any
+        if method.client_streaming:  # server reflection: bidirectional
+            make = grpc.stream_stream_rpc_method_handler
+            handler = boundary.guard_bidi(name, getattr(servicer, method.name))
+        elif method.server_streaming:
+            make = grpc.unary_stream_rpc_method_handler
+            handler = boundary.guard_stream(name, getattr(servicer, method.name))
+        else:
+            make = grpc.unary_unary_rpc_method_handler
+            handler = boundary.guard(name, getattr(servicer, method.name))
+        handlers[method.name] = make(
+            handler,
+            request_deserializer=decoder(request_class),
+            response_serializer=_serialize,
+        )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(service.full_name, handlers)]
+    )

@@ -1,0 +1,200 @@
+"""What one gRPC client can hold or cost the daemon: connections per listener (the TCP port
+cannot take the unix socket's), hypothetical answers beside the event loop (a bounded number
+at once and waiting), platform_json depth refused without a whole scan, and health and
+reflection behind the same boundary as every other service."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from kernelpolicy.errors import DaemonError
+from kernelpolicy.limits import (
+    MAX_HYPOTHETICAL_RESOLVES,
+    MAX_HYPOTHETICAL_WAITING,
+    MAX_NESTING_DEPTH,
+)
+from kernelpolicy.safeio import nesting_depth
+from kernelpolicy.server.client import connect
+from kernelpolicy.server.hypothetical import Hypotheticals
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture
+
+pytestmark = pytest.mark.xdist_group("grpc-limits")
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(0.5)
+    try:
+        while True:  # the server's SETTINGS first, then the end of the stream if it closed
+            if sock.recv(4096) == b"":
+                return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_idle_tcp_connections_cannot_take_the_unix_sockets() -> None:
+    """Past the cap the TCP listener closes new connections at once, and a new TCP client is
+    not served; the workers' unix socket, a listener of its own, still answers."""
+    cap = 6
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    listen = ("127.0.0.1:0", f"unix:{directory}/kp.sock")
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, listen=listen,
+                        grpc_connections=cap) as daemon:  # fmt: skip
+        host, port = daemon.bound[0].rsplit(":", 1)
+        held = []
+        for _ in range(cap + 4):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(PREFACE)
+            held.append(sock)
+        closed = [_closed_by_peer(sock) for sock in held]
+        with (
+            pytest.raises(DaemonError, match="not answering"),
+            connect(daemon.bound[0], connect_timeout=1) as client,
+        ):
+            client.resolve()
+        with connect(f"unix:{directory}/kp.sock") as client:
+            assert client.resolve().decision("topk_per_row").impl == "torch"
+        for sock in held:
+            sock.close()
+    assert closed.count(True) == 4  # the ones past the cap
+    assert closed[:cap] == [False] * cap
+
+
+def test_hypothetical_answers_are_bounded() -> None:
+    """MAX_HYPOTHETICAL_RESOLVES run at once, MAX_HYPOTHETICAL_WAITING wait, the next one is
+    RESOURCE_EXHAUSTED; all the others are answered once the running ones finish."""
+    release = threading.Event()
+    started: list[int] = []
+
+    def slow(state: Any, snapshot: Any, request: Any) -> Any:
+        started.append(request)
+        release.wait(30)
+        return request
+
+    async def scenario() -> tuple[list[Any], int]:
+        pool = Hypotheticals(work=slow)
+        calls = [
+            asyncio.ensure_future(pool.resolve(None, None, n))  # type: ignore[arg-type]
+            for n in range(MAX_HYPOTHETICAL_RESOLVES + MAX_HYPOTHETICAL_WAITING)
+        ]
+        while len(started) < MAX_HYPOTHETICAL_RESOLVES:
+            await asyncio.sleep(0.01)
+        with pytest.raises(DaemonError, match="MAX_HYPOTHETICAL_WAITING") as refused:
+            await pool.resolve(None, None, -1)  # type: ignore[arg-type]
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        running_before_release = len(started)
+        release.set()
+        return list(await asyncio.gather(*calls)), running_before_release
+
+    answers, running = asyncio.run(scenario())
+    assert running == MAX_HYPOTHETICAL_RESOLVES
+    assert answers == list(range(MAX_HYPOTHETICAL_RESOLVES + MAX_HYPOTHETICAL_WAITING))
+
+
+def test_node_answers_flow_while_hypotheticals_run() -> None:
+    """A worker's plain Resolve is answered while hypothetical ones are still being worked
+    out (they no longer hold the event loop)."""
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
+
+    release = threading.Event()
+
+    def slow(state: Any, snapshot: Any, request: Any) -> Any:
+        release.wait(30)
+        return snapshot.resolution
+
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
+        daemon.hypotheticals.work = slow
+        channel = grpc.insecure_channel(daemon.bound[0])
+        stub = pb_grpc.KernelPolicyStub(channel)
+        pending = [
+            stub.Resolve.future(pb.ResolveRequest(env={"A": "1"}), timeout=30) for _ in range(4)
+        ]
+        plain = stub.Resolve(pb.ResolveRequest(), timeout=10)  # answered meanwhile
+        assert not any(call.done() for call in pending)
+        release.set()
+        assert all(call.result().fingerprint == plain.fingerprint for call in pending)
+        channel.close()
+
+
+def test_platform_json_depth_stops_at_the_limit() -> None:
+    """A megabyte of '[' is measured only until the depth passes the limit."""
+    text = "[" * 1_000_000
+    assert nesting_depth(text, stop_above=MAX_NESTING_DEPTH) == MAX_NESTING_DEPTH + 1
+    assert nesting_depth("[[]]" * 10, stop_above=MAX_NESTING_DEPTH) == 2
+
+
+def test_health_and_reflection_behind_the_boundary() -> None:
+    """Health Watch works with the HTTP listener's metrics on; bytes that are not a health or
+    reflection request are INVALID_ARGUMENT naming the message, never UNKNOWN."""
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
+                        http="127.0.0.1:0") as daemon:  # fmt: skip
+        channel = grpc.insecure_channel(daemon.bound[0])
+        health = health_pb2_grpc.HealthStub(channel)
+        first = next(iter(health.Watch(health_pb2.HealthCheckRequest(), timeout=5)))
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        garbage = b"\xff\xff\xff\xff\x0f"
+        raw_check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        with pytest.raises(grpc.RpcError) as check:
+            raw_check(garbage, timeout=5)
+        raw_reflect = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        )
+        with pytest.raises(grpc.RpcError) as reflect:
+            list(raw_reflect(iter([garbage]), timeout=5))
+        channel.close()
+    expected = [
+        (check, "grpc.health.v1.HealthCheckRequest"),
+        (reflect, "grpc.reflection.v1alpha.ServerReflectionRequest"),
+    ]
+    for info, message in expected:
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details() == f"the request is not a valid {message} message"
+
+
+def test_serve_raises_its_descriptor_limit(tmp_path: Path) -> None:
+    """serve starts with a soft limit of 1,024 and runs with its hard limit, so the listeners'
+    shares are shares of that."""
+    import subprocess
+    import sys
+    import time
+
+    port_file = tmp_path / "port"
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, "
+        "resource.getrlimit(resource.RLIMIT_NOFILE)[1])); from kernelpolicy.cli import main; "
+        f"sys.exit(main(['serve', '--quiet', '--no-watch', '--listen', '127.0.0.1:0', "
+        f"'--platform', {str(ROOT / 'kernelpolicy/fixtures/platforms/cpu.json')!r}, "
+        f"'--port-file', {str(port_file)!r}]))"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
+        while not port_file.exists():
+            assert process.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        limits = Path(f"/proc/{process.pid}/limits").read_text()
+    finally:
+        process.terminate()
+        process.wait(30)
+    import resource
+
+    (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
+    soft, hard = line.split()[3:5]
+    expected = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert int(soft) == min(expected, 1 << 20)
+    assert int(hard) == expected
