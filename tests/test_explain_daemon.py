@@ -62,3 +62,56 @@ def test_explain_address_misuse(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert message in captured.err
+
+
+HOSTILE = {
+    "policy": ("reason \x1b[1A\x1b[2K hidden", {}, {}),
+    "halt": (None, {"sampler.top_k_top_p/flashinfer": "boom \x1b[2J cleared"}, {}),
+    "env": (None, {}, {"KERNELPOLICY_FORCE_MHC": "\x1b[31mred"}),
+}
+
+
+@pytest.mark.parametrize(("reason", "halts", "env"), HOSTILE.values(), ids=list(HOSTILE))
+def test_a_daemons_text_cannot_drive_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+    reason: str | None,
+    halts: dict[str, str],
+    env: dict[str, str],
+) -> None:
+    """Escape sequences a (fake) daemon puts in its policy texts, halt reasons or environment
+    reach the table shown, never sent: `\\x1b[2J` is printed as those characters."""
+    from kernelpolicy.engine import resolve_policies
+    from kernelpolicy.policy.loader import load_policy_sources
+    from kernelpolicy.server.convert import inputs_message, resolve_response
+    from tests.test_client_hostile import FakeDaemon, serving
+
+    sources = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.toml"))]
+    if reason is not None:
+        sources.append(("99-hostile.toml", _policy_with_issue(reason)))
+    resolution = resolve_policies(fixture("h100-sxm"), env, load_policy_sources(sources),
+                                  halts=halts)  # fmt: skip
+    inputs = inputs_message(resolution, sources, None)
+    answer = resolve_response(resolution, revision=1, inputs=inputs)
+    with serving(FakeDaemon(resolve=answer)) as address:
+        main(["explain", "--address", address])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\\x1b[" in out
+
+
+def _policy_with_issue(reason: str) -> str:
+    escaped = reason.replace("\x1b", "\\u001b")
+    return f"""schema = "kernelpolicy.policy/v1"
+[features."demo"]
+description = "demo"
+fallback = "torch"
+[[features."demo".candidates]]
+impl = "fast"
+entry = "json:dumps"
+[[features."demo".candidates.known_issues]]
+reason = "{escaped}"
+reference = "r"
+[[features."demo".candidates]]
+impl = "torch"
+entry = "json:loads"
+"""

@@ -14,6 +14,7 @@ from kernelpolicy.cli.common import (
 )
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.provenance import value_sources
+from kernelpolicy.encoding import escaped
 from kernelpolicy.errors import ResolutionError, SettingsError
 from kernelpolicy.render import explain_table, in_process
 from kernelpolicy.suggest import did_you_mean
@@ -98,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
             for feature in chosen
         }  # fmt: skip
         section = engines_section(engines, chosen).removeprefix("\n")
-        print(explain_table(resolution, chosen, engines=section, sources=said))
+        table = explain_table(resolution, chosen, engines=section, sources=said)
+        # What a daemon sent (policy texts, halt reasons, its environment's values) may hold an
+        # escape sequence: each line is printed with its control characters shown, not sent.
+        print("\n".join(escaped(line) for line in table.split("\n")))
     decisions = [(f, resolution.decisions[f]) for f in chosen]
     return report_exit(resolution.policies, decisions, args.model_kind)
 
