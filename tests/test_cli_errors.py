@@ -153,6 +153,10 @@ USAGE_ERRORS = [
         id="policies-option-missing",
     ),
     pytest.param(
+        ["explain", "--policies", "/nonexistent\x1b[2J"], {},
+        ["/nonexistent\\x1b[2J: no such policy file"], id="control-characters-shown-not-sent",
+    ),
+    pytest.param(
         ["explain", "--platform", CPU, "no.such.feature"], {},
         ["unknown feature 'no.such.feature'; the policies define: "],
         id="explain-unknown-feature",

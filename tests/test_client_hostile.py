@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -412,3 +413,41 @@ def strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from strings(item)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [pytest.param(b"[" * 100_000 + b"\n", id="deep"), pytest.param(b"NaN\n", id="nan"),
+     pytest.param(b"\xff\xfe\n", id="not-utf8"), pytest.param(b"[]\n", id="not-an-object")],
+)  # fmt: skip
+def test_clear_halt_answer_is_read_bounded(tmp_path: Path, reply: bytes) -> None:
+    """status --clear-halt's answer from the report socket is parsed with the bounded parser:
+    whatever comes back is one DaemonError, never a RecursionError."""
+    import socket
+    import threading
+
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.server.reporter import request_clear
+    from kernelpolicy.server.sockets import report_path
+
+    address = f"unix:{tmp_path / 'kp.sock'}"
+    path = report_path(address, explicit=True)
+    assert path is not None
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.makefile("rb").readline()
+            connection.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(DaemonError, match="no answer to --clear-halt"):
+            request_clear(address, "sampler.greedy", 10)
+    finally:
+        thread.join(10)
+        listener.close()

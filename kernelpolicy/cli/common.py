@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.encoding import escaped
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
@@ -248,7 +249,10 @@ def caused_by_interrupt(exc: BaseException) -> bool:
 def _error(message: str) -> None:
     # One line: a message with newlines (a PolicyError lists several issues) stays readable,
     # each issue on its own line, all under one "kernelpolicy: error:" prefix.
-    print(f"kernelpolicy: error: {message}", file=sys.stderr, flush=True)
+    # Control characters from foreign text in it (a file, a daemon's answer) are shown, never
+    # sent to the terminal.
+    shown_lines = "\n".join(escaped(line) for line in message.split("\n"))
+    print(f"kernelpolicy: error: {shown_lines}", file=sys.stderr, flush=True)
 
 
 def _silence_stdout() -> None:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.errors import DaemonError
+from kernelpolicy.errors import DaemonError, KernelPolicyError
 from kernelpolicy.limits import (
     MAX_REPORT_COUNT,
     MAX_REPORT_DETAIL_CHARS,
@@ -35,6 +35,7 @@ from kernelpolicy.limits import (
     REPORT_BATCH_EVENTS,
     REPORT_QUEUE_EVENTS,
 )
+from kernelpolicy.safeio import parse_json
 from kernelpolicy.server.reports import (
     Event,
     EventKind,
@@ -257,9 +258,9 @@ def request_clear(address: str, feature: str, timeout: float) -> dict[str, Any]:
     except OSError as exc:
         reason = "no such socket" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
         raise DaemonError(f"unix:{path}: not answering ({reason})") from None
-    try:
-        answer = json.loads(reply)
-    except ValueError:
+    try:  # bounded: depth, strict numbers (a deep answer raised RecursionError)
+        answer = parse_json(reply.decode("utf-8", "replace"), "answer", KernelPolicyError)
+    except KernelPolicyError:
         answer = None
     if not isinstance(answer, dict):
         raise DaemonError(f"unix:{path}: no answer to --clear-halt (closed the connection)")
