@@ -167,11 +167,20 @@ def test_fingerprint_follows_the_cohort(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rollout", "message"),
     [
-        pytest.param("{ percent = -1 }", "greater than or equal to 0", id="negative"),
-        pytest.param("{ percent = 100.5 }", "less than or equal to 100", id="over-100"),
+        pytest.param(
+            "{ percent = -1 }",
+            "percent -1 is out of range; expected a number from 0 to 100",
+            id="negative",
+        ),
+        pytest.param("{ percent = 100.5 }", "percent 100.5 is out of range", id="over-100"),
+        pytest.param("{ percent = nan }", "percent nan is out of range", id="nan"),
+        pytest.param("{ percent = inf }", "percent inf is out of range", id="infinite"),
         pytest.param("{ percent = 1.234 }", "at most two decimals", id="three-decimals"),
-        pytest.param('{ percent = "10" }', "valid number", id="string"),
-        pytest.param("{ percent = true }", "valid number", id="boolean"),
+        pytest.param(
+            '{ percent = "10" }', "percent '10' is a string; expected a number", id="string"
+        ),
+        pytest.param('{ percent = "50%" }', "percent '50%' is a string", id="percent-sign"),
+        pytest.param("{ percent = true }", "percent True is a boolean", id="boolean"),
         pytest.param("{ }", "percent", id="missing"),
         pytest.param('{ percent = 5, salt = "a b" }', "salt", id="bad-salt"),
         pytest.param("{ percent = 5, share = 1 }", "share", id="unknown-key"),

@@ -8,6 +8,7 @@ routing keys in :mod:`.routes`.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from typing import Literal
 
@@ -62,15 +63,23 @@ class Rollout(Strict):
     nodes, and 0 is the kill switch (see :mod:`kernelpolicy.policy.rollout`).
     """
 
-    percent: float = Field(ge=0, le=100, strict=True)
+    percent: float
     salt: str = ""
 
-    @field_validator("percent")
+    @field_validator("percent", mode="before")
     @classmethod
-    def _two_decimals(cls, value: float) -> float:
+    def _share(cls, value: object) -> float:
+        """A number from 0 to 100 with at most two decimals; each mistake named with the value
+        given (pydantic's own words did not say which: nan read "less than or equal to 100")."""
+        expected = "expected a number from 0 to 100 (the share of nodes, such as 5 or 12.5)"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            kind = {bool: "a boolean", str: "a string"}.get(type(value), type(value).__name__)
+            raise ValueError(f"percent {repr(value)[:40]} is {kind}; {expected}")
+        if not (math.isfinite(value) and 0 <= value <= 100):
+            raise ValueError(f"percent {value} is out of range; {expected}")
         if abs(value * 100 - round(value * 100)) > 1e-6:
             raise ValueError(f"percent {value}: at most two decimals (0.01% is the smallest step)")
-        return value
+        return float(value)
 
     @field_validator("salt")
     @classmethod
