@@ -152,6 +152,22 @@ def test_explicit_request_wins_over_the_cohort(tmp_path: Path) -> None:
     )
     decision = _decision(tmp_path, candidate, node(IDENTITIES[0]), KERNELPOLICY_DEMO_FAST="1")
     assert (decision.impl, decision.reason) == ("fast", Reason.REQUESTED)
+    assert decision.reasons[0] == (
+        "fast: requested by KERNELPOLICY_DEMO_FAST=1, and supported; its rollout would keep it "
+        "off (rollout at 0%: switched off on every node (kill switch))"
+    )
+
+
+def test_a_force_says_which_rollout_it_overrides(tmp_path: Path) -> None:
+    """Forced onto a node out of the candidate's cohort: the reason says the rollout would have
+    kept it off, so the node is not taken for one of the rollout's."""
+    out = next(i for i in IDENTITIES if i not in members("demo.kernel", "fast", 10))
+    decision = _decision(tmp_path, 'impl = "fast"\nrollout = { percent = 10 }', node(out),
+                         KERNELPOLICY_FORCE_DEMO_KERNEL="fast")  # fmt: skip
+    assert decision.reason is Reason.FORCED
+    assert (
+        "; its rollout would keep it off (not in the 10% rollout cohort (" in (decision.reasons[0])
+    )
 
 
 def test_fingerprint_follows_the_cohort(tmp_path: Path) -> None:

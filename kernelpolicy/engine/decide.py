@@ -347,10 +347,14 @@ def _fallback_warning(result: CandidateResult, chosen: CandidateResult) -> str:
 
 def _chosen_line(chosen: CandidateResult, reason: Reason, before: list[CandidateResult]) -> str:
     switch = f" ({chosen.switch_source}: {chosen.switch})" if chosen.switch_source else ""
+    # A rollout that keeps the candidate off this node (out of the cohort, or the 0% kill
+    # switch) yields to an explicit request: said, so that nobody takes the node for a canary.
+    rollout = next((f for f in chosen.failures if f.kind is CheckKind.ROLLOUT), None)
+    overridden = f"; its rollout would keep it off ({rollout.message})" if rollout else ""
     if reason is Reason.FORCED:
-        return f"{chosen.impl}: forced{switch}"
+        return f"{chosen.impl}: forced{switch}{overridden}"
     if reason is Reason.REQUESTED:
-        return f"{chosen.impl}: requested by {chosen.switch_source}, and supported"
+        return f"{chosen.impl}: requested by {chosen.switch_source}, and supported{overridden}"
     if reason is Reason.FALLBACK:
         return f"{chosen.impl}: fallback, {len(before)} preferred candidate(s) rejected"
     return f"{chosen.impl}: first supported candidate{switch}"
