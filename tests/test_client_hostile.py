@@ -6,6 +6,7 @@ small gRPC server on loopback answers what a malicious or broken daemon could, a
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -451,3 +452,48 @@ def test_clear_halt_answer_is_read_bounded(tmp_path: Path, reply: bytes) -> None
     finally:
         thread.join(10)
         listener.close()
+
+
+ENTRY_POLICY = """schema = "kernelpolicy.policy/v1"
+[features."sampler.greedy"]
+description = "an implementation of the policy's own, then kernelpolicy's"
+fallback = "torch"
+[[features."sampler.greedy".candidates]]
+impl = "mine"
+entry = "json:dumps"
+[[features."sampler.greedy".candidates]]
+impl = "torch"
+"""
+
+
+@pytest.mark.parametrize(
+    ("over", "loaded"),
+    [pytest.param("tcp", "torch", id="plain-tcp: not imported, the fallback serves"),
+     pytest.param("unix", "mine", id="unix-socket: the daemon is checked, imported")],
+)  # fmt: skip
+def test_entries_from_a_plain_tcp_daemon_are_not_imported(
+    tmp_path: Path, over: str, loaded: str
+) -> None:
+    """An `entry` names code to import: from policies a daemon sent over TCP without TLS (any
+    local user who binds the port first could have written them) it is not imported, and the
+    decision falls back as for an implementation that cannot load, saying why."""
+    from kernelpolicy.server.client import connect
+    from kernelpolicy.testing.daemon import running_daemon
+    from tests.helpers import fixture
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "greedy.toml").write_text(ENTRY_POLICY)
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    listen = ("127.0.0.1:0", f"unix:{directory}/kp.sock")
+    with running_daemon(fixture("cpu"), [tmp_path / "p"], watch=False, listen=listen) as daemon:
+        address = daemon.bound[0] if over == "tcp" else daemon.bound[1]
+        with connect(address) as client:
+            resolution = client.resolve()
+    assert resolution.decision("sampler.greedy").impl == "mine"
+    function = resolution.impl("sampler.greedy")
+    assert resolution.decision("sampler.greedy").impl == loaded
+    if loaded == "mine":
+        assert function("x") == '"x"'  # the policy's json.dumps, imported
+    else:
+        warnings = " ".join(resolution.decision("sampler.greedy").warnings)
+        assert "sent over TCP without TLS" in warnings

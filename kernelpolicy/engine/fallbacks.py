@@ -46,12 +46,16 @@ class Host:
         revision: The daemon revision the Resolution came from (``connect()``; None
             in-process).
         policy_error: The daemon's last policy reload error (``connect()``).
+        policy_entries: Whether an ``entry`` the policies name may be imported. False for
+            policies a daemon sent over TCP without TLS, which any local user who binds the
+            port first could have written: only kernelpolicy's own implementations load then.
     """
 
     log: Callable[[str, str], None] | None = None
     reporter: RuntimeReporter | None = None
     revision: int | None = None
     policy_error: str | None = None
+    policy_entries: bool = True
 
 
 class Fallbacks:
@@ -100,7 +104,14 @@ class Fallbacks:
                 f"{feature}: no callable ships for implementation {impl!r}; "
                 "give the candidate an 'entry = \"module:function\"'"
             )
-        function = self._import(feature, impl, entry, builtin=self._builtin(feature, impl))
+        builtin = self._builtin(feature, impl)
+        if not builtin and not self.host.policy_entries:
+            raise ResolutionError(
+                f"{feature}/{impl}: cannot load {entry}: named by policies a daemon sent over TCP "
+                "without TLS, which anyone who binds its port first could have written; not "
+                "imported (connect over the unix socket, or with TLS credentials)"
+            )
+        function = self._import(feature, impl, entry, builtin=builtin)
         if wrap is not None:
             function = wrap(function)
         chosen = next((c for c in self.decisions[feature].candidates if c.impl == impl), None)

@@ -122,6 +122,7 @@ class Client:
             reporter=node_reporter(settings, self.address) if unix else None,
             revision=response.revision,
             policy_error=response.policy_error or None,
+            policy_entries=unix or self._tls,  # the daemon is who it says (peer check, TLS)
         )
 
     def decisions(
