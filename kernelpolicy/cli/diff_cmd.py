@@ -165,6 +165,9 @@ def _inventory(args: argparse.Namespace) -> Any:
         if not args.daemon_timeout > 0:
             raise SettingsError(f"--daemon-timeout {args.daemon_timeout:g}: expected seconds > 0")
         addresses = daemon_addresses(args.daemons)
+        from kernelpolicy.cli.status_cmd import quiet_grpc
+
+        quiet_grpc()  # before grpc is imported: no C-core lines of its own on stderr
         credentials = tls_credentials(args, addresses)
         inventory = load_daemons(addresses, args.daemon_timeout, credentials)
         return replace(inventory, source=counted(len(addresses), "daemon"))

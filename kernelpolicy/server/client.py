@@ -76,7 +76,7 @@ class Client:
                 "(--tls-ca), and does it require a client certificate (--tls-cert/--tls-key)?"
                 if self._tls
                 else "without TLS? (this client speaks plain gRPC; a daemon with TLS is asked "
-                "on its unix socket, with --tls-ca FILE (status, diff), or with "
+                "on its unix socket, with --tls-ca FILE (status, explain, diff), or with "
                 "connect(credentials=...))"
             )
             raise DaemonError(

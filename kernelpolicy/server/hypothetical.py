@@ -25,8 +25,8 @@ class Hypotheticals:
     ``MAX_HYPOTHETICAL_RESOLVES`` threads of their own beside the event loop, with at most
     ``MAX_HYPOTHETICAL_WAITING`` requests waiting for them, so that no burst of them (each up to
     a megabyte of JSON to parse, and a resolve) holds the loop that answers the workers. A
-    request its client gave up on stops waiting; one already running finishes in its thread,
-    which still counts."""
+    request its client gave up on stops waiting; one already running finishes in its thread
+    (its slot is freed at once, but the pool's two threads still bound the CPU they take)."""
 
     def __init__(
         self, work: Callable[[ServingState, Snapshot, Any], Resolution] | None = None

@@ -12,7 +12,8 @@ Every handler the daemon registers goes through :func:`guard` (unary) or :func:`
 - anything else is logged with its traceback and answered ``INTERNAL`` with no Python detail,
   so no client ever sees ``UNKNOWN`` or a class name.
 
-Server streams (Watch, EventStream) also hold a slot of ``server.streams.StreamSlots`` for as
+Server streams (Watch, EventStream, health Watch, reflection) also hold a slot of
+``server.streams.StreamSlots`` for as
 long as they run: past a cap they are refused ``RESOURCE_EXHAUSTED``.
 
 Rejected requests are logged (``kernelpolicy.request.rejected``, warning level), through the
@@ -275,8 +276,9 @@ class Boundary:
                     yield request
 
             try:
-                async for item in handler(admitted(), context):
-                    yield item
+                with self.streams.slot(context.peer()):  # held like any server stream
+                    async for item in handler(admitted(), context):
+                        yield item
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:  # the one boundary: everything is mapped
