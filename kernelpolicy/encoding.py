@@ -8,6 +8,7 @@ what they share is here:
 - :func:`escaped`: free text (a comment, an error message) with every character that is not
   printable written as its Python escape (``\\n``, ``\\x00``, ``\\u2028``), so it cannot end
   its line in any reader (a shell, python-dotenv, YAML, Go's line scanner).
+- :func:`escaped_lines`: the same, line breaks kept.
 - :func:`one_line`, :func:`some_lines`: text from elsewhere (a daemon's answer) cut and escaped
   for a terminal, so that no escape sequence in it can move the cursor or rewrite the screen.
 - :func:`control_character`: the first character a platform string must not hold.
@@ -27,6 +28,7 @@ __all__ = [
     "control_character",
     "described",
     "escaped",
+    "escaped_lines",
     "one_line",
     "some_lines",
     "yaml_quoted",
@@ -53,6 +55,13 @@ def escaped(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def escaped_lines(text: str) -> str:
+    """``text`` with its line breaks (``\\n``) kept and every other character that is not
+    printable :func:`escaped`: a multi-line text for a terminal (an error listing its issues,
+    explain's table) in which an escape sequence is shown, never sent."""
+    return "\n".join(escaped(line) for line in text.split("\n"))
 
 
 def one_line(text: str, limit: int = SHOWN_ERROR_CHARS) -> str:

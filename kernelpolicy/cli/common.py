@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.encoding import escaped
+from kernelpolicy.encoding import escaped_lines
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
@@ -101,6 +101,26 @@ def add_tls_client_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def tls_options_given(args: argparse.Namespace) -> list[str]:
+    """The --tls-* options given, in the order --tls-ca, --tls-cert, --tls-key."""
+    return [f"--tls-{o}" for o in ("ca", "cert", "key") if getattr(args, f"tls_{o}")]
+
+
+def refuse_tls_without(args: argparse.Namespace, target: str) -> None:
+    """Raise when a --tls-* option is given without ``target``, the option naming the daemon
+    they say how to reach (``--daemons``, ``--address``).
+
+    Raises:
+        SettingsError: A --tls-* option without ``target``.
+    """
+    if tls_options_given(args):
+        from kernelpolicy.errors import SettingsError
+
+        raise SettingsError(
+            f"--tls-ca, --tls-cert and --tls-key say how to reach {target}; give {target} too"
+        )
+
+
 def tls_credentials(args: argparse.Namespace, addresses: Sequence[str]) -> Any:
     """The grpc channel credentials the --tls-* options ask for, or None (plain gRPC).
 
@@ -108,7 +128,7 @@ def tls_credentials(args: argparse.Namespace, addresses: Sequence[str]) -> Any:
         DaemonError: A --tls-* option with a unix socket address, an unpaired --tls-cert or
             --tls-key, or a file that is not what the option needs.
     """
-    given = [f"--tls-{o}" for o in ("ca", "cert", "key") if getattr(args, f"tls_{o}")]
+    given = tls_options_given(args)
     if not given:
         return None
     from kernelpolicy.errors import DaemonError
@@ -251,8 +271,7 @@ def _error(message: str) -> None:
     # each issue on its own line, all under one "kernelpolicy: error:" prefix.
     # Control characters from foreign text in it (a file, a daemon's answer) are shown, never
     # sent to the terminal.
-    shown_lines = "\n".join(escaped(line) for line in message.split("\n"))
-    print(f"kernelpolicy: error: {shown_lines}", file=sys.stderr, flush=True)
+    print(f"kernelpolicy: error: {escaped_lines(message)}", file=sys.stderr, flush=True)
 
 
 def _silence_stdout() -> None:

@@ -13,6 +13,7 @@ from kernelpolicy.cli.common import (
     HelpFormatter,
     add_tls_client_options,
     counted,
+    refuse_tls_without,
     tls_credentials,
 )
 from kernelpolicy.errors import SettingsError
@@ -158,9 +159,8 @@ def _inventory(args: argparse.Namespace) -> Any:
     from kernelpolicy.fleet import daemon_addresses, load_daemons, load_inventory
     from kernelpolicy.platform.fixtures import fixture_dir
 
-    if args.daemons is None and (args.tls_ca or args.tls_cert or args.tls_key):
-        raise SettingsError("--tls-ca, --tls-cert and --tls-key say how to reach --daemons; "
-                            "give --daemons too")  # fmt: skip
+    if args.daemons is None:
+        refuse_tls_without(args, "--daemons")
     if args.daemons is not None:
         if not args.daemon_timeout > 0:
             raise SettingsError(f"--daemon-timeout {args.daemon_timeout:g}: expected seconds > 0")

@@ -11,11 +11,12 @@ from kernelpolicy.cli.common import (
     HelpFormatter,
     add_resolve_options,
     add_tls_client_options,
+    refuse_tls_without,
 )
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.cli.provenance import value_sources
-from kernelpolicy.encoding import escaped
-from kernelpolicy.errors import ResolutionError, SettingsError
+from kernelpolicy.encoding import escaped_lines
+from kernelpolicy.errors import ResolutionError
 from kernelpolicy.render import explain_table, in_process
 from kernelpolicy.suggest import did_you_mean
 
@@ -66,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.address is not None:
         resolution, inputs = resolve_from_daemon(args)
     else:
-        if args.tls_ca or args.tls_cert or args.tls_key:
-            raise SettingsError("--tls-ca, --tls-cert and --tls-key say how to reach --address; "
-                                "give --address too")  # fmt: skip
+        refuse_tls_without(args, "--address")
         resolution, inputs = resolve_explained(args)
     env = inputs.env
     unknown = [f for f in args.features if f not in resolution.decisions]
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         table = explain_table(resolution, chosen, engines=section, sources=said)
         # What a daemon sent (policy texts, halt reasons, its environment's values) may hold an
         # escape sequence: each line is printed with its control characters shown, not sent.
-        print("\n".join(escaped(line) for line in table.split("\n")))
+        print(escaped_lines(table))
     decisions = [(f, resolution.decisions[f]) for f in chosen]
     return report_exit(resolution.policies, decisions, args.model_kind)
 

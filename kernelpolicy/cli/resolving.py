@@ -50,11 +50,11 @@ def resolve_from_daemon(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv
     from kernelpolicy.cli.common import tls_credentials
     from kernelpolicy.cli.provenance import daemon_env
     from kernelpolicy.cli.status_cmd import quiet_grpc
-
-    quiet_grpc()  # gRPC's C core would log a failed handshake on its own lines
     from kernelpolicy.errors import SettingsError
     from kernelpolicy.server.addresses import check_address
-    from kernelpolicy.server.client import connect
+
+    quiet_grpc()  # before grpc is imported: a failed handshake logs no C-core lines
+    from kernelpolicy.server.client import connect  # imports grpc
 
     local = [o for o in ("platform", "env", "policies") if getattr(args, o, None)]
     if local:

@@ -13,8 +13,8 @@ Every handler the daemon registers goes through :func:`guard` (unary) or :func:`
   so no client ever sees ``UNKNOWN`` or a class name.
 
 Server streams (Watch, EventStream, health Watch, reflection) also hold a slot of
-``server.streams.StreamSlots`` for as
-long as they run: past a cap they are refused ``RESOURCE_EXHAUSTED``.
+``server.streams.StreamSlots`` for as long as they run: past a cap they are refused
+``RESOURCE_EXHAUSTED``.
 
 Rejected requests are logged (``kernelpolicy.request.rejected``, warning level), through the
 daemon's throttled log (``server.ratelog``): a client cannot fill the log.
@@ -22,6 +22,7 @@ daemon's throttled log (``server.ratelog``): a client cannot fill the log.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import traceback
@@ -232,6 +233,22 @@ class Boundary:
 
         return guarded
 
+    @contextlib.asynccontextmanager
+    async def _streaming(
+        self, context: grpc.aio.ServicerContext, method: str, request: Any = None
+    ) -> AsyncIterator[None]:
+        """Around a server stream: ``request`` admitted first (a bidirectional stream's are
+        admitted as they come: None), a stream slot held while it runs, every failure mapped."""
+        try:
+            if request is not None:
+                await self._admit(context, method, request)
+            with self.streams.slot(context.peer()):
+                yield
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # the one boundary: everything is mapped
+            await self._fail(context, method, exc)
+
     def guard_stream(self, method: str, handler: Streaming) -> Any:
         """The same for a server-streaming handler (Watch, EventStream), an async generator or
         a coroutine that writes through ``context.write`` (grpc_health's Watch)."""
@@ -239,27 +256,15 @@ class Boundary:
             writer: Any = handler
 
             async def guarded_writer(request: Any, context: grpc.aio.ServicerContext) -> None:
-                try:
-                    await self._admit(context, method, request)
-                    with self.streams.slot(context.peer()):
-                        await writer(request, context)
-                except grpc.aio.AbortError:
-                    raise
-                except Exception as exc:  # the one boundary: everything is mapped
-                    await self._fail(context, method, exc)
+                async with self._streaming(context, method, request):
+                    await writer(request, context)
 
             return guarded_writer
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            try:
-                await self._admit(context, method, request)
-                with self.streams.slot(context.peer()):
-                    async for item in handler(request, context):
-                        yield item
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:  # the one boundary: everything is mapped
-                await self._fail(context, method, exc)
+            async with self._streaming(context, method, request):
+                async for item in handler(request, context):
+                    yield item
 
         return guarded
 
@@ -275,13 +280,8 @@ class Boundary:
                     await self._admit(context, method, request)
                     yield request
 
-            try:
-                with self.streams.slot(context.peer()):  # held like any server stream
-                    async for item in handler(admitted(), context):
-                        yield item
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:  # the one boundary: everything is mapped
-                await self._fail(context, method, exc)
+            async with self._streaming(context, method):
+                async for item in handler(admitted(), context):
+                    yield item
 
         return guarded

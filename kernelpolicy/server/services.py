@@ -48,6 +48,13 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         self.state = state
         self.hypotheticals = hypotheticals or Hypotheticals()
 
+    async def _resolution(self, snapshot: Snapshot, request: Any) -> Resolution:
+        """The node's resolution, or a hypothetical one for the request's platform and/or
+        environment."""
+        if not (request.platform_json or request.env or request.hypothetical_env):
+            return snapshot.resolution
+        return await self.hypotheticals.resolve(self.state, snapshot, request)
+
     async def GetPlatform(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
         cached = snapshot.cache.get("platform")
@@ -69,7 +76,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
             cached = snapshot.cache.get(key)
             if cached is not None:
                 return cached
-        resolution = await _resolution_for(self, snapshot, request)
+        resolution = await self._resolution(snapshot, request)
         try:
             response = resolve_response(
                 resolution,
@@ -90,7 +97,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
 
     async def Explain(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         snapshot = self.state.snapshot
-        resolution = await _resolution_for(self, snapshot, request)
+        resolution = await self._resolution(snapshot, request)
         unknown = [f for f in request.features if f not in resolution.decisions]
         if unknown:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown feature {unknown[0]!r}")
@@ -147,15 +154,6 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
                 snapshot = self.state.snapshot
         finally:
             self.state.unsubscribe(queue)
-
-
-async def _resolution_for(
-    service: KernelPolicyService, snapshot: Snapshot, request: Any
-) -> Resolution:
-    """The node's resolution, or a hypothetical one for a given platform and/or environment."""
-    if not (request.platform_json or request.env or request.hypothetical_env):
-        return snapshot.resolution
-    return await service.hypotheticals.resolve(service.state, snapshot, request)
 
 
 # flagd: every feature is a string flag (value: the implementation), every gate a boolean flag.
