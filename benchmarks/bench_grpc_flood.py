@@ -9,11 +9,18 @@ under each attack, and prints each time and its ratio to the quiet one:
 
 - ``idle``: ``--connections`` TCP connections that send the HTTP/2 preface and nothing else;
 - ``deep``: ``--concurrency`` Resolve calls in flight, each a megabyte of ``[`` as platform_json;
-- ``hypothetical``: ``--concurrency`` Resolve calls in flight, each a valid snapshot with a
-  40,000-entry env (a megabyte of JSON to parse, and a resolve).
+- ``hypothetical``: ``--concurrency`` Resolve calls in flight, each a valid snapshot with an
+  env that fills it to the TCP request limit (JSON to parse, and a resolve);
+- ``half_sent_1mib``: ``--half-sent`` connections of 100 Resolve calls, each announcing a
+  megabyte and sending 990,000 bytes of it, then nothing (the attacker review's);
+- ``half_sent_at_limit``: the same with calls announcing ``MAX_TCP_REQUEST_BYTES`` and sending
+  all but 10 bytes of it (the most a call may still announce over TCP);
+
+and for the last two the daemon's resident memory before and at its peak (sampled every 0.1 s),
+and how the daemon ended the calls (by grpc-status).
 
 Usage: python benchmarks/bench_grpc_flood.py [--file-limit 1024] [--connections 1100]
-       [--concurrency 64] [--seconds 20] [--json]
+       [--concurrency 64] [--half-sent 8] [--json]
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._harness import machine
+from kernelpolicy.limits import MAX_TCP_REQUEST_BYTES
 from tests.flood_helpers import WITH_FILE_LIMIT
+from tests.half_sent import HalfSent
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json"
@@ -146,10 +155,55 @@ def calls_in_flight(tcp: str, concurrency: int, platform_json: str) -> Iterator[
         thread.join(90)
 
 
-def big_snapshot() -> str:
+def big_snapshot(size: int) -> str:
+    """A valid snapshot padded with env entries to about ``size`` bytes of JSON."""
     data = json.loads(H100.read_text())
-    data["env"] = {f"V{i:05d}": "x" * 12 for i in range(40_000)}
+    entries = (size - len(json.dumps(data))) // len('"V00000": "xxxxxxxxxxxx", ')
+    data["env"] = {f"V{i:05d}": "x" * 12 for i in range(entries)}
     return json.dumps(data)
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(x for x in status if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def half_sent(
+    process: subprocess.Popen[str], tcp: str, unix: str, connections: int, announce: int
+) -> dict[str, Any]:
+    """``connections`` x 100 half-sent calls announcing ``announce`` bytes, pumped for 8 s:
+    the worker's time meanwhile, the daemon's memory, and how it ended the calls."""
+    before = rss_mib(process.pid)
+    floods = [HalfSent(tcp, 100, announce, min(990_000, announce - 10)) for _ in range(connections)]
+    peak = [before]
+    stop = threading.Event()
+
+    def pump(flood: HalfSent) -> None:
+        while not stop.is_set() and not flood.closed:
+            flood.pump(0.1)
+
+    threads = [threading.Thread(target=pump, args=(f,), daemon=True) for f in floods]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 8
+    worker: float | str = ""
+    while time.monotonic() < deadline:
+        peak.append(rss_mib(process.pid))
+        if not worker and time.monotonic() > deadline - 4:
+            worker = worker_seconds(unix)
+        time.sleep(0.1)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    ended: dict[str, int] = {}
+    for flood in floods:
+        for status in flood.statuses.values():
+            ended[str(status)] = ended.get(str(status), 0) + 1
+        flood.close()
+    return {"worker": worker, "rss_before_mib": round(before, 1),
+            "rss_peak_mib": round(max(peak), 1), "calls": 100 * connections,
+            "ended_by_status": ended}  # fmt: skip
 
 
 def main() -> None:
@@ -157,6 +211,7 @@ def main() -> None:
     parser.add_argument("--file-limit", type=int, default=1024)
     parser.add_argument("--connections", type=int, default=1100)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--half-sent", type=int, default=8, help="connections of 100 calls")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {"machine": machine(), "file_limit": args.file_limit}
@@ -172,12 +227,15 @@ def main() -> None:
             results["idle_daemon_descriptors"] = len(
                 list(Path(f"/proc/{process.pid}/fd").iterdir())
             )
-        with calls_in_flight(tcp, args.concurrency, "[" * 1_000_000) as answers:
+        size = MAX_TCP_REQUEST_BYTES - 64  # room for the request's own fields
+        with calls_in_flight(tcp, args.concurrency, "[" * size) as answers:
             results["deep"] = worker_seconds(unix)
             results["deep_answers"] = dict(answers)
-        with calls_in_flight(tcp, args.concurrency, big_snapshot()) as answers:
+        with calls_in_flight(tcp, args.concurrency, big_snapshot(size)) as answers:
             results["hypothetical"] = worker_seconds(unix)
             results["hypothetical_answers"] = dict(answers)
+        for case, announce in (("half_sent_1mib", 1 << 20), ("half_sent_at_limit", size)):
+            results[case] = half_sent(process, tcp, unix, args.half_sent, announce)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -192,6 +250,13 @@ def main() -> None:
             print(f"{case:13} {value}")
     for key in ("idle_opened", "idle_daemon_descriptors", "deep_answers", "hypothetical_answers"):
         print(f"{key:24} {results[key]}")
+    for case in ("half_sent_1mib", "half_sent_at_limit"):
+        got = results[case]
+        worker = got["worker"]
+        shown = f"{worker * 1e3:.1f} ms" if isinstance(worker, float) else worker
+        print(f"{case:19} worker {shown}; daemon RSS {got['rss_before_mib']} -> peak "
+              f"{got['rss_peak_mib']} MiB; {got['calls']} calls, "
+              f"ended {got['ended_by_status']}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ MAX_SYSFS_FILE_BYTES = 64 * KIB
 
 # Requests to the daemon.
 MAX_REQUEST_BYTES = 1 * MIB
-"""One gRPC request message."""
+"""One gRPC request message on the unix socket (over TCP: ``MAX_TCP_REQUEST_BYTES``)."""
 MAX_REQUEST_FEATURES = 256
 """Distinct feature names in one request (duplicates are dropped first)."""
 MAX_CONTEXT_ENTRIES = 64
@@ -163,6 +163,14 @@ RESOURCE_EXHAUSTED past it. Clients on the unix socket have their own share (bel
 client can take theirs."""
 MAX_WATCH_STREAMS_PER_PEER = 32
 """Open server streams from one peer address; all unix-socket clients count as one peer."""
+MAX_GRPC_TCP_CALLS = MAX_WATCH_STREAMS + 64
+"""gRPC calls in flight on the TCP listeners in all: their server streams and 64 more.
+RESOURCE_EXHAUSTED past it, before the request is read, so that requests being received hold at
+most this many times ``MAX_TCP_REQUEST_BYTES`` (80 MiB); the unix socket has a server of its own
+and is never refused for what TCP clients hold."""
+MAX_TCP_REQUEST_BYTES = 256 * KIB
+"""One gRPC request message over TCP (``MAX_REQUEST_BYTES`` on the unix socket): a hypothetical
+request's platform_json is about 3 KiB, a whole environment rarely 100 KiB."""
 LOG_LINES_PER_MINUTE = 10
 """Lines per minute of one repeated event a client can cause (hang-ups, rejected requests,
 connections replaced); the others are counted and the count logged with the next line."""

@@ -21,15 +21,18 @@ from kernelpolicy.limits import (
     MAX_HYPOTHETICAL_RESOLVES,
     MAX_HYPOTHETICAL_WAITING,
     MAX_NESTING_DEPTH,
+    MAX_TCP_REQUEST_BYTES,
 )
 from kernelpolicy.safeio import nesting_depth
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.testing.daemon import running_daemon
+from tests.half_sent import HalfSent
 from tests.helpers import ROOT, fixture
 
 pytestmark = pytest.mark.xdist_group("grpc-limits")
 
+RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
@@ -71,6 +74,74 @@ def test_idle_tcp_connections_cannot_take_the_unix_sockets() -> None:
             sock.close()
     assert closed.count(True) == 4  # the ones past the cap
     assert closed[:cap] == [False] * cap
+
+
+def test_tcp_calls_in_flight_are_capped_apart_from_the_unix_socket() -> None:
+    """Past MAX_GRPC_TCP_CALLS a TCP call is refused before its request is read, and a client
+    is told what to do; the unix socket, a server of its own, still answers; once the
+    half-sent calls end, TCP answers again."""
+    cap = 4
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    unix = f"unix:{directory}/kp.sock"
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
+                        listen=("127.0.0.1:0", unix), grpc_tcp_calls=cap) as daemon:  # fmt: skip
+        tcp = daemon.bound[0]
+        flood = HalfSent(tcp, streams=cap + 3, announce=100_000, send=50_000)
+        try:
+            for _ in range(100):
+                flood.pump(0.05)
+                if len(flood.statuses) == 3:
+                    break
+            assert sorted(flood.statuses.values()) == [RESOURCE_EXHAUSTED] * 3
+            assert flood.held == cap
+            refused = _resolve_until(tcp, lambda error: error is not None)
+            assert refused is not None
+            assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "MAX_GRPC_TCP_CALLS" in str(refused)
+            assert "unix socket" in str(refused)
+            assert _resolve_until(unix, lambda error: True) is None
+        finally:
+            flood.close()
+        assert _resolve_until(tcp, lambda error: error is None) is None
+
+
+@pytest.mark.parametrize(
+    ("listener", "announce", "refused"),
+    [
+        pytest.param("tcp", MAX_TCP_REQUEST_BYTES + 1, True, id="tcp-over"),
+        pytest.param("tcp", MAX_TCP_REQUEST_BYTES, False, id="tcp-at-limit"),
+    ],
+)
+def test_announced_size_is_refused_before_the_body(
+    listener: str, announce: int, refused: bool
+) -> None:
+    """A TCP request announcing more than MAX_TCP_REQUEST_BYTES is refused at its first five
+    bytes: the daemon never buffers its body; one at the limit is held, waiting for the rest."""
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
+        flood = HalfSent(daemon.bound[0], streams=1, announce=announce, send=0)
+        try:
+            for _ in range(20):
+                flood.pump(0.05)
+            assert list(flood.statuses.values()) == ([RESOURCE_EXHAUSTED] if refused else [])
+        finally:
+            flood.close()
+
+
+def _resolve_until(address: str, done: Any, tries: int = 100) -> DaemonError | None:
+    """``connect(address).resolve()`` until ``done(error)`` (error None: answered); the last
+    error. The daemon sees held calls start, and end, a moment after the client does."""
+    error: DaemonError | None = None
+    for _ in range(tries):
+        try:
+            with connect(address, timeout=10) as client:
+                client.resolve()
+            error = None
+        except DaemonError as exc:
+            error = exc
+        if done(error):
+            return error
+        threading.Event().wait(0.05)
+    return error
 
 
 def test_hypothetical_answers_are_bounded() -> None:

@@ -6,6 +6,7 @@ import io
 import itertools
 import json
 import re
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from kernelpolicy.limits import (
     MAX_REQUEST_BYTES,
     MAX_REQUEST_ENV_ENTRIES,
     MAX_REQUEST_FEATURES,
+    MAX_TCP_REQUEST_BYTES,
     SHOWN_ERROR_CHARS,
 )
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
@@ -40,9 +42,11 @@ CLASS_NAME = re.compile(r"\b\w+(Error|Exception)\b|Traceback|<class")
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[Any, io.StringIO]]:
     log = io.StringIO()
+    unix = f"unix:{tempfile.mkdtemp(prefix='kp-', dir='/tmp')}/kp.sock"
     with running_daemon(
-        fixture("h100-sxm"), [ROOT / "policies"], watch=False, log_format="json", log_stream=log
-    ) as daemon:
+        fixture("h100-sxm"), [ROOT / "policies"], watch=False, log_format="json", log_stream=log,
+        listen=("127.0.0.1:0", unix),
+    ) as daemon:  # fmt: skip
         yield daemon, log
 
 
@@ -139,6 +143,19 @@ CASES = [
                  pb.ExplainRequest(env={SWITCH: "x" * (MAX_ENV_VALUE_CHARS + 1)}),
                  INVALID, "MAX_ENV_VALUE_CHARS", id="env-value-over-limit"),
     pytest.param("Explain",
+                 pb.ExplainRequest(env={"VLLM_USE_FLASHINFER_SAMPLER": "x" * 200_000}),
+                 INVALID, "200000 characters, over MAX_ENV_VALUE_CHARS", id="env-value-200kb"),
+    pytest.param("Resolve", sized(MAX_TCP_REQUEST_BYTES), grpc.StatusCode.OK, "",
+                 id="request-bytes-at-limit"),
+    pytest.param("Resolve", sized(MAX_TCP_REQUEST_BYTES + 1),
+                 grpc.StatusCode.RESOURCE_EXHAUSTED, "", id="request-bytes-over-limit"),
+    pytest.param("Resolve", pb.ResolveRequest(features=["z" * 200_000]),
+                 grpc.StatusCode.NOT_FOUND, "unknown feature", id="long-unknown-name-cut"),
+]  # fmt: skip
+"""Over TCP (``MAX_TCP_REQUEST_BYTES``); the unix socket's own limits are in UNIX_CASES."""
+
+UNIX_CASES = [
+    pytest.param("Explain",
                  pb.ExplainRequest(env={"VLLM_USE_FLASHINFER_SAMPLER": "x" * 500_000}),
                  INVALID, "500000 characters, over MAX_ENV_VALUE_CHARS", id="env-value-500kb"),
     pytest.param("Resolve", sized(MAX_REQUEST_BYTES), grpc.StatusCode.OK, "",
@@ -162,10 +179,26 @@ def test_requests_at_and_over_each_limit(
     assert call(channel, "ListFeatures", pb.ListFeaturesRequest())[0] == grpc.StatusCode.OK
 
 
+@pytest.mark.parametrize(("method", "request_", "code", "details"), UNIX_CASES)
+def test_unix_socket_takes_bigger_requests(
+    served: tuple[Any, io.StringIO],
+    method: str,
+    request_: Any,
+    code: grpc.StatusCode,
+    details: str,
+) -> None:
+    """The workers' unix socket takes requests up to MAX_REQUEST_BYTES (TCP: a quarter of it)."""
+    with grpc.insecure_channel(served[0].bound[1]) as channel:
+        got, text = call(channel, method, request_)
+    assert (got, details in text) == (code, True), text[:300]
+    assert len(text) <= SHOWN_ERROR_CHARS + 40
+    assert not CLASS_NAME.search(text), text
+
+
 def test_duplicate_features_are_answered_once(channel: grpc.Channel) -> None:
-    """features=["mhc"]*40000 is one decision, not 40,000."""
+    """features=["mhc"]*20000 is one decision, not 20,000."""
     response = pb_grpc.KernelPolicyStub(channel).Resolve(
-        pb.ResolveRequest(features=["mhc", "sampler.greedy"] * 20_000)
+        pb.ResolveRequest(features=["mhc", "sampler.greedy"] * 10_000)
     )
     assert [d.feature for d in response.decisions] == ["mhc", "sampler.greedy"]
 
@@ -232,7 +265,7 @@ def test_a_bug_in_a_handler_is_internal_and_logged(
     [
         pytest.param(0, grpc.StatusCode.NOT_FOUND, "not found", id="at-limit"),
         pytest.param(1, INVALID, "over MAX_FLAG_KEY_CHARS (256)", id="over-limit"),
-        pytest.param(900_000, INVALID, "900256 characters", id="900kb"),
+        pytest.param(200_000, INVALID, "200256 characters", id="200kb"),
     ],
 )
 def test_flagd_flag_key_limit(

@@ -103,7 +103,7 @@ def _ask(address: str, credentials: Any = None) -> tuple[bool, Any]:
 
     from kernelpolicy.errors import DaemonError
     from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
-    from kernelpolicy.server.client import connect
+    from kernelpolicy.server.client import connect, failure_details
 
     with connect(address, timeout=3.0, credentials=credentials) as client:
         client.wait_ready()
@@ -113,8 +113,7 @@ def _ask(address: str, credentials: Any = None) -> tuple[bool, Any]:
             )
             explain = client.stub.Explain(pb.ExplainRequest(), timeout=3.0)
         except grpc.RpcError as exc:
-            details = one_line(str(exc.details() or ""))
-            raise DaemonError(f"{address}: {exc.code().name}: {details}") from None
+            raise DaemonError(f"{address}: {exc.code().name}: {failure_details(exc)}") from None
     return health.status == health_pb2.HealthCheckResponse.SERVING, explain
 
 

@@ -92,7 +92,8 @@ class Client:
             return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise DaemonError(
-                f"{self.address}: {method} failed: {exc.code().name}: {_details(exc)}", exc.code()
+                f"{self.address}: {method} failed: {exc.code().name}: {failure_details(exc)}",
+                exc.code(),
             ) from None
 
     def resolve(
@@ -157,7 +158,7 @@ class Client:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 raise DaemonError(
-                    f"{self.address}: Watch failed: {_details(exc)}", exc.code()
+                    f"{self.address}: Watch failed: {failure_details(exc)}", exc.code()
                 ) from None
         finally:
             stream.cancel()
@@ -209,9 +210,20 @@ def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
-def _details(exc: grpc.RpcError) -> str:
-    """The status details of a failed call, cut and escaped: the daemon wrote them."""
-    return one_line(str(exc.details() or ""))
+_TCP_CALLS_FULL = "Concurrent RPC limit exceeded!"  # grpc.aio's words past MAX_GRPC_TCP_CALLS
+
+
+def failure_details(exc: grpc.RpcError) -> str:
+    """The status details of a failed call, cut and escaped (the daemon wrote them), with what
+    to do where gRPC's own words do not say it."""
+    details = one_line(str(exc.details() or ""))
+    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and details == _TCP_CALLS_FULL:
+        details += (
+            " (the daemon's TCP listeners hold the most calls they take at once, "
+            "MAX_GRPC_TCP_CALLS; try again later, or ask over its unix socket, which TCP "
+            "clients cannot fill)"
+        )
+    return details
 
 
 def _checked(

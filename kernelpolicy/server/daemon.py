@@ -15,9 +15,7 @@ from typing import Any, TextIO
 from grpc_health.v1 import health, health_pb2
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.limits import (
-    shown,
-)
+from kernelpolicy.limits import MAX_GRPC_TCP_CALLS, shown
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server.addresses import check_address, split_address, with_port
 from kernelpolicy.server.fleet import Fleet
@@ -81,6 +79,7 @@ class Daemon:
     labels_dir: Path | None = None  # serve --labels-dir: the NFD feature file, per revision
     ready_requires_current_policy: bool = False  # /readyz says no while a reload is failing
     grpc_connections: int | None = None  # per gRPC listener; None: grpc_connection_cap()
+    grpc_tcp_calls: int | None = None  # in flight on TCP listeners; None: MAX_GRPC_TCP_CALLS
 
     def __post_init__(self) -> None:
         self.log = (
@@ -88,7 +87,7 @@ class Daemon:
         )
         self._stopping = asyncio.Event()
         self._reload_lock = asyncio.Lock()
-        self.server: Any = None
+        self.servers: list[Any] = []  # gRPC: one for the TCP listeners, one for unix sockets
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
         self.hypotheticals = Hypotheticals()  # requests with their own platform_json or env
@@ -126,11 +125,12 @@ class Daemon:
         if not self.quiet:
             self._log("info", event, **fields)
 
-    def _grpc_server(self) -> Any:
+    def _grpc_server(self, *, unix: bool) -> Any:
         return grpc_server(
             self.state, self.boundary, self.health, self.fleet.interceptors(),
             connections=self.grpc_connections or grpc_connection_cap(),
             hypotheticals=self.hypotheticals,
+            tcp_calls=None if unix else self.grpc_tcp_calls or MAX_GRPC_TCP_CALLS,
         )  # fmt: skip
 
     def _bind(self, server: Any, address: str) -> None:
@@ -164,17 +164,22 @@ class Daemon:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        server = self._grpc_server()
-        for address in self.listen:
-            self._bind(server, check_address(address, "--listen", listening=True))
-        await server.start()
-        self.server = server
+        servers: dict[bool, Any] = {}  # by "is a unix socket", bound in --listen's order
+        for given in self.listen:
+            address = check_address(given, "--listen", listening=True)
+            unix = address.startswith("unix:")
+            if unix not in servers:
+                servers[unix] = self._grpc_server(unix=unix)
+            self._bind(servers[unix], address)
         try:
+            for server in servers.values():
+                await server.start()
+                self.servers.append(server)
             await self._start_reports()
             await self.fleet.start()
         except BaseException:
             await self._stop_reports()
-            await server.stop(None)  # no gRPC listener left behind by a failed start
+            await self._stop_servers(None)  # no gRPC listener left behind by a failed start
             raise
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self._emit(
@@ -323,4 +328,8 @@ class Daemon:
         self._emit("kernelpolicy.serve.stop", grace_seconds=grace)
         await self.fleet.stop()
         await self._stop_reports()
-        await self.server.stop(grace)
+        await self._stop_servers(grace)
+
+    async def _stop_servers(self, grace: float | None) -> None:
+        await asyncio.gather(*(server.stop(grace) for server in self.servers))
+        self.servers = []

@@ -5,9 +5,12 @@ connections, and never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor lim
 local user's idle connections to the TCP port cannot take the descriptors the workers' unix
 socket needs; a connection carries at most ``MAX_GRPC_STREAMS_PER_CONNECTION`` calls at once, is
 closed after ``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshake within
-``MAX_GRPC_HANDSHAKE_SECONDS``. Every service, health and reflection included, goes through
-:class:`~kernelpolicy.server.rpc_boundary.Boundary`: no answer is UNKNOWN or names a Python
-class, and every server stream holds a stream slot.
+``MAX_GRPC_HANDSHAKE_SECONDS``. The TCP listeners and the unix sockets are two servers: TCP
+clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight with requests of
+``MAX_TCP_REQUEST_BYTES`` at most, so half-sent requests cannot grow the daemon's memory past a
+bound, and what they hold is never taken from the workers' unix socket. Every service, health
+and reflection included, goes through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no
+answer is UNKNOWN or names a Python class, and every server stream holds a stream slot.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from kernelpolicy.limits import (
     MAX_GRPC_IDLE_SECONDS,
     MAX_GRPC_STREAMS_PER_CONNECTION,
     MAX_REQUEST_BYTES,
+    MAX_TCP_REQUEST_BYTES,
 )
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
@@ -60,14 +64,19 @@ def grpc_server(
     *,
     connections: int,
     hypotheticals: Hypotheticals,
+    tcp_calls: int | None,
 ) -> Any:
     """An unstarted ``grpc.aio`` server with every service registered, ``connections`` per
     listener; ``health`` is the daemon's health servicer, ``hypotheticals`` where its
-    hypothetical answers are worked out."""
+    hypothetical answers are worked out. ``tcp_calls``: a server for TCP listeners, which
+    refuses a call past that many in flight and a request over ``MAX_TCP_REQUEST_BYTES``;
+    None: one for unix sockets (requests up to ``MAX_REQUEST_BYTES``, no call cap)."""
+    request_bytes = MAX_REQUEST_BYTES if tcp_calls is None else MAX_TCP_REQUEST_BYTES
     server = grpc.aio.server(
         interceptors=interceptors,
+        maximum_concurrent_rpcs=tcp_calls,
         options=[
-            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+            ("grpc.max_receive_message_length", request_bytes),
             ("grpc.so_reuseport", 0),
             ("grpc.max_allowed_incoming_connections", connections),
             ("grpc.max_concurrent_streams", MAX_GRPC_STREAMS_PER_CONNECTION),

@@ -29,6 +29,7 @@ def running_daemon(
     labels_dir: Path | None = None,
     ready_requires_current_policy: bool = False,
     grpc_connections: int | None = None,
+    grpc_tcp_calls: int | None = None,
 ) -> Iterator[Any]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
@@ -40,7 +41,8 @@ def running_daemon(
     ``http`` (such as ``"127.0.0.1:0"``) adds the HTTP listener, whose URL is then
     ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
     ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing;
-    ``grpc_connections`` caps each gRPC listener's connections (default: the daemon's own cap).
+    ``grpc_connections`` caps each gRPC listener's connections, ``grpc_tcp_calls`` the calls in
+    flight on its TCP listeners (default: the daemon's own caps).
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -60,6 +62,7 @@ def running_daemon(
                 http=http, labels_dir=labels_dir,
                 ready_requires_current_policy=ready_requires_current_policy,
                 grpc_connections=grpc_connections,
+                grpc_tcp_calls=grpc_tcp_calls,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)
