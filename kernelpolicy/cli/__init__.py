@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"kernelpolicy {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     probe_cmd.register(commands)
     explain_cmd.register(commands)
     check_cmd.register(commands)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if caused_by_interrupt(exc):
             return interrupted(process)
         raise
-    if args.command is None:
+    if args.subcommand is None:
         parser.print_help()
         return 2
     return run_guarded(args)

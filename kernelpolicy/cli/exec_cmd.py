@@ -41,6 +41,7 @@ def register(commands: Any) -> None:
             "      python3 -m sglang.launch_server --model-path M"
         ),
         formatter_class=HelpFormatter,
+        option_notes=_OPTION_NOTES,
     )
     add_engine_options(parser)
     add_platform_option(parser)
@@ -51,6 +52,15 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     parser.set_defaults(run=run)
+
+
+_PRINTS = "exec prints no settings; kernelpolicy env --engine ENGINE does"
+_OPTION_NOTES = {
+    "--env": "exec reads its own environment: VAR=VALUE kernelpolicy exec --engine ...",
+    "--json": _PRINTS,
+    "--format": _PRINTS,
+}
+"""What a usage error says of the options of env and explain that exec does not take."""
 
 
 def run(args: argparse.Namespace) -> int:

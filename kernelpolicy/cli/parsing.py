@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from kernelpolicy.suggest import close_names, did_you_mean
@@ -23,6 +23,12 @@ class SuggestingParser(argparse.ArgumentParser):
     """
 
     _last: argparse.Namespace | None = None
+
+    def __init__(self, *args: Any, option_notes: Mapping[str, str] | None = None, **kw: Any):
+        """As argparse's, plus ``option_notes``: what to say of an option this command does
+        not take but a user may reach for (``check --policies``: check takes PATH...)."""
+        super().__init__(*args, **kw)
+        self.option_notes: Mapping[str, str] = dict(option_notes or {})
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         try:
@@ -49,37 +55,55 @@ class SuggestingParser(argparse.ArgumentParser):
         then one line that starts ``kernelpolicy: error:`` for every command."""
         prefix = "unrecognized arguments: "
         if message.startswith(prefix) and self._last is not None:
-            message += _option_hints(message[len(prefix) :].split(), self._options_of_last())
+            message += self._hints(message[len(prefix) :].split())
         (self._command_parser() or self).print_usage(sys.stderr)
         self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
 
     def _command_parser(self) -> argparse.ArgumentParser | None:
         """The parser of the sub-command just parsed, if any."""
-        command = getattr(self._last, "command", None)
+        command = getattr(self._last, "subcommand", None)
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction) and command in action.choices:
                 parser: argparse.ArgumentParser = action.choices[command]
                 return parser
         return None
 
-    def _options_of_last(self) -> list[str]:
-        """The option strings of this parser and of the sub-command just parsed."""
-        options = list(self._option_string_actions)
+    def _hints(self, words: list[str]) -> str:
+        """``" (--jsn: did you mean --json?)"``: for each unknown option, the close ones of the
+        command; else its note; else the other commands that take it."""
         command = self._command_parser()
-        if command is not None:
-            options += list(command._option_string_actions)
-        return options
+        parsers = [self] if command is None else [self, command]
+        options = [o for p in parsers for o in p._option_string_actions]
+        notes = command.option_notes if isinstance(command, SuggestingParser) else {}
+        hints = []
+        for word in words:
+            if not word.startswith("-") or word == "-":
+                continue
+            name = word.split("=", 1)[0]
+            hint = _close_option(name, options) or notes.get(name) or self._taken_by(name)
+            if hint:
+                hints.append(f"{name}: {hint}")
+        return f" ({'; '.join(hints)})" if hints else ""
+
+    def _taken_by(self, option: str) -> str:
+        """``"not an option of exec; env, explain take it"``, or ``""``."""
+        command = getattr(self._last, "subcommand", None)
+        others = [
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name, parser in action.choices.items()
+            if name != command and option in parser._option_string_actions
+        ]
+        if command is None or not others:
+            return ""
+        if len(others) > 3:  # --json: most commands; their list would say nothing
+            return f"not an option of {command}"
+        return f"not an option of {command}; {', '.join(others)} take{'s' * (len(others) == 1)} it"
 
 
-def _option_hints(words: list[str], options: list[str]) -> str:
-    """``" (did you mean --json?)"`` for each unknown option with close known ones."""
-    hints = []
-    for word in words:
-        if not word.startswith("-") or word == "-":
-            continue
-        name = word.split("=", 1)[0]
-        bare = {o.lstrip("-"): o for o in options}
-        close = close_names(name.lstrip("-"), bare)
-        if close:
-            hints.append(f"{name}: did you mean {' or '.join(bare[c] for c in close)}?")
-    return f" ({'; '.join(hints)})" if hints else ""
+def _close_option(name: str, options: list[str]) -> str:
+    """``"did you mean --json?"`` for an unknown option with close known ones, or ``""``."""
+    bare = {o.lstrip("-"): o for o in options}
+    close = close_names(name.lstrip("-"), bare)
+    return f"did you mean {' or '.join(bare[c] for c in close)}?" if close else ""

@@ -1,0 +1,82 @@
+"""Usage mistakes of every sub-command: exit 2 with a hint, never a traceback (argparse level)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from kernelpolicy.cli import build_parser, main
+
+REQUIRED = {
+    "env": ["--engine", "vllm"],
+    "exec": ["--engine", "vllm"],
+    "diff": ["--against", "NEW/"],
+    "completion": ["bash"],
+}
+"""What each sub-command needs before an unknown option is the only mistake left."""
+PRINTS = "exec prints no settings; kernelpolicy env --engine ENGINE does"
+
+
+def _subcommands() -> list[str]:
+    parser = build_parser()
+    return [
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    ]
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """main(argv)'s exit status, stdout and stderr; a traceback fails the test."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, id=c) for c in _subcommands()])
+def test_every_subcommand_refuses_an_unknown_option(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown option of any sub-command is exit 2 naming it: no sub-command's own argument
+    may take the slot main() reads the sub-command's name from (exec's COMMAND once did)."""
+    code, out, err = _usage_error([command, *REQUIRED.get(command, []), "--no-such-option"], capsys)
+    assert code == 2
+    assert out == ""
+    assert err.splitlines()[-1] == "kernelpolicy: error: unrecognized arguments: --no-such-option"
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        pytest.param(["exec", "--engine", "vllm", "--env", "X=1", "--", "true"],
+                     "--env (--env: exec reads its own environment: VAR=VALUE kernelpolicy exec "
+                     "--engine ...)",
+                     id="exec-env"),
+        pytest.param(["exec", "--engine", "vllm", "--json", "--", "true"],
+                     f"--json (--json: {PRINTS})", id="exec-json"),
+        pytest.param(["exec", "--engine", "vllm", "--format", "dotenv", "--", "true"],
+                     f"--format (--format: {PRINTS})", id="exec-format"),
+        pytest.param(["exec", "--engine", "vllm", "--bogus", "--", "true"], "--bogus",
+                     id="exec-bogus"),
+        pytest.param(["exec", "--engine", "vllm", "--engin", "x", "--", "true"],
+                     "--engin (--engin: did you mean --engine or --engine-version?)",
+                     id="exec-close-option"),
+        pytest.param(["exec", "--engine", "vllm", "--address", "x", "--", "true"],
+                     "--address (--address: not an option of exec; explain, status take it)",
+                     id="option-of-other-commands"),
+    ],
+)  # fmt: skip
+def test_exec_usage_mistakes_name_the_option(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """exec's options mistaken for env's or explain's: exit 2, the option, what to do instead."""
+    code, out, err = _usage_error(argv, capsys)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("usage: kernelpolicy exec ")
+    assert err.splitlines()[-1] == f"kernelpolicy: error: unrecognized arguments: {hint}"
