@@ -80,3 +80,31 @@ def test_exec_usage_mistakes_name_the_option(
     assert out == ""
     assert err.startswith("usage: kernelpolicy exec ")
     assert err.splitlines()[-1] == f"kernelpolicy: error: unrecognized arguments: {hint}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "stdout_has", "stderr_has"),
+    [
+        pytest.param([], 2, [], ["usage: kernelpolicy ", "\ncommands:\n", "  explain ",
+                                 "kernelpolicy: error: no command given; 'kernelpolicy --help'"],
+                     id="no-command"),
+        pytest.param(["--help"], 0, ["usage: kernelpolicy ", "examples:"], [], id="help"),
+    ],
+)  # fmt: skip
+def test_no_command(
+    argv: list[str],
+    code: int,
+    stdout_has: list[str],
+    stderr_has: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Bare `kernelpolicy` is a usage mistake (exit 2, nothing on stdout, the commands on
+    stderr); `--help` is the asked-for help on stdout, exit 0."""
+    got, out, err = _usage_error(argv, capsys)
+    assert got == code
+    assert all(part in out for part in stdout_has)
+    assert all(part in err for part in stderr_has)
+    assert bool(out) == bool(stdout_has)
+    assert bool(err) == bool(stderr_has)
+    if err:
+        assert err.splitlines()[-1].startswith("kernelpolicy: error: ")

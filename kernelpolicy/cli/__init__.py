@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kernelpolicy.cli.interrupts import Interrupts
 
 if TYPE_CHECKING:
-    import argparse
+    from kernelpolicy.cli.parsing import SuggestingParser
 
 _EPILOG = """\
 examples:
@@ -35,7 +35,7 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> SuggestingParser:
     """The whole command line, every sub-command registered."""
     from kernelpolicy import __version__
     from kernelpolicy.cli import (
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return interrupted(process)
         raise
     if args.subcommand is None:
-        parser.print_help()
+        parser.missing_command()
         return 2
     return run_guarded(args)
 

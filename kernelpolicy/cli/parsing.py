@@ -59,6 +59,20 @@ class SuggestingParser(argparse.ArgumentParser):
         (self._command_parser() or self).print_usage(sys.stderr)
         self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
 
+    def missing_command(self) -> None:
+        """No sub-command given: the usage and the commands on stderr, then the error line
+        (stdout stays empty, as for every exit 2; ``--help`` prints the full help there)."""
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        formatter.start_section("commands")
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                formatter.add_arguments(action._get_subactions())
+        formatter.end_section()
+        sys.stderr.write(formatter.format_help())
+        prog = self.prog.split()[0]
+        sys.stderr.write(f"{prog}: error: no command given; '{prog} --help' shows examples\n")
+
     def _command_parser(self) -> argparse.ArgumentParser | None:
         """The parser of the sub-command just parsed, if any."""
         command = getattr(self._last, "subcommand", None)
