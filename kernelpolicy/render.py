@@ -73,7 +73,9 @@ def platform_table(platform: Platform) -> str:
     return "\n".join(out)
 
 
-def _why(decision: Decision, scope: str | None = None) -> str:
+def _why(decision: Decision, scope: str | None = None, *, no_gpu: bool = False) -> str:
+    """The table's "why": the reason in a few words (``no_gpu``: the platform has none, so a
+    candidate rejected for its vendor is rejected for want of a GPU)."""
     if decision.error:
         only = f", {scope} models only" if scope else ""
         return f"ERROR ({decision.error_code.value if decision.error_code else 'error'}){only}"
@@ -81,7 +83,8 @@ def _why(decision: Decision, scope: str | None = None) -> str:
         rejected = [c for c in decision.candidates if c.impl != decision.impl and c.failures]
         names = ", ".join(c.impl for c in rejected)
         if _only_other_vendors(decision):
-            return f"fallback: {names} rejected (for another vendor's GPU)"
+            why = "no GPU" if no_gpu else "for another vendor's GPU"
+            return f"fallback: {names} rejected ({why})"
         return f"fallback: {names} rejected (below)" if names else "fallback"
     return decision.reasons[0].split(": ", 1)[-1] if decision.reasons else decision.reason.value
 
@@ -153,7 +156,10 @@ def explain_table(
         "",
         table(
             ["feature", "in-process", "why"],
-            [[d.feature, in_process(d), _why(d, scopes.get(d.feature))] for d in decisions],
+            [
+                [d.feature, in_process(d), _why(d, scopes.get(d.feature), no_gpu=device is None)]
+                for d in decisions
+            ],
             indent="",
         ),
     ]
