@@ -107,11 +107,12 @@ def in_process(decision: Decision) -> str:
 
 
 def _candidate_hints(decision: Decision) -> list[str]:
-    """Hints of rejected candidates meant for this machine and not switched off."""
+    """Hints of rejected candidates not switched off that following them would make acceptable:
+    each failed check has one. A check without (another vendor, no GPU, a capability or arch
+    the device lacks) leaves the candidate rejected whatever is installed: no hint then."""
     hints = []
     for candidate in decision.candidates:
-        kinds = {f.kind.value for f in candidate.failures}
-        if candidate.switch == "off" or kinds & {"vendor", "no_device"}:
+        if candidate.switch == "off" or not all(f.hint for f in candidate.failures):
             continue
         hints += [f.hint for f in candidate.failures if f.hint]
     return hints
