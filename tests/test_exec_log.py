@@ -20,7 +20,8 @@ from tests.helpers import resolve_on
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "kernelpolicy/fixtures/platforms"
-MISSING = "kp-no-such-command-xyz"  # never found: exec stops at 127 after logging
+MISSING = "kp-no-such-command-xyz"  # never found: exec stops at 127 before logging
+STARTS = "true"  # found, and exits 0 at once: exec logs, then becomes it
 NEWEST = knob_table("vllm").newest  # type: ignore[union-attr]
 NOTE = "vllm not installed here"
 
@@ -88,7 +89,7 @@ def test_the_logged_version_is_the_one_matched(
     where no release was installed or given (it was logged as None)."""
     path = no_vllm if snapshot is None else FIXTURES / f"{snapshot}.json"
     extra = ["--engine-version", given] if given else []
-    out = _exec("--platform", str(path), *extra, "--", MISSING)
+    out = _exec("--platform", str(path), *extra, "--", STARTS)
     event = _event(out.stderr)
     assert (event["engine_version"], event["engine_version_assumed"]) == (version, assumed)
     if warning is None:
@@ -99,27 +100,45 @@ def test_the_logged_version_is_the_one_matched(
 
 @needs_no_local_vllm
 @pytest.mark.parametrize(
-    "fmt", [pytest.param("json", id="json"), pytest.param("console", id="console")]
+    ("fmt", "in_event", "said"),
+    [
+        pytest.param("json", 1, 2, id="json"),
+        pytest.param("console", 0, 1, id="console-counts-it"),
+    ],
 )
-def test_the_release_note_is_said_once(no_vllm: Path, fmt: str) -> None:
-    """One `kernelpolicy: warning:` line and one entry of the event's warnings; nothing else."""
-    out = _exec("--platform", str(no_vllm), "--", MISSING, fmt=fmt)
+def test_the_release_note_is_said_once(no_vllm: Path, fmt: str, in_event: int, said: int) -> None:
+    """One `kernelpolicy: warning:` line; the JSON event has it among its warnings, for the
+    logs, while the console's event line, right under it, only counts it."""
+    out = _exec("--platform", str(no_vllm), "--", STARTS, fmt=fmt)
     lines = out.stderr.splitlines()
     human = [line for line in lines if line.startswith("kernelpolicy: warning:")]
-    assert [NOTE in line for line in human] == [True]
+    assert [line for line in human if NOTE in line] == human[:1]  # first, and once
     (logged,) = [line for line in lines if "kernelpolicy.exec" in line]
-    assert logged.count(NOTE) == 1
-    assert out.stderr.count(NOTE) == 2
+    assert logged.count(NOTE) == in_event
+    assert out.stderr.count(NOTE) == said
+    if fmt == "console":
+        assert f"warnings={len(human)}" in logged.split()
+
+
+@pytest.mark.parametrize(
+    "fmt", [pytest.param("json", id="json"), pytest.param("console", id="console")]
+)
+def test_a_command_not_found_is_said_before_anything_else(fmt: str) -> None:
+    """exec looks the command up before it warns or logs: the error is the only line, not
+    buried under the event's decisions."""
+    out = _exec("--", MISSING, fmt=fmt)
+    assert out.returncode == 127
+    assert out.stderr.splitlines() == [f"kernelpolicy: error: {MISSING}: command not found"]
 
 
 @pytest.mark.parametrize(
     ("fixture", "kind", "code", "shown"),
     [
-        pytest.param("t4", "mha", 127, "(no implementation applies; mla models only)",
+        pytest.param("t4", "mha", 0, "(no implementation applies; mla models only)",
                      id="none-applies-other-kind"),
-        pytest.param("mi300x", "mha", 127, "ERROR (mla models only)", id="error-other-kind"),
+        pytest.param("mi300x", "mha", 0, "ERROR (mla models only)", id="error-other-kind"),
         pytest.param("mi300x", "mla", 1, "ERROR", id="error-told"),
-        pytest.param("h100-sxm", "mha", 127, "(no implementation applies; mla models only)",
+        pytest.param("h100-sxm", "mha", 0, "(no implementation applies; mla models only)",
                      id="h100"),
     ],
 )  # fmt: skip
@@ -127,7 +146,7 @@ def test_decisions_are_logged_in_words(fixture: str, kind: str, code: int, shown
     """A decision with no implementation is logged as explain says it, never as an
     angle-bracket status token (``<other_model_kind>``)."""
     out = _exec(
-        "--platform", str(FIXTURES / f"{fixture}.json"), "--model-kind", kind, "--", MISSING
+        "--platform", str(FIXTURES / f"{fixture}.json"), "--model-kind", kind, "--", STARTS
     )  # fmt: skip
     assert out.returncode == code, out.stderr
     decisions = _event(out.stderr)["decisions"]

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         engine_version=args.engine_version or _local_engine(args), model_kind=args.model_kind,
     )  # fmt: skip
     argv, flag_warnings = child_command(command, settings)
+    if not _on_path(argv[0], environ):  # before the log: its decisions would bury the error
+        print(f"kernelpolicy: error: {argv[0]}: command not found", file=sys.stderr)
+        return 127
     warnings = _warnings(args, resolution.platform.libraries, settings, flag_warnings)
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
@@ -129,6 +132,14 @@ def _warnings(
     return warnings
 
 
+def _on_path(name: str, environ: Mapping[str, str]) -> bool:
+    """Whether ``os.execvpe`` finds ``name`` (a path as given, or a file of that name in a
+    directory of PATH); one that is found but cannot be run is for :func:`_exec` to say (126)."""
+    if os.sep in name:
+        return os.path.lexists(name)
+    return any(os.path.lexists(os.path.join(d, name)) for d in os.get_exec_path(dict(environ)))
+
+
 def _exec(argv: list[str], child: dict[str, str]) -> int:
     """Replace this process with the engine; the shell's exit codes where it cannot start."""
     try:
@@ -169,7 +180,9 @@ def _local_engine(args: argparse.Namespace) -> str | None:
 def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str]) -> None:
     """The one ``kernelpolicy.exec`` event: the engine's version (where none is installed or
     given, the knob tables' release the rules were matched as, with ``engine_version_assumed``),
-    each decision as explain words it, and the warnings said on stderr above it, each once."""
+    each decision as explain words it, and the warnings said on stderr above it: each one in
+    JSON, for whoever reads the logs; their number on the console, under the lines that say
+    them (a warning is said once there)."""
     if fmt == "off":
         return
     from kernelpolicy.logs import get_logger
@@ -187,7 +200,7 @@ def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str
         flags=list(settings.flags),
         command=argv[0],
         errors=list(settings.errors) or None,
-        warnings=warnings or None,
+        warnings=(warnings if fmt == "json" else len(warnings)) or None,
         per_batch=list(settings.per_batch) or None,
         per_dtype=list(settings.per_dtype) or None,
     )
