@@ -72,11 +72,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report_errors(resolution: Any, errors: tuple[str, ...]) -> None:
-    """Each error as explain words it, with the decision's hints."""
+    """Each error as explain words it, with the decisions' hints; an error several features
+    share (a bad value of a switch they all read) is said once, naming them."""
+    features: dict[str, list[str]] = {}  # message -> the features it is the error of
     for error in errors:
-        print(f"kernelpolicy: error: {error}", file=sys.stderr)
-        feature = error.split(":", 1)[0]
-        decision = resolution.decisions.get(feature)
-        if decision is not None and decision.error is not None:
-            for hint in decision.hints:
-                print(f"  hint: {hint}", file=sys.stderr)
+        feature, sep, message = error.partition(": ")
+        features.setdefault(message if sep else error, []).append(feature if sep else "")
+    for message, names in features.items():
+        named = [n for n in names if n]
+        if len(named) > 1:
+            line = f"{message}; for {len(named)} features: {', '.join(named)}"
+        else:
+            line = f"{named[0]}: {message}" if named else message
+        print(f"kernelpolicy: error: {line}", file=sys.stderr)
+        for hint in dict.fromkeys(h for n in named for h in _hints(resolution, n)):
+            print(f"  hint: {hint}", file=sys.stderr)
+
+
+def _hints(resolution: Any, feature: str) -> tuple[str, ...]:
+    """The hints of ``feature``'s decision, where it is an error."""
+    decision = resolution.decisions.get(feature)
+    if decision is None or decision.error is None:
+        return ()
+    return tuple(decision.hints)
