@@ -108,3 +108,19 @@ def test_no_command(
     assert bool(err) == bool(stderr_has)
     if err:
         assert err.splitlines()[-1].startswith("kernelpolicy: error: ")
+
+
+def test_check_names_its_path_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """`check --policies X` (the option of the other commands) says check takes PATH, and
+    check's help names the +DIR form."""
+    code, out, err = _usage_error(["check", "--policies", "x"], capsys)
+    assert code == 2
+    assert err.splitlines()[-1] == (
+        "kernelpolicy: error: unrecognized arguments: --policies (--policies: check takes the "
+        "policy paths as arguments: kernelpolicy check PATH..., +DIR adding DIR to the bundled "
+        "pack)"
+    )
+    code, out, err = _usage_error(["check", "--help"], capsys)
+    assert code == 0
+    assert "+DIR adds DIR to the bundled pack" in " ".join(out.split())
+    assert "  kernelpolicy check +policies.d/ incident.toml" in out.splitlines()

@@ -25,16 +25,22 @@ def register(commands: Any) -> None:
         ),
         epilog=(
             "examples:\n  kernelpolicy check\n"
-            "  kernelpolicy check my-policies/ --platform node.json"
+            "  kernelpolicy check my-policies/ --platform node.json\n"
+            "  kernelpolicy check +policies.d/ incident.toml"
         ),
         formatter_class=HelpFormatter,
+        option_notes={
+            "--policies": "check takes the policy paths as arguments: kernelpolicy check "
+            "PATH..., +DIR adding DIR to the bundled pack"
+        },
     )
     parser.add_argument(
         "paths",
         nargs="*",
         type=Path,
         metavar="PATH",
-        help="files or directories (default: the bundled pack)",
+        help="files or directories (default: the bundled pack); +DIR adds DIR to the bundled "
+        "pack, as --policies +DIR does for the other commands",
     )
     parser.add_argument(
         "--platform", metavar="FILE", type=Path, action="append", default=[],

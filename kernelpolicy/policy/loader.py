@@ -288,18 +288,31 @@ def _cross_references(
     for disable in disables:
         feature = features.get(disable.spec.feature)
         if feature is None or feature.candidate(disable.spec.impl) is None:
-            known = sorted(features) if feature is None else [c.impl for c in feature.candidates]
             issues.append(
                 PolicyIssue(
                     disable.source.file,
-                    f"disables {disable.spec.feature}/{disable.spec.impl}, which is not defined "
-                    f"(known: {', '.join(known)})",
+                    _undefined_disable(disable, features),
                     disable.source.line,
                     disable.spec.feature,
                     "disable",
                 )
             )
     return issues
+
+
+def _undefined_disable(disable: CompiledDisable, features: dict[str, CompiledFeature]) -> str:
+    """What a [[disable]] of an implementation no policy defines says; where the set defines no
+    feature at all (an override file loaded alone), the file that defines it is missing."""
+    name, impl = disable.spec.feature, disable.spec.impl
+    feature = features.get(name)
+    if feature is None and not features:
+        return (
+            f"disables {name}/{impl}, but these policy files define no feature; load it with "
+            f"the file that defines {name} (both paths, or +DIR to add a directory to the "
+            "bundled pack: kernelpolicy check +DIR FILE)"
+        )
+    known = sorted(features) if feature is None else [c.impl for c in feature.candidates]
+    return f"disables {name}/{impl}, which is not defined (known: {', '.join(known)})"
 
 
 def _toml_line(message: str) -> int | None:
