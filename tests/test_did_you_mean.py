@@ -41,6 +41,13 @@ def test_close_names(word: str, choices: list[str], expected: list[str]) -> None
                      id="choice"),
         pytest.param(["explain", "samplr.greedy", "--platform", str(FIXTURES / "cpu.json")],
                      "did you mean 'sampler.greedy'?", id="feature"),
+        pytest.param(["env", "--engine", "vlm", "--platform", str(FIXTURES / "cpu.json")],
+                     "--engine 'vlm': no policy tells that engine anything; did you mean 'vllm'?",
+                     id="engine"),
+        pytest.param(["env", "--engine", "VLLM", "--platform", str(FIXTURES / "cpu.json")],
+                     "did you mean 'vllm'?", id="engine-in-capitals"),
+        pytest.param(["exec", "--engine", "sglan", "--platform", str(FIXTURES / "cpu.json"),
+                      "--", "true"], "did you mean 'sglang'?", id="exec-engine"),
     ],
 )  # fmt: skip
 def test_cli_names_the_close_alternative(

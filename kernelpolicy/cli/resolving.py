@@ -120,10 +120,11 @@ def check_engine(resolution: Resolution, engine: str) -> None:
         SettingsError: ``engine`` is not named by any policy.
     """
     from kernelpolicy.errors import SettingsError
+    from kernelpolicy.suggest import did_you_mean
 
     known = resolution.policies.engine_names
     if engine not in known:
         raise SettingsError(
-            f"--engine {engine!r}: no policy tells that engine anything; the policies name: "
-            f"{', '.join(known) or 'no engine'}"
+            f"--engine {engine!r}: no policy tells that engine anything"
+            f"{did_you_mean(engine, known)}; the policies name: {', '.join(known) or 'no engine'}"
         )
