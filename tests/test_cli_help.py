@@ -67,6 +67,25 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return found
 
 
+@pytest.mark.parametrize(
+    "prog", [pytest.param(p.prog, id=p.prog) for p in _parsers(build_parser()) if p.epilog]
+)
+def test_examples_fit_on_one_line(
+    prog: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each example of an epilog prints on one line at COLUMNS (one folded over two cannot be
+    pasted); a command continued with `\\` is written so on purpose."""
+    examples = [
+        line
+        for p in _parsers(build_parser())
+        if p.prog == prog
+        for line in (p.epilog or "").splitlines()
+        if line[:1].isspace()
+    ]
+    lines = _help(prog.removeprefix("kernelpolicy").strip(), monkeypatch, capsys).splitlines()
+    assert [e for e in examples if e not in lines] == []
+
+
 def test_every_parser_uses_the_formatter() -> None:
     """The top-level parser and every sub-command's wrap prose with HelpFormatter."""
     parsers = _parsers(build_parser())

@@ -26,9 +26,8 @@ examples:
   kubectl get nodes -o json > nodes.json
   kernelpolicy diff --against +policies.d/ --platforms nodes.json --json
   kernelpolicy diff --against +policies.d/ --daemons node1:50151,node2:50151
-  kernelpolicy diff --against +policies.d/ --daemons @daemons.txt \\
-      --daemon-timeout 2
-  kernelpolicy diff --against +policies.d/ --daemons node1:50151 --tls-ca ca.pem
+  kernelpolicy diff --against +new/ --daemons @daemons.txt --daemon-timeout 2
+  kernelpolicy diff --against +new/ --daemons node1:50151 --tls-ca ca.pem
 
 with --daemons, each daemon's platform snapshot is read over gRPC (unix:PATH or HOST:PORT;
 TLS to TCP daemons with --tls-ca, and --tls-cert/--tls-key where they require client
