@@ -172,3 +172,57 @@ def test_child_environment_never_overwrites() -> None:
     kept = child_environment({"VLLM_USE_FLASHINFER_SAMPLER": "1"}, settings)
     assert kept["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
     assert child_environment({"VLLM_USE_FLASHINFER_SAMPLER": ""}, settings) == settings.env
+
+
+CHAINED = """schema = "kernelpolicy.policy/v1"
+
+[features."attn"]
+description = "an attention kernel that turns the engine's aiter switch on"
+fallback = "default"
+in_process = false
+
+[[features."attn".candidates]]
+impl = "aiter"
+vendor = "amd"
+switches = [{ env = "USE_AITER_ATTN", unset = "off", true = "on", false = "off" }]
+engines.sglang = [{ env = { SGLANG_USE_AITER = "1" } }]
+
+[[features."attn".candidates]]
+impl = "default"
+engines.sglang = [{}]
+
+[features."greedy"]
+description = "a sampler the same switch also turns on, unless its kill switch is set"
+fallback = "torch"
+in_process = false
+
+[[features."greedy".candidates]]
+impl = "torch"
+engines.sglang = [
+  { if_on = ["SGLANG_USE_AITER"], env = { SGLANG_DISABLE_AITER_GREEDY = "1" } },
+  {},
+]
+"""
+
+
+@pytest.mark.parametrize(
+    ("user_env", "told"),
+    [
+        pytest.param({}, {}, id="nothing-on"),
+        pytest.param({"USE_AITER_ATTN": "1"},
+                     {"SGLANG_USE_AITER": "1", "SGLANG_DISABLE_AITER_GREEDY": "1"},
+                     id="switch-told-by-another-decision"),
+        pytest.param({"SGLANG_USE_AITER": "1"}, {"SGLANG_DISABLE_AITER_GREEDY": "1"},
+                     id="switch-set-by-the-user"),
+        pytest.param({"USE_AITER_ATTN": "1", "SGLANG_USE_AITER": "0"}, {},
+                     id="the-users-value-wins"),
+    ],
+)  # fmt: skip
+def test_if_on_sees_what_the_engine_will_see(
+    tmp_path: Path, user_env: dict[str, str], told: dict[str, str]
+) -> None:
+    """``if_on`` tests the environment the engine gets: the user's, with what the other
+    decisions tell it (once, this missed the kill switch whenever attention turned aiter on)."""
+    res = resolve_policies(fixture("mi300x"), user_env, policies(tmp_path, CHAINED))
+    settings = engine_settings(res, "sglang", user_env)
+    assert {k: v for k, v in settings.env.items() if k not in user_env} == told

@@ -95,13 +95,22 @@ def engine_settings(
     platform = resolution.platform
     version = engine_version or platform.libraries.get(distribution(engine))
     release = MatchedRelease(engine, version)
-    context = _Context(platform, env, release.matched)
-    teller = _Teller(engine, context, model_kind)
     features = resolution.policies.features
-    told = {
-        name: _with_gives_up(teller.tell(features[name], decision), resolution)
-        for name, decision in resolution.decisions.items()
-    }
+    # ``if_on`` asks about the environment the engine will see, which holds what the other
+    # decisions tell it (SGLANG_USE_AITER for attention turns SGLang's aiter greedy sampler on):
+    # told once with the user's environment, then again with what the engine gets, until the
+    # two agree (a rule can only add a variable another rule tests, so a few passes at most).
+    seen: Mapping[str, str] = env
+    for _ in range(len(features) + 1):
+        teller = _Teller(engine, _Context(platform, seen, release.matched), model_kind)
+        told = {
+            name: _with_gives_up(teller.tell(features[name], decision), resolution)
+            for name, decision in resolution.decisions.items()
+        }
+        sees = {**env, **_merge(told, [])[0], **{k: v for k, v in env.items() if v.strip()}}
+        if sees == seen:
+            break
+        seen = sees
     warnings, errors = teller.warnings, teller.errors
     about = list(teller.about)
     for t in told.values():

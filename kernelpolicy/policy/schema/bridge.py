@@ -41,7 +41,8 @@ class EngineRule(Strict):
     An engine's rules are tried in order; the first whose conditions all hold applies. The
     conditions: ``versions`` (a PEP 440 range on the engine's installed distribution, such as
     ``vllm``), ``vendor``, ``arch`` (the primary device), ``libraries`` (as for candidates) and
-    ``if_on`` (environment switches that must be true). What it tells the engine: ``env``
+    ``if_on`` (environment switches that must be true in the environment the engine will see:
+    the user's, with what the other decisions tell it). What it tells the engine: ``env``
     (variable -> value, in the form the engine's own parser accepts) and ``flags`` (words
     appended to its command line). ``inexpressible`` says, instead or as well, that the engine
     cannot be made to run exactly this, and what the operator gives up; ``shared_switch`` names
