@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.bridge import Status, engine_settings, flag_options
-from kernelpolicy.bridge.process import child_command, child_environment
+from kernelpolicy.bridge.process import child_command, child_environment, given_options
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.policy import load_policies
 from tests.helpers import fixture, resolve_on
@@ -161,6 +161,45 @@ def test_child_command_keeps_what_the_user_gave(tmp_path: Path) -> None:
     argv, warnings = child_command(["vllm", "serve", "--attention-backend=TRITON_ATTN"], settings)
     assert argv == ["vllm", "serve", "--attention-backend=TRITON_ATTN"]
     assert "--attention-backend TRITON_ATTN is on the command line and kept" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("words", "kept"),
+    [
+        pytest.param(["--attention_backend", "TRITON_ATTN"], "TRITON_ATTN", id="underscores"),
+        pytest.param(["--attention_backend=TRITON_ATTN"], "TRITON_ATTN", id="underscores-inline"),
+        pytest.param(["-ac.backend=TRITON_ATTN"], "TRITON_ATTN", id="config-field-short"),
+        pytest.param(["--attention-config.backend", "TRITON_ATTN"], "TRITON_ATTN",
+                     id="config-field"),
+        pytest.param(["--attention_config.backend", "TRITON_ATTN"], "TRITON_ATTN",
+                     id="config-field-underscores"),
+        pytest.param(["--attention-config", '{"backend": "TRITON_ATTN"}'], "TRITON_ATTN",
+                     id="config-json"),
+        pytest.param(["-ac", '{"backend": "FLASH_ATTN", "flash_attn_version": 3}'], "FLASH_ATTN",
+                     id="config-json-short-same"),
+        pytest.param(["-ac", '{"flash_attn_version": 3}'], None, id="config-without-backend"),
+        pytest.param(["-ac", "[[[["], None, id="config-not-json"),
+        pytest.param(["--attention-backends", "X"], None, id="another-option"),
+    ],
+)  # fmt: skip
+def test_child_command_knows_vllms_spellings(
+    tmp_path: Path, words: list[str], kept: str | None
+) -> None:
+    """vLLM reads --a_b as --a-b and takes the backend inside --attention-config (-ac) too,
+    refusing it given both ways: a backend the command gives in any of these is kept, and
+    --attention-backend is not added beside it."""
+    res = resolve_policies(fixture("h200"), {}, policies(tmp_path))
+    settings = engine_settings(res, "vllm", {})
+    argv, warnings = child_command(["vllm", "serve", "m", *words], settings)
+    added = argv[3 + len(words) :]
+    assert added == ([] if kept else ["--attention-backend", "FLASH_ATTN"])
+    assert bool(warnings) == (kept not in (None, "FLASH_ATTN"))
+
+
+def test_sglang_options_are_not_respelled(tmp_path: Path) -> None:
+    """Only vLLM's parser reads underscores as dashes."""
+    assert given_options(["--attention_backend", "x"], "sglang") == {"--attention_backend": ("x",)}
+    assert given_options(["--attention_backend", "x"], "vllm") == {"--attention-backend": ("x",)}
 
 
 def test_child_environment_never_overwrites() -> None:

@@ -34,6 +34,16 @@ PLUGIN_SINCE: dict[str, str] = {"vllm": "0.32.0"}
 PLUGIN_FEATURES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"sampler.top_k_top_p", "sampler.greedy"}),
 }
+# How an engine's parser spells an option, for telling whether a command line already gives
+# one: vLLM reads ``--a_b`` as ``--a-b`` (the name up to its first "."; FlexibleArgumentParser,
+# vllm/utils/argparse_utils.py, 0.18.1-0.33.0), and takes some options as a field of a JSON
+# config option too (``--attention-config '{"backend": ...}'``, ``-ac.backend=...``), which it
+# refuses beside the option itself ("attention_backend and attention_config.backend are
+# mutually exclusive", vllm/engine/arg_utils.py, 0.18.1-0.33.0).
+UNDERSCORE_OPTIONS: frozenset[str] = frozenset({"vllm"})
+CONFIG_FIELDS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "vllm": {"--attention-backend": ("--attention-config", "-ac", "backend")},
+}
 # Values read by an enum rather than by the variable's parser or the option's choices.
 ENUM_VALUED: dict[str, dict[str, str]] = {
     "vllm": {
