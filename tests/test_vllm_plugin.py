@@ -47,16 +47,25 @@ def test_a_large_environment_is_cut_to_what_resolution_reads() -> None:
         pytest.param("0.32.0", {}, Status.PLUGIN, id="0.32-plugin"),
         pytest.param("0.31.0", {}, Status.INEXPRESSIBLE, id="0.31-before-the-plugin"),
         pytest.param("0.32.0", {ENABLE: "0"}, Status.INEXPRESSIBLE, id="switched-off"),
+        pytest.param("0.32.0", {"VLLM_PLUGINS": "lora_resolver"}, Status.INEXPRESSIBLE,
+                     id="vllm-plugins-leaves-it-out"),
+        pytest.param("0.32.0", {"VLLM_PLUGINS": ""}, Status.INEXPRESSIBLE,
+                     id="vllm-plugins-empty-loads-none"),
+        pytest.param("0.32.0", {"VLLM_PLUGINS": "lora_resolver,kernelpolicy"}, Status.PLUGIN,
+                     id="vllm-plugins-names-it"),
     ],
-)
+)  # fmt: skip
 def test_the_bridge_says_when_the_plugin_carries_a_choice(
     version: str, env: dict[str, str], status: Status
 ) -> None:
-    """h100-real (no FlashInfer): the Triton sampler reaches vLLM only through the plugin."""
+    """h100-real (no FlashInfer): the Triton sampler reaches vLLM only through the plugin,
+    which vLLM loads unless VLLM_PLUGINS lists others only (vllm/plugins/__init__.py)."""
     settings = engine_settings(resolve_on("h100-real", **env), "vllm", env, engine_version=version)
     told = settings.decisions["sampler.top_k_top_p"]
     assert (told.impl, told.status) == ("triton", status)
     assert (settings.env.get(ENABLE) == "1") is (status is Status.PLUGIN)
+    if "VLLM_PLUGINS" in env and status is Status.INEXPRESSIBLE:
+        assert "does not name kernelpolicy" in (told.inexpressible or "")
 
 
 def test_a_per_batch_choice_is_carried_where_the_plugin_reaches() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 # The engines with a kernelpolicy plugin; the variable that turns it on, and the one that
 # carries the inputs (names other code and the plugin depend on).
 PLUGIN_ENGINES = frozenset({"vllm"})
+NAME = "kernelpolicy"  # its entry point's name (pyproject.toml, vllm.general_plugins)
 ENABLE = "KERNELPOLICY_VLLM_PLUGIN"
 INPUTS = "KERNELPOLICY_VLLM_PLUGIN_INPUTS"
 MAX_INPUTS_BYTES = 256 * 1024

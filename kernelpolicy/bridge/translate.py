@@ -22,13 +22,14 @@ from kernelpolicy.bridge.model import (
     Told,
 )
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
+from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
 from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
-from kernelpolicy.knobs import PLUGIN_FEATURES, PLUGIN_SINCE
+from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
@@ -199,17 +200,28 @@ class _Teller:
             told = replace(told, plugin=note, env=(*told.env, (PLUGIN_SWITCH, "1")))
         return told
 
-    def plugin_off(self) -> bool:
-        """The operator set the plugin's switch to a false value."""
+    def plugin_blocked(self) -> str | None:
+        """Why kernelpolicy's plugin will not run in this engine (the operator turned it off, or
+        the engine's plugin list leaves it out), or None."""
         raw = self.context.env.get(PLUGIN_SWITCH, "").strip()
-        return bool(raw) and not self.context.on(PLUGIN_SWITCH)
+        if raw and not self.context.on(PLUGIN_SWITCH):
+            return f"{PLUGIN_SWITCH} turns it off"
+        allowlist = PLUGIN_ALLOWLIST.get(self.engine)
+        if allowlist is not None and allowlist in self.context.env:
+            value = self.context.env[allowlist]
+            if PLUGIN_NAME not in value.split(","):
+                return (
+                    f"{allowlist}={shown(value)} does not name {PLUGIN_NAME} ({self.engine} "
+                    f"loads only the plugins it names: add {PLUGIN_NAME} to it)"
+                )
+        return None
 
     def plugin_routes(self, feature: str) -> bool:
         """kernelpolicy's plugin routes ``feature`` inside this engine release."""
         since = PLUGIN_SINCE.get(self.engine)
         version = self.context.version
         return (
-            not self.plugin_off()
+            self.plugin_blocked() is None
             and since is not None and version is not None and version >= Version(since)
             and feature in PLUGIN_FEATURES.get(self.engine, frozenset())
         )  # fmt: skip
@@ -237,11 +249,12 @@ class _Teller:
             else Status.DEFAULT
         )  # fmt: skip
         env = tuple(spec.env.items())
-        if spec.plugin and self.plugin_off():
+        blocked = self.plugin_blocked() if spec.plugin else None
+        if blocked is not None:
             return Told(
                 name, impl, Status.INEXPRESSIBLE, env=env,
                 inexpressible=f"kernelpolicy's {engine} plugin carries this choice and "
-                f"{PLUGIN_SWITCH} turns it off: {engine} keeps its own path",
+                f"{blocked}: {engine} keeps its own path",
                 reference=spec.reference,
             )  # fmt: skip
         if spec.plugin:

@@ -34,6 +34,9 @@ PLUGIN_SINCE: dict[str, str] = {"vllm": "0.32.0"}
 PLUGIN_FEATURES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"sampler.top_k_top_p", "sampler.greedy"}),
 }
+# The variable that, when set, lists the only plugins the engine loads (split on ",": unset
+# loads all; vllm/envs.py VLLM_PLUGINS, vllm/plugins/__init__.py load_plugins_by_group, 0.24.0).
+PLUGIN_ALLOWLIST: dict[str, str] = {"vllm": "VLLM_PLUGINS"}
 # How an engine's parser spells an option, for telling whether a command line already gives
 # one: vLLM reads ``--a_b`` as ``--a-b`` (the name up to its first "."; FlexibleArgumentParser,
 # vllm/utils/argparse_utils.py, 0.18.1-0.33.0), and takes some options as a field of a JSON
