@@ -108,6 +108,29 @@ def test_shell_format_survives_a_real_shell(policy_file: Path) -> None:
     assert shell.stdout == WEIRD_VALUE
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(
+    ("recipe", "stops"),
+    [
+        pytest.param('s=$(kernelpolicy env {args}) || exit; eval "$s"', True, id="documented"),
+        pytest.param('eval "$(kernelpolicy env {args})"', False, id="eval-of-nothing-succeeds"),
+        pytest.param('s=$(kernelpolicy env {args}) && eval "$s"', False, id="and-list-is-exempt"),
+    ],
+)
+def test_the_documented_recipe_stops_a_script_when_env_refuses(recipe: str, stops: bool) -> None:
+    """env --help's recipe: under set -e an env that refuses (exit 1, no output) stops the
+    script; eval "$(...)" does not, which is why the docs no longer show it."""
+    args = f"--engine vllm --platform {platform('t4')} --env VLLM_USE_FLASHINFER_SAMPLER=1"
+    script = 'set -e\nkernelpolicy() { python3 -m kernelpolicy "$@"; }\n'
+    script += recipe.format(args=args) + "\necho continued\n"
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "KERNELPOLICY_LOG_FORMAT": "off"}
+    shell = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=base, timeout=120, check=False
+    )
+    assert "VLLM_USE_FLASHINFER_SAMPLER" in shell.stderr  # env refused
+    assert ("continued" not in shell.stdout) is stops
+
+
 @pytest.mark.parametrize("fmt", ["k8s", "k8s-json", "json"])
 def test_structured_formats_carry_the_exact_values(
     capsys: pytest.CaptureFixture[str], policy_file: Path, fmt: str

@@ -18,7 +18,7 @@ EXAMPLES = {  # each command's help, and one example line of it that must print 
     "probe": None,
     "explain": "  kernelpolicy explain sampler.top_k_top_p --platform node.json --json",
     "check": "  kernelpolicy check my-policies/ --platform node.json",
-    "env": '  eval "$(kernelpolicy env --engine vllm --format shell)"',
+    "env": '  s=$(kernelpolicy env --engine vllm --format shell) || exit; eval "$s"',
     "exec": "      vllm serve meta-llama/Llama-3.1-8B-Instruct",
     "matrix": "  kernelpolicy matrix -o wide --env VLLM_ROCM_USE_AITER=1",
     "serve": "  kernelpolicy serve --listen 127.0.0.1:0 --port-file /tmp/kp.port",

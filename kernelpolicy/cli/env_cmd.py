@@ -28,7 +28,7 @@ def register(commands: Any) -> None:
         epilog=(
             "examples:\n"
             "  kernelpolicy env --engine vllm\n"
-            '  eval "$(kernelpolicy env --engine vllm --format shell)"\n'
+            '  s=$(kernelpolicy env --engine vllm --format shell) || exit; eval "$s"\n'
             "  kernelpolicy env --engine sglang --platform node.json --format k8s\n"
             "  kernelpolicy env --engine vllm --env VLLM_ROCM_USE_AITER=1 --format json"
         ),
