@@ -74,6 +74,35 @@ def test_exit_one_is_explained_on_stderr(
     assert any(line.startswith(named) for line in capsys.readouterr().err.splitlines())
 
 
+FORCED_FLASHINFER = ["--env", "KERNELPOLICY_FORCE_ATTENTION_BACKEND=flashinfer"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "line"),
+    [
+        pytest.param(["explain", "attention.backend", *FORCED_FLASHINFER], 1,
+                     "kernelpolicy: exit 1: attention.backend is an error for mha models",
+                     id="explain-counts-mha-by-default"),
+        pytest.param(["env", "--engine", "vllm", *FORCED_FLASHINFER], 1,
+                     "kernelpolicy: error: attention.backend", id="as-env-refuses"),
+        pytest.param(["explain", "attention.backend", "--model-kind", "mla", *FORCED_FLASHINFER],
+                     0, "kernelpolicy: note: attention.backend is an error for mha models only",
+                     id="mla-notes-it"),
+        pytest.param(["matrix", "attention.backend", *FORCED_FLASHINFER], 1,
+                     "kernelpolicy: exit 1: a100: attention.backend is an error for mha models",
+                     id="matrix-counts-mha-by-default"),
+    ],
+)  # fmt: skip
+def test_explain_counts_what_env_and_exec_refuse(
+    argv: list[str], code: int, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explain and matrix count the errors env and exec stop on, for the same --model-kind
+    (default mha): a node that passes explain starts its engine (explain exited 0 here while
+    exec refused to start vLLM)."""
+    assert main([*argv, "--platform", _path("cpu")] if argv[0] != "matrix" else argv) == code
+    assert any(x.startswith(line) for x in capsys.readouterr().err.splitlines())
+
+
 def test_explain_json_says_which_model_kind_a_feature_is_for(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -71,12 +71,6 @@ def test_bad_platform_file_is_one_clear_line(
     assert "Traceback" not in err
 
 
-def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
-    """Running with no command shows the help with examples and exits 2."""
-    assert main([]) == 2
-    assert "kernelpolicy probe --json" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -1,10 +1,11 @@
 """Which decision errors fail a command, and the stderr lines that say why it exits 1.
 
 A feature marked ``model_kind = "mla"`` (DeepSeek's sparse attention indexer, its MHC mixing)
-matters only to that kind of model: its error stops an engine started for such a model
-(``env``/``exec --model-kind mla``), and it is shown everywhere, but it does not fail a node for
-every model. ``explain`` and ``matrix`` exit 1 for the errors that hold for every model, or for
-the kind named with ``--model-kind``.
+or ``"mha"`` (the attention backend of every other model) matters only to that kind of model:
+its error stops an engine started for such a model (``env``/``exec``, ``--model-kind``, default
+``mha``), and it is shown everywhere. ``explain`` and ``matrix`` count the same errors as
+``env`` and ``exec`` for the same ``--model-kind``: those that hold for every model and those of
+the kind named (default ``mha``), so that a node that passes ``explain`` starts its engine.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ if TYPE_CHECKING:
 def add_model_kind_option(parser: argparse.ArgumentParser) -> None:
     """``--model-kind`` for commands whose exit status counts decision errors."""
     parser.add_argument(
-        "--model-kind", choices=["mha", "mla"], default=None,
-        help="also count the errors of features only this kind of model uses (mla: "
-        "DeepSeek-style); default: exit 1 only for errors that hold for every model",
+        "--model-kind", choices=["mha", "mla"], default="mha",
+        help="count the errors of features this kind of model uses, beside those of every "
+        "model, as env and exec do (mla: DeepSeek-style); default mha",
     )  # fmt: skip
 
 
@@ -35,7 +36,8 @@ def scope_of(policies: PolicySet, feature: str) -> str | None:
 
 
 def counted(policies: PolicySet, feature: str, model_kind: str | None) -> bool:
-    """Whether an error of ``feature`` fails the command for ``model_kind`` (None: any)."""
+    """Whether an error of ``feature`` fails the command for ``model_kind`` (None: only the
+    errors that hold for every model)."""
     scope = scope_of(policies, feature)
     return scope is None or scope == model_kind
 
