@@ -107,15 +107,9 @@ def in_process(decision: Decision) -> str:
 
 
 def _candidate_hints(decision: Decision) -> list[str]:
-    """Hints of rejected candidates not switched off that following them would make acceptable:
-    each failed check has one. A check without (another vendor, no GPU, a capability or arch
-    the device lacks) leaves the candidate rejected whatever is installed: no hint then."""
-    hints = []
-    for candidate in decision.candidates:
-        if candidate.switch == "off" or not all(f.hint for f in candidate.failures):
-            continue
-        hints += [f.hint for f in candidate.failures if f.hint]
-    return hints
+    """What would make a rejected candidate that is not switched off acceptable
+    (:attr:`~kernelpolicy.engine.model.CandidateResult.hints`)."""
+    return [h for c in decision.candidates if c.switch != "off" for h in c.hints]
 
 
 def _only_other_vendors(decision: Decision) -> bool:

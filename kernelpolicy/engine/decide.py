@@ -206,7 +206,7 @@ def _choose(
             f"{requested.switch_source} requires {requested.impl}, which is not supported here: "
             + "; ".join(f.message for f in requested.failures)
         )
-        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(requested))
+        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, requested.hints)
     accepted = next((r for r in results if r.accepted), None)
     if accepted is not None:
         reason = (
@@ -231,7 +231,7 @@ def _none_accepted(
         message = f"{feature.name} is required here and no implementation is usable: " + "; ".join(
             f"{r.impl}: {', '.join(f.message for f in r.failures)}" for r in results
         )
-        hints = (required.hint, *(h for r in results for h in _hints(r)))
+        hints = (required.hint, *(h for r in results for h in r.hints))
         return _error(feature, results, ErrorCode.NO_IMPLEMENTATION, message, hints)
     lines = [f"no implementation applies on this platform (vendor {platform.vendor})"]
     lines += [_rejected_line(r) for r in results]
@@ -246,7 +246,7 @@ def _all_disabled(
     message = f"{feature.name}: every implementation usable here is disabled by policy: " + (
         "; ".join(f"{r.impl}: {', '.join(f.message for f in r.failures)}" for r in disabled)
     )
-    hints = tuple(h for r in disabled for h in _hints(r))
+    hints = tuple(h for r in disabled for h in r.hints)
     return _error(feature, results, ErrorCode.ALL_DISABLED, message, hints)
 
 
@@ -269,7 +269,7 @@ def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: st
         message = f"{variable}={forced} forces {forced}, which is not supported here: " + "; ".join(
             f.message for f in match.failures if f.kind not in _NOT_REFUSALS
         )
-        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, _hints(match))
+        return _error(feature, results, ErrorCode.REQUIRED_UNSUPPORTED, message, match.hints)
     return _chosen(feature, results, match, Reason.FORCED)
 
 
@@ -362,10 +362,6 @@ def _chosen_line(chosen: CandidateResult, reason: Reason, before: list[Candidate
 
 def _rejected_line(result: CandidateResult) -> str:
     return f"{result.impl} rejected: " + "; ".join(map(str, result.failures))
-
-
-def _hints(result: CandidateResult) -> tuple[str, ...]:
-    return tuple(f.hint for f in result.failures if f.hint)
 
 
 def _error(

@@ -134,6 +134,16 @@ class CandidateResult:
     def accepted(self) -> bool:
         return not self.failures
 
+    @property
+    def hints(self) -> tuple[str, ...]:
+        """What to do so that it is accepted: each failed check's hint, where every one has one.
+        A check without (another vendor, no GPU, a capability or arch the device lacks) leaves
+        it rejected whatever is installed or set: then none (a T4 is not told to install
+        FlashInfer, which needs capability 8.0)."""
+        if not all(f.hint for f in self.failures):
+            return ()
+        return tuple(f.hint for f in self.failures if f.hint)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "impl": self.impl,
