@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,34 @@ def dotenv_read(text: str) -> dict[str, str | None]:
 def yaml_read(text: str) -> Any:
     """PyYAML's reading of ``text`` (``safe_load``)."""
     return yaml.safe_load(io.StringIO(text))
+
+
+def kubernetes_expand(text: str, defined: Mapping[str, str]) -> str:
+    """What a container gets for an env value, command or arg written as ``text``: the kubelet's
+    expansion (k8s.io/kubernetes third_party/forked/golang/expansion/expand.go, ported rule for
+    rule): ``$$`` is ``$``, ``$(NAME)`` the value of an earlier-defined NAME (kept as written
+    when none), any other ``$`` itself."""
+    out, cursor = [], 0
+    while cursor < len(text):
+        if text[cursor] != "$" or cursor + 1 == len(text):
+            out.append(text[cursor])
+            cursor += 1
+            continue
+        following = text[cursor + 1]
+        if following == "$":
+            out.append("$")
+            cursor += 2
+        elif following == "(" and (close := text.find(")", cursor + 2)) != -1:
+            name = text[cursor + 2 : close]
+            out.append(defined.get(name, f"$({name})"))
+            cursor = close + 1
+        elif following == "(":
+            out.append("$(")
+            cursor += 2
+        else:
+            out.append("$" + following)
+            cursor += 2
+    return "".join(out)
 
 
 def json_read(text: str) -> Any:

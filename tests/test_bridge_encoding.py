@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kernelpolicy.cli import main
 from kernelpolicy.platform.fixtures import fixture_dir
-from tests.consumers import BAIT, bash_read, dotenv_read, json_read, yaml_read
+from tests.consumers import BAIT, bash_read, dotenv_read, json_read, kubernetes_expand, yaml_read
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -77,7 +77,13 @@ def read_back(fmt: str, text: str) -> dict[str, str | None]:
         return values
     document = yaml_read(text) if fmt == "k8s" else json_read(text)
     env = document["env"]
-    return {e["name"]: e["value"] for e in env} if isinstance(env, list) else dict(env)
+    if not isinstance(env, list):
+        return dict(env)
+    container: dict[str, str | None] = {}  # what the kubelet gives the container
+    for entry in env:
+        defined = {k: v for k, v in container.items() if v is not None}
+        container[entry["name"]] = kubernetes_expand(entry["value"], defined)
+    return container
 
 
 def one_error_line(err: str) -> str:
@@ -155,6 +161,25 @@ def test_dotenv_sourced_by_a_shell_runs_nothing(policy: str, value: str) -> None
 
 
 # Finding 3: the dotenv escapes were not python-dotenv's (``\\$`` read back as ``\\$``).
+@pytest.mark.parametrize("fmt", ["k8s", "k8s-json"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("$(KP_TEST_PLAIN)", id="reference-to-an-earlier-variable"),
+        pytest.param("$(HOME)", id="reference-to-nothing"),
+        pytest.param("a$$b", id="escaped-dollar"),
+        pytest.param("price $5 and $", id="plain-dollars"),
+        pytest.param("$(unclosed", id="unclosed-reference"),
+    ],
+)
+def test_kubernetes_gives_the_container_the_exact_value(policy: str, value: str, fmt: str) -> None:
+    """The kubelet expands $(NAME) and reads $$ as $ in env values and args: each $ is doubled,
+    so the container gets the value itself (a $(...) used to be expanded, a $$ halved)."""
+    code, out, err = told(policy, value, fmt)
+    assert code == 0, err
+    assert read_back(fmt, out)[NAME] == value
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -12,8 +12,9 @@ platform snapshot, a policy or the command line reaches the output as it came:
 - ``dotenv``: each value bare, in single or in double quotes, whichever python-dotenv (the
   loader the format is named after) and a POSIX shell (``set -a; . file``) both read as the
   value itself; a value no quoting carries for both is refused (:func:`dotenv_value`).
-- ``k8s``: YAML double-quoted scalars that escape everything but printable ASCII.
-- ``json``, ``k8s-json``: :func:`json.dumps` (ASCII).
+- ``k8s``: YAML double-quoted scalars that escape everything but printable ASCII, each ``$``
+  doubled (:func:`kubernetes_literal`: Kubernetes expands ``$(NAME)`` and reads ``$$`` as ``$``).
+- ``json``, ``k8s-json``: :func:`json.dumps` (ASCII); ``k8s-json`` doubles each ``$`` too.
 - comments (headers, flags, notes): :func:`kernelpolicy.encoding.escaped`, one line always.
 
 A value no environment or command line can hold (a NUL, text that is not UTF-8) and a
@@ -161,13 +162,23 @@ def _flags_comment(settings: EngineSettings) -> list[str]:
     return [comment(f"append to the {settings.engine} command line: {shlex.join(settings.flags)}")]
 
 
+def kubernetes_literal(text: str) -> str:
+    """``text`` as Kubernetes must be given it to pass it on unchanged: it expands ``$(NAME)``
+    in a container's env values, command and args, and reads ``$$`` as ``$``, so every ``$`` is
+    doubled (k8s.io/kubernetes third_party/forked/golang/expansion/expand.go)."""
+    return text.replace("$", "$$")
+
+
 def _k8s_yaml(settings: EngineSettings) -> str:
     lines = [_header(settings), "env:" if settings.env else "env: []"]
     for key, value in settings.env.items():
-        lines += [f"- name: {yaml_quoted(key)}", f"  value: {yaml_quoted(value)}"]
+        lines += [
+            f"- name: {yaml_quoted(key)}",
+            f"  value: {yaml_quoted(kubernetes_literal(value))}",
+        ]
     if settings.flags:
         lines.append(comment("append to the container's args:"))
-        lines += [comment(f"- {yaml_quoted(word)}") for word in settings.flags]
+        lines += [comment(f"- {yaml_quoted(kubernetes_literal(word))}") for word in settings.flags]
     return _lines(lines + _notes(settings))
 
 
@@ -176,8 +187,9 @@ def _json(settings: EngineSettings) -> str:
 
 
 def _k8s_json(settings: EngineSettings) -> str:
-    env = [{"name": k, "value": v} for k, v in settings.env.items()]
-    return json.dumps({"env": env, "args": list(settings.flags)}, indent=2) + "\n"
+    env = [{"name": k, "value": kubernetes_literal(v)} for k, v in settings.env.items()]
+    args = [kubernetes_literal(word) for word in settings.flags]
+    return json.dumps({"env": env, "args": args}, indent=2) + "\n"
 
 
 _RENDERERS: dict[str, Callable[[EngineSettings], str]] = {
