@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.cli import main
+from tests.consumers import kubernetes_expand
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "kernelpolicy/fixtures/platforms"
@@ -148,7 +149,8 @@ def test_the_documented_recipe_stops_a_script_when_env_refuses(recipe: str, stop
 def test_structured_formats_carry_the_exact_values(
     capsys: pytest.CaptureFixture[str], policy_file: Path, fmt: str
 ) -> None:
-    """k8s (YAML), k8s-json and json hold every value exactly."""
+    """k8s (YAML), k8s-json and json hold every value exactly: the container gets it through
+    the kubelet's $(NAME) expansion."""
     assert main([
         "env", "--engine", "vllm", "--platform", platform("h100-sxm"),
         "--policies", str(policy_file), "--format", fmt,
@@ -160,7 +162,11 @@ def test_structured_formats_carry_the_exact_values(
     else:
         document = json.loads(out)
     env = document["env"]
-    pairs = {e["name"]: e["value"] for e in env} if isinstance(env, list) else env
+    pairs = (
+        {e["name"]: kubernetes_expand(e["value"], {}) for e in env}
+        if isinstance(env, list)
+        else env
+    )
     assert pairs == {"KP_TEST_WEIRD": WEIRD_VALUE, "KP_TEST_PLAIN": "1"}
     if fmt == "k8s-json":
         assert document["args"] == ["--attention-backend", "FLASH_ATTN"]
