@@ -8,6 +8,7 @@ import pytest
 
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.policy import load_policies
+from tests.helpers import ROOT
 
 GOOD = """schema = "kernelpolicy.policy/v1"
 
@@ -313,3 +314,38 @@ def test_bundled_pack_loads() -> None:
     }  # fmt: skip
     assert len(policies.features) >= 15
     assert set(policies.gates) == {"allreduce_rmsnorm.one_stage"}
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param(
+            'schema = "kernelpolicy.policy/v1"\n[features."f"]\ndescripton = "x"\n'
+            'fallback = "torch"\n[[features."f".candidates]]\nimpl = "torch"\nvendr = "amd"\n',
+            [(3, "descripton: unknown key; did you mean 'description'? (a required key; "),
+             (7, "vendr: unknown key; did you mean 'vendor'")],
+            id="misspelt-required-key-said-once",
+        ),
+        pytest.param(
+            'schema = "kernelpolicy.policy/v1"\n[features."f"]\nfallback = "torch"\n'
+            '[[features."f".candidates]]\nimpl = "torch"\n',
+            [(2, "description: required key is missing")],
+            id="missing-required-key",
+        ),
+        pytest.param(
+            (ROOT / "docs/check/bad.toml").read_text(),
+            [(9, "unknown implementation 'flashinfr'"), (14, "undeclared variable 'has_top_p'")],
+            id="in-line-order-across-checks",
+        ),
+    ],
+)  # fmt: skip
+def test_each_mistake_once_in_line_order(
+    tmp_path: Path, text: str, said: list[tuple[int, str]]
+) -> None:
+    """A misspelt required key is one issue at the misspelling (not also "missing"), and one
+    file's issues come in the order of its lines, whichever check found them."""
+    with pytest.raises(PolicyError) as error:
+        load_policies([write(tmp_path, text)])
+    issues = error.value.issues
+    assert [issue.line for issue in issues] == [line for line, _ in said]
+    assert all(part in str(issue) for issue, (_, part) in zip(issues, said, strict=True))

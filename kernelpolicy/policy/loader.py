@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,14 +141,42 @@ def _validate(
     try:
         model = PolicyFile.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors():
-            issues.append(_issue(name, text, tuple(err["loc"]), err["msg"], err["type"]))
+        found = [_issue(name, text, tuple(e["loc"]), e["msg"], e["type"]) for e in exc.errors()]
+        issues += _in_line_order(_misspelt_required(found, exc.errors()))
         return None
-    before = len(issues)
-    programs = _compile_expressions(name, text, model, issues, cursor)
+    found = []
+    programs = _compile_expressions(name, text, model, found, cursor)
     cursor.at(name)
-    check_names(name, text, model, issues)
-    return (model, programs) if len(issues) == before else None
+    check_names(name, text, model, found)
+    issues += _in_line_order(found)
+    return (model, programs) if not found else None
+
+
+def _in_line_order(found: list[PolicyIssue]) -> list[PolicyIssue]:
+    """One file's issues in the order of its lines (those without a line first, as found)."""
+    return sorted(found, key=lambda issue: issue.line or 0)
+
+
+def _misspelt_required(found: list[PolicyIssue], errors: Sequence[Any]) -> list[PolicyIssue]:
+    """Without the "required key is missing" of a key that an unknown key beside it is the
+    misspelling of (``descripton`` for ``description``): that one mistake is said once, at the
+    misspelt key, which then says the key is required."""
+    from kernelpolicy.suggest import close_names
+
+    unknown = {
+        tuple(e["loc"]): index for index, e in enumerate(errors) if e["type"] == "extra_forbidden"
+    }
+    dropped = set()
+    for index, error in enumerate(errors):
+        loc = tuple(error["loc"])
+        if error["type"] != "missing" or not loc:
+            continue
+        for other, at in unknown.items():
+            if other[:-1] == loc[:-1] and close_names(str(other[-1]), [str(loc[-1])]):
+                dropped.add(index)
+                said = found[at].message.replace(" (the", " (a required key; the", 1)
+                found[at] = replace(found[at], message=said)
+    return [issue for index, issue in enumerate(found) if index not in dropped]
 
 
 def _local(name: str, message: str) -> str:
