@@ -112,3 +112,20 @@ def test_explain_json_says_which_model_kind_a_feature_is_for(
     assert decisions["sparse_attn_indexer"]["model_kind"] == "mla"
     assert decisions["sampler.top_k_top_p"]["model_kind"] is None
     assert {"impl", "error", "reasons", "candidates"} <= set(decisions["sparse_attn_indexer"])
+
+
+def test_features_that_fail_alike_are_said_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """One bad variable errs a dozen features: one `exit 1` line names them all (and one note
+    the mla ones), instead of a line each."""
+    assert main(["explain", "--platform", _path("cpu"), "--env", "VLLM_ROCM_USE_AITER=x"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    every = [line for line in lines if line.startswith("kernelpolicy: exit 1: ")]
+    notes = [line for line in lines if line.startswith("kernelpolicy: note: ")]
+    assert len(every) == 2  # every model's features, then attention.backend (mha)
+    assert "moe.experts, fp8.gemm" in every[0]
+    assert every[0].endswith(" are errors (bad_environment)")
+    assert every[1] == "kernelpolicy: exit 1: attention.backend is an error for mha models " + (
+        "(bad_environment)"
+    )
+    assert len(notes) == 1
+    assert "are errors for mla models only" in notes[0]

@@ -48,8 +48,10 @@ def report_exit(
     model_kind: str | None,
     where: str = "",
 ) -> int:
-    """1 when a counted decision is an error, else 0; each error is one line on stderr, the
-    counted ones saying they set the exit status, the others why they do not.
+    """1 when a counted decision is an error, else 0; the errors are said on stderr, one line
+    for the features that fail alike (the same kind of model, the same error code: one bad
+    variable errs a dozen features), the counted ones saying they set the exit status, the
+    others why they do not.
 
     Args:
         policies: The policies the decisions came from (for each feature's model kind).
@@ -57,22 +59,25 @@ def report_exit(
         model_kind: ``--model-kind`` (None: errors for every model only).
         where: A prefix naming the platform (``mi300x: ``) for ``matrix``.
     """
-    code = 0
+    alike: dict[tuple[bool, str | None, str], list[str]] = {}
     for feature, decision in decisions:
         if decision.error is None:
             continue
         what = decision.error_code.value if decision.error_code else "error"
-        scope = scope_of(policies, feature)
-        if counted(policies, feature, model_kind):
-            code = 1
+        key = (counted(policies, feature, model_kind), scope_of(policies, feature), what)
+        alike.setdefault(key, []).append(feature)
+    for (counts, scope, what), features in alike.items():
+        names = ", ".join(features)
+        verb = "is an error" if len(features) == 1 else "are errors"
+        if counts:
             for_whom = f" for {scope} models" if scope else ""
-            print(f"kernelpolicy: exit 1: {where}{feature} is an error{for_whom} ({what})",
+            print(f"kernelpolicy: exit 1: {where}{names} {verb}{for_whom} ({what})",
                   file=sys.stderr)  # fmt: skip
         else:
-            print(f"kernelpolicy: note: {where}{feature} is an error for {scope} models only "
+            print(f"kernelpolicy: note: {where}{names} {verb} for {scope} models only "
                   f"({what}); not counted in the exit status (--model-kind {scope} counts it)",
                   file=sys.stderr)  # fmt: skip
-    return code
+    return 1 if any(counts for counts, _, _ in alike) else 0
 
 
 def scoped_errors(policies: PolicySet, decisions: Mapping[str, Decision]) -> dict[str, str]:
