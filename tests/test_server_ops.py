@@ -62,10 +62,24 @@ def test_status_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert "99-bad.toml" in out
 
 
-def test_status_without_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
-    """No daemon at the address: one clear error, exit 2."""
-    assert main(["status", "--address", "127.0.0.1:1"]) == 2
-    assert "no daemon answered" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "hinted"),
+    [
+        pytest.param(["--address", "127.0.0.1:1"], False, id="tcp-refused"),
+        pytest.param(["--address", "unix:/nonexistent/kp.sock"], True, id="no-socket"),
+        pytest.param(["--address", "unix:/nonexistent/kp.sock", "--clear-halt", "mhc"], True,
+                     id="no-report-socket"),
+    ],
+)  # fmt: skip
+def test_status_without_a_daemon(
+    argv: list[str], hinted: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No daemon at the address: one clear error, exit 2; where no socket exists, it says how
+    to start one."""
+    assert main(["status", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "no daemon answered" in err
+    assert ("start one with 'kernelpolicy serve'" in err) is hinted
 
 
 def test_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:

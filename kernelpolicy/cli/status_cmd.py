@@ -270,6 +270,11 @@ def run_status(args: argparse.Namespace) -> int:
             _print_report(report)
         return 0 if report["serving"] and not report["policy_error"] else 1
     message = f"no daemon answered ({'; '.join(problems) or 'nothing tried'})"
+    if problems and all("no such socket" in problem for problem in problems):
+        message += (
+            "; none is running here: start one with 'kernelpolicy serve', or name one with "
+            "--address"
+        )
     if args.json:
         print(json.dumps({"serving": False, "error": message}, indent=2))
         return 2
