@@ -269,3 +269,40 @@ def test_serve_raises_its_descriptor_limit(tmp_path: Path) -> None:
     expected = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert int(soft) == min(expected, 1 << 20)
     assert int(hard) == expected
+
+
+def _listening(address: str) -> bool:
+    family = socket.AF_UNIX if address.startswith("unix:") else socket.AF_INET
+    target: Any = address.removeprefix("unix:")
+    if family == socket.AF_INET:
+        host, port = address.rsplit(":", 1)
+        target = (host, int(port))
+    with socket.socket(family) as probe:
+        try:
+            probe.connect(target)
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("first", ["tcp", "unix"])
+def test_a_failed_start_leaves_no_listener(first: str) -> None:
+    """A later --listen address that cannot be bound stops the daemon's start, and the
+    addresses bound before it are given back (an unstarted grpc.aio server kept its port)."""
+    from kernelpolicy.server.daemon import Daemon
+    from kernelpolicy.server.state import ServingState
+
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        spare.bind(("127.0.0.1", 0))
+        free = f"127.0.0.1:{spare.getsockname()[1]}"
+        spare.close()
+        directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+        bound = free if first == "tcp" else f"unix:{directory}/kp.sock"
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
+        daemon = Daemon(state, [bound, busy], watch=False, log_format="off")
+        with pytest.raises(DaemonError, match="the address is in use"):
+            asyncio.run(daemon.start())
+        assert not _listening(bound)

@@ -88,6 +88,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self.servers: list[Any] = []  # gRPC: one for the TCP listeners, one for unix sockets
+        self._started: list[Any] = []  # those of them started (a failed start stops the rest)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
         self.hypotheticals = Hypotheticals()  # requests with their own platform_json or env
@@ -165,16 +166,17 @@ class Daemon:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         servers: dict[bool, Any] = {}  # by "is a unix socket", bound in --listen's order
-        for given in self.listen:
-            address = check_address(given, "--listen", listening=True)
-            unix = address.startswith("unix:")
-            if unix not in servers:
-                servers[unix] = self._grpc_server(unix=unix)
-            self._bind(servers[unix], address)
         try:
-            for server in servers.values():
+            for given in self.listen:
+                address = check_address(given, "--listen", listening=True)
+                unix = address.startswith("unix:")
+                if unix not in servers:
+                    servers[unix] = self._grpc_server(unix=unix)
+                    self.servers.append(servers[unix])
+                self._bind(servers[unix], address)
+            for server in self.servers:
                 await server.start()
-                self.servers.append(server)
+                self._started.append(server)
             await self._start_reports()
             await self.fleet.start()
         except BaseException:
@@ -331,5 +333,10 @@ class Daemon:
         await self._stop_servers(grace)
 
     async def _stop_servers(self, grace: float | None) -> None:
+        """Stop every gRPC server; one bound but never started is started first, since only a
+        started grpc.aio server gives its ports back when stopped."""
+        for server in self.servers:
+            if server not in self._started:
+                await server.start()
         await asyncio.gather(*(server.stop(grace) for server in self.servers))
-        self.servers = []
+        self.servers, self._started = [], []
