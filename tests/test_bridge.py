@@ -180,6 +180,15 @@ def test_child_command_keeps_what_the_user_gave(tmp_path: Path) -> None:
         pytest.param(["-ac", '{"flash_attn_version": 3}'], None, id="config-without-backend"),
         pytest.param(["-ac", "[[[["], None, id="config-not-json"),
         pytest.param(["--attention-backends", "X"], None, id="another-option"),
+        pytest.param(["--attention-backend", "TRITON_ATTN", "--attention-backend", "FLASH_ATTN"],
+                     "FLASH_ATTN", id="the-last-one-wins"),
+        pytest.param(["-ac", '{"backend": "TRITON_ATTN"}', "-ac", '{"flash_attn_version": 2}'],
+                     None, id="the-last-whole-config-has-none"),
+        pytest.param(["-ac", '{"flash_attn_version": 2}', "-ac.backend", "TRITON_ATTN"],
+                     "TRITON_ATTN", id="dotted-after-whole"),
+        pytest.param(["-ac", '{"backend": null}'], None, id="null-is-not-given"),
+        pytest.param(["--attention-back", "TRITON_ATTN"], "TRITON_ATTN", id="abbreviated"),
+        pytest.param(["--attention-b=TRITON_ATTN"], "TRITON_ATTN", id="abbreviated-inline"),
     ],
 )  # fmt: skip
 def test_child_command_knows_vllms_spellings(

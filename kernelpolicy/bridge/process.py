@@ -7,10 +7,10 @@ are kept as given.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from kernelpolicy.bridge.model import EngineSettings
-from kernelpolicy.knobs import CONFIG_FIELDS, UNDERSCORE_OPTIONS
+from kernelpolicy.knobs import CONFIG_FIELDS, UNDERSCORE_OPTIONS, knob_table
 from kernelpolicy.policy.schema.bridge import flag_options
 
 
@@ -27,7 +27,9 @@ def child_command(command: Sequence[str], settings: EngineSettings) -> tuple[lis
     """(argv, warnings): ``command`` with the settings' flags appended, except options the
     command already gives, in any spelling the engine reads (kept as given; a different value
     is a warning)."""
-    given = given_options(command, settings.engine)
+    table = knob_table(settings.engine)
+    options = table.options_in(settings.release) if table and settings.release else ()
+    given = given_options(command, settings.engine, options)
     argv = list(command)
     warnings = []
     for option, values in flag_options(settings.flags):
@@ -42,25 +44,42 @@ def child_command(command: Sequence[str], settings: EngineSettings) -> tuple[lis
     return argv, warnings
 
 
-def given_options(command: Sequence[str], engine: str) -> dict[str, tuple[str, ...]]:
-    """The options ``command`` gives, under the names the policy's flags use: for vLLM,
-    ``--attention_backend X`` is ``--attention-backend X``, and a backend given inside
-    ``--attention-config`` (``-ac``), whole or as ``.backend``, gives ``--attention-backend``."""
+def given_options(
+    command: Sequence[str], engine: str, options: Collection[str] = ()
+) -> dict[str, tuple[str, ...]]:
+    """The options ``command`` gives, as the engine's argparse reads them, under the names the
+    policy's flags use: the last of each wins; an unambiguous prefix of one of ``options`` (the
+    release's) is that option (argparse's ``allow_abbrev``); for vLLM ``--attention_backend X``
+    is ``--attention-backend X``, and a backend given inside ``--attention-config`` (``-ac``),
+    whole or as ``.backend``, gives ``--attention-backend``."""
     given: dict[str, tuple[str, ...]] = {}
     words = [_dashed(word) if engine in UNDERSCORE_OPTIONS else word for word in command]
     for option, values in flag_options(words):
-        given.setdefault(option, values)
+        given[_unabbreviated(option, options)] = values
     for option, (config, short, field) in CONFIG_FIELDS.get(engine, {}).items():
+        whole: str | None = None  # the last whole config's field (None: it has none)
+        dotted: str | None = None  # vLLM merges the dotted ones and applies them last
         for index, word in enumerate(words):
             name, sep, inline = word.partition("=")
+            name = _unabbreviated(name, options) if name.startswith("--") else name
             if name not in (config, short, f"{config}.{field}", f"{short}.{field}"):
                 continue
             value = inline if sep else (words[index + 1] if index + 1 < len(words) else "")
             if name.endswith(f".{field}"):
-                given.setdefault(option, (value,))
-            elif (found := _config_field(value, field)) is not None:
-                given.setdefault(option, (found,))
+                dotted = value
+            else:
+                whole = _config_field(value, field)
+        if (found := dotted if dotted is not None else whole) is not None:
+            given[option] = (found,)
     return given
+
+
+def _unabbreviated(option: str, options: Collection[str]) -> str:
+    """``option``, or the one of ``options`` it is an unambiguous prefix of."""
+    if not options or option in options:
+        return option
+    longer = [o for o in options if o.startswith(option)]
+    return longer[0] if len(longer) == 1 else option
 
 
 def _dashed(word: str) -> str:
@@ -79,7 +98,7 @@ def _config_field(value: str, field: str) -> str | None:
         config = json.loads(value)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(config, dict) or field not in config:
+    if not isinstance(config, dict) or config.get(field) is None:  # null: not given
         return None
     found = config[field]
     return found if isinstance(found, str) else json.dumps(found)

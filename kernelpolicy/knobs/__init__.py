@@ -126,6 +126,12 @@ class KnobTable:
             return None
         return EnvKnob(entry["defined"], entry["read"], entry["parse"])
 
+    def options_in(self, release: str) -> tuple[str, ...]:
+        """Every command-line option ``release`` takes."""
+        return tuple(
+            o for o in self._data["options"] if self._at("options", o, release) is not None
+        )
+
     def option(self, option: str, release: str) -> tuple[str, ...] | None:
         """The option's choices in ``release`` (empty: any value); None: no such option."""
         choices = self._at("options", option, release)
