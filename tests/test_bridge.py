@@ -274,3 +274,35 @@ def test_if_on_sees_what_the_engine_will_see(
     res = resolve_policies(fixture("mi300x"), user_env, policies(tmp_path, CHAINED))
     settings = engine_settings(res, "sglang", user_env)
     assert {k: v for k, v in settings.env.items() if k not in user_env} == told
+
+
+CYCLE = """schema = "kernelpolicy.policy/v1"
+
+[features."a"]
+description = "told A_ON=0 when B_ON is on, else 1"
+fallback = "x"
+in_process = false
+
+[[features."a".candidates]]
+impl = "x"
+engines.sglang = [{ if_on = ["B_ON"], env = { A_ON = "0" } }, { env = { A_ON = "1" } }]
+
+[features."b"]
+description = "told B_ON=1 when A_ON is on"
+fallback = "x"
+in_process = false
+
+[[features."b".candidates]]
+impl = "x"
+engines.sglang = [{ if_on = ["A_ON"], env = { B_ON = "1" } }, {}]
+"""
+
+
+def test_rules_that_never_settle_are_an_error(tmp_path: Path) -> None:
+    """Two rules whose if_on turn each other on and off have no environment to agree on: an
+    error naming the variables, never settings that contradict themselves."""
+    res = resolve_policies(fixture("mi300x"), {}, policies(tmp_path, CYCLE))
+    settings = engine_settings(res, "sglang", {})
+    assert not settings.ok
+    assert settings.errors[-1].startswith("the sglang rules never settle")
+    assert "A_ON, B_ON" in settings.errors[-1]

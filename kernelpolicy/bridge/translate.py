@@ -97,21 +97,7 @@ def engine_settings(
     version = engine_version or platform.libraries.get(distribution(engine))
     release = MatchedRelease(engine, version)
     features = resolution.policies.features
-    # ``if_on`` asks about the environment the engine will see, which holds what the other
-    # decisions tell it (SGLANG_USE_AITER for attention turns SGLang's aiter greedy sampler on):
-    # told once with the user's environment, then again with what the engine gets, until the
-    # two agree (a rule can only add a variable another rule tests, so a few passes at most).
-    seen: Mapping[str, str] = env
-    for _ in range(len(features) + 1):
-        teller = _Teller(engine, _Context(platform, seen, release.matched), model_kind)
-        told = {
-            name: _with_gives_up(teller.tell(features[name], decision), resolution)
-            for name, decision in resolution.decisions.items()
-        }
-        sees = {**env, **_merge(told, [])[0], **{k: v for k, v in env.items() if v.strip()}}
-        if sees == seen:
-            break
-        seen = sees
+    teller, told = _tell_until_settled(resolution, engine, env, release, model_kind)
     warnings, errors = teller.warnings, teller.errors
     about = list(teller.about)
     for t in told.values():
@@ -137,6 +123,43 @@ def engine_settings(
         warnings=tuple(warnings), errors=tuple(errors), kept=kept, feature_warnings=tuple(about),
         release_note=release.note if versioned else None,
     )  # fmt: skip
+
+
+def _tell_until_settled(
+    resolution: Resolution,
+    engine: str,
+    env: Mapping[str, str],
+    release: MatchedRelease,
+    model_kind: str,
+) -> tuple[_Teller, dict[str, Told]]:
+    """Each decision told, with ``if_on`` asked about the environment the engine will see.
+
+    That environment holds what the other decisions tell it (SGLANG_USE_AITER for attention
+    turns SGLang's aiter greedy sampler on): told once with the user's environment, then again
+    with what the engine gets, until the two agree. Rules whose ``if_on`` depend on each other's
+    values may never agree: that is an error of the teller's.
+    """
+    features = resolution.policies.features
+    seen: Mapping[str, str] = env
+    unsettled: set[str] = set()  # what kept changing after the first pass
+    for attempt in range(len(features) + 2):
+        teller = _Teller(engine, _Context(resolution.platform, seen, release.matched), model_kind)
+        told = {
+            name: _with_gives_up(teller.tell(features[name], decision), resolution)
+            for name, decision in resolution.decisions.items()
+        }
+        sees = {**env, **_merge(told, [])[0], **{k: v for k, v in env.items() if v.strip()}}
+        if sees == seen:
+            return teller, told
+        if attempt:
+            unsettled |= {k for k in {*sees, *seen} if sees.get(k) != seen.get(k)}
+        seen = sees
+    teller.errors.append(
+        f"the {engine} rules never settle: what they tell {engine} turns their own if_on "
+        f"conditions on and off ({', '.join(sorted(unsettled))}); a rule's if_on may not "
+        "depend on a value another rule's if_on decides"
+    )
+    return teller, told
 
 
 def _tells_any_engine(feature: CompiledFeature) -> bool:
