@@ -201,6 +201,47 @@ def test_node_answers_flow_while_hypotheticals_run() -> None:
         channel.close()
 
 
+def test_tcp_hypotheticals_never_get_the_unix_sockets_refused() -> None:
+    """TCP clients that fill their hypothetical places (running and waiting) get the next one
+    refused; a worker's hypothetical request on the unix socket waits for a thread instead, and
+    is answered."""
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
+
+    release = threading.Event()
+
+    def slow(state: Any, snapshot: Any, request: Any) -> Any:
+        release.wait(30)
+        return snapshot.resolution
+
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    unix = f"unix:{directory}/kp.sock"
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
+                        listen=("127.0.0.1:0", unix)) as daemon:  # fmt: skip
+        daemon.hypotheticals.work = slow
+        tcp = grpc.insecure_channel(daemon.bound[0])
+        local = grpc.insecure_channel(unix)
+        ask = pb.ResolveRequest(env={"A": "1"})
+        held = [
+            pb_grpc.KernelPolicyStub(tcp).Resolve.future(ask, timeout=30)
+            for _ in range(MAX_HYPOTHETICAL_RESOLVES + MAX_HYPOTHETICAL_WAITING)
+        ]
+        for _ in range(300):  # the daemon sees them arrive a moment after they are sent
+            if daemon.hypotheticals.waiting == MAX_HYPOTHETICAL_WAITING:
+                break
+            threading.Event().wait(0.05)
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.KernelPolicyStub(tcp).Resolve(ask, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        worker = pb_grpc.KernelPolicyStub(local).Resolve.future(ask, timeout=30)
+        assert not worker.done()  # waiting for a thread, not refused
+        release.set()
+        assert worker.result().fingerprint
+        assert all(call.result().fingerprint for call in held)
+        tcp.close()
+        local.close()
+
+
 def test_platform_json_depth_stops_at_the_limit() -> None:
     """A megabyte of '[' is measured only until the depth passes the limit."""
     text = "[" * 1_000_000

@@ -91,7 +91,10 @@ class Daemon:
         self._started: list[Any] = []  # those of them started (a failed start stops the rest)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.health = health.aio.HealthServicer()
-        self.hypotheticals = Hypotheticals()  # requests with their own platform_json or env
+        # Requests with their own platform_json or env, over TCP and on the unix socket: two
+        # queues over the same two threads (TCP clients cannot fill the workers' queue).
+        self.hypotheticals = Hypotheticals()
+        self.unix_hypotheticals = Hypotheticals(threads=self.hypotheticals.threads)
         # What clients can cause again and again is logged at a bounded rate (server.ratelog).
         self.client_log = Throttle(self._client_log)
         self.boundary = Boundary(self.client_log)
@@ -130,7 +133,7 @@ class Daemon:
         return grpc_server(
             self.state, self.boundary, self.health, self.fleet.interceptors(),
             connections=self.grpc_connections or grpc_connection_cap(),
-            hypotheticals=self.hypotheticals,
+            hypotheticals=self.unix_hypotheticals if unix else self.hypotheticals,
             tcp_calls=None if unix else self.grpc_tcp_calls or MAX_GRPC_TCP_CALLS,
         )  # fmt: skip
 

@@ -8,9 +8,10 @@ closed after ``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshak
 ``MAX_GRPC_HANDSHAKE_SECONDS``. The TCP listeners and the unix sockets are two servers: TCP
 clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight with requests of
 ``MAX_TCP_REQUEST_BYTES`` at most, so half-sent requests cannot grow the daemon's memory past a
-bound, and what they hold is never taken from the workers' unix socket. Every service, health
-and reflection included, goes through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no
-answer is UNKNOWN or names a Python class, and every server stream holds a stream slot.
+bound, and what they hold (connections, calls, hypothetical requests' places) is never taken
+from the workers' unix socket. Every service, health and reflection included, goes through
+:class:`~kernelpolicy.server.rpc_boundary.Boundary`: no answer is UNKNOWN or names a Python
+class, and every server stream holds a stream slot.
 """
 
 from __future__ import annotations

@@ -26,15 +26,29 @@ class Hypotheticals:
     ``MAX_HYPOTHETICAL_WAITING`` requests waiting for them, so that no burst of them (each up to
     a megabyte of JSON to parse, and a resolve) holds the loop that answers the workers. A
     request its client gave up on stops waiting; one already running finishes in its thread
-    (its slot is freed at once, but the pool's two threads still bound the CPU they take)."""
+    (its slot is freed at once, but the pool's two threads still bound the CPU they take).
+
+    Each gRPC server (TCP, unix) has its own: its own waiting places and running slots, over
+    threads it may share with the other's (``threads``), so that TCP clients that fill theirs
+    never get the workers' hypothetical requests refused; those wait at most for the threads.
+    """
 
     def __init__(
-        self, work: Callable[[ServingState, Snapshot, Any], Resolution] | None = None
+        self,
+        work: Callable[[ServingState, Snapshot, Any], Resolution] | None = None,
+        threads: ThreadPoolExecutor | None = None,
     ) -> None:
         self.work = work or _hypothetical  # what one answer takes (a test's stand-in)
-        self._threads = ThreadPoolExecutor(MAX_HYPOTHETICAL_RESOLVES, "kernelpolicy-hypothetical")
+        self.threads = threads or ThreadPoolExecutor(
+            MAX_HYPOTHETICAL_RESOLVES, "kernelpolicy-hypothetical"
+        )
         self._running = asyncio.Semaphore(MAX_HYPOTHETICAL_RESOLVES)
         self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a running slot."""
+        return self._waiting
 
     async def resolve(self, state: ServingState, snapshot: Snapshot, request: Any) -> Resolution:
         """The answer for ``request``'s platform and/or environment.
@@ -56,7 +70,7 @@ class Hypotheticals:
             self._waiting -= 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._threads, self.work, state, snapshot, request)
+            return await loop.run_in_executor(self.threads, self.work, state, snapshot, request)
         finally:
             self._running.release()
 
