@@ -17,7 +17,15 @@ from kernelpolicy.bridge.formats import FORMATS, EncodingError, render
 from kernelpolicy.encoding import escaped, yaml_quoted
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.labels import PREFIX, label_name, label_value, nfd_comment, render_nfd
-from tests.consumers import BAIT, bash_read, dotenv_read, json_read, nfd_read, yaml_read
+from tests.consumers import (
+    BAIT,
+    bash_read,
+    dotenv_read,
+    json_read,
+    kubernetes_expand,
+    nfd_read,
+    yaml_read,
+)
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -112,18 +120,22 @@ def test_dotenv_reads_the_same_in_python_dotenv_and_bash(
 def test_k8s_yaml_reads_back_exactly(
     env: dict[str, str], flags: list[str], version: str | None
 ) -> None:
-    """PyYAML reads the env list exactly; the flags' comment lines hold each flag as a YAML
-    scalar; no line is anything but a comment or the list's own."""
+    """PyYAML reads the env list, and the kubelet's expansion gives each value exactly; the
+    flags' comment lines hold each flag as a YAML scalar; no line is anything but a comment or
+    the list's own."""
     text = rendered(env, flags, version, "k8s")
     if text is None:
         return
     document = yaml_read(text)
-    assert document == {"env": [{"name": k, "value": v} for k, v in env.items()]}
+    assert document.keys() == {"env"}
+    assert [(e["name"], kubernetes_expand(e["value"], {})) for e in document["env"]] == list(
+        env.items()
+    )
     shapes = ("# ", "env:", "- name: ", "  value: ")
     assert all(line.startswith(shapes) for line in text.split("\n")[:-1])
     assert len(text.splitlines()) == len(text.split("\n")) - 1
     commented = [yaml_read(line[4:]) for line in text.splitlines() if line.startswith("# - ")]
-    assert commented == flags
+    assert [kubernetes_expand(flag, {}) for flag in commented] == flags
 
 
 @PROPERTY
@@ -138,7 +150,11 @@ def test_json_formats_read_back_exactly(
     document: dict[str, Any] = json_read(text)
     assert (document["env"], document["flags"], document["version"]) == (env, flags, version)
     fragment = json_read(render(settings_of(env, flags, version), "k8s-json"))
-    assert fragment == {"env": [{"name": k, "value": v} for k, v in env.items()], "args": flags}
+    assert fragment.keys() == {"env", "args"}
+    assert [(e["name"], kubernetes_expand(e["value"], {})) for e in fragment["env"]] == list(
+        env.items()
+    )
+    assert [kubernetes_expand(word, {}) for word in fragment["args"]] == flags
     assert text.isascii()
 
 
