@@ -81,6 +81,36 @@ def test_terminal_line_fits_the_terminal_and_closes_with_a_newline() -> None:
 
 
 @pytest.mark.parametrize(
+    ("seconds_per_check", "said"),
+    [
+        pytest.param(0.1, ["verifying sampler.greedy/torch ..."], id="a-quick-run-as-before"),
+        pytest.param(
+            4.0,
+            ["verifying sampler.greedy/torch ...",
+             "  [8/20] sampler.greedy/torch  ETA 0:48",
+             "  [16/20] sampler.greedy/torch  ETA 0:16",
+             "20/20 checks done in 1:20"],
+            id="a-slow-run-says-it-moves",
+        ),
+    ],
+)  # fmt: skip
+def test_without_a_terminal_a_long_run_shows_it_moves(
+    seconds_per_check: float, said: list[str]
+) -> None:
+    """In a log: the checks done and the ETA at most every 30 s while an implementation runs,
+    and what was done at the end if anything was said between; nothing more for a quick run."""
+    stream, clock = io.StringIO(), _Clock()
+    progress = LineProgress(stream, clock=clock)
+    progress.begin(20)
+    progress.target("sampler.greedy", "torch")
+    for _ in range(20):
+        clock.now += seconds_per_check
+        progress.check(OK)
+    progress.close()
+    assert stream.getvalue().splitlines() == said
+
+
+@pytest.mark.parametrize(
     ("tty", "kind"),
     [
         pytest.param(True, TerminalProgress, id="terminal-redraws"),

@@ -1,6 +1,8 @@
 """``kernelpolicy verify``'s progress on stderr: one line redrawn in place on a terminal
-(checks done / total, the implementation running, an ETA), the plain "verifying X ..." lines
-anywhere else, so logs and CI output stay as they were.
+(checks done / total, the implementation running, an ETA); anywhere else a "verifying X ..."
+line per implementation and, while one runs long, a line of the checks done and the ETA every
+``LOG_EVERY_SECONDS``, so that a CI log shows a slow run moving (the torch sampler's checks take
+minutes on a busy machine) and a quick one stays as it was.
 
 Which of the two is decided once, from the stream, by :func:`for_stream`.
 """
@@ -16,70 +18,33 @@ from kernelpolicy.evidence.model import Outcome
 
 Clock = Callable[[], float]
 _ERASE = "\r\x1b[K"  # back to the start of the line, clear to its end
+LOG_EVERY_SECONDS = 30.0
+"""Without a terminal: the least time between two lines of the checks done."""
 
 
-class LineProgress:
-    """One "verifying FEATURE/IMPL ..." line per implementation, as before the display."""
+class _Tally:
+    """Checks done of the total, and the ETA: the time per check that ran so far times the
+    checks left; the checks of a skipped implementation count as done but not as time spent,
+    so they do not speed it up."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def begin(self, total: int) -> None:
-        pass
-
-    def target(self, feature: str, impl: str) -> None:
-        print(f"verifying {feature}/{impl} ...", file=self._stream, flush=True)
-
-    def check(self, outcome: Outcome) -> None:
-        pass
-
-    def skipped(self, checks: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class TerminalProgress:
-    """``[done/total] FEATURE/IMPL  ETA m:ss`` redrawn in place, then one closing line.
-
-    The ETA is the time per check that ran so far times the checks left; the checks of a
-    skipped implementation count as done but not as time spent, so they do not speed it up.
-    """
-
-    def __init__(self, stream: TextIO, width: int, clock: Clock = time.monotonic) -> None:
-        self._stream = stream
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._width = width
         self._start = clock()
         self._total = self._done = self._ran = 0
         self._label = ""
-        self._open = False
 
     def begin(self, total: int) -> None:
         self._start, self._total = self._clock(), total
-        self._draw()
 
     def target(self, feature: str, impl: str) -> None:
         self._label = f"{feature}/{impl}"
-        self._draw()
 
     def check(self, outcome: Outcome) -> None:
         self._done += 1
         self._ran += 1
-        self._draw()
 
     def skipped(self, checks: int) -> None:
         self._done += checks
-        self._draw()
-
-    def close(self) -> None:
-        """End the line: what was done, and in how long (also after an interrupt)."""
-        if not self._open:
-            return
-        elapsed = _clock_time(self._clock() - self._start)
-        self._write(f"{_ERASE}{self._done}/{self._total} checks done in {elapsed}\n")
-        self._open = False
 
     def eta(self) -> str:
         if not self._ran:
@@ -87,8 +52,82 @@ class TerminalProgress:
         per_check = (self._clock() - self._start) / self._ran
         return _clock_time(per_check * (self._total - self._done))
 
+    def counts(self) -> str:
+        return f"[{self._done}/{self._total}] {self._label}  ETA {self.eta()}"
+
+    def summary(self) -> str:
+        elapsed = _clock_time(self._clock() - self._start)
+        return f"{self._done}/{self._total} checks done in {elapsed}"
+
+
+class LineProgress(_Tally):
+    """One "verifying FEATURE/IMPL ..." line per implementation; while one runs, the checks done
+    and the ETA at most every ``every`` seconds; at the end, what was done if anything was said
+    in between (a quick run prints exactly what it always did)."""
+
+    def __init__(
+        self, stream: TextIO, clock: Clock = time.monotonic, every: float = LOG_EVERY_SECONDS
+    ) -> None:
+        super().__init__(clock)
+        self._stream = stream
+        self._every = every
+        self._said = clock()
+        self._counted = False
+
+    def target(self, feature: str, impl: str) -> None:
+        super().target(feature, impl)
+        self._said = self._clock()
+        self._print(f"verifying {feature}/{impl} ...")
+
+    def check(self, outcome: Outcome) -> None:
+        super().check(outcome)
+        if self._clock() - self._said >= self._every:
+            self._said = self._clock()
+            self._counted = True
+            self._print(f"  {self.counts()}")
+
+    def close(self) -> None:
+        if self._counted:
+            self._print(self.summary())
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._stream, flush=True)
+
+
+class TerminalProgress(_Tally):
+    """``[done/total] FEATURE/IMPL  ETA m:ss`` redrawn in place, then one closing line."""
+
+    def __init__(self, stream: TextIO, width: int, clock: Clock = time.monotonic) -> None:
+        super().__init__(clock)
+        self._stream = stream
+        self._width = width
+        self._open = False
+
+    def begin(self, total: int) -> None:
+        super().begin(total)
+        self._draw()
+
+    def target(self, feature: str, impl: str) -> None:
+        super().target(feature, impl)
+        self._draw()
+
+    def check(self, outcome: Outcome) -> None:
+        super().check(outcome)
+        self._draw()
+
+    def skipped(self, checks: int) -> None:
+        super().skipped(checks)
+        self._draw()
+
+    def close(self) -> None:
+        """End the line: what was done, and in how long (also after an interrupt)."""
+        if not self._open:
+            return
+        self._write(f"{_ERASE}{self.summary()}\n")
+        self._open = False
+
     def _draw(self) -> None:
-        line = f"[{self._done}/{self._total}] {self._label}  ETA {self.eta()}"
+        line = self.counts()
         # a line longer than the terminal wraps, and "\r" would only go back to its last row
         self._write(_ERASE + line[: max(self._width - 1, 1)])
         self._open = True
