@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from kernelpolicy.server import http
+from kernelpolicy.server import http_body
 from kernelpolicy.server.connections import Timeouts
 from kernelpolicy.server.http import HttpListener
 from kernelpolicy.server.metrics import DaemonMetrics
@@ -178,6 +178,7 @@ class _Request:
 
     def __init__(self, error: BaseException) -> None:
         self.headers: CIMultiDict[str] = CIMultiDict()
+        self.content_length = None
         self._error = error
 
     async def read(self) -> bytes:
@@ -188,8 +189,8 @@ class _Request:
     ("error", "expected", "status"),
     [
         pytest.param(web.RequestPayloadError("Not enough data for satisfy transfer length"),
-                     http._BadBody, 400, id="payload-error"),
-        pytest.param(ConnectionResetError("Connection lost"), http._HungUp, None, id="hang-up"),
+                     http_body.BadBody, 400, id="payload-error"),
+        pytest.param(ConnectionResetError("Connection lost"), http_body.HungUp, None, id="hang-up"),
     ],
 )  # fmt: skip
 def test_body_read_errors_are_translated(
@@ -199,9 +200,46 @@ def test_body_read_errors_are_translated(
     PARSE_ERROR naming it) or to a hang-up; never to the daemon's 500."""
     request: Any = _Request(error)
     with pytest.raises(expected) as raised:
-        asyncio.run(http._body(request, 10.0))
+        asyncio.run(http_body.read_body(request, 10.0))
     if status is not None:
-        assert isinstance(raised.value, http._BadBody)
+        assert isinstance(raised.value, http_body.BadBody)
         assert raised.value.status == status
         assert "does not match its headers" in raised.value.details
         assert "transfer length" in raised.value.details
+
+
+@pytest.mark.parametrize(
+    ("headers", "first_line"),
+    [
+        pytest.param(("Content-Length: 2",), b"HTTP/1.1 100 Continue", id="readable-body"),
+        pytest.param(("Content-Encoding: gzip", "Content-Length: 2"), b"HTTP/1.1 415 ",
+                     id="encoded-body-refused-unsent"),
+        pytest.param((f"Content-Length: {10 * 2**20}",), b"HTTP/1.1 413 ",
+                     id="oversized-body-refused-unsent"),
+        pytest.param(("Content-Length: 2", "Expect: 200-ok"), b"HTTP/1.1 417 ",
+                     id="another-expectation"),
+    ],
+)  # fmt: skip
+def test_expect_continue_only_for_a_body_that_will_be_read(
+    headers: tuple[str, ...], first_line: bytes
+) -> None:
+    """Expect: 100-continue: "100 Continue" for a body the daemon reads; for one it refuses
+    unread (an encoding, a Content-Length over MAX_HTTP_BODY_BYTES) its refusal at once is the
+    final answer, so the client never sends the body (it used to be told to send it)."""
+    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
+
+    async def scenario() -> bytes:
+        listener = HttpListener(state, DaemonMetrics(state), lambda: None, timeouts=LONG)
+        url = await listener.start("127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
+            given = any(h.startswith("Expect") for h in headers)
+            expect = () if given else ("Expect: 100-continue",)
+            writer.write(_head(BULK, *headers, *expect))
+            line = await asyncio.wait_for(reader.readline(), 10)
+            writer.close()
+            return line
+        finally:
+            await listener.stop()
+
+    assert asyncio.run(scenario()).startswith(first_line)

@@ -15,7 +15,8 @@ Every request is bounded before a handler sees it: the request target and each h
 (``MAX_HTTP_BODY_BYTES``, 413 past it; ``MAX_HTTP_BODY_SECONDS`` to send it, 408 past that);
 flag keys are bounded by the OFREP layer. A body is never decompressed: a ``Content-Encoding``
 other than ``identity`` is refused (415) unread and its connection closed, not read to the end
-(1 MiB of gzip inflates to 1 GiB). Connections are bounded in number, per peer and in time by
+(1 MiB of gzip inflates to 1 GiB); ``Expect: 100-continue`` gets "100 Continue" only for a body
+that will be read (``server.http_body``). Connections are bounded in number, per peer and in time by
 ``server.connections``. Errors are JSON (``{"errorDetails": ...}``, plus ``key`` and
 ``errorCode`` on OFREP routes), never a traceback. A client that hangs up before its answer is
 no error of the daemon's: it is counted (``kernelpolicy_http_connections_closed_total``), not
@@ -24,7 +25,6 @@ answered, and not counted as a request.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import ssl
@@ -45,6 +45,14 @@ from kernelpolicy.limits import (
 from kernelpolicy.server import ofrep
 from kernelpolicy.server.addresses import MAX_PORT, split_address
 from kernelpolicy.server.connections import LIMITS, GuardedListener, Timeouts
+from kernelpolicy.server.http_body import (
+    ACCEPTED_CONTENT_CODINGS,
+    BadBody,
+    BodyTimeout,
+    HungUp,
+    expect_continue,
+    read_body,
+)
 
 if TYPE_CHECKING:
     from kernelpolicy.server.metrics import DaemonMetrics
@@ -54,66 +62,7 @@ DEFAULT_HTTP_PORT = 50152
 OFREP_ONE = "/ofrep/v1/evaluate/flags/{key}"
 OFREP_BULK = "/ofrep/v1/evaluate/flags"
 _METHODS = frozenset({"GET", "HEAD", "POST"})  # other methods are counted as "other"
-ACCEPTED_CONTENT_CODINGS = ("identity",)
-"""The request ``Content-Encoding`` values read: none but the body as sent (OFREP bodies are a
-few hundred bytes of JSON; nothing is gained by compressing them)."""
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _HungUp(Exception):
-    """The client closed the connection before its request was read."""
-
-
-class _BodyTimeout(Exception):
-    """The body did not arrive within MAX_HTTP_BODY_SECONDS."""
-
-
-class _BadBody(Exception):
-    """The body cannot be read as sent: an OFREP ``PARSE_ERROR`` with ``status`` (415 for a
-    refused ``Content-Encoding``, 400 for a body that does not match its framing)."""
-
-    def __init__(self, status: int, details: str) -> None:
-        super().__init__(details)
-        self.status = status
-        self.details = details
-
-
-def _refused_coding(request: web.Request) -> str | None:
-    """The request's ``Content-Encoding`` when it names a coding not accepted, else ``None``."""
-    values = request.headers.getall("Content-Encoding", [])
-    codings = [c.strip().lower() for value in values for c in value.split(",") if c.strip()]
-    if all(coding in ACCEPTED_CONTENT_CODINGS for coding in codings):
-        return None
-    return ", ".join(values)
-
-
-async def _body(request: web.Request, seconds: float) -> bytes:
-    """The request body, read within ``seconds`` (``MAX_HTTP_BODY_SECONDS``).
-
-    Raises:
-        _BadBody: A ``Content-Encoding`` other than identity (before anything is read), or a
-            body that does not match its framing.
-        _HungUp: The client went away in the middle of it.
-        _BodyTimeout: It did not all arrive in time.
-    """
-    coding = _refused_coding(request)
-    if coding is not None:
-        accepted = ", ".join(ACCEPTED_CONTENT_CODINGS)
-        raise _BadBody(
-            415,
-            f"Content-Encoding {shown(coding)!r} is not accepted: send the JSON body as it is "
-            f"(Content-Encoding: {accepted}, or none)",
-        )
-    try:
-        async with asyncio.timeout(seconds):
-            return await request.read()
-    except TimeoutError:
-        raise _BodyTimeout from None
-    except ConnectionError:
-        raise _HungUp from None
-    except web.RequestPayloadError as exc:  # aiohttp's parser: bad chunked framing and the like
-        raise _BadBody(400, f"the request body does not match its headers ({exc})") from None
 
 
 def parse_http_address(address: str) -> tuple[str, int]:
@@ -171,7 +120,7 @@ def _json(status: int, document: dict[str, Any] | None, headers: Any = ()) -> we
     return response
 
 
-async def _refuse_body(request: web.Request, error: _BadBody) -> web.StreamResponse:
+async def _refuse_body(request: web.Request, error: BadBody) -> web.StreamResponse:
     """The OFREP ``PARSE_ERROR`` for a body that cannot be read as sent (with ``key`` on the
     one-flag route, as ``ofrep`` answers), sent at once, then the connection closed.
 
@@ -181,7 +130,7 @@ async def _refuse_body(request: web.Request, error: _BadBody) -> web.StreamRespo
     sending may see a reset after the answer.
 
     Raises:
-        _HungUp: The client went away before the answer was sent.
+        HungUp: The client went away before the answer was sent.
     """
     document = {"errorCode": "PARSE_ERROR", "errorDetails": error.details}
     key = request.match_info.get("key")
@@ -196,7 +145,7 @@ async def _refuse_body(request: web.Request, error: _BadBody) -> web.StreamRespo
         await response.prepare(request)
         await response.write_eof()
     except ConnectionError:
-        raise _HungUp from None
+        raise HungUp from None
     request.protocol.force_close()  # the transport sends what it holds, then closes
     return response
 
@@ -242,9 +191,11 @@ class HttpListener:
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_HTTP_BODY_BYTES, middlewares=[self._middleware])
-        app.router.add_post(OFREP_ONE.replace("{key}", "{key:.+}"), self._ofrep_one)
-        app.router.add_post(OFREP_BULK, self._ofrep_bulk)
-        app.router.add_post(OFREP_BULK + "/", self._ofrep_bulk)  # flagd accepts both
+        one = OFREP_ONE.replace("{key}", "{key:.+}")
+        app.router.add_post(one, self._ofrep_one, expect_handler=expect_continue)
+        app.router.add_post(OFREP_BULK, self._ofrep_bulk, expect_handler=expect_continue)
+        # flagd accepts both
+        app.router.add_post(OFREP_BULK + "/", self._ofrep_bulk, expect_handler=expect_continue)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -331,7 +282,7 @@ class HttpListener:
             guard.request_started(transport)
         try:
             response = await self._answer(request, handler, route)
-        except _HungUp:  # nobody to answer: not a request the daemon failed
+        except HungUp:  # nobody to answer: not a request the daemon failed
             if guard is not None:
                 guard.hung_up(transport)
             return web.Response(status=499)
@@ -345,19 +296,19 @@ class HttpListener:
     async def _answer(
         self, request: web.Request, handler: Handler, route: str
     ) -> web.StreamResponse:
-        """The handler's answer, or the JSON error it maps to (``_HungUp`` passes through)."""
+        """The handler's answer, or the JSON error it maps to (``HungUp`` passes through)."""
         try:
             return await handler(request)
-        except _HungUp:
+        except HungUp:
             raise
-        except _BodyTimeout:
+        except BodyTimeout:
             response = _json(
                 408, {"errorDetails": f"the request body took over MAX_HTTP_BODY_SECONDS "
                                       f"({self.timeouts.body:g} s)"},
             )  # fmt: skip
             response.force_close()
             return response
-        except _BadBody as exc:
+        except BadBody as exc:
             return await _refuse_body(request, exc)
         except web.HTTPRequestEntityTooLarge:
             return _json(
@@ -372,12 +323,12 @@ class HttpListener:
             return _json(500, {"errorDetails": "internal error; see the daemon's log"})
 
     async def _ofrep_one(self, request: web.Request) -> web.StreamResponse:
-        body = await _body(request, self.timeouts.body)
+        body = await read_body(request, self.timeouts.body)
         answer = ofrep.evaluate_one(self.state.snapshot, request.match_info["key"], body)
         return _json(answer.status, answer.document, answer.headers)
 
     async def _ofrep_bulk(self, request: web.Request) -> web.StreamResponse:
-        body = await _body(request, self.timeouts.body)
+        body = await read_body(request, self.timeouts.body)
         answer = ofrep.evaluate_bulk(
             self.state.snapshot, body, request.headers.get("If-None-Match")
         )
