@@ -13,6 +13,7 @@ from kernelpolicy.engine.cohort import place, rollout_check, rollouts_of
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
+    DEVICE_CHECKS,
     CandidateResult,
     Check,
     CheckKind,
@@ -310,16 +311,10 @@ _POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED, CheckKind.ROLLOUT
 _NOT_REFUSALS = (CheckKind.SWITCH_OFF, CheckKind.ROLLOUT)
 
 
-_HARDWARE = frozenset(
-    {CheckKind.VENDOR, CheckKind.NO_DEVICE, CheckKind.ARCH, CheckKind.CAPABILITY,
-     CheckKind.COMPUTE_UNITS}
-)  # fmt: skip
-
-
 def _hardware_only(result: CandidateResult) -> bool:
     """Rejected for the device alone: for an engine-only feature (an attention backend for
     another GPU generation) that is the policy working, not something to fix."""
-    return {f.kind for f in result.failures} <= _HARDWARE
+    return {f.kind for f in result.failures} <= DEVICE_CHECKS
 
 
 def _warn_about(result: CandidateResult) -> bool:

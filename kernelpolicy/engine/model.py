@@ -110,6 +110,11 @@ class RolloutResult:
 # Rejections that say what the policy chose, not what the platform cannot do: an explicit
 # request or force still gets the candidate.
 _NOT_UNSUPPORTED = frozenset({CheckKind.SWITCH_OFF, CheckKind.ROLLOUT})
+DEVICE_CHECKS = frozenset(
+    {CheckKind.VENDOR, CheckKind.NO_DEVICE, CheckKind.ARCH, CheckKind.CAPABILITY,
+     CheckKind.COMPUTE_UNITS}
+)  # fmt: skip
+"""Checks of the device itself: nothing installed, upgraded or set makes a candidate pass them."""
 
 
 @dataclass(frozen=True)
@@ -136,11 +141,11 @@ class CandidateResult:
 
     @property
     def hints(self) -> tuple[str, ...]:
-        """What to do so that it is accepted: each failed check's hint, where every one has one.
-        A check without (another vendor, no GPU, a capability or arch the device lacks) leaves
-        it rejected whatever is installed or set: then none (a T4 is not told to install
-        FlashInfer, which needs capability 8.0)."""
-        if not all(f.hint for f in self.failures):
+        """What to do so that it is accepted: its failed checks' hints, unless one of them is a
+        check of the device itself (:data:`DEVICE_CHECKS`: another vendor, no GPU, a capability
+        or arch the device lacks), which leaves it rejected whatever is done: then none (a T4
+        is not told to install FlashInfer, which needs capability 8.0)."""
+        if any(f.kind in DEVICE_CHECKS for f in self.failures):
             return ()
         return tuple(f.hint for f in self.failures if f.hint)
 
