@@ -243,3 +243,26 @@ def test_expect_continue_only_for_a_body_that_will_be_read(
             await listener.stop()
 
     assert asyncio.run(scenario()).startswith(first_line)
+
+
+def test_a_body_refused_before_it_was_asked_for_ends_the_connection() -> None:
+    """Expect: 100-continue with a Content-Length over the limit: the 413 says Connection:
+    close and the connection ends at once; it no longer waits (MAX_HTTP_BODY_SECONDS) for the
+    body the client was never told to send, taking the client's next request as that body."""
+    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
+
+    async def scenario() -> bytes:
+        listener = HttpListener(state, DaemonMetrics(state), lambda: None, timeouts=LONG)
+        url = await listener.start("127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
+            writer.write(_head(BULK, f"Content-Length: {10 * 2**20}", "Expect: 100-continue"))
+            data = await asyncio.wait_for(_until_closed(reader), 30)
+            writer.close()
+            return data
+        finally:
+            await listener.stop()
+
+    head = asyncio.run(scenario()).partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 413 ")
+    assert b"\r\nconnection: close" in head

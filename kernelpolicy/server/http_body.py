@@ -31,7 +31,8 @@ class BodyTimeout(Exception):
 
 class BadBody(Exception):
     """The body cannot be read as sent: an OFREP ``PARSE_ERROR`` with ``status`` (415 for a
-    refused ``Content-Encoding``, 400 for a body that does not match its framing)."""
+    refused ``Content-Encoding``, 413 for a body over the limit that was not asked for, 400 for
+    a body that does not match its framing); its connection is closed after the answer."""
 
     def __init__(self, status: int, details: str) -> None:
         super().__init__(details)
@@ -56,8 +57,9 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
     """The request body, read within ``seconds`` (``MAX_HTTP_BODY_SECONDS``).
 
     Raises:
-        BadBody: A ``Content-Encoding`` other than identity (before anything is read), or a
-            body that does not match its framing.
+        BadBody: A ``Content-Encoding`` other than identity, or a ``Content-Length`` over
+            ``MAX_HTTP_BODY_BYTES`` whose body was not asked for (both before anything is
+            read), or a body that does not match its framing.
         web.HTTPRequestEntityTooLarge: Its ``Content-Length`` is over ``MAX_HTTP_BODY_BYTES``
             (before anything is read), or what came is.
         HungUp: The client went away in the middle of it.
@@ -70,6 +72,12 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
             415,
             f"Content-Encoding {shown(coding)!r} is not accepted: send the JSON body as it is "
             f"(Content-Encoding: {accepted}, or none)",
+        )
+    if _too_large(request) and not continued(request):  # the body will never come
+        raise BadBody(
+            413,
+            f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES}): Content-Length "
+            f"{request.content_length}, and the body was not asked for (Expect: 100-continue)",
         )
     if _too_large(request):
         raise web.HTTPRequestEntityTooLarge(
@@ -86,6 +94,14 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
         raise BadBody(400, f"the request body does not match its headers ({exc})") from None
 
 
+def continued(request: web.Request) -> bool:
+    """Whether the client sends its body: it did not ask ``Expect: 100-continue``, or it did and
+    was told to go on (a body refused unread was not asked for, and never comes)."""
+    return "Expect" not in request.headers or (
+        refused_coding(request) is None and not _too_large(request)
+    )
+
+
 async def expect_continue(request: web.Request) -> None:
     """``Expect: 100-continue``: "100 Continue" only for a body :func:`read_body` will read;
     for one it refuses unread, nothing, so that the handler's refusal is the final answer and
@@ -95,6 +111,6 @@ async def expect_continue(request: web.Request) -> None:
         return
     if expect.lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {shown(expect)}")
-    if refused_coding(request) is None and not _too_large(request):
+    if continued(request):
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer's own bytes are yet to come
