@@ -239,9 +239,13 @@ def _kind(key: str) -> CheckKind:
 
 
 def _platform_version(platform: Platform, key: str) -> str | None:
+    """The platform's version that a policy's ``driver``, ``cuda``, ``rocm`` or ``torch`` key
+    is checked against (``driver`` is the driver's own version, ``DriverInfo.version``)."""
     if key == "torch":
         return platform.torch.version
-    value: str | None = getattr(platform.driver, key)
+    value: str | None = (
+        platform.driver.version if key == "driver" else getattr(platform.driver, key)
+    )
     return value
 
 
