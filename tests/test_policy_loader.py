@@ -333,6 +333,14 @@ def test_bundled_pack_loads() -> None:
             id="missing-required-key",
         ),
         pytest.param(
+            'schema = "kernelpolicy.policy/v1"\n[features."f"]\ndescription = "x"\n'
+            'fallback = "torch"\n[[features."f".candidates]]\nimpl = "torch"\n'
+            '[[features."f".candidates.known_issues]]\nlibrary = "torch"\nversion = ">=2.0"\n',
+            [(7, "known_issues.0.reason: required key is missing"),
+             (9, "version: unknown key; did you mean 'versions'")],
+            id="a-misspelt-optional-key-hides-no-missing-one",
+        ),
+        pytest.param(
             (ROOT / "docs/check/bad.toml").read_text(),
             [(9, "unknown implementation 'flashinfr'"), (14, "undeclared variable 'has_top_p'")],
             id="in-line-order-across-checks",
@@ -349,3 +357,20 @@ def test_each_mistake_once_in_line_order(
     issues = error.value.issues
     assert [issue.line for issue in issues] == [line for line, _ in said]
     assert all(part in str(issue) for issue, (_, part) in zip(issues, said, strict=True))
+
+
+def test_issues_of_the_whole_set_come_in_line_order(tmp_path: Path) -> None:
+    """Issues found when the files are put together (a feature defined twice, a gate that
+    requires what nobody defines) come in file and line order, as one file's do."""
+    a = write(tmp_path, GOOD, "a.toml")
+    gate = (
+        'schema = "kernelpolicy.policy/v1"\n'
+        '[gates."g"]\ndescription = "x"\nrequires = { feature = "nope", impl = "x" }\n'
+        'rule = "true"\n'
+    )
+    b = write(tmp_path, gate + GOOD.removeprefix('schema = "kernelpolicy.policy/v1"\n'), "b.toml")
+    with pytest.raises(PolicyError) as info:
+        load_policies([a, b])
+    found = [(Path(i.file).name, i.line) for i in info.value.issues]
+    assert found == sorted(found)
+    assert len(found) == 2

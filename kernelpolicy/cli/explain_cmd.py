@@ -31,8 +31,8 @@ def register(commands: Any) -> None:
         description=(
             "Resolve the policies for this machine (or --platform FILE) and show, per feature, "
             "the chosen implementation, every rejected candidate with the check it failed, hints "
-            "and warnings. Exits 1 when a decision is an error for every model (or for the "
-            "--model-kind given); each such error is named on stderr."
+            "and warnings. Exits 1 when a decision is an error for every model or for "
+            "--model-kind (default mha, as env and exec); each such error is named on stderr."
         ),
         epilog=(
             "examples:\n"

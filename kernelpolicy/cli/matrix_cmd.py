@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
             "print platform x feature. CI uses it to know which kernel paths to test. The "
             "default table leaves out the features decided alike on every platform (listed "
             "under it) to fit a terminal; -o wide shows every column. Exits 1 when a cell is "
-            "an error for every model (or for --model-kind), each named on stderr."
+            "an error for every model or for --model-kind (default mha), each named on stderr."
         ),
         epilog=(
             "examples:\n  kernelpolicy matrix\n"

@@ -159,8 +159,10 @@ def _in_line_order(found: list[PolicyIssue]) -> list[PolicyIssue]:
 
 def _misspelt_required(found: list[PolicyIssue], errors: Sequence[Any]) -> list[PolicyIssue]:
     """Without the "required key is missing" of a key that an unknown key beside it is the
-    misspelling of (``descripton`` for ``description``): that one mistake is said once, at the
-    misspelt key, which then says the key is required."""
+    misspelling of (``descripton`` for ``description``: the key closest to it of those allowed
+    there): that one mistake is said once, at the misspelt key, which then says the key is
+    required."""
+    from kernelpolicy.policy.schema.keys import allowed_keys
     from kernelpolicy.suggest import close_names
 
     unknown = {
@@ -172,7 +174,8 @@ def _misspelt_required(found: list[PolicyIssue], errors: Sequence[Any]) -> list[
         if error["type"] != "missing" or not loc:
             continue
         for other, at in unknown.items():
-            if other[:-1] == loc[:-1] and close_names(str(other[-1]), [str(loc[-1])]):
+            best = close_names(str(other[-1]), allowed_keys(other))[:1]
+            if other[:-1] == loc[:-1] and best == [str(loc[-1])]:
                 dropped.add(index)
                 said = found[at].message.replace(" (the", " (a required key; the", 1)
                 found[at] = replace(found[at], message=said)
@@ -275,7 +278,8 @@ def _assemble(
     cursor.at("<policies>")
     issues.extend(_cross_references(features, gates, disables))
     if issues:
-        raise PolicyError(issues)
+        order = {name: index for index, name in enumerate(files)}
+        raise PolicyError(sorted(issues, key=lambda i: (order.get(i.file, -1), i.line or 0)))
     return PolicySet.build(features, gates, tuple(disables), files, digest)
 
 
