@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -340,6 +341,7 @@ class Daemon:
         started grpc.aio server gives its ports back when stopped."""
         for server in self.servers:
             if server not in self._started:
-                await server.start()
+                with contextlib.suppress(Exception):  # one that cannot start holds no port
+                    await server.start()
         await asyncio.gather(*(server.stop(grace) for server in self.servers))
         self.servers, self._started = [], []
