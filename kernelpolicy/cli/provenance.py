@@ -175,7 +175,8 @@ def _where(origin: Origin | None) -> str:
 
 def value_sources(resolution: Resolution, feature: str, inputs: AnswerEnv) -> list[ValueSource]:
     """The force or override of ``feature`` (if any), then each switch its candidates read."""
-    from kernelpolicy.engine.switches import force_variable
+    from kernelpolicy.engine.switches import force_variable, switch_value
+    from kernelpolicy.policy.compiled import switch_variables
     from kernelpolicy.settings import settings_from
 
     out: list[ValueSource] = []
@@ -189,13 +190,12 @@ def value_sources(resolution: Resolution, feature: str, inputs: AnswerEnv) -> li
         text = f"{{{feature!r}: {shown(overrides[feature], 40)!r}}}"
         out.append(ValueSource("KERNELPOLICY_OVERRIDES", text, Origin.OVERRIDE, where))
     compiled = resolution.policies.features[feature]
-    governed: dict[str, list[tuple[str, Switch]]] = {}
+    governed: dict[tuple[str, ...], list[tuple[str, Switch]]] = {}
     for candidate in compiled.candidates:
         for switch in candidate.spec.switches:
-            governed.setdefault(switch.env, []).append((candidate.impl, switch))
-    for variable, switches in governed.items():
-        raw = inputs.env.get(variable, "").strip()
-        value = carried(raw) if raw else None
+            governed.setdefault(switch_variables(switch), []).append((candidate.impl, switch))
+    for switches in governed.values():
+        variable, value = switch_value(switches[0][1], inputs.env)  # one of its aliases, maybe
         origin = inputs.origins.get(variable, Origin.UNSET) if value else Origin.UNSET
         if value is None and variable in inputs.unset_by_option:
             origin = Origin.ENV_OPTION

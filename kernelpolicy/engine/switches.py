@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS
 from kernelpolicy.platform.envvars import carried, over_limit
-from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.compiled import PolicySet, switch_variables
 from kernelpolicy.settings import ACCEPTED_BOOLEANS, parse_bool
 
 if TYPE_CHECKING:
@@ -55,6 +55,17 @@ def over_limit_message(variable: str, value: str, expected: str) -> str | None:
     )
 
 
+def switch_value(switch: Switch, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """(the variable read, its value in carried form, None where unset or blank): the first of
+    the switch's ``env`` and its ``aliases`` that is set."""
+    for variable in switch_variables(switch):
+        raw = env.get(variable)
+        value = None if raw is None else carried(raw)
+        if value:
+            return variable, value
+    return switch.env, None
+
+
 def evaluate_switches(
     switches: tuple[Switch, ...] | list[Switch], env: Mapping[str, str]
 ) -> SwitchOutcome:
@@ -65,17 +76,16 @@ def evaluate_switches(
     """
     states: list[tuple[str, str]] = []
     for switch in switches:
-        raw = env.get(switch.env)
-        value = None if raw is None else carried(raw)
+        variable, value = switch_value(switch, env)
         if not value:
-            state, source = switch.unset, f"{switch.env} unset"
+            state, source = switch.unset, f"{' and '.join(switch_variables(switch))} unset"
         else:
-            source = f"{switch.env}={value}"
-            too_long = over_limit_message(switch.env, value, ACCEPTED_BOOLEANS)
+            source = f"{variable}={value}"
+            too_long = over_limit_message(variable, value, ACCEPTED_BOOLEANS)
             if too_long is not None:
                 return SwitchOutcome("off", source, error=too_long)
             try:
-                enabled = parse_bool(switch.env, value)
+                enabled = parse_bool(variable, value)
             except SettingsError as exc:
                 return SwitchOutcome("off", source, error=str(exc))
             state = switch.true if enabled else switch.false

@@ -158,6 +158,12 @@ class CompiledDisable:
     source: Source
 
 
+def switch_variables(switch: Any) -> tuple[str, ...]:
+    """A switch's ``env`` and its ``aliases``, in the order they are read (a validated
+    ``Switch``, or its record from the compiled-pack cache, which imports no pydantic)."""
+    return (switch.env, *getattr(switch, "aliases", ()))
+
+
 @dataclass(frozen=True)
 class PolicySet:
     """Validated policies from one or more files; the engine's policy input.
@@ -191,7 +197,11 @@ class PolicySet:
             files=files,
             digest=digest,
             env_names=frozenset(
-                s.env for f in features.values() for c in f.candidates for s in c.spec.switches
+                variable
+                for f in features.values()
+                for c in f.candidates
+                for s in c.spec.switches
+                for variable in switch_variables(s)
             ),
             library_names=frozenset(
                 lib.name

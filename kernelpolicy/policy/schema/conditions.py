@@ -93,6 +93,10 @@ class Switch(Strict):
     true: SwitchState = "on"
     false: SwitchState = "off"
     note: str | None = None
+    aliases: list[str] = Field(default_factory=list, max_length=8)
+    """Other variables that say the same (another engine's name for the switch, such as
+    SGLang's ``SGLANG_USE_AITER`` beside ``VLLM_ROCM_USE_AITER``): the first of ``env`` and
+    these that is set (and not blank) is the one read."""
 
     @field_validator("env")
     @classmethod
@@ -100,6 +104,13 @@ class Switch(Strict):
         if not ENV_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not an environment variable name (A-Z, 0-9, _)")
         return value
+
+    @field_validator("aliases")
+    @classmethod
+    def _alias_names(cls, values: list[str]) -> list[str]:
+        for value in values:
+            cls._env_name(value)
+        return values
 
 
 class KnownIssue(Strict):
