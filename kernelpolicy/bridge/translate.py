@@ -97,7 +97,9 @@ def engine_settings(
     version = engine_version or platform.libraries.get(distribution(engine))
     release = MatchedRelease(engine, version)
     features = resolution.policies.features
-    teller, told = _tell_until_settled(resolution, engine, env, release, model_kind)
+    teller, told, merged_env, flags = _tell_until_settled(
+        resolution, engine, env, release, model_kind
+    )
     warnings, errors = teller.warnings, teller.errors
     about = list(teller.about)
     for t in told.values():
@@ -108,7 +110,6 @@ def engine_settings(
     if versioned and release.note:
         warnings.insert(0, release.note)
     warnings += release.unread(env)
-    merged_env, flags = _merge(told, errors)
     kept = {k: env[k] for k, v in merged_env.items() if env.get(k, "").strip() and env[k] != v}
     for key, value in kept.items():
         warnings.append(
@@ -131,8 +132,10 @@ def _tell_until_settled(
     env: Mapping[str, str],
     release: MatchedRelease,
     model_kind: str,
-) -> tuple[_Teller, dict[str, Told]]:
-    """Each decision told, with ``if_on`` asked about the environment the engine will see.
+) -> tuple[_Teller, dict[str, Told], dict[str, str], list[str]]:
+    """Each decision told, with ``if_on`` asked about the environment the engine will see, and
+    what they tell it merged into one environment and one flag list (the teller holds the
+    errors of both).
 
     That environment holds what the other decisions tell it (SGLANG_USE_AITER for attention
     turns SGLang's aiter greedy sampler on): told once with the user's environment, then again
@@ -148,9 +151,10 @@ def _tell_until_settled(
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
             for name, decision in resolution.decisions.items()
         }
-        sees = {**env, **_merge(told, [])[0], **{k: v for k, v in env.items() if v.strip()}}
+        told_env, flags = _merge(told, teller.errors)
+        sees = {**env, **told_env, **{k: v for k, v in env.items() if v.strip()}}
         if sees == seen:
-            return teller, told
+            return teller, told, told_env, flags
         if attempt:
             unsettled |= {k for k in {*sees, *seen} if sees.get(k) != seen.get(k)}
         seen = sees
@@ -159,7 +163,7 @@ def _tell_until_settled(
         f"conditions on and off ({', '.join(sorted(unsettled))}); a rule's if_on may not "
         "depend on a value another rule's if_on decides"
     )
-    return teller, told
+    return teller, told, told_env, flags
 
 
 def _tells_any_engine(feature: CompiledFeature) -> bool:

@@ -35,9 +35,9 @@ def scope_of(policies: PolicySet, feature: str) -> str | None:
     return compiled.spec.model_kind if compiled is not None else None
 
 
-def counted(policies: PolicySet, feature: str, model_kind: str | None) -> bool:
-    """Whether an error of ``feature`` fails the command for ``model_kind`` (None: only the
-    errors that hold for every model)."""
+def counted(policies: PolicySet, feature: str, model_kind: str) -> bool:
+    """Whether an error of ``feature`` fails the command for ``model_kind``: it holds for every
+    model, or for that kind."""
     scope = scope_of(policies, feature)
     return scope is None or scope == model_kind
 
@@ -45,7 +45,7 @@ def counted(policies: PolicySet, feature: str, model_kind: str | None) -> bool:
 def report_exit(
     policies: PolicySet,
     decisions: Iterable[tuple[str, Decision]],
-    model_kind: str | None,
+    model_kind: str,
     where: str = "",
 ) -> int:
     """1 when a counted decision is an error, else 0; the errors are said on stderr, one line
@@ -56,7 +56,7 @@ def report_exit(
     Args:
         policies: The policies the decisions came from (for each feature's model kind).
         decisions: (feature, decision) pairs, in the order to report them.
-        model_kind: ``--model-kind`` (None: errors for every model only).
+        model_kind: ``--model-kind`` (``mha`` or ``mla``).
         where: A prefix naming the platform (``mi300x: ``) for ``matrix``.
     """
     alike: dict[tuple[bool, str | None, str], list[str]] = {}

@@ -73,13 +73,13 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
             f"Content-Encoding {shown(coding)!r} is not accepted: send the JSON body as it is "
             f"(Content-Encoding: {accepted}, or none)",
         )
-    if _too_large(request) and not continued(request):  # the body will never come
-        raise BadBody(
-            413,
-            f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES}): Content-Length "
-            f"{request.content_length}, and the body was not asked for (Expect: 100-continue)",
-        )
     if _too_large(request):
+        if not continued(request):  # the body will never come: say so and close
+            raise BadBody(
+                413,
+                f"request body over MAX_HTTP_BODY_BYTES ({MAX_HTTP_BODY_BYTES}): Content-Length "
+                f"{request.content_length}, and the body was not asked for (Expect: 100-continue)",
+            )
         raise web.HTTPRequestEntityTooLarge(
             max_size=MAX_HTTP_BODY_BYTES, actual_size=request.content_length or 0
         )
