@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from kernelpolicy.policy.cel import cel_module, dtype_size
-from kernelpolicy.policy.transpile import HELPERS, Untranslatable, fold, translate, verify
+from kernelpolicy.policy.transpile import (
+    HELPERS,
+    Untranslatable,
+    fold,
+    tokens,
+    translate,
+    verify,
+)
 
 NAMESPACE = {**HELPERS, "_dtype_size": dtype_size}
 
@@ -70,3 +77,30 @@ def test_verify_rejects_a_wrong_translation() -> None:
 
     assert verify("n < 16384", reference, {"n": "int"}, "n < 16384", NAMESPACE)
     assert not verify("n <= 16384", reference, {"n": "int"}, "n < 16384", NAMESPACE)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(
+            'n >= 1.5 && m == "x"',
+            [("ident", "n"), ("op", ">="), ("double", "1.5"), ("op", "&&"), ("ident", "m"),
+             ("op", "=="), ("string", '"x"')],
+            id="every-kind",
+        ),
+        pytest.param("  n % 16  ", [("ident", "n"), ("op", "%"), ("int", "16")], id="spaces"),
+        pytest.param("", [], id="empty"),
+    ],
+)  # fmt: skip
+def test_tokens(source: str, expected: list[tuple[str, str]]) -> None:
+    """The tokens the parser reads and cel.py names a type error's operands from."""
+    assert tokens(source) == expected
+
+
+@pytest.mark.parametrize(
+    "source", [pytest.param("n > 1u", id="unsigned"), pytest.param("n # 1", id="stray")]
+)
+def test_tokens_outside_the_subset(source: str) -> None:
+    """What the subset cannot read is Untranslatable, which cel.py's caller catches."""
+    with pytest.raises(Untranslatable):
+        tokens(source)

@@ -244,7 +244,7 @@ def _type_error(exc: Exception, source: str, known: Mapping[str, str]) -> str | 
     naming them; the operands of an expression of the common subset are its variables (whose
     types are declared) and its literals.
     """
-    from kernelpolicy.policy.transpile import Untranslatable, _tokens
+    from kernelpolicy.policy.transpile import Untranslatable, tokens
 
     text = str(exc)
     if "overload" not in text and "Unsupported operation" not in text:
@@ -253,7 +253,7 @@ def _type_error(exc: Exception, source: str, known: Mapping[str, str]) -> str | 
     literal_types = {"int": "int", "double": "double", "string": "string"}
     operands: list[str] = []
     try:
-        for kind, token in _tokens(source):
+        for kind, token in tokens(source):
             if kind == "ident" and token in known:
                 operands.append(f"{token} ({known[token]})")
             elif kind in literal_types:

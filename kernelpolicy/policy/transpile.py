@@ -55,24 +55,31 @@ def _cel_mod(a: Any, b: Any) -> Any:
 HELPERS: dict[str, Any] = {"_cel_div": _cel_div, "_cel_mod": _cel_mod}
 
 
-def _tokens(source: str) -> list[tuple[str, str]]:
-    tokens, position = [], 0
+def tokens(source: str) -> list[tuple[str, str]]:
+    """``source``'s tokens as (kind, text), the kind one of ``double``, ``int``, ``string``,
+    ``ident`` and ``op``: what the parser here reads, and what :mod:`.cel` names the operands
+    of a type error from.
+
+    Raises:
+        Untranslatable: where a token of the common subset cannot be read.
+    """
+    found, position = [], 0
     source = source.rstrip()
     while position < len(source):
         match = _TOKEN.match(source, position)
         if match is None or match.end() == position:
             raise Untranslatable(f"cannot read {source[position : position + 10]!r}")
         kind = match.lastgroup or ""
-        tokens.append((kind, match.group(kind)))
+        found.append((kind, match.group(kind)))
         position = match.end()
-    return tokens
+    return found
 
 
 class _Parser:
     """Recursive descent over CEL's precedence levels, emitting Python source."""
 
     def __init__(self, source: str, static: Mapping[str, object], variables: set[str]) -> None:
-        self.tokens = _tokens(source)
+        self.tokens = tokens(source)
         self.index = 0
         self.static = static
         self.variables = variables
