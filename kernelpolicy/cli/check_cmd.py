@@ -54,11 +54,13 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.check import check_policies
-    from kernelpolicy.cli.common import allow_untrusted_files, counted
+    from kernelpolicy.cli.common import counted, local_settings
     from kernelpolicy.settings import bundled_policy_dir
 
+    # The trust opt-out of whoever runs check, as every command reads it (check has no --env).
+    trust = local_settings(args).allow_untrusted_files
     report = check_policies(
-        args.paths or [bundled_policy_dir()], args.platform, allow_untrusted=allow_untrusted_files()
+        args.paths or [bundled_policy_dir()], args.platform, allow_untrusted=trust
     )
     files, policies, issues = report.files, report.policies, report.issues
     if args.json:

@@ -6,14 +6,18 @@ import argparse
 import os
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.encoding import escaped_lines
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
+
+if TYPE_CHECKING:
+    from kernelpolicy.policy.compiled import PolicySet
+    from kernelpolicy.settings import Settings
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -164,48 +168,48 @@ def environment(args: argparse.Namespace, platform: Platform | None) -> dict[str
     return answer_env(args, platform).env
 
 
-def policy_load_options() -> dict[str, Any]:
-    """How this process loads policies: its trust opt-out and its compiled-pack cache
-    (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``, ``_CACHE_DIR``, ``_PACK_CACHE`` of this process,
-    never of a platform snapshot's recorded environment)."""
-    from kernelpolicy.settings import settings_from
-
-    local = settings_from(os.environ)
-    return {
-        "allow_untrusted": local.allow_untrusted_files,
-        "cache_dir": local.cache_dir,
-        "pack_cache": local.pack_cache,
-    }
-
-
-def allow_untrusted_files() -> bool:
-    """The trust opt-out of whoever runs the command: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES`` of
-    this process (never of a platform snapshot's recorded environment)."""
-    from kernelpolicy.settings import parse_bool
-
-    raw = os.environ.get("KERNELPOLICY_ALLOW_UNTRUSTED_FILES")
-    return raw is not None and parse_bool("KERNELPOLICY_ALLOW_UNTRUSTED_FILES", raw)
-
-
 def local_environment(args: argparse.Namespace) -> dict[str, str]:
     """This process's environment with each ``--env K=V``: where this machine's own settings
     (policy paths, cache directory, trust) come from, even when answering for a snapshot."""
     return environment(argparse.Namespace(platform=None, env=getattr(args, "env", [])), None)
 
 
-def policy_paths(args: argparse.Namespace, env: Mapping[str, str]) -> list[Path]:
-    """``--policies``, else ``KERNELPOLICY_POLICY_PATHS``, else the bundled pack; each must exist.
+def local_settings(args: argparse.Namespace) -> Settings:
+    """This machine's settings for the command: the ``KERNELPOLICY_*`` variables of this
+    process with each ``--env K=V`` (never of a platform snapshot's recorded environment).
+
+    The one place a command takes its own settings from: the policy paths, the trust opt-out
+    (``KERNELPOLICY_ALLOW_UNTRUSTED_FILES``, for policy files and the evidence store alike), the
+    cache directory and the compiled-pack cache. ``--env`` counts: it is the environment of
+    whoever runs the command, for this run.
+
+    Raises:
+        SettingsError: A variable has a bad value, naming it.
+    """
+    from kernelpolicy.settings import settings_from
+
+    return settings_from(local_environment(args))
+
+
+def local_policies(args: argparse.Namespace, local: Settings) -> PolicySet:
+    """The policies ``--policies`` names, else ``local``'s ``KERNELPOLICY_POLICY_PATHS``, else the
+    bundled pack, loaded with ``local``'s trust opt-out and compiled-pack cache
+    (:func:`kernelpolicy.inputs.load_policies_for`, as every front end loads them).
 
     Raises:
         SettingsError: A path does not exist, naming the option or variable it came from.
+        PolicyError, UntrustedFileError: The files are invalid or may not be trusted.
     """
-    from kernelpolicy.inputs import existing_policy_paths
-    from kernelpolicy.settings import settings_from
+    from kernelpolicy.inputs import existing_policy_paths, load_policies_for
+    from kernelpolicy.settings import bundled_policy_dir
 
     if getattr(args, "policies", None):
-        return existing_policy_paths(args.policies, "--policies")
-    origin = "KERNELPOLICY_POLICY_PATHS" if "KERNELPOLICY_POLICY_PATHS" in env else "bundled pack"
-    return existing_policy_paths(settings_from(env).policy_paths, origin)
+        paths, origin = args.policies, "--policies"
+    elif local.policy_paths == (bundled_policy_dir(),):
+        paths, origin = list(local.policy_paths), "bundled pack"
+    else:
+        paths, origin = list(local.policy_paths), "KERNELPOLICY_POLICY_PATHS"
+    return load_policies_for(local, existing_policy_paths(paths, origin))
 
 
 def disable_abbreviations(parser: argparse.ArgumentParser) -> None:

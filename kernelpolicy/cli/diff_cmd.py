@@ -115,14 +115,14 @@ def parse_steps(text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.cli.common import local_environment, policy_load_options, policy_paths
+    from kernelpolicy.cli.common import local_policies, local_settings
     from kernelpolicy.fleet import diff_fleet
-    from kernelpolicy.inputs import existing_policy_paths, load_policies_cached
+    from kernelpolicy.inputs import existing_policy_paths, load_policies_for
 
     steps = parse_steps(args.steps)
-    options = policy_load_options()
-    old = load_policies_cached(policy_paths(args, local_environment(args)), **options)
-    new = load_policies_cached(existing_policy_paths(args.against, "--against"), **options)
+    local = local_settings(args)
+    old = local_policies(args, local)
+    new = load_policies_for(local, existing_policy_paths(args.against, "--against"))
     _say_what_is_dropped(old, new, args.against)
     inventory = _inventory(args)
     result = diff_fleet(

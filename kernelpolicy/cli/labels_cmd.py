@@ -13,8 +13,9 @@ from kernelpolicy.cli.common import (
     add_resolve_options,
     counted,
     environment,
+    local_policies,
+    local_settings,
     obtain_platform,
-    policy_load_options,
 )
 
 
@@ -61,17 +62,14 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.inputs import gather, load_policies_cached
+    from kernelpolicy.inputs import gather
     from kernelpolicy.labels import PREFIX, nfd_text, node_labels
-    from kernelpolicy.settings import settings_from
 
-    base_env = environment(args, None) if args.platform is None else None
-    settings = settings_from(base_env if base_env is not None else {})
-    policies = load_policies_cached(args.policies or settings.policy_paths, **policy_load_options())
-    # The store is on this machine: where it is and whether to trust it come from this process
-    # (and --env), never from a snapshot's recorded environment. The labels show it whether or
-    # not the policies read it.
-    local = settings_from(environment(argparse.Namespace(platform=None, env=args.env), None))
+    # The policy files and the store are on this machine: where they are and whether to trust
+    # them come from this process (and --env), never from a snapshot's recorded environment.
+    # The labels show the store whether or not the policies read it.
+    local = local_settings(args)
+    policies = local_policies(args, local)
     inputs = gather(
         policies,
         local,

@@ -7,13 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.cli.common import (
-    HelpFormatter,
-    environment,
-    local_environment,
-    policy_load_options,
-    policy_paths,
-)
+from kernelpolicy.cli.common import HelpFormatter, environment, local_policies, local_settings
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
 from kernelpolicy.errors import PlatformFileError, ResolutionError
 from kernelpolicy.suggest import did_you_mean
@@ -21,6 +15,7 @@ from kernelpolicy.suggest import did_you_mean
 if TYPE_CHECKING:
     from kernelpolicy.engine.model import Decision
     from kernelpolicy.policy.compiled import PolicySet
+    from kernelpolicy.settings import Settings
 
 OUTPUTS = ("narrow", "wide", "json")
 
@@ -70,13 +65,10 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.inputs import load_policies_cached
-
-    policies = load_policies_cached(
-        policy_paths(args, local_environment(args)), **policy_load_options()
-    )
+    local = local_settings(args)
+    policies = local_policies(args, local)
     features = _features(args.features, list(policies.features))
-    cells = _resolve_all(args, policies)
+    cells = _resolve_all(args, policies, local)
     output = "json" if args.json else args.output
     if output == "json":
         document = {
@@ -107,13 +99,14 @@ def _features(asked: list[str], known: list[str]) -> list[str]:
     return list(dict.fromkeys(asked)) or known
 
 
-def _resolve_all(args: argparse.Namespace, policies: PolicySet) -> dict[str, dict[str, Decision]]:
-    """Platform (the snapshot's file stem) -> its decisions."""
+def _resolve_all(
+    args: argparse.Namespace, policies: PolicySet, local: Settings
+) -> dict[str, dict[str, Decision]]:
+    """Platform (the snapshot's file stem) -> its decisions (``local``: this machine's settings,
+    for the evidence store)."""
     from kernelpolicy.inputs import gather
     from kernelpolicy.platform.model import load_platform
-    from kernelpolicy.settings import settings_from
 
-    local = settings_from(local_environment(args))
     cells: dict[str, dict[str, Decision]] = {}
     for path in _snapshots(args.platforms):
         platform = load_platform(path)

@@ -8,12 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kernelpolicy.cli.common import (
-    local_environment,
-    obtain_platform,
-    policy_load_options,
-    policy_paths,
-)
+from kernelpolicy.cli.common import local_policies, local_settings, obtain_platform
 from kernelpolicy.cli.provenance import AnswerEnv, answer_env
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.platform.model import Platform
@@ -72,13 +67,11 @@ def resolve_from_daemon(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv
 def _resolve(
     args: argparse.Namespace, env: Mapping[str, str] | None
 ) -> tuple[Resolution, AnswerEnv | None]:
-    from kernelpolicy.inputs import gather, load_policies_cached
-    from kernelpolicy.settings import settings_from
+    from kernelpolicy.inputs import gather
 
     # Policy files, the evidence store and trust are this machine's, even with --platform.
-    local_env = local_environment(args)
-    local = settings_from(local_env)
-    policies = load_policies_cached(policy_paths(args, local_env), **policy_load_options())
+    local = local_settings(args)
+    policies = local_policies(args, local)
     told: list[AnswerEnv] = []
 
     def answer(platform: Platform) -> Mapping[str, str]:
