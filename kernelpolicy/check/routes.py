@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from kernelpolicy.dtypes import DTYPE_SIZES
+from kernelpolicy.dtypes import DTYPE_SIZES, dtype_name
 from kernelpolicy.engine.model import BatchRoute
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import PolicyIssue
@@ -94,5 +94,5 @@ def _unknown_dtypes(source: str) -> list[str]:
     return [
         f"compares dtype with {name[:40]!r}, which is no dtype name torch gives (known: {known})"
         for name in dict.fromkeys(names)
-        if name.removeprefix("torch.") not in DTYPE_SIZES
+        if dtype_name(name) not in DTYPE_SIZES
     ]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernelpolicy.code_cache import compile_kept
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.limits import shown
 
@@ -252,7 +253,7 @@ def _compile(function_name: str, lines: list[str], scope: dict[str, Any]) -> Cal
 def convert(call: str, name: str, kind: str, value: object) -> object:
     """Check a context value against its declared type; dtypes become their names."""
     if kind == "string" and not isinstance(value, str) and type(value).__module__ == "torch":
-        return str(value).removeprefix("torch.")  # torch.bfloat16 -> "bfloat16"
+        return dtype_name(value)  # torch.bfloat16 -> "bfloat16"
     if kind in ("int", "double") and isinstance(value, bool):
         ok = False
     else:

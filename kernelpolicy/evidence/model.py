@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelpolicy.dtypes import DTYPE_NAMES
+from kernelpolicy.dtypes import DTYPE_NAMES, dtype_name
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Outcome:
 
 def check_dtypes(check: str) -> list[str]:
     """The dtypes a check's name carries (``robustness/bfloat16/nan_one_row`` -> bfloat16)."""
-    found = [part.removeprefix("torch.") for part in check.split("/")]
+    found = [dtype_name(part) for part in check.split("/")]
     return [name for name in found if name in DTYPE_NAMES]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.kernels import torch_impl, transfer
 from kernelpolicy.kernels.builds import Builds
 from kernelpolicy.kernels.torch_impl import Generators
@@ -80,7 +81,7 @@ def _flashinfer_variant(
 ) -> FlashInferVariant:
     function = _flashinfer_function(k, p)
     dtype = logits.dtype if function.endswith("_logits") else torch.float32  # probs: float32
-    return function, str(dtype).removeprefix("torch."), str(logits.device)
+    return function, dtype_name(dtype), str(logits.device)
 
 
 def _build_flashinfer(variant: FlashInferVariant) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.encoding import described, one_line
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
@@ -202,10 +203,7 @@ def connect(
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
     struct = struct_pb2.Struct()
     struct.update(
-        {
-            k: str(v).removeprefix("torch.") if type(v).__module__ == "torch" else v
-            for k, v in values.items()
-        }
+        {k: dtype_name(v) if type(v).__module__ == "torch" else v for k, v in values.items()}
     )
     return struct
 

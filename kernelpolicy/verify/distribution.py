@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.evidence.model import Outcome
 from kernelpolicy.verify.reference import filtered_probs
 
@@ -28,10 +29,6 @@ BIG_K = (300, 1024)  # above the Triton kernel's MAX_K, and far above
 # judged token by token where the probability is 0 and by chi-square over WIDE_BINS bins of
 # tokens of neighbouring probability elsewhere
 WIDE_VOCAB, WIDE_P, WIDE_SAMPLES, WIDE_CHUNK, WIDE_BINS = 16384, 0.9, 20_000, 5_000, 128
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _full(batch: int, value: float | None, dtype: torch.dtype, device: str) -> Any:
@@ -138,7 +135,7 @@ def distribution(
     for dtype in DTYPES:
         row = base.to(dtype)
         for k, p in cases:
-            name = f"distribution/{_name(dtype)}/k={k or '-'},p={p or '-'}"
+            name = f"distribution/{dtype_name(dtype)}/k={k or '-'},p={p or '-'}"
             yield _same_row(sampler, name, row, k=k, p=p, device=device, samples=samples)
         yield _mixed(sampler, row, device, samples)
         yield wide_nucleus(sampler, wide.to(dtype), device, wide_samples)
@@ -153,7 +150,7 @@ def distribution(
 
 def _mixed(sampler: Sampler, row: torch.Tensor, device: str, samples: int = SAMPLES) -> Outcome:
     """Rows of one batch with different k/p (0 and 1.0 meaning none), as vLLM passes them."""
-    name = f"distribution/{_name(row.dtype)}/mixed-rows"
+    name = f"distribution/{dtype_name(row.dtype)}/mixed-rows"
     per = samples // len(MIXED)
     logits = row.expand(per * len(MIXED), -1).contiguous().to(device)
     k = torch.tensor([m[0] for m in MIXED]).repeat_interleave(per)
@@ -178,7 +175,7 @@ def wide_nucleus(
     """A nucleus of most of the vocabulary (see WIDE_VOCAB): no draw outside it, and the
     filtered softmax by chi-square over bins of tokens ranked by probability. In bfloat16 and
     float16 the row has many exact ties, the boundary's among them."""
-    name = f"distribution/{_name(row.dtype)}/wide-nucleus"
+    name = f"distribution/{dtype_name(row.dtype)}/wide-nucleus"
     parts = []
     for start in range(0, samples, WIDE_CHUNK):
         rows = min(WIDE_CHUNK, samples - start)

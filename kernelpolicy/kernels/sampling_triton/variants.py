@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kernelpolicy.dtypes import dtype_name
+
 if TYPE_CHECKING:
     from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 
@@ -40,7 +42,7 @@ class Variant:
         has_k, has_p, p_rows = self.rows
         paths = [name for name, on in (("top-k", has_k), ("top-p", has_p)) if on] or ["plain"]
         paths += ["wide rows"] if p_rows else []
-        dtype = str(self.dtype).removeprefix("torch.")
+        dtype = dtype_name(self.dtype)
         where = f"vocab {self.vocab} (groups of {self.size}) on {self.device}"
         return f"{dtype} {' '.join(paths)}, {where}"
 
