@@ -17,7 +17,12 @@ from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.engine.switches import force_variable, read_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
-from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
+from kernelpolicy.evidence.store import (
+    Evidence,
+    evidence_from_json,
+    evidence_to_json,
+    platform_key,
+)
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 
 
@@ -162,9 +167,15 @@ def resolved_platform_json(resolution: Resolution) -> str:
 def inputs_message(
     resolution: Resolution, sources: Iterable[tuple[str, str]], evidence: Evidence | None
 ) -> pb.Inputs:
-    """What a client needs to rebuild the same Resolution (same fingerprint) in its process."""
+    """What a client needs to rebuild the same Resolution (same fingerprint) in its process.
+
+    ``evidence`` (the node's) is sent only where it is the evidence of the answer's platform:
+    an answer about a platform with another key used none (:mod:`kernelpolicy.server.hypothetical`).
+    """
     from pathlib import Path
 
+    if evidence is not None and evidence.key != platform_key(resolution.platform):
+        evidence = None
     return pb.Inputs(
         platform_json=resolution.platform.to_json(indent=None),
         env=dict(resolution.env),
@@ -194,7 +205,7 @@ def rebuild(inputs: pb.Inputs, host: Host | None = None, *, daemon: str = "") ->
             a snapshot, policies or evidence that do not load), naming the daemon, the input
             and what was wrong, cut and escaped.
     """
-    from kernelpolicy.engine.decide import resolve_policies
+    from kernelpolicy.inputs import Inputs
     from kernelpolicy.platform.model import load_platform_bytes
     from kernelpolicy.policy.loader import load_policy_sources
 
@@ -211,12 +222,5 @@ def rebuild(inputs: pb.Inputs, host: Host | None = None, *, daemon: str = "") ->
         policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
     except KernelPolicyError as exc:  # PolicyError: each issue names its document
         raise refused(f"inputs.policies: {exc}") from None
-    return resolve_policies(
-        platform,
-        dict(inputs.env),
-        policies,
-        dict(inputs.overrides),
-        evidence,
-        halts=dict(inputs.halted),
-        host=host,
-    )
+    rebuilt = Inputs(platform, dict(inputs.env), policies, dict(inputs.overrides), evidence)
+    return rebuilt.resolve(host=host, halts=dict(inputs.halted))

@@ -11,13 +11,19 @@ from typing import Any
 
 import grpc
 
-from kernelpolicy.engine.decide import halts_of, resolve_policies
+from kernelpolicy.engine.decide import halts_of
+from kernelpolicy.engine.forces import check_forces
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.errors import DaemonError, KernelPolicyError
+from kernelpolicy.errors import DaemonError, KernelPolicyError, SettingsError
+from kernelpolicy.evidence.store import platform_key
+from kernelpolicy.inputs import Inputs
 from kernelpolicy.limits import MAX_HYPOTHETICAL_RESOLVES, MAX_HYPOTHETICAL_WAITING
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json
 from kernelpolicy.server.state import ServingState, Snapshot
+from kernelpolicy.settings.readers import read_value, variable
+
+OVERRIDES_VARIABLE = variable("overrides")
 
 
 class Hypotheticals:
@@ -78,25 +84,73 @@ class Hypotheticals:
 def _hypothetical(state: ServingState, snapshot: Snapshot, request: Any) -> Resolution:
     """What the node's policies decide for the request's platform and/or environment (in a
     thread of :class:`Hypotheticals`)."""
+    platform = _platform(state, request)
+    # This node's halts hold for what it would decide under another environment, not for
+    # another platform.
+    halts = None if request.platform_json else halts_of(snapshot.resolution.decisions)
+    return _inputs(state, snapshot, request, platform).resolve(halts=halts)
+
+
+def _platform(state: ServingState, request: Any) -> Platform:
+    """The request's platform_json, else the node's.
+
+    Raises:
+        DaemonError: INVALID_ARGUMENT for a platform_json that is no snapshot.
+    """
+    if not request.platform_json:
+        return state.platform
     try:
-        platform = (
-            Platform.from_dict(
-                parse_json(request.platform_json, "platform_json", KernelPolicyError),
-                source="platform_json",
-            )
-            if request.platform_json
-            else state.platform
+        return Platform.from_dict(
+            parse_json(request.platform_json, "platform_json", KernelPolicyError),
+            source="platform_json",
         )
     except KernelPolicyError as exc:
         message = str(exc)
         prefix = "" if message.startswith("platform_json") else "platform_json: "
         raise DaemonError(prefix + message, grpc.StatusCode.INVALID_ARGUMENT) from None
-    env: Mapping[str, str] = (
-        dict(request.env) if (request.env or request.hypothetical_env) else state.env
-    )
-    # This node's halts hold for what it would decide under another environment, not for
-    # another platform.
-    halts = None if request.platform_json else halts_of(snapshot.resolution.decisions)
-    return resolve_policies(
-        platform, env, snapshot.policies, state.overrides, snapshot.evidence, halts=halts
-    )
+
+
+def _inputs(state: ServingState, snapshot: Snapshot, request: Any, platform: Platform) -> Inputs:
+    """The answer's inputs.
+
+    The overrides go with the environment: a request's own env brings its own
+    ``KERNELPOLICY_OVERRIDES`` (none where it sets none), checked against the policies with its
+    ``KERNELPOLICY_FORCE_*`` as ``kernelpolicy.resolve(env=...)`` checks them; without one the
+    answer has the node's environment and the daemon's overrides. None of the request's other
+    ``KERNELPOLICY_*`` settings counts: the policies, the evidence store and trust are the
+    daemon's. This node's evidence counts only for a platform with its key
+    (:func:`~kernelpolicy.evidence.store.platform_key`: the same device, driver, torch and
+    kernel libraries); another platform has none, as ``verified = true`` means "passed
+    ``kernelpolicy verify`` on that platform".
+
+    Raises:
+        DaemonError: INVALID_ARGUMENT for an env whose force or override names nothing the
+            policies have, or whose ``KERNELPOLICY_OVERRIDES`` is no JSON object of strings.
+    """
+    env: Mapping[str, str] = state.env
+    overrides: Mapping[str, str] = state.overrides
+    if request.env or request.hypothetical_env:
+        env = dict(request.env)
+        try:
+            overrides = _env_overrides(env)
+            check_forces(snapshot.policies, env, overrides)
+        except SettingsError as exc:
+            raise DaemonError(f"env: {exc}", grpc.StatusCode.INVALID_ARGUMENT) from None
+    evidence = snapshot.evidence
+    if evidence is not None and evidence.key != platform_key(platform):
+        evidence = None
+    return Inputs(platform, env, snapshot.policies, overrides, evidence)
+
+
+def _env_overrides(env: Mapping[str, str]) -> Mapping[str, str]:
+    """``KERNELPOLICY_OVERRIDES`` of ``env``, read as the settings read it (none where unset).
+
+    Raises:
+        SettingsError: It is not a JSON object of feature -> implementation.
+    """
+    value = env.get(OVERRIDES_VARIABLE)
+    if value is None:
+        return {}
+    read = read_value("overrides", value)
+    assert isinstance(read, dict)  # the overrides' reader gives a dict or raises
+    return read
