@@ -30,7 +30,7 @@ from typing import Any
 from kernelpolicy.digest import file_stamps, sha256
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_SETTINGS_MEMO_BYTES
-from kernelpolicy.settings.readers import validated_cache_dir, variable
+from kernelpolicy.settings.readers import KINDS, Kind, validated_cache_dir, variable
 from kernelpolicy.versions import KERNELPOLICY_VERSION
 
 __all__ = ["MEMO_ENTRIES", "recall", "remember"]
@@ -66,9 +66,9 @@ def remember(given: Mapping[str, str], values: Mapping[str, object]) -> None:
 
     from kernelpolicy.safeio import store_cache_bytes
 
-    settings = {name: _encode(values[name]) for name in _fields(given)}
-    entry = {"format": FORMAT, "key": _key(given), "values": settings}
     try:
+        settings = {name: _encode(name, values[name]) for name in _fields(given)}
+        entry = {"format": FORMAT, "key": _key(given), "values": settings}
         data = json.dumps(entry, separators=(",", ":")).encode()
     except (TypeError, ValueError):
         return
@@ -126,40 +126,42 @@ def _read(
         raise _Miss from None
 
 
-def _encode(value: object) -> Any:
-    if isinstance(value, Path):
-        return {"path": str(value)}
-    if isinstance(value, tuple):
-        return {"paths": [str(item) for item in value]}
-    if isinstance(value, Mapping):
-        return {"map": dict(value)}
-    if value is None or isinstance(value, bool | str):
+def _encode(name: str, value: object) -> Any:
+    """The model's value of field ``name`` as JSON, under its kind's tag where JSON has no type
+    for it (:data:`_TAGS`)."""
+    tag = _TAGS.get(KINDS[name])
+    if value is None or (tag is None and isinstance(value, bool | str)):
         return value
-    raise TypeError(f"a setting's value of type {type(value).__name__}")
+    if tag is not None and isinstance(value, Path):
+        return {tag: str(value)}
+    if tag is not None and isinstance(value, tuple):
+        return {tag: [str(item) for item in value]}
+    if tag is not None and isinstance(value, Mapping):
+        return {tag: dict(value)}
+    raise TypeError(f"setting {name}: a value of type {type(value).__name__}")
 
 
-_PATHS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
-_BOOLEANS = frozenset({"allow_untrusted_files", "pack_cache", "hardware_cache", "report"})
-_STRINGS = frozenset({"log_format", "socket"})
+_TAGS: dict[Kind, str] = {"path": "path", "paths": "paths", "overrides": "map"}
+"""The key under which a value of each kind that JSON has no type for is stored."""
 
 
 def _decode(name: str, value: Any) -> object:
-    """A stored value in its field's form (what the model gives), else a miss."""
-    inner = value.get(_TAGS.get(name, "")) if isinstance(value, dict) else None
-    if name in _PATHS and isinstance(inner, str):
+    """A stored value in its field's form (what the model gives, by the field's kind), else a
+    miss."""
+    kind = KINDS.get(name)
+    tag = _TAGS.get(kind) if kind is not None else None
+    inner = value.get(tag) if tag is not None and isinstance(value, dict) else None
+    if kind == "path" and isinstance(inner, str):
         return Path(inner)
-    if name == "policy_paths" and isinstance(inner, list) and _all_str(inner):
+    if kind == "paths" and isinstance(inner, list) and _all_str(inner):
         return tuple(Path(item) for item in inner)
-    if name == "overrides" and isinstance(inner, dict) and _all_str([*inner, *inner.values()]):
+    if kind == "overrides" and isinstance(inner, dict) and _all_str([*inner, *inner.values()]):
         return dict(inner)
-    if (name in _BOOLEANS and isinstance(value, bool)) or (
-        name in _STRINGS and isinstance(value, str)
+    if (kind == "boolean" and isinstance(value, bool)) or (
+        kind in ("log_format", "socket") and isinstance(value, str)
     ):
         return value
     raise _Miss
-
-
-_TAGS = {**dict.fromkeys(_PATHS, "path"), "policy_paths": "paths", "overrides": "map"}
 
 
 def _all_str(items: list[Any]) -> bool:

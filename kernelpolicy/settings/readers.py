@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kernelpolicy.cache_dir import default_cache_dir
 from kernelpolicy.errors import SettingsError
@@ -17,6 +17,8 @@ from kernelpolicy.safeio import parse_json
 
 __all__ = [
     "ACCEPTED_BOOLEANS",
+    "KINDS",
+    "Kind",
     "bundled_policy_dir",
     "parse_bool",
     "read_value",
@@ -99,19 +101,34 @@ def _socket(name: str, value: str) -> str:
     return f"unix:{path}"
 
 
-_READERS: dict[str, Callable[[str, str], Any]] = {
-    "log_format": _read_log_format,
-    "policy_paths": _read_paths,
+Kind = Literal["boolean", "path", "paths", "overrides", "log_format", "socket"]
+"""The form of a setting's value, each read by one reader (:data:`KINDS` says each field's)."""
+
+KINDS: dict[str, Kind] = {
+    "policy_paths": "paths",
+    "overrides": "overrides",
+    "log_format": "log_format",
+    "cache_dir": "path",
+    "tls_cert_file": "path",
+    "tls_key_file": "path",
+    "tls_client_ca_file": "path",
+    "allow_untrusted_files": "boolean",
+    "pack_cache": "boolean",
+    "hardware_cache": "boolean",
+    "socket": "socket",
+    "report": "boolean",
+}
+"""Every setting's kind, the one table of them: the readers, the settings model's validator and
+the settings memo (:mod:`kernelpolicy.settings.memo`) all go by it (a test keeps its keys the
+fields of :class:`~kernelpolicy.settings.Settings`, each kind agreeing with the field's type)."""
+
+_READERS: dict[Kind, Callable[[str, str], Any]] = {
+    "paths": _read_paths,
     "overrides": _read_overrides,
-    "allow_untrusted_files": parse_bool,
-    "pack_cache": parse_bool,
-    "hardware_cache": parse_bool,
-    "report": parse_bool,
+    "log_format": _read_log_format,
+    "path": _path,
+    "boolean": parse_bool,
     "socket": _socket,
-    "cache_dir": _path,
-    "tls_cert_file": _path,
-    "tls_key_file": _path,
-    "tls_client_ca_file": _path,
 }
 
 
@@ -162,7 +179,7 @@ def _read(name: str, value: str) -> object:
         raise SettingsError(
             f"{where}: {len(value)} characters is over MAX_SETTING_CHARS ({MAX_SETTING_CHARS})"
         )
-    return _READERS[name](where, value)
+    return _READERS[KINDS[name]](where, value)
 
 
 def read_value(name: str, value: Any) -> object:
@@ -174,17 +191,14 @@ def read_value(name: str, value: Any) -> object:
     """
     if isinstance(value, str):
         return _read(name, value)
-    if name == "policy_paths" and isinstance(value, Path | Iterable):
+    kind = KINDS[name]
+    if kind == "paths" and isinstance(value, Path | Iterable):
         paths = (value,) if isinstance(value, Path) else tuple(value)
-        return tuple(_path("KERNELPOLICY_POLICY_PATHS", str(p)) for p in paths)
-    if name in _PATH_FIELDS:
+        return tuple(_path(variable(name), str(p)) for p in paths)
+    if kind == "path":
         return None if value is None else _path(variable(name), str(value))
-    if name == "overrides" and isinstance(value, Mapping):
+    if kind == "overrides" and isinstance(value, Mapping):
         return _read(name, json.dumps(dict(value)))
-    if name in _BOOLEAN_FIELDS and isinstance(value, bool):
+    if kind == "boolean" and isinstance(value, bool):
         return value
     raise SettingsError(f"setting {name}: unexpected {type(value).__name__} value")
-
-
-_BOOLEAN_FIELDS = frozenset({"allow_untrusted_files", "pack_cache", "hardware_cache", "report"})
-_PATH_FIELDS = frozenset({"cache_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
