@@ -60,6 +60,48 @@ def test_bad_http_addresses_name_the_forms(address: str) -> None:
         parse_http_address(address)
 
 
+HTTP_EXPECTED = "expected PORT, HOST:PORT or [IPV6]:PORT with a port from 0 to 65535"
+URL = "a URL: give HOST:PORT, without a scheme or path"
+BAD_HTTP = {
+    "a url": ("http://127.0.0.1:9464", URL),
+    "a url without a port": ("http://node-7", URL),
+    "a path after the port": ("node-7:9464/metrics", URL),
+    "no IPv4 address": ("999.1.1.1:9464", "'999.1.1.1' is not an IPv4 address"),
+    "too few numbers": ("10.1.1:9464", "'10.1.1' is not an IPv4 address"),
+    "port out of range": ("host:99999", "port '99999' is not a number from 0 to 65535"),
+    "a port of words": ("host:http", "port 'http' is not a number from 0 to 65535"),
+    "no port": ("host:", "port '' is not a number from 0 to 65535"),
+}
+
+
+@pytest.mark.parametrize(("address", "problem"), BAD_HTTP.values(), ids=list(BAD_HTTP))
+def test_a_bad_http_address_names_what_is_wrong(address: str, problem: str) -> None:
+    """--http is checked as every address is (a URL and dotted numbers that are no IPv4
+    address included), and says what was expected and what was wrong."""
+    with pytest.raises(DaemonError) as info:
+        parse_http_address(address)
+    assert str(info.value) == f"--http {address!r}: {HTTP_EXPECTED}; {problem}"
+
+
+SAME_PROBLEM = {
+    "a url": "http://127.0.0.1:5000",
+    "a url without a port": "http://node-7",
+    "no IPv4 address": "999.1.1.1:5000",
+    "port out of range": "127.0.0.1:70000",
+}
+
+
+@pytest.mark.parametrize("address", SAME_PROBLEM.values(), ids=list(SAME_PROBLEM))
+def test_http_and_listen_addresses_are_checked_one_way(address: str) -> None:
+    """--http and --listen find the same problem in the same address."""
+    with pytest.raises(DaemonError) as listen:
+        check_address(address, "--listen", listening=True)
+    with pytest.raises(DaemonError) as http:
+        parse_http_address(address)
+    problem = str(listen.value).split(": ", 1)[1].rsplit("; expected", 1)[0]
+    assert str(http.value).endswith(f"; {problem}")
+
+
 LISTEN = {
     "no host": (":50151", "expected HOST:PORT"),
     "a bare port": ("50151", "expected HOST:PORT"),

@@ -173,8 +173,8 @@ def test_status_json_without_a_daemon(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_status_json_with_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
     """status --json with a daemon: its report, exit 0."""
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
-        assert main(["status", "--json", "--address", daemon.bound[0]]) == 0
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        assert main(["status", "--json", "--address", running.daemon.bound[0]]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["serving"], report["revision"], report["policy_error"]) == (True, 1, None)
 
@@ -231,6 +231,12 @@ def _taken() -> socket.socket:
         pytest.param(["--http", "notaport"], "--http 'notaport': expected PORT", id="http-no-port"),
         pytest.param(["--http", "127.0.0.1:99999"], "with a port from 0 to 65535",
                      id="http-port-range"),
+        pytest.param(["--http", "http://127.0.0.1:9464"],
+                     "--http 'http://127.0.0.1:9464': expected PORT, HOST:PORT or [IPV6]:PORT "
+                     "with a port from 0 to 65535; a URL: give HOST:PORT", id="http-url"),
+        pytest.param(["--http", "999.1.1.1:9464"],
+                     "with a port from 0 to 65535; '999.1.1.1' is not an IPv4 address",
+                     id="http-no-ipv4"),
         pytest.param(["--labels-dir", "/nonexistent/features.d"], "not a directory",
                      id="labels-dir-missing"),
         pytest.param(["--port-file", "/nonexistent/kp.port"], "no directory /nonexistent",
@@ -288,8 +294,8 @@ def test_a_relative_socket_is_named_absolute(
     monkeypatch.chdir(tmp_path)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], listen=["unix:kp.sock"], watch=False
-    ) as daemon:
-        assert daemon.bound == [f"unix:{tmp_path / 'kp.sock'}"]
+    ) as running:
+        assert running.daemon.bound == [f"unix:{tmp_path / 'kp.sock'}"]
         monkeypatch.chdir("/")
-        with connect(daemon.bound[0]) as client:
+        with connect(running.daemon.bound[0]) as client:
             assert client.resolve().decision("sampler.greedy").impl == "torch"

@@ -35,11 +35,34 @@ def with_port(address: str, port: int) -> str:
     return f"{address.rpartition(':')[0]}:{port}"
 
 
+URL_PROBLEM = "a URL: give HOST:PORT, without a scheme or path"
+
+
+def address_problem(address: str, *, low: int = 1, bare_port: bool = False) -> str | None:
+    """Why ``address`` is no ``HOST:PORT`` (``[V6]:PORT``) with a port from ``low`` to 65535,
+    or None: the one check of a TCP address (:func:`check_address`, ``--http``).
+
+    Args:
+        address: The address as given.
+        low: The lowest port allowed (0 where the system may pick one).
+        bare_port: ``PORT`` and ``:PORT`` (no host) are allowed too.
+    """
+    split = split_address(address)
+    if not split.host and not bare_port:
+        return "no HOST:PORT"
+    problem = host_problem(split.host) if split.host else None
+    if problem is None and "/" in split.port:  # http://host: the scheme's slashes end the port
+        problem = URL_PROBLEM
+    if problem is None and not (split.number is not None and low <= split.number <= MAX_PORT):
+        problem = f"port {split.port[:20]!r} is not a number from {low} to {MAX_PORT}"
+    return problem
+
+
 def host_problem(host: str) -> str | None:
     """Why ``host`` cannot be a host name or address, or None: a URL's scheme or path, or
     dotted numbers that are no IPv4 address (``999.1.1.1``)."""
     if "/" in host or "://" in host:
-        return "a URL: give HOST:PORT, without a scheme or path"
+        return URL_PROBLEM
     if host.replace(".", "").isdigit() and not _is_ip(host):
         return f"{host!r} is not an IPv4 address"
     return None
@@ -70,10 +93,7 @@ def check_address(address: str, what: str = "daemon address", *, listening: bool
         return address
     if address.startswith("/"):
         raise DaemonError(f"{what} {address[:100]!r}: a path; did you mean unix:{address[:100]}?")
-    split = split_address(address)
-    problem = host_problem(split.host) if split.host else "no HOST:PORT"
-    if problem is None and not (split.number is not None and low <= split.number <= MAX_PORT):
-        problem = f"port {split.port[:20]!r} is not a number from {low} to {MAX_PORT}"
+    problem = address_problem(address, low=low)
     if problem is not None:
         raise DaemonError(f"{what} {address[:100]!r}: {problem}; {expected}")
     return address

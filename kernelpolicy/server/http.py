@@ -43,7 +43,7 @@ from kernelpolicy.limits import (
     shown,
 )
 from kernelpolicy.server import ofrep
-from kernelpolicy.server.addresses import MAX_PORT, split_address
+from kernelpolicy.server.addresses import MAX_PORT, address_problem, split_address
 from kernelpolicy.server.connections import LIMITS, GuardedListener, Timeouts
 from kernelpolicy.server.http_body import (
     ACCEPTED_CONTENT_CODINGS,
@@ -69,14 +69,18 @@ def parse_http_address(address: str) -> tuple[str, int]:
     """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` as (host, port); a bare port is loopback.
 
     Raises:
-        DaemonError: Not one of those forms, or a port outside 0-65535.
+        DaemonError: Not one of those forms (a URL, dotted numbers that are no IPv4 address),
+            or a port outside 0-65535, naming what was wrong and what was expected, before
+            anything is probed or bound.
     """
-    split = split_address(address)
-    if split.number is None or split.number > MAX_PORT:
+    problem = address_problem(address, low=0, bare_port=True)
+    if problem is not None:
         raise DaemonError(
             f"--http {address[:100]!r}: expected PORT, HOST:PORT or [IPV6]:PORT with a port "
-            "from 0 to 65535"
+            f"from 0 to {MAX_PORT}; {problem}"
         )
+    split = split_address(address)
+    assert split.number is not None  # address_problem checked it
     return split.host or "127.0.0.1", split.number
 
 
