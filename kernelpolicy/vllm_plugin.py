@@ -3,10 +3,12 @@
 vLLM loads every ``vllm.general_plugins`` entry point in each of its processes (API server,
 engine core, workers) before it builds a model (``vllm/plugins/__init__.py``
 ``load_general_plugins``). This one does nothing unless ``KERNELPOLICY_VLLM_PLUGIN=1``
-(``kernelpolicy exec --engine vllm`` sets it). Then, once per process, it resolves with the
+(``kernelpolicy exec --engine vllm`` sets it; the settings' booleans, ``parse_bool``, and a
+value that is none of them is a warning). Then, once per process, it resolves with the
 inputs ``exec`` resolved with (``KERNELPOLICY_VLLM_PLUGIN_INPUTS``: the environment before
-``exec`` added vLLM's settings, the platform snapshot and policy paths), checks that it reached
-the same fingerprint (a disagreement is a warning), and installs:
+``exec`` added vLLM's settings, the platform snapshot and policy paths, read by
+:func:`kernelpolicy.bridge.plugin.read_plugin_inputs`), checks that it reached the same
+fingerprint (a disagreement is a warning), and installs:
 
 * ``sampler.top_k_top_p``: vLLM's ``TopKTopPSampler`` (``forward_native``/``forward_cpu``/
   ``forward_cuda``/``forward_hip``) calls ``resolve().select()`` per call, with the call's
@@ -32,7 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.bridge.plugin import ENABLE, INPUTS, MAX_INPUTS_BYTES
+from kernelpolicy.bridge.plugin import ENABLE, INPUTS, read_plugin_inputs
+from kernelpolicy.settings import parse_bool
 
 STATS = "KERNELPOLICY_VLLM_PLUGIN_STATS"
 PROCESSED = ("processed_logits", "processed_logprobs")
@@ -43,11 +46,18 @@ LOGGER = "vllm.plugins.kernelpolicy"
 
 
 def register() -> None:
-    """The entry point vLLM calls in each process; a no-op unless turned on."""
-    if os.environ.get(ENABLE, "").strip().lower() not in ("1", "true", "yes", "on"):
+    """The entry point vLLM calls in each process; a no-op unless turned on.
+
+    The switch takes the settings' booleans (:func:`kernelpolicy.settings.parse_bool`); a value
+    that is none of them is said in the warning, and vLLM keeps its own kernels.
+    """
+    switch = os.environ.get(ENABLE, "")
+    if not switch.strip():
         return
     log = _logger()
     try:
+        if not parse_bool(ENABLE, switch):
+            return
         installed = _Plugin().install()
     except Exception as exc:  # never take vLLM down: its own paths stay in place
         log.warning("kernelpolicy: plugin not installed, vLLM keeps its own kernels: %s", exc)
@@ -141,18 +151,13 @@ class _Plugin:
 
 
 def _resolve() -> Any:
+    inputs = read_plugin_inputs(os.environ.get(INPUTS, ""))  # before the heavy imports
     from kernelpolicy import Platform, resolve
 
-    text = os.environ.get(INPUTS, "")
-    if len(text) > MAX_INPUTS_BYTES:
-        raise ValueError(f"{INPUTS} is over {MAX_INPUTS_BYTES} bytes")
-    inputs = json.loads(text) if text else {}
-    env = inputs.get("env")
-    snapshot = inputs.get("platform")
+    snapshot = inputs.platform
     platform = Platform.from_dict(snapshot, source=INPUTS) if snapshot else None
-    resolution = resolve(platform, env=env if isinstance(env, dict) else None,
-                         policies=inputs.get("policies") or None)  # fmt: skip
-    expected = inputs.get("fingerprint")
+    resolution = resolve(platform, env=inputs.env, policies=inputs.policies or None)
+    expected = inputs.fingerprint
     if expected and expected != resolution.fingerprint:
         _logger().warning(
             "kernelpolicy: this process resolved to fingerprint %s, kernelpolicy exec to %s: "

@@ -1,13 +1,19 @@
 """What ``kernelpolicy exec`` gives its engine's kernelpolicy plugin: the switch that turns it
 on, and the inputs ``exec`` resolved with, so that each engine process resolves alike
-(:mod:`kernelpolicy.vllm_plugin` reads them)."""
+(:func:`plugin_environment` writes them, :func:`read_plugin_inputs` reads them back in
+:mod:`kernelpolicy.vllm_plugin`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.limits import MAX_NESTING_DEPTH, shown
+from kernelpolicy.safeio import parse_json
 
 # The engines with a kernelpolicy plugin; the variable that turns it on, and the one that
 # carries the inputs (names other code and the plugin depend on).
@@ -50,3 +56,91 @@ def plugin_environment(
         inputs["env"] = {k: v for k, v in env.items() if k.startswith(_KEPT_PREFIXES)}
         text = json.dumps(inputs, sort_keys=True)
     return {ENABLE: "1", INPUTS: text}
+
+
+@dataclass(frozen=True)
+class PluginInputs:
+    """The inputs ``kernelpolicy exec`` resolved with, as its engine's plugin reads them back
+    (:func:`read_plugin_inputs`); each None where not given."""
+
+    env: dict[str, str] | None = None
+    fingerprint: str | None = None
+    platform: dict[str, Any] | None = None
+    policies: tuple[str, ...] | None = None
+
+
+_EXPECTED = (
+    "expected the JSON object kernelpolicy exec writes: env (an object of strings), "
+    "fingerprint (a string), platform (an object: a snapshot), policies (a list of strings), "
+    "each may be null"
+)
+
+
+def _failure(message: str) -> SettingsError:
+    return SettingsError(f"{message}; {_EXPECTED}")
+
+
+def read_plugin_inputs(text: str) -> PluginInputs:
+    """``KERNELPOLICY_VLLM_PLUGIN_INPUTS`` as :func:`plugin_environment` writes it: at most
+    ``MAX_INPUTS_BYTES``, parsed with :func:`kernelpolicy.safeio.parse_json` (strict, nested at
+    most one level more than a snapshot may be), each key checked. Empty (unset): no inputs,
+    each process resolves with its own environment and probe.
+
+    Raises:
+        SettingsError: Naming the variable, what is wrong (a key, its JSON type) and what was
+            expected.
+    """
+    if not text.strip():
+        return PluginInputs()
+    if len(text) > MAX_INPUTS_BYTES:
+        raise _failure(
+            f"{INPUTS}: {len(text):,} characters is over MAX_INPUTS_BYTES ({MAX_INPUTS_BYTES:,})"
+        )
+    data = parse_json(text, INPUTS, _failure, limit=MAX_NESTING_DEPTH + 1)
+    if not isinstance(data, dict):
+        raise _failure(f"{INPUTS}: a JSON {_json_type(data)}")
+    unknown = [key for key in data if key not in _KINDS]
+    if unknown:
+        raise _failure(f"{INPUTS}: unknown key {shown(unknown[0], 80)!r}")
+    for key, (kind, what) in _KINDS.items():
+        _check(key, data.get(key), kind, what)
+    policies = data.get("policies")
+    return PluginInputs(
+        env=data.get("env"),
+        fingerprint=data.get("fingerprint"),
+        platform=data.get("platform"),
+        policies=None if policies is None else tuple(policies),
+    )
+
+
+_KINDS: dict[str, tuple[type, str]] = {
+    "env": (dict, "an object"),
+    "fingerprint": (str, "a string"),
+    "platform": (dict, "an object"),
+    "policies": (list, "an array"),
+}
+"""Each key of the inputs: the type of its value (null aside), in words; the items of ``env``
+and ``policies`` are strings."""
+
+
+def _check(key: str, value: Any, kind: type, what: str) -> None:
+    """Raise where ``value`` (of ``key``) is not null and not of ``kind``, or where an item of
+    ``env`` or ``policies`` is not a string, naming it."""
+    if value is None:
+        return
+    if not isinstance(value, kind):
+        raise _failure(f"{INPUTS}: {key} is a JSON {_json_type(value)}, not {what}")
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict) and key == "env":
+        items = [(repr(shown(str(name), 80)), item) for name, item in value.items()]
+    elif isinstance(value, list):
+        items = [(str(index), item) for index, item in enumerate(value)]
+    for where, item in items:
+        if not isinstance(item, str):
+            raise _failure(f"{INPUTS}: {key}[{where}] is a JSON {_json_type(item)}, not a string")
+
+
+def _json_type(value: Any) -> str:
+    """``value``'s type as JSON names it."""
+    names = {dict: "object", list: "array", bool: "boolean", str: "string", int: "number"}
+    return "null" if value is None else names.get(type(value), "number")
