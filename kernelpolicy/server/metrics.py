@@ -13,9 +13,7 @@ is ``other``), features and implementations come from the policy files.
 
 from __future__ import annotations
 
-import inspect
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -29,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from kernelpolicy.limits import shown
 from kernelpolicy.server.connections import CLOSE_REASONS
+from kernelpolicy.server.grpc_metrics import grpc_interceptor
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
@@ -281,7 +280,7 @@ class DaemonMetrics:
 
     def interceptor(self) -> Any:
         """A ``grpc.aio`` server interceptor counting and timing every RPC."""
-        return _grpc_interceptor(self)
+        return grpc_interceptor(self.grpc_requests, self.grpc_latency)
 
 
 class _OpenGauges(Collector):
@@ -303,101 +302,3 @@ class _Constant(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._metrics
-
-
-def _grpc_interceptor(metrics: DaemonMetrics) -> Any:
-    import grpc
-
-    class Interceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-        """Wraps each registered unary handler in a timer; streams are counted when they end.
-        Unknown methods have no handler and are not counted (their names are unbounded).
-        The server's handlers never change, so each method's wrapper is built once."""
-
-        def __init__(self) -> None:
-            self._wrapped: dict[str, Any] = {}
-
-        async def intercept_service(
-            self, continuation: Callable[[Any], Awaitable[Any]], details: Any
-        ) -> Any:
-            method = details.method
-            wrapped = self._wrapped.get(method)
-            if wrapped is None:
-                wrapped = self._wrap(method, await continuation(details))
-                if wrapped is not None:
-                    self._wrapped[method] = wrapped
-            return wrapped
-
-        def _wrap(self, method: str, handler: Any) -> Any:
-            if handler is None:
-                return None
-            if handler.unary_unary is not None:
-                timed = _timed_unary(metrics, method, handler.unary_unary)
-                return grpc.unary_unary_rpc_method_handler(
-                    timed,
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer,
-                )
-            if handler.unary_stream is not None:
-                counted = _counted_stream(metrics, method, handler.unary_stream)
-                return grpc.unary_stream_rpc_method_handler(
-                    counted,
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer,
-                )
-            return handler
-
-    return Interceptor()
-
-
-def _code_name(context: Any, failed: bool, unset: str = "UNKNOWN") -> str:
-    code = context.code()
-    if code is None:
-        return unset if failed else "OK"
-    return str(getattr(code, "name", code))
-
-
-def _timed_unary(
-    metrics: DaemonMetrics, method: str, behaviour: Callable[[Any, Any], Awaitable[Any]]
-) -> Callable[[Any, Any], Awaitable[Any]]:
-    requests, latency = metrics.grpc_requests, metrics.grpc_latency.labels(method)
-
-    async def timed(request: Any, context: Any) -> Any:
-        start = time.perf_counter()
-        failed = True
-        try:
-            response = await behaviour(request, context)
-            failed = False
-            return response
-        finally:
-            latency.observe(time.perf_counter() - start)
-            requests.labels(method, _code_name(context, failed)).inc()
-
-    return timed
-
-
-def _counted_stream(
-    metrics: DaemonMetrics, method: str, behaviour: Callable[[Any, Any], Any]
-) -> Callable[[Any, Any], Any]:
-    if not inspect.isasyncgenfunction(behaviour):  # writes through context.write (health)
-
-        async def counted_writer(request: Any, context: Any) -> None:
-            failed = True
-            try:
-                await behaviour(request, context)
-                failed = False
-            finally:
-                metrics.grpc_requests.labels(method, _code_name(context, failed, "CANCELLED")).inc()
-
-        return counted_writer
-
-    async def counted(request: Any, context: Any) -> Any:
-        failed = True
-        try:
-            async for item in behaviour(request, context):
-                yield item
-            failed = False
-        finally:
-            # A stream that ends without a status was left by its client (Watch, EventStream).
-            metrics.grpc_requests.labels(method, _code_name(context, failed, "CANCELLED")).inc()
-
-    return counted
