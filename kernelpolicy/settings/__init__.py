@@ -1,7 +1,18 @@
 """Settings, parsed once, and the one boolean parser every switch uses.
 
 ``Settings()`` reads ``KERNELPOLICY_*`` variables and is passed explicitly to whatever needs
-it; nothing else in kernelpolicy reads the environment on its own.
+it. Only this package reads a setting's variable: every other module takes its settings from
+``Settings``/:func:`settings_from` (a test scans the package for a second reader). A few
+front ends take the process environment themselves, once, at their boundary, and read any
+setting in it through these readers: ``resolve()`` and the CLI (the answer's environment, and
+this machine's settings with ``--env``), the compiled-code cache (where it lives, at first
+use, by :func:`~kernelpolicy.settings.readers.validated_cache_dir`) and the vLLM plugin (its
+switch by :func:`parse_bool`, its inputs by ``kernelpolicy.bridge.plugin.read_plugin_inputs``).
+Variables that are not settings are read where they are used, for example the probe's (the
+devices a process sees, from the mapping it is given), ``XDG_CACHE_HOME`` and
+``XDG_RUNTIME_DIR`` for the default places, ``TRITON_*`` by the kernels, the plugin's
+``KERNELPOLICY_VLLM_PLUGIN_STATS``, and ``KERNELPOLICY_FORCE_*`` and the engines' switches as
+part of the answer's environment.
 
 The settings are declared once, by the :class:`Settings` dataclass; the variables are read and
 validated by the pydantic-settings model built from it
