@@ -213,14 +213,14 @@ def test_a_report_from_another_user_is_refused(tmp_path: Path) -> None:
         with running_daemon(
             fixture("cpu"), [tmp_path / "p.toml"], listen=[f"unix:{directory}/kp.sock"],
             watch=False,
-        ) as daemon:  # fmt: skip
+        ) as running:  # fmt: skip
             report = report_socket_path(directory / "kp.sock")
             report.chmod(0o666)
             assert _report_as(65534, report, trips) == 0  # connected, then closed unread
-            assert daemon.state.halts.rejected[Rejection.PEER_UID] == 1
-            assert daemon.state.halts.inputs() == {}
+            assert running.daemon.state.halts.rejected[Rejection.PEER_UID] == 1
+            assert running.daemon.state.halts.inputs() == {}
             assert _report_as(0, report, trips + b'{"clear_halt": "nope"}\n') == 0  # root may
-            assert daemon.state.halts.inputs() == {
+            assert running.daemon.state.halts.inputs() == {
                 f"{FEATURE}/planted": "its output guard repaired 5 output(s) in this node's "
                 "workers (halt_on.guard_trips = 2)"
             }
@@ -242,7 +242,7 @@ def test_runtime_failures_halt_through_an_in_process_resolve(tmp_path: Path) -> 
         with running_daemon(
             fixture("cpu"), [tmp_path / "p.toml"], listen=[f"unix:{directory}/kp.sock"],
             watch=False,
-        ) as daemon:  # fmt: skip
+        ) as running:  # fmt: skip
             env = {"KERNELPOLICY_SOCKET": f"unix:{directory}/kp.sock", "KERNELPOLICY_LOG_FORMAT":
                    "off", "KERNELPOLICY_POLICY_PATHS": str(tmp_path / "p.toml")}  # fmt: skip
             resolution = resolve(fixture("cpu"), env=env)
@@ -251,8 +251,9 @@ def test_runtime_failures_halt_through_an_in_process_resolve(tmp_path: Path) -> 
             assert kernel(torch.randn(2, 50), torch.full((2,), 5), None).shape == (2,)
             assert resolution.decision(feature).impl == "torch"  # fell back in the worker
             assert resolution.reporter.flush(30.0) is True
-            wait_for(lambda: daemon.state.snapshot.resolution.decision(feature).impl == "torch")
-            halted = daemon.state.halts.inputs()[f"{feature}/planted"]
+            state = running.daemon.state
+            wait_for(lambda: state.snapshot.resolution.decision(feature).impl == "torch")
+            halted = state.halts.inputs()[f"{feature}/planted"]
             assert "halt_on.runtime_failures = 1" in halted
             assert "PassManager::run failed (planted)" in halted
     finally:
@@ -272,16 +273,16 @@ def test_readiness_while_a_reload_fails(tmp_path: Path, option: bool, expected: 
     with running_daemon(
         fixture("cpu"), [policies], watch=False, http="127.0.0.1:0",
         ready_requires_current_policy=option,
-    ) as daemon:  # fmt: skip
-        url = daemon.fleet.url
+    ) as running:  # fmt: skip
+        url = running.daemon.fleet.url
         assert call(url, "GET", "/readyz").status == 200
         (policies / "bad.toml").write_text("schema = 1\n")
-        daemon.call(daemon.reload())
-        assert daemon.state.snapshot.policy_error is not None
+        running.call(running.daemon.reload())
+        assert running.daemon.state.snapshot.policy_error is not None
         reply = call(url, "GET", "/readyz")
         assert reply.status == expected
         if option:
             assert reply.json()["why"].startswith("serving stale policies: the last reload failed")
         (policies / "bad.toml").unlink()
-        daemon.call(daemon.reload())
+        running.call(running.daemon.reload())
         assert call(url, "GET", "/readyz").status == 200

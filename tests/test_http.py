@@ -48,8 +48,8 @@ def url() -> Iterator[str]:
     """One daemon for the read-only tests: the H100 fixture, the bundled pack, HTTP on."""
     with running_daemon(
         fixture("h100-sxm"), [ROOT / "policies"], watch=False, http="127.0.0.1:0"
-    ) as daemon:
-        yield daemon.fleet.url
+    ) as running:
+        yield running.daemon.fleet.url
 
 
 @pytest.mark.parametrize(
@@ -158,13 +158,13 @@ def test_bulk_etag_changes_after_a_reload(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)
     with running_daemon(fixture("h100-sxm"), [policies], watch=False, http="127.0.0.1:0") as d:
-        before = post(d.fleet.url, BULK, {})
+        before = post(d.daemon.fleet.url, BULK, {})
         (policies / "90-ops.toml").write_text(
             'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "sampler.top_k_top_p"\n'
             'impl = "flashinfer"\nreason = "incident 4711"\n'
         )
-        d.call(d.reload("test"))
-        after = post(d.fleet.url, BULK, {}, **{"If-None-Match": before.headers["etag"]})
+        d.call(d.daemon.reload("test"))
+        after = post(d.daemon.fleet.url, BULK, {}, **{"If-None-Match": before.headers["etag"]})
         assert after.status == 200
         flags = {f["key"]: f for f in after.json()["flags"]}
         assert flags["sampler.top_k_top_p"]["value"] == "triton"
@@ -193,8 +193,8 @@ def test_failed_reload_stays_ready(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "policies", policies)
     with running_daemon(fixture("cpu"), [policies], watch=False, http="127.0.0.1:0") as d:
         (policies / "99-bad.toml").write_text("this is not toml [")
-        d.call(d.reload("test"))
-        ready = call(d.fleet.url, "GET", "/readyz")
+        d.call(d.daemon.reload("test"))
+        ready = call(d.daemon.fleet.url, "GET", "/readyz")
         assert ready.status == 200
         assert "99-bad.toml" in ready.json()["policy_error"]
 
@@ -325,13 +325,13 @@ def test_tls_with_the_grpc_files(tmp_path: Path) -> None:
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0",
         tls=TlsFiles.load(cert, key),
-    ) as daemon:  # fmt: skip
-        assert daemon.fleet.url.startswith("https://127.0.0.1:")
+    ) as running:  # fmt: skip
+        assert running.daemon.fleet.url.startswith("https://127.0.0.1:")
         context = ssl.create_default_context(cafile=str(cert))
-        reply = call(daemon.fleet.url, "GET", "/healthz", context=context)
+        reply = call(running.daemon.fleet.url, "GET", "/healthz", context=context)
         assert reply.json() == {"status": "ok"}
         with pytest.raises(ssl.SSLError):  # an unknown CA: refused
-            call(daemon.fleet.url, "GET", "/healthz", context=ssl.create_default_context())
+            call(running.daemon.fleet.url, "GET", "/healthz", context=ssl.create_default_context())
 
 
 def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
@@ -347,12 +347,12 @@ def test_tls_client_certificates_required_with_a_ca(tmp_path: Path) -> None:
     tls = TlsFiles.load(cert, key, client_cert)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0", tls=tls
-    ) as daemon:
+    ) as running:
         trusted = ssl.create_default_context(cafile=str(cert))
         with pytest.raises((ssl.SSLError, ConnectionError)):
-            call(daemon.fleet.url, "GET", "/healthz", context=trusted)
+            call(running.daemon.fleet.url, "GET", "/healthz", context=trusted)
         trusted.load_cert_chain(client_cert, client_key)
-        assert call(daemon.fleet.url, "GET", "/healthz", context=trusted).status == 200
+        assert call(running.daemon.fleet.url, "GET", "/healthz", context=trusted).status == 200
 
 
 def test_fleet_doc_states_each_limit() -> None:

@@ -256,7 +256,7 @@ def test_serve_writes_labels_and_rewrites_them_per_revision(tmp_path: Path) -> N
             'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "sampler.top_k_top_p"\n'
             'impl = "flashinfer"\nreason = "r"\n'
         )
-        d.call(d.reload("test"))
+        d.call(d.daemon.reload("test"))
         assert parse_features_d((labels / "kernelpolicy").read_text())[key] == "triton"
 
 

@@ -21,9 +21,10 @@ def test_openfeature_flagd_provider(tmp_path: Path) -> None:
     """The provider becomes ready, resolves a feature, and sees a change after an edit."""
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)
-    with running_daemon(fixture("h100-sxm"), [policies]) as daemon:
+    with running_daemon(fixture("h100-sxm"), [policies]) as running:
+        address = running.daemon.bound[0]
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).parent / "openfeature_client.py"), daemon.bound[0]],
+            [sys.executable, str(Path(__file__).parent / "openfeature_client.py"), address],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert proc.stdout is not None

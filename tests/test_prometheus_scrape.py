@@ -53,8 +53,8 @@ def test_prometheus_scrapes_the_decision_metric(tmp_path: Path) -> None:
     for the sampler with the node's implementation, and the target is up."""
     assert PROMETHEUS is not None
     with running_daemon(fixture("h100-sxm"), [ROOT / "policies"], watch=False,
-                        http="127.0.0.1:0") as daemon:  # fmt: skip
-        target = daemon.fleet.url.removeprefix("http://")
+                        http="127.0.0.1:0") as running:  # fmt: skip
+        target = running.daemon.fleet.url.removeprefix("http://")
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"

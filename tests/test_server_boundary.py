@@ -46,8 +46,8 @@ def served() -> Iterator[tuple[Any, io.StringIO]]:
     with running_daemon(
         fixture("h100-sxm"), [ROOT / "policies"], watch=False, log_format="json", log_stream=log,
         listen=("127.0.0.1:0", unix),
-    ) as daemon:  # fmt: skip
-        yield daemon, log
+    ) as running:  # fmt: skip
+        yield running.daemon, log
 
 
 @pytest.fixture
@@ -347,8 +347,8 @@ def test_a_500kb_node_env_value_is_not_echoed() -> None:
     answers carry it cut (the review saw a 14 MB Explain answer)."""
     env = {SWITCH: "x" * 500_000}
     with (
-        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], env, watch=False) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as channel,
+        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], env, watch=False) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as channel,
     ):
         stub = pb_grpc.KernelPolicyStub(channel)
         explain = stub.Explain(pb.ExplainRequest())

@@ -76,8 +76,8 @@ def verified_daemon(tmp_path: Path, store: Path) -> Iterator[tuple[object, Path]
     """A daemon on NODE whose ``fast`` passed verify here."""
     store_evidence(fixture(NODE), [PASSED], "node-run", store)
     policy = _policy(tmp_path, VERIFIED)
-    with running_daemon(fixture(NODE), [policy], watch=False) as daemon:
-        yield daemon, policy
+    with running_daemon(fixture(NODE), [policy], watch=False) as running:
+        yield running.daemon, policy
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def overriding_daemon(tmp_path: Path, store: Path) -> Iterator[tuple[object, Pat
     """A daemon whose own overrides force ``mid`` (``fast`` otherwise wins)."""
     policy = _policy(tmp_path, THREE)
     with running_daemon(fixture(NODE), [policy], watch=False, overrides={GREEDY: "mid"}) as d:
-        yield d, policy
+        yield d.daemon, policy
 
 
 def _overrides(impl: str) -> dict[str, str]:

@@ -41,10 +41,10 @@ def test_mixed_load_with_a_reload(tmp_path: Path) -> None:
     halfway = threading.Barrier(CLIENTS + 1)
     lock = threading.Lock()
 
-    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as daemon:
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as running:
 
         def client(index: int) -> None:
-            with grpc.insecure_channel(daemon.bound[0]) as channel:
+            with grpc.insecure_channel(running.daemon.bound[0]) as channel:
                 api, flagd = pb_grpc.KernelPolicyStub(channel), f2_grpc.ServiceStub(channel)
                 for n in range(REQUESTS // CLIENTS):
                     if n == REQUESTS // CLIENTS // 2:
@@ -83,7 +83,7 @@ def test_mixed_load_with_a_reload(tmp_path: Path) -> None:
             thread.start()
         halfway.wait()
         (policies / "90-ops.toml").write_text(DISABLE)
-        daemon.call(daemon.reload("load test"))
+        running.call(running.daemon.reload("load test"))
         for thread in threads:
             thread.join()
 

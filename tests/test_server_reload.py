@@ -53,8 +53,8 @@ def test_edited_file_is_reloaded_and_watchers_are_told(tmp_path: Path) -> None:
     """Adding an operator's disable file switches the kernel off, without a restart."""
     policies = pack(tmp_path)
     with (
-        running_daemon(fixture("h100-sxm"), [policies]) as daemon,
-        connect(daemon.bound[0]) as client,
+        running_daemon(fixture("h100-sxm"), [policies]) as running,
+        connect(running.daemon.bound[0]) as client,
     ):
         seen = []
         stream = client.watch()
@@ -71,22 +71,22 @@ def test_edited_file_is_reloaded_and_watchers_are_told(tmp_path: Path) -> None:
 def test_bad_file_keeps_the_last_good_set(tmp_path: Path) -> None:
     """A broken file is reported (Explain, status) and the last good policies keep serving."""
     policies = pack(tmp_path)
-    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as daemon:
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as running:
         (policies / "90-ops.toml").write_text(
             DISABLE.replace('impl = "flashinfer"', 'impl = "flashinfr"')
         )
-        daemon.call(daemon.reload("test"))
-        with grpc.insecure_channel(daemon.bound[0]) as channel:
+        running.call(running.daemon.reload("test"))
+        with grpc.insecure_channel(running.daemon.bound[0]) as channel:
             explain = pb_grpc.KernelPolicyStub(channel).Explain(pb.ExplainRequest())
         assert (
             "disables sampler.top_k_top_p/flashinfr, which is not defined" in explain.policy_error
         )
         assert explain.revision == 1
-        assert impl_of(daemon.bound[0]) == "flashinfer"
+        assert impl_of(running.daemon.bound[0]) == "flashinfer"
         (policies / "90-ops.toml").write_text(DISABLE)  # fixed
-        daemon.call(daemon.reload("test"))
-        assert impl_of(daemon.bound[0]) == "triton"
-        with grpc.insecure_channel(daemon.bound[0]) as channel:
+        running.call(running.daemon.reload("test"))
+        assert impl_of(running.daemon.bound[0]) == "triton"
+        with grpc.insecure_channel(running.daemon.bound[0]) as channel:
             assert pb_grpc.KernelPolicyStub(channel).Explain(pb.ExplainRequest()).policy_error == ""
 
 
@@ -99,8 +99,8 @@ def test_configmap_symlink_swap(tmp_path: Path) -> None:
     (mount / "..data").symlink_to(first.name)
     for name in sorted(p.name for p in first.iterdir()):
         (mount / name).symlink_to(f"..data/{name}")
-    with running_daemon(fixture("h100-sxm"), [mount]) as daemon:
-        assert impl_of(daemon.bound[0]) == "flashinfer"
+    with running_daemon(fixture("h100-sxm"), [mount]) as running:
+        assert impl_of(running.daemon.bound[0]) == "flashinfer"
         second = mount / "..2026_11_22_02"
         shutil.copytree(first, second)
         (second / "90-ops.toml").write_text(DISABLE)
@@ -108,15 +108,15 @@ def test_configmap_symlink_swap(tmp_path: Path) -> None:
         tmp_link = mount / "..data_tmp"
         tmp_link.symlink_to(second.name)
         tmp_link.replace(mount / "..data")  # the atomic swap kubelet does
-        wait_for(lambda: impl_of(daemon.bound[0]) == "triton")
+        wait_for(lambda: impl_of(running.daemon.bound[0]) == "triton")
 
 
 def test_event_stream_announces_changed_flags(tmp_path: Path) -> None:
     """flagd EventStream: provider_ready at once, then configuration_change with the keys."""
     policies = pack(tmp_path)
     with (
-        running_daemon(fixture("h100-sxm"), [policies]) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as channel,
+        running_daemon(fixture("h100-sxm"), [policies]) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as channel,
     ):
         stream = f2_grpc.ServiceStub(channel).EventStream(f2.EventStreamRequest())
         assert next(stream).type == "provider_ready"
@@ -129,16 +129,16 @@ def test_event_stream_announces_changed_flags(tmp_path: Path) -> None:
 
 def test_disconnected_streams_leak_nothing(tmp_path: Path) -> None:
     """Clients that drop Watch and EventStream streams leave no subscription behind."""
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
         for _ in range(5):
-            with grpc.insecure_channel(daemon.bound[0]) as channel:
+            with grpc.insecure_channel(running.daemon.bound[0]) as channel:
                 watch = pb_grpc.KernelPolicyStub(channel).Watch(pb.WatchRequest())
                 events = f2_grpc.ServiceStub(channel).EventStream(f2.EventStreamRequest())
                 next(watch)
                 next(events)
-                assert daemon.state.subscriber_count == 2
+                assert running.daemon.state.subscriber_count == 2
             # the channel is closed without cancelling: the server must notice
-        wait_for(lambda: daemon.state.subscriber_count == 0)
+        wait_for(lambda: running.daemon.state.subscriber_count == 0)
         assert threading.active_count() < 50
 
 
@@ -238,8 +238,8 @@ def test_a_reload_failing_on_anything_keeps_the_watcher(
     log = io.StringIO()
     with running_daemon(
         fixture("h100-sxm"), [policies], log_format="json", log_stream=log
-    ) as daemon:
-        address = daemon.bound[0]
+    ) as running:
+        address = running.daemon.bound[0]
         bad = DIVIDES_BY_ZERO if breakage == "division" else DISABLE + "# explode\n"
 
         def failed_after_writing() -> bool:
@@ -319,14 +319,14 @@ def test_answers_flow_while_a_reload_is_being_built(
         return real(sources)
 
     policies = pack(tmp_path)
-    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as daemon:
+    with running_daemon(fixture("h100-sxm"), [policies], watch=False) as running:
         monkeypatch.setattr(state, "load_policy_sources", held)
         (policies / "90-ops.toml").write_text(DISABLE)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            reloading = pool.submit(daemon.call, daemon.reload("test"))
+            reloading = pool.submit(running.call, running.daemon.reload("test"))
             assert entered.wait(30)
-            answers = [impl_of(daemon.bound[0]) for _ in range(20)]  # mid-reload
+            answers = [impl_of(running.daemon.bound[0]) for _ in range(20)]  # mid-reload
             release.set()
             reloading.result(30)
         assert answers == ["flashinfer"] * 20
-        assert impl_of(daemon.bound[0]) == "triton"
+        assert impl_of(running.daemon.bound[0]) == "triton"

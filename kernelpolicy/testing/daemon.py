@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from kernelpolicy.platform.model import Platform
+
+if TYPE_CHECKING:
+    from kernelpolicy.server.daemon import Daemon
+
+T = TypeVar("T")
+
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class RunningDaemon:
+    """What :func:`running_daemon` yields: the started daemon (``daemon.bound[0]`` is its
+    address, ``daemon.state`` what it serves, ``daemon.fleet.url`` its HTTP listener's URL),
+    and :meth:`call` to run one of its coroutines on the event loop it runs on."""
+
+    daemon: Daemon
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` (such as ``daemon.reload()``) on the daemon's loop and return its
+        result, waiting at most ``CALL_TIMEOUT_SECONDS``."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT_SECONDS)
 
 
 @contextmanager
@@ -30,16 +53,16 @@ def running_daemon(
     ready_requires_current_policy: bool = False,
     grpc_connections: int | None = None,
     grpc_tcp_calls: int | None = None,
-) -> Iterator[Any]:
+) -> Iterator[RunningDaemon]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
-    Yields the daemon; ``daemon.bound[0]`` is its address, ``daemon.call(coro)`` runs a
-    coroutine (such as ``daemon.reload()``) on its loop and returns the result. ``tls`` takes a
+    Yields a :class:`RunningDaemon`: ``running.daemon.bound[0]`` is its address,
+    ``running.call(running.daemon.reload())`` reloads it. ``tls`` takes a
     :class:`~kernelpolicy.server.tls.TlsFiles` (``TlsFiles.load(cert, key)``); ``log_format``
     (``json`` or ``console``) and ``log_stream`` turn the daemon's log on; ``default_socket``
     names the listen address treated as the default socket (its directory is made private).
     ``http`` (such as ``"127.0.0.1:0"``) adds the HTTP listener, whose URL is then
-    ``daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
+    ``running.daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
     ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing;
     ``grpc_connections`` caps each gRPC listener's connections, ``grpc_tcp_calls`` the calls in
     flight on its TCP listeners (default: the daemon's own caps).
@@ -78,10 +101,9 @@ def running_daemon(
     ready.wait(30)
     if "error" in holder:
         raise holder["error"]
-    daemon = holder["daemon"]
-    daemon.call = lambda coro: asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+    daemon: Daemon = holder["daemon"]
     try:
-        yield daemon
+        yield RunningDaemon(daemon, loop)
     finally:
         loop.call_soon_threadsafe(daemon.stop)
         thread.join(30)
