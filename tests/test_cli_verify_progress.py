@@ -161,7 +161,7 @@ def test_on_a_terminal_progress_is_redrawn_and_ends_cleanly(tmp_path: Path) -> N
     out, err, code = _run_on_a_terminal(argv, tmp_path)
     assert code == 0, err
     selected = suite.targets(["sampler.greedy", "topk_per_row"])
-    total = sum(suite.COUNTS[feature](QUICK) for feature, _, _ in selected)
+    total = sum(suite.CHECKS[feature].count(QUICK) for feature, _, _ in selected)
     assert re.search(rf"\r\x1b\[K\[\d+/{total}\] sampler\.greedy/torch  ETA ", err)
     assert f"\r\x1b[K[{total}/{total}] topk_per_row/torch  ETA 0:00" in err
     assert re.search(rf"\r\x1b\[K{total}/{total} checks done in \d+:\d\d\r?\n$", err)
@@ -203,16 +203,16 @@ def test_quick_runs_fewer_checks_than_the_full_run(feature: str, quick_run: dict
     """Each feature ran as many checks as the display counted, no more than the full run's;
     the samplers ran fewer."""
     (result,) = [r for r in quick_run["doc"]["results"] if r["feature"] == feature]
-    assert len(result["checks"]) == suite.COUNTS[feature](QUICK)
+    assert len(result["checks"]) == suite.CHECKS[feature].count(QUICK)
     if feature.startswith("sampler."):
-        assert suite.COUNTS[feature](QUICK) < suite.COUNTS[feature](FULL)
+        assert suite.CHECKS[feature].count(QUICK) < suite.CHECKS[feature].count(FULL)
     else:
-        assert suite.COUNTS[feature](QUICK) == suite.COUNTS[feature](FULL)
+        assert suite.CHECKS[feature].count(QUICK) == suite.CHECKS[feature].count(FULL)
 
 
 def test_full_counts_are_the_documented_ones() -> None:
     """The full run's totals, as docs/verify.md's transcript shows them (122/122, 9/9, ...)."""
-    counts = {feature: suite.COUNTS[feature](FULL) for feature in suite.CHECKS}
+    counts = {feature: suite.CHECKS[feature].count(FULL) for feature in suite.CHECKS}
     assert counts == {
         "sampler.top_k_top_p": 122,
         "sampler.greedy": 9,

@@ -33,7 +33,11 @@ def _error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max().clamp(min=1e-12))
 
 
+RMSNORM_CHECKS = 2 * len(TOLERANCE)  # per dtype, without and with the residual
+
+
 def rmsnorm(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    """Per dtype of :data:`TOLERANCE`, without and with the residual: :data:`RMSNORM_CHECKS`."""
     for dtype, tol in TOLERANCE.items():
         x, residual, weight = (t.to(device) for t in _inputs(dtype))
         want = rmsnorm64(x.cpu(), weight.cpu(), EPS)
@@ -54,7 +58,12 @@ def rmsnorm(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
         )
 
 
+ALLREDUCE_RMSNORM_CHECKS = len(TOLERANCE) + 1  # per dtype in one process, and 2-process gloo
+
+
 def allreduce_rmsnorm(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
+    """Per dtype of :data:`TOLERANCE` in one process, and float32 in a 2-process gloo group:
+    :data:`ALLREDUCE_RMSNORM_CHECKS`."""
     for dtype, tol in TOLERANCE.items():
         x, residual, weight = (t.to(device) for t in _inputs(dtype))
         out, new_residual = impl(x, residual, weight, EPS, None)
@@ -127,23 +136,27 @@ def _two_ranks(impl: Callable[..., Any]) -> Outcome:
     return Outcome(name, worst <= TOLERANCE[torch.float32], f"max rel error {worst:.2e} on 2 ranks")
 
 
-_TopkCase = tuple[torch.Tensor, int, list[int], list[int], bool]
+TopkCase = tuple[torch.Tensor, int, list[int], list[int], bool]
+"""(logits, k, starts, ends, whether the call passes the ranges)."""
 
 
-def _topk_cases() -> dict[str, _TopkCase]:
-    """label -> (logits, k, starts, ends, whether the call passes the ranges)."""
+_ROWS, _COLUMNS = 6, 4096
+
+
+def _distinct() -> torch.Tensor:
     g = torch.Generator().manual_seed(3)
-    rows, columns = 6, 4096
-    distinct = torch.randperm(rows * columns, generator=g).reshape(rows, columns).float()
-    starts, ends = [0, 0, 100, 4000, 5, 0], [4096, 1000, 2500, 4096, 5, 1]
-    return {
-        "full-rows": (distinct, 2048, [0] * rows, [columns] * rows, False),
-        "row-ranges": (distinct, 2048, starts, ends, True),
-        "masked-values": (*_masked_values(), True),
-    }
+    return torch.randperm(_ROWS * _COLUMNS, generator=g).reshape(_ROWS, _COLUMNS).float()
 
 
-def _masked_values() -> tuple[torch.Tensor, int, list[int], list[int]]:
+def _full_rows() -> TopkCase:
+    return _distinct(), 2048, [0] * _ROWS, [_COLUMNS] * _ROWS, False
+
+
+def _row_ranges() -> TopkCase:
+    return _distinct(), 2048, [0, 0, 100, 4000, 5, 0], [4096, 1000, 2500, 4096, 5, 1], True
+
+
+def _masked_values() -> TopkCase:
     """Rows where a real value could be taken for a masked one: ``finfo.min`` among -inf and
     NaN, ties at every rank (the lower column first), -0.0 beside 0.0, finite values outside
     the range, NaN and -inf at the top of a range."""
@@ -155,13 +168,25 @@ def _masked_values() -> tuple[torch.Tensor, int, list[int], list[int]]:
     logits[3] = torch.tensor([9, 9, nan, -inf, lowest, nan, lowest, -inf, 9, 9, 9, 9])
     logits[4] = torch.tensor([lowest] * 6 + [nan] * 6)
     logits[5, 3:9] = torch.tensor([nan, 1.0, -inf, 1.0, nan, 1.0])
-    return logits, 8, [0, 0, 0, 2, 3, 3], [12, 4, 12, 8, 10, 12]
+    return logits, 8, [0, 0, 0, 2, 3, 3], [12, 4, 12, 8, 10, 12], True
+
+
+# The cases of topk_per_row, one check each: label -> the case, built when the check runs (so
+# that counting the checks builds no tensor).
+TOPK_CASES: dict[str, Callable[[], TopkCase]] = {
+    "full-rows": _full_rows,
+    "row-ranges": _row_ranges,
+    "masked-values": _masked_values,
+}
+TOPK_PER_ROW_CHECKS = len(TOPK_CASES)
 
 
 def topk_per_row(impl: Callable[..., Any], device: str = "cpu") -> Iterator[Outcome]:
     """Exact agreement with a plain-Python reference, with and without row ranges, and on rows
-    where a finite value meets -inf, NaN and columns outside the range."""
-    for label, (logits, k, s, e, ranged) in _topk_cases().items():
+    where a finite value meets -inf, NaN and columns outside the range: one check per case of
+    :data:`TOPK_CASES` (:data:`TOPK_PER_ROW_CHECKS`)."""
+    for label, case in TOPK_CASES.items():
+        logits, k, s, e, ranged = case()
         got = impl(
             logits.to(device), k,
             torch.tensor(s, device=device) if ranged else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -17,6 +18,16 @@ from kernelpolicy.verify import accuracy, distribution, samplers
 from kernelpolicy.verify.profile import FULL, Profile
 
 Checks = Callable[[Callable[..., Any], str, Profile], Iterator[Outcome]]
+
+
+@dataclass(frozen=True)
+class FeatureChecks:
+    """A feature's checks, and how many outcomes they yield under a profile (the progress
+    display's total), kept side by side; ``tests/test_verify_counts.py`` runs the checks and
+    holds the two equal."""
+
+    run: Checks
+    count: Callable[[Profile], int]
 
 
 def _sampler_checks(impl: Callable[..., Any], device: str, profile: Profile) -> Iterator[Outcome]:
@@ -38,26 +49,24 @@ def _greedy(impl: Callable[..., Any], device: str, profile: Profile) -> Iterator
     return samplers.greedy_robustness(impl, device, profile.patterns)
 
 
+def _greedy_count(profile: Profile) -> int:
+    return len(profile.patterns)
+
+
 def _same_in_every_profile(
-    checks: Callable[[Callable[..., Any], str], Iterator[Outcome]],
-) -> Checks:
-    return lambda impl, device, profile: checks(impl, device)
+    checks: Callable[[Callable[..., Any], str], Iterator[Outcome]], count: int
+) -> FeatureChecks:
+    return FeatureChecks(lambda impl, device, profile: checks(impl, device), lambda _: count)
 
 
-CHECKS: dict[str, Checks] = {
-    "sampler.top_k_top_p": _sampler_checks,
-    "sampler.greedy": _greedy,
-    "rmsnorm": _same_in_every_profile(accuracy.rmsnorm),
-    "allreduce_rmsnorm": _same_in_every_profile(accuracy.allreduce_rmsnorm),
-    "topk_per_row": _same_in_every_profile(accuracy.topk_per_row),
-}
-# How many outcomes CHECKS[feature] yields under a profile: the progress display's total.
-COUNTS: dict[str, Callable[[Profile], int]] = {
-    "sampler.top_k_top_p": _sampler_count,
-    "sampler.greedy": lambda profile: len(profile.patterns),
-    "rmsnorm": lambda profile: 2 * len(accuracy.TOLERANCE),  # with and without the residual
-    "allreduce_rmsnorm": lambda profile: len(accuracy.TOLERANCE) + 1,  # and 2-process gloo
-    "topk_per_row": lambda profile: len(accuracy._topk_cases()),
+CHECKS: dict[str, FeatureChecks] = {
+    "sampler.top_k_top_p": FeatureChecks(_sampler_checks, _sampler_count),
+    "sampler.greedy": FeatureChecks(_greedy, _greedy_count),
+    "rmsnorm": _same_in_every_profile(accuracy.rmsnorm, accuracy.RMSNORM_CHECKS),
+    "allreduce_rmsnorm": _same_in_every_profile(
+        accuracy.allreduce_rmsnorm, accuracy.ALLREDUCE_RMSNORM_CHECKS
+    ),
+    "topk_per_row": _same_in_every_profile(accuracy.topk_per_row, accuracy.TOPK_PER_ROW_CHECKS),
 }
 
 
@@ -145,7 +154,7 @@ def run_one(
     if guard is not None:
         function = GUARDS[guard](function)
     start = time.perf_counter()
-    for outcome in CHECKS[feature](function, device, profile):
+    for outcome in CHECKS[feature].run(function, device, profile):
         report.outcomes.append(outcome)
         if on_check is not None:
             on_check(outcome)
@@ -180,12 +189,12 @@ def iter_run(
         for feature, impl, entry in selected:
             yield run_one(feature, impl, entry, device=device, profile=profile)
         return
-    progress.begin(sum(COUNTS[feature](profile) for feature, _, _ in selected))
+    progress.begin(sum(CHECKS[feature].count(profile) for feature, _, _ in selected))
     for feature, impl, entry in selected:
         progress.target(feature, impl)
         report = run_one(
             feature, impl, entry, device=device, profile=profile, on_check=progress.check
         )
         if report.skipped:
-            progress.skipped(COUNTS[feature](profile))
+            progress.skipped(CHECKS[feature].count(profile))
         yield report
