@@ -1,10 +1,13 @@
-"""docs/design.md's layout table and stage list are the package as it is: every package and
-top-level module of kernelpolicy is in the table, every path the table names exists, and every
-package docstring that numbers its stage agrees with the stage list."""
+"""docs/design.md's layout table and stage list are the package as it is: every module of
+kernelpolicy is in the table (a package's ``__init__.py`` is the package's row; the generated
+``server/_generated/`` and the data in ``fixtures/`` are named by their folders), every path the
+table names exists and means one file, and every package docstring that numbers its stage
+agrees with the stage list."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -56,7 +59,8 @@ def _packages() -> list[Path]:
     return found
 
 
-def _named_in_table() -> set[str]:
+@functools.cache
+def _named_in_table() -> frozenset[str]:
     """Paths relative to the repository: each row's paths, and the `name/` or `name.py` its
     second column names inside the row's folder."""
     named: set[str] = set()
@@ -67,21 +71,51 @@ def _named_in_table() -> set[str]:
         for name in _TICKED.findall(text):
             if _FILE_NAME.match(name):
                 named.update(_under(ROOT / paths[0], name.rstrip("/")))
-    return named
+    return frozenset(named)
 
 
 def _under(folder: Path, name: str) -> list[str]:
-    """Where ``name`` (``wide.py``, ``schema/``) is in ``folder`` or a folder inside it, or,
-    for a path from the repository's root (``scripts/gen_protos.py``), there."""
+    """What ``name`` (``wide.py``, ``schema/``) means in a row of ``folder``: ``folder/name``
+    where it exists, else every file or folder of that name inside ``folder``'s folders (one,
+    for a name that means one file), else, for a path from the repository's root
+    (``scripts/gen_protos.py``), that."""
+    if (folder / name).exists():
+        return [str((folder / name).relative_to(ROOT))]
+    inside = [path for path in folder.rglob(name) if "__pycache__" not in path.parts]
+    if not inside and "/" in name and (ROOT / name).exists():
+        inside = [ROOT / name]
+    return sorted(str(path.relative_to(ROOT)) for path in inside)
+
+
+def _modules() -> list[str]:
+    """Every module of kernelpolicy but ``__init__.py`` files, the generated stubs and the
+    fixtures' data."""
     return [
         str(path.relative_to(ROOT))
-        for path in [folder / name, *folder.rglob(name), *([ROOT / name] if "/" in name else [])]
-        if path.exists() and "__pycache__" not in path.parts
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "__init__.py"
+        and not {"_generated", "fixtures", "bundled_policies"}
+        & set(path.relative_to(PACKAGE).parts[:-1])
     ]
 
 
 def test_the_table_has_rows() -> None:
     assert len(_rows()) > 10
+
+
+def test_the_modules_are_found() -> None:
+    """The finder below sees the package's modules, at every depth."""
+    modules = _modules()
+    assert len(modules) > 150
+    assert "kernelpolicy/kernels/sampling_triton/bounds.py" in modules
+    assert not [m for m in modules if "_generated" in m or m.endswith("__init__.py")]
+
+
+@pytest.mark.parametrize("path", _modules())
+def test_every_module_is_in_the_table(path: str) -> None:
+    """In its folder's row, with what it does: a module that no row names is a job a newcomer
+    cannot find."""
+    assert path in _named_in_table(), f"{path} is not in docs/design.md's layout table"
 
 
 @pytest.mark.parametrize(
@@ -119,7 +153,11 @@ def test_every_path_of_the_first_column_exists(row: int, path: str) -> None:
     ],
 )
 def test_every_file_a_row_names_exists_in_its_folder(folder: str, name: str) -> None:
-    assert _under(ROOT / folder, name.rstrip("/")), f"{folder} has no {name}"
+    """And means one file: a name two subfolders share (``common.py``) is named in the row of
+    its own subfolder."""
+    found = _under(ROOT / folder, name.rstrip("/"))
+    assert found, f"{folder} has no {name}"
+    assert len(found) == 1, f"{name} in the row of {folder} could be any of {found}"
 
 
 def _stage_list() -> dict[str, int]:
