@@ -173,8 +173,8 @@ def test_status_json_without_a_daemon(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_status_json_with_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
     """status --json with a daemon: its report, exit 0."""
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
-        assert main(["status", "--json", "--address", daemon.bound[0]]) == 0
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        assert main(["status", "--json", "--address", running.daemon.bound[0]]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["serving"], report["revision"], report["policy_error"]) == (True, 1, None)
 
@@ -294,8 +294,8 @@ def test_a_relative_socket_is_named_absolute(
     monkeypatch.chdir(tmp_path)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], listen=["unix:kp.sock"], watch=False
-    ) as daemon:
-        assert daemon.bound == [f"unix:{tmp_path / 'kp.sock'}"]
+    ) as running:
+        assert running.daemon.bound == [f"unix:{tmp_path / 'kp.sock'}"]
         monkeypatch.chdir("/")
-        with connect(daemon.bound[0]) as client:
+        with connect(running.daemon.bound[0]) as client:
             assert client.resolve().decision("sampler.greedy").impl == "torch"
