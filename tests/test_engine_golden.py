@@ -75,6 +75,14 @@ def _fa_version(value: str) -> int:
     return version
 
 
+def _block_size(value: str) -> int:
+    """vLLM 0.10-0.11's BlockSize = Literal[1, 8, 16, 32, 64, 128] (vllm/config/cache.py)."""
+    size = int(value)
+    if size not in (1, 8, 16, 32, 64, 128):
+        raise ValueError(f"block size {size}: vLLM accepts 1, 8, 16, 32, 64 or 128")
+    return size
+
+
 def _choice(choices: frozenset[str]) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in choices:
@@ -102,6 +110,7 @@ FLAG_RULES: dict[str, dict[str, Callable[[str], object]]] = {
     "vllm": {
         "--attention-backend": _choice(VLLM_BACKENDS),
         "--moe-backend": _choice(VLLM_MOE),
+        "--block-size": _block_size,
     },
     "sglang": {
         "--attention-backend": _choice(SGLANG_ATTENTION),

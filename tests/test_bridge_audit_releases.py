@@ -1,0 +1,128 @@
+"""The second audit of what the bridge tells real engine releases (vLLM 0.10.2, 0.14.1, 0.18.1,
+0.19.1, 0.20.2, 0.28.0, 0.32.0; SGLang 0.4.10.post2, 0.5.6.post2, 0.5.13, 0.5.17, read from
+their wheels): each finding a named case that failed on the pack before it.
+
+- a FlashInfer MoE switch that stopped FP8 MoE models (vLLM 0.10.2-0.11.0: the CUTLASS path
+  asserts ``block_quant is None`` on a bool) or refused per-channel FP8 checkpoints (0.16-0.23),
+  and ran TRT-LLM where explain said CUTLASS (0.11.1-0.23);
+- ``--moe-runner-backend flashinfer_cutlass``, which SGLang refuses for any quantization but
+  ModelOpt's or none, and SGLang itself sets fp8 for FP8 DeepSeek checkpoints on SM100;
+- AITER MLA on vLLM 0.10-0.11.0 without ``--block-size 1`` (the selector refuses 16, the
+  default);
+- vLLM 0.10.2's MLA backend names, which it reads (arg_utils.py V1_BACKENDS), told as
+  inexpressible;
+- the FlashInfer sampler with a FlashInfer older than 0.2.3, which vLLM ignores (0.10-0.11.0)
+  or raises on at the first sample (0.11.1-0.22).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from tests.helpers import resolve_on
+
+
+@dataclass(frozen=True)
+class Case:
+    fixture: str
+    engine: str
+    version: str
+    model_kind: str = "mha"
+    env: dict[str, str] = field(default_factory=dict)
+    feature: str = ""
+    status: Status = Status.TOLD
+    absent: tuple[str, ...] = ()  # variables or flags that must not be sent
+    present: dict[str, str] = field(default_factory=dict)  # variables sent with these values
+    flags: tuple[str, ...] = ()  # a run of words the command line must carry
+    warning: str = ""  # a fragment of the feature's warning
+
+
+def told(case: Case) -> EngineSettings:
+    platform = resolve_on(case.fixture, **case.env)
+    return engine_settings(
+        platform, case.engine, case.env, engine_version=case.version, model_kind=case.model_kind
+    )
+
+
+AITER = {"VLLM_ROCM_USE_AITER": "1"}
+MOE_FP = ("VLLM_USE_FLASHINFER_MOE_FP8", "VLLM_USE_FLASHINFER_MOE_FP4")
+CASES = {
+    "vllm-0.10.2-b200-fp8-moe-not-switched": Case(
+        "b200", "vllm", "0.10.2", feature="moe.experts", status=Status.INEXPRESSIBLE,
+        absent=MOE_FP, warning="asserts block_quant is None",
+    ),
+    "vllm-0.18.1-b200-fp8-moe-not-switched": Case(
+        "b200", "vllm", "0.18.1", feature="moe.experts", status=Status.INEXPRESSIBLE,
+        absent=MOE_FP, warning="refuse per-channel FP8 checkpoints",
+    ),
+    "vllm-0.20.2-b200-fp8-moe-not-switched": Case(
+        "b200", "vllm", "0.20.2", feature="moe.experts", status=Status.INEXPRESSIBLE,
+        absent=MOE_FP, warning="TRT-LLM on SM100",
+    ),
+    "sglang-0.5.13-b200-no-flashinfer-cutlass-runner": Case(
+        "b200", "sglang", "0.5.13", "mla", feature="moe.experts", status=Status.INEXPRESSIBLE,
+        absent=("--moe-runner-backend",), warning="modelopt_fp4, modelopt_fp8 or none",
+    ),
+    "sglang-0.5.6.post2-b200-no-flashinfer-cutlass-runner": Case(
+        "b200", "sglang", "0.5.6.post2", feature="moe.experts", status=Status.INEXPRESSIBLE,
+        absent=("--moe-runner-backend",),
+    ),
+    "vllm-0.10.2-mi300x-aiter-mla-block-size-1": Case(
+        "mi300x", "vllm", "0.10.2", "mla", AITER, feature="attention.mla",
+        present={"VLLM_ROCM_USE_AITER_MLA": "1"}, flags=("--block-size", "1"),
+    ),
+    "vllm-0.11.0-mi355x-aiter-mla-block-size-1": Case(
+        "mi355x", "vllm", "0.11.0", "mla", AITER, feature="attention.mla",
+        present={"VLLM_ROCM_USE_AITER_MLA": "1"}, flags=("--block-size", "1"),
+    ),
+    "vllm-0.14.1-mi300x-aiter-mla-any-block-size": Case(
+        "mi300x", "vllm", "0.14.1", "mla", AITER, feature="attention.mla",
+        present={"VLLM_ROCM_USE_AITER_MLA": "1"}, absent=("--block-size",),
+    ),
+    "vllm-0.10.2-b200-flashinfer-mla-named": Case(
+        "b200", "vllm", "0.10.2", "mla", feature="attention.mla",
+        present={"VLLM_ATTENTION_BACKEND": "FLASHINFER_MLA"},
+    ),
+    "vllm-0.10.2-a100-triton-mla-named": Case(
+        "a100", "vllm", "0.10.2", "mla", feature="attention.mla",
+        present={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"},
+    ),
+    "vllm-0.10.1-b200-mla-names-differ": Case(
+        "b200", "vllm", "0.10.1", "mla", feature="attention.mla", status=Status.INEXPRESSIBLE,
+        absent=("VLLM_ATTENTION_BACKEND",), warning="names its MLA backends differently",
+    ),
+    "vllm-0.10.2-a100-old-flashinfer-no-sampler": Case(
+        "a100", "vllm", "0.10.2", feature="sampler.top_k_top_p", status=Status.INEXPRESSIBLE,
+        present={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+    ),
+    "vllm-0.18.1-l4-old-flashinfer-no-sampler": Case(
+        "l4", "vllm", "0.18.1", feature="sampler.top_k_top_p", status=Status.INEXPRESSIBLE,
+        present={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+    ),
+    "vllm-0.18.1-h100-flashinfer-sampler-kept": Case(
+        "h100-sxm", "vllm", "0.18.1", feature="sampler.top_k_top_p",
+        present={"VLLM_USE_FLASHINFER_SAMPLER": "1"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_release_is_told(case: Case) -> None:
+    settings = told(case)
+    decision = settings.decisions[case.feature]
+    assert decision.status is case.status, decision
+    words = settings.flags
+    for name in case.absent:
+        assert name not in settings.env or name in case.env, settings.env
+        assert name not in words, words
+    for name, value in case.present.items():
+        assert settings.env.get(name) == value, settings.env
+    if case.flags:
+        runs = [tuple(words[i : i + len(case.flags)]) for i in range(len(words))]
+        assert case.flags in runs, words
+    if case.warning:
+        said = " ".join(w for f, w in settings.feature_warnings if f == case.feature)
+        assert case.warning in said, said
