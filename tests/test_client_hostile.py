@@ -485,8 +485,8 @@ def test_entries_from_a_plain_tcp_daemon_are_not_imported(
     (tmp_path / "p" / "greedy.toml").write_text(ENTRY_POLICY)
     directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     listen = ("127.0.0.1:0", f"unix:{directory}/kp.sock")
-    with running_daemon(fixture("cpu"), [tmp_path / "p"], watch=False, listen=listen) as daemon:
-        address = daemon.bound[0] if over == "tcp" else daemon.bound[1]
+    with running_daemon(fixture("cpu"), [tmp_path / "p"], watch=False, listen=listen) as running:
+        address = running.daemon.bound[0] if over == "tcp" else running.daemon.bound[1]
         with connect(address) as client:
             resolution = client.resolve()
     assert resolution.decision("sampler.greedy").impl == "mine"

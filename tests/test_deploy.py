@@ -233,8 +233,8 @@ def test_configmap_mount_passes_the_trust_check_and_hot_reloads(tmp_path: Path) 
     labels.mkdir()
     with running_daemon(
         fixture("h100-sxm"), [Path(f"+{mount}")], http="127.0.0.1:0", labels_dir=labels
-    ) as daemon:
-        url = daemon.fleet.url
+    ) as running:
+        url = running.daemon.fleet.url
         flag = "/ofrep/v1/evaluate/flags/sampler.top_k_top_p"
         assert call(url, "POST", flag, b"{}").json()["value"] == "flashinfer"
         impl_label = f"{PREFIX}/impl.sampler.top_k_top_p="

@@ -23,8 +23,8 @@ def test_explain_the_daemons_answer(capsys: pytest.CaptureFixture[str]) -> None:
     platform = fixture("h100-sxm")
     local = resolve(platform, {**DAEMON_ENV, "KERNELPOLICY_LOG_FORMAT": "off"})
     with running_daemon(platform, [ROOT / "policies"], DAEMON_ENV, watch=False,
-                        overrides={"topk_per_row": "torch"}) as daemon:  # fmt: skip
-        address = daemon.bound[0]
+                        overrides={"topk_per_row": "torch"}) as running:  # fmt: skip
+        address = running.daemon.bound[0]
         assert main(["explain", "--address", address]) == 0
         text = capsys.readouterr().out
         assert main(["explain", "--address", address, "--json"]) == 0

@@ -30,8 +30,8 @@ GATE_CONTEXT = {
 def channel() -> Iterator[grpc.Channel]:
     env = {"VLLM_ROCM_USE_AITER": "1"}
     with (
-        running_daemon(fixture("mi355x"), [ROOT / "policies"], env, watch=False) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as ch,
+        running_daemon(fixture("mi355x"), [ROOT / "policies"], env, watch=False) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as ch,
     ):
         yield ch
 
@@ -160,8 +160,8 @@ def test_errors_as_flagd_reports_them(channel: grpc.Channel, call, code: grpc.St
 def test_not_applicable_feature_defers_to_the_callers_default() -> None:
     """A feature with no implementation here answers DISABLED with no variant."""
     with (
-        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], watch=False) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as ch,
+        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], watch=False) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as ch,
     ):
         response = f2_grpc.ServiceStub(ch).ResolveString(
             f2.ResolveStringRequest(flag_key="sparse_attn_indexer")

@@ -186,13 +186,13 @@ def test_daemons_are_diffed_as_they_resolve(
 
     platform = load_platform(FIXTURES / "h200.json")
     with running_daemon(platform, [ROOT / "policies", OLD], env, watch=False,
-                        overrides=overrides) as daemon:  # fmt: skip
-        code, document, err = diff(capsys, "--daemons", daemon.bound[0])
+                        overrides=overrides) as running:  # fmt: skip
+        code, document, err = diff(capsys, "--daemons", running.daemon.bound[0])
         with running_daemon(platform, [ROOT / "policies", NEW], env, watch=False,
                             overrides=overrides) as after:  # fmt: skip
             from kernelpolicy.server.client import connect
 
-            with connect(after.bound[0]) as client:
+            with connect(after.daemon.bound[0]) as client:
                 served = client.resolve().decision("fleet.example").impl
     assert code == 0, err
     assert document["changed_nodes"] == changed
@@ -211,8 +211,8 @@ def test_the_served_snapshot_carries_the_daemons_values() -> None:
     platform = Platform.from_dict(snapshot)
     env = {"VLLM_ROCM_USE_AITER": "0", "UNREAD_BY_ANY_POLICY": "x"}
     with (
-        running_daemon(platform, [ROOT / "policies"], env, watch=False) as daemon,
-        connect(daemon.bound[0]) as client,
+        running_daemon(platform, [ROOT / "policies"], env, watch=False) as running,
+        connect(running.daemon.bound[0]) as client,
     ):
         served = json.loads(client.platform_json())
     assert served["env"] == {"VLLM_ROCM_USE_AITER": "0", "NCCL_DEBUG": "INFO"}

@@ -150,8 +150,8 @@ def _requests(descriptor: Any) -> st.SearchStrategy[bytes]:
 @pytest.fixture(scope="module")
 def channel() -> Iterator[grpc.Channel]:
     with (
-        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], watch=False) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as channel,
+        running_daemon(fixture("h100-sxm"), [ROOT / "policies"], watch=False) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as channel,
     ):
         yield channel
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())

@@ -55,8 +55,8 @@ def test_idle_tcp_connections_cannot_take_the_unix_sockets() -> None:
     directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     listen = ("127.0.0.1:0", f"unix:{directory}/kp.sock")
     with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, listen=listen,
-                        grpc_connections=cap) as daemon:  # fmt: skip
-        host, port = daemon.bound[0].rsplit(":", 1)
+                        grpc_connections=cap) as running:  # fmt: skip
+        host, port = running.daemon.bound[0].rsplit(":", 1)
         held = []
         for _ in range(cap + 4):
             sock = socket.create_connection((host, int(port)))
@@ -65,7 +65,7 @@ def test_idle_tcp_connections_cannot_take_the_unix_sockets() -> None:
         closed = [_closed_by_peer(sock) for sock in held]
         with (
             pytest.raises(DaemonError, match="not answering"),
-            connect(daemon.bound[0], connect_timeout=1) as client,
+            connect(running.daemon.bound[0], connect_timeout=1) as client,
         ):
             client.resolve()
         with connect(f"unix:{directory}/kp.sock") as client:
@@ -84,8 +84,8 @@ def test_tcp_calls_in_flight_are_capped_apart_from_the_unix_socket() -> None:
     directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     unix = f"unix:{directory}/kp.sock"
     with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
-                        listen=("127.0.0.1:0", unix), grpc_tcp_calls=cap) as daemon:  # fmt: skip
-        tcp = daemon.bound[0]
+                        listen=("127.0.0.1:0", unix), grpc_tcp_calls=cap) as running:  # fmt: skip
+        tcp = running.daemon.bound[0]
         flood = HalfSent(tcp, streams=cap + 3, announce=100_000, send=50_000)
         try:
             for _ in range(100):
@@ -117,8 +117,8 @@ def test_announced_size_is_refused_before_the_body(
 ) -> None:
     """A TCP request announcing more than MAX_TCP_REQUEST_BYTES is refused at its first five
     bytes: the daemon never buffers its body; one at the limit is held, waiting for the rest."""
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
-        flood = HalfSent(daemon.bound[0], streams=1, announce=announce, send=0)
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        flood = HalfSent(running.daemon.bound[0], streams=1, announce=announce, send=0)
         try:
             for _ in range(20):
                 flood.pump(0.05)
@@ -187,9 +187,9 @@ def test_node_answers_flow_while_hypotheticals_run() -> None:
         release.wait(30)
         return snapshot.resolution
 
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
-        daemon.hypotheticals.work = slow
-        channel = grpc.insecure_channel(daemon.bound[0])
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        running.daemon.hypotheticals.work = slow
+        channel = grpc.insecure_channel(running.daemon.bound[0])
         stub = pb_grpc.KernelPolicyStub(channel)
         pending = [
             stub.Resolve.future(pb.ResolveRequest(env={"A": "1"}), timeout=30) for _ in range(4)
@@ -217,9 +217,9 @@ def test_tcp_hypotheticals_never_get_the_unix_sockets_refused() -> None:
     directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     unix = f"unix:{directory}/kp.sock"
     with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
-                        listen=("127.0.0.1:0", unix)) as daemon:  # fmt: skip
-        daemon.hypotheticals.work = slow
-        tcp = grpc.insecure_channel(daemon.bound[0])
+                        listen=("127.0.0.1:0", unix)) as running:  # fmt: skip
+        running.daemon.hypotheticals.work = slow
+        tcp = grpc.insecure_channel(running.daemon.bound[0])
         local = grpc.insecure_channel(unix)
         ask = pb.ResolveRequest(env={"A": "1"})
         held = [
@@ -227,7 +227,7 @@ def test_tcp_hypotheticals_never_get_the_unix_sockets_refused() -> None:
             for _ in range(MAX_HYPOTHETICAL_RESOLVES + MAX_HYPOTHETICAL_WAITING)
         ]
         for _ in range(300):  # the daemon sees them arrive a moment after they are sent
-            if daemon.hypotheticals.waiting == MAX_HYPOTHETICAL_WAITING:
+            if running.daemon.hypotheticals.waiting == MAX_HYPOTHETICAL_WAITING:
                 break
             threading.Event().wait(0.05)
         with pytest.raises(grpc.RpcError) as refused:
@@ -253,8 +253,8 @@ def test_health_and_reflection_behind_the_boundary() -> None:
     """Health Watch works with the HTTP listener's metrics on; bytes that are not a health or
     reflection request are INVALID_ARGUMENT naming the message, never UNKNOWN."""
     with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False,
-                        http="127.0.0.1:0") as daemon:  # fmt: skip
-        channel = grpc.insecure_channel(daemon.bound[0])
+                        http="127.0.0.1:0") as running:  # fmt: skip
+        channel = grpc.insecure_channel(running.daemon.bound[0])
         health = health_pb2_grpc.HealthStub(channel)
         first = next(iter(health.Watch(health_pb2.HealthCheckRequest(), timeout=5)))
         assert first.status == health_pb2.HealthCheckResponse.SERVING

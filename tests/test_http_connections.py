@@ -199,8 +199,8 @@ def logged() -> Iterator[tuple[str, io.StringIO]]:
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0",
         log_format="json", log_stream=log,
-    ) as daemon:  # fmt: skip
-        yield daemon.fleet.url, log
+    ) as running:  # fmt: skip
+        yield running.daemon.fleet.url, log
 
 
 def _closed_count(url: str) -> tuple[float, bool]:

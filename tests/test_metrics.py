@@ -16,7 +16,7 @@ from kernelpolicy.api import resolve
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.metrics import ResolutionCollector
-from kernelpolicy.testing.daemon import running_daemon
+from kernelpolicy.testing.daemon import RunningDaemon, running_daemon
 from tests.helpers import ROOT, fixture, promtool_check_metrics
 from tests.http_helpers import call, post
 
@@ -38,12 +38,20 @@ def value(text: str, name: str, **labels: str) -> float | None:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Any]:
-    policies = tmp_path / "policies"
-    shutil.copytree(ROOT / "policies", policies)
+def policies(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    return tmp_path / "policies"
+
+
+@pytest.fixture
+def running(policies: Path) -> Iterator[RunningDaemon]:
     with running_daemon(fixture("mi300x"), [policies], watch=False, http="127.0.0.1:0") as d:
-        d.policies = policies
         yield d
+
+
+@pytest.fixture
+def daemon(running: RunningDaemon) -> Any:
+    return running.daemon
 
 
 def scrape(daemon: Any) -> str:
@@ -69,16 +77,16 @@ def test_decision_info_per_feature(daemon: Any) -> None:
     assert value(text, "kernelpolicy_resolution_info", fingerprint=resolution.fingerprint) == 1.0
 
 
-def test_reloads_by_outcome(daemon: Any) -> None:
+def test_reloads_by_outcome(daemon: Any, running: RunningDaemon, policies: Path) -> None:
     """changed, unchanged and failed reloads are counted; a failing reload shows as 1."""
-    daemon.call(daemon.reload("test"))  # nothing changed
-    (daemon.policies / "90-ops.toml").write_text(
+    running.call(daemon.reload("test"))  # nothing changed
+    (policies / "90-ops.toml").write_text(
         'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "mhc"\nimpl = "aiter"\n'
         'reason = "r"\n'
     )
-    daemon.call(daemon.reload("test"))
-    (daemon.policies / "99-bad.toml").write_text("[[[")
-    daemon.call(daemon.reload("test"))
+    running.call(daemon.reload("test"))
+    (policies / "99-bad.toml").write_text("[[[")
+    running.call(daemon.reload("test"))
     text = scrape(daemon)
     assert value(text, "kernelpolicy_reloads_total", outcome="unchanged") == 1.0
     assert value(text, "kernelpolicy_reloads_total", outcome="changed") == 1.0

@@ -28,7 +28,7 @@ def daemon() -> Iterator[object]:
     with running_daemon(
         fixture("mi355x"), [ROOT / "policies"], {"VLLM_ROCM_USE_AITER": "1"}, watch=False
     ) as d:
-        yield d
+        yield d.daemon
 
 
 @pytest.fixture

@@ -38,11 +38,14 @@ def test_tls(tmp_path: Path) -> None:
     cert, key = make_certificate(tmp_path)
     with running_daemon(
         fixture("cpu"), [ROOT / "policies"], watch=False, tls=TlsFiles.load(cert, key)
-    ) as daemon:
+    ) as running:
         credentials = grpc.ssl_channel_credentials(cert.read_bytes())
-        with connect(daemon.bound[0], credentials=credentials) as client:
+        with connect(running.daemon.bound[0], credentials=credentials) as client:
             assert client.resolve().decision("topk_per_row").impl == "torch"
-        with connect(daemon.bound[0], timeout=2) as plain, pytest.raises(grpc.RpcError) as info:
+        with (
+            connect(running.daemon.bound[0], timeout=2) as plain,
+            pytest.raises(grpc.RpcError) as info,
+        ):
             plain.stub.ListFeatures(pb.ListFeaturesRequest(), timeout=2)
         assert info.value.code() in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
@@ -51,12 +54,12 @@ def test_status_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     """status: exit 0 when serving; exit 1 and the error after a failed reload."""
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)
-    with running_daemon(fixture("cpu"), [policies], watch=False) as daemon:
-        assert main(["status", "--address", daemon.bound[0]]) == 0
+    with running_daemon(fixture("cpu"), [policies], watch=False) as running:
+        assert main(["status", "--address", running.daemon.bound[0]]) == 0
         assert "SERVING, revision 1" in capsys.readouterr().out
         (policies / "99-bad.toml").write_text("schema = 1\n")
-        daemon.call(daemon.reload("test"))
-        assert main(["status", "--address", daemon.bound[0]]) == 1
+        running.call(running.daemon.reload("test"))
+        assert main(["status", "--address", running.daemon.bound[0]]) == 1
         out = capsys.readouterr().out
         assert "last reload FAILED (serving the last good policies)" in out
         assert "99-bad.toml" in out
@@ -88,8 +91,8 @@ def test_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(services, "KEEP_ALIVE_SECONDS", 0.2)
     with (
-        running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as channel,
+        running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as channel,
     ):
         stream = f2_grpc.ServiceStub(channel).EventStream(f2.EventStreamRequest())
         assert [next(stream).type for _ in range(3)] == [
@@ -102,10 +105,10 @@ def test_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_not_serving_while_shutting_down() -> None:
     """Health watchers see NOT_SERVING when the daemon stops."""
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as daemon:
-        channel = grpc.insecure_channel(daemon.bound[0])
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        channel = grpc.insecure_channel(running.daemon.bound[0])
         watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
-        daemon.stop()
+        running.daemon.stop()
         assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
         channel.close()

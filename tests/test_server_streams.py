@@ -110,8 +110,8 @@ def test_per_peer_cap_on_a_real_daemon(tmp_path: Path, open_stream: Opener) -> N
     with (
         running_daemon(
             fixture("cpu"), [ROOT / "policies"], listen=["127.0.0.1:0", unix], watch=False
-        ) as daemon,
-        grpc.insecure_channel(daemon.bound[0]) as tcp,
+        ) as running,
+        grpc.insecure_channel(running.daemon.bound[0]) as tcp,
         grpc.insecure_channel(unix) as local,
     ):
         streams = [open_stream(tcp) for _ in range(MAX_WATCH_STREAMS_PER_PEER)]

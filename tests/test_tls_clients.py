@@ -63,8 +63,9 @@ def test_status_over_tls(
     tls = TlsFiles.load(
         pki["server_cert"], pki["server_key"], pki["client_cert"] if mutual else None
     )
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as daemon:
-        assert main(["status", "--address", daemon.bound[0], *_options(pki, *names)]) == code
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as running:
+        address = running.daemon.bound[0]
+        assert main(["status", "--address", address, *_options(pki, *names)]) == code
     captured = capsys.readouterr()
     assert shown in (captured.out if code == 0 else captured.err)
     assert "Traceback" not in captured.err
@@ -72,11 +73,12 @@ def test_status_over_tls(
 
 def test_status_json_over_tls(pki: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     tls = TlsFiles.load(pki["server_cert"], pki["server_key"])
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as daemon:
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as running:
+        address = running.daemon.bound[0]
         args = [
             "status",
             "--address",
-            daemon.bound[0],
+            address,
             "--json",
             "--tls-ca",
             str(pki["server_cert"]),
@@ -84,15 +86,16 @@ def test_status_json_over_tls(pki: dict[str, Path], capsys: pytest.CaptureFixtur
         assert main(args) == 0
         report = json.loads(capsys.readouterr().out)
     assert report["serving"] is True
-    assert report["address"] == daemon.bound[0]
+    assert report["address"] == address
 
 
 def test_diff_reads_tls_daemons(pki: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """Each TLS daemon's snapshot is read with the client pair; the node is counted."""
     tls = TlsFiles.load(pki["server_cert"], pki["server_key"], pki["client_cert"])
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as daemon:
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False, tls=tls) as running:
+        address = running.daemon.bound[0]
         args = [
-            "diff", "--against", str(ROOT / "policies"), "--daemons", daemon.bound[0], "--json",
+            "diff", "--against", str(ROOT / "policies"), "--daemons", address, "--json",
             *_options(pki, "ca=server_cert", "cert=client_cert", "key=client_key"),
         ]  # fmt: skip
         assert main(args) == 0
@@ -154,8 +157,9 @@ def test_explain_asks_a_tls_daemon(
     tls = TlsFiles.load(pki["server_cert"], pki["server_key"])
     env = {"KERNELPOLICY_FORCE_MHC": "torch"}
     with running_daemon(fixture("h100-sxm"), [ROOT / "policies"], env, watch=False,
-                        tls=tls) as daemon:  # fmt: skip
-        args = ["explain", "--address", daemon.bound[0], "--tls-ca", str(pki["server_cert"])]
+                        tls=tls) as running:  # fmt: skip
+        address = running.daemon.bound[0]
+        args = ["explain", "--address", address, "--tls-ca", str(pki["server_cert"])]
         assert main([*args, "mhc"]) == 0
     out = capsys.readouterr().out
     assert "force: KERNELPOLICY_FORCE_MHC=torch in the daemon's environment" in out
