@@ -28,9 +28,10 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
 from kernelpolicy.safeio import write_atomic
-from kernelpolicy.trust import owner_ok, private_dir
+from kernelpolicy.trust import ancestors_problem, owner_ok, private_dir
 
 KERNELS = "kernels"
 # Variable -> the cache's subdirectory it points to.
@@ -55,6 +56,9 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
         UntrustedFileError: It exists and belongs to someone else, or is a link.
     """
     root = private_dir(kernel_cache_dir(cache_dir), "kernel cache")
+    problem = ancestors_problem(cache_dir)
+    if problem is not None:  # a compiled kernel is code: no one else may swap the cache
+        raise UntrustedFileError(f"refusing kernel cache {root}: {problem}")
     for name in (*VARIABLES.values(), BUILT):
         private_dir(root / name, "kernel cache")
     return root
@@ -62,20 +66,33 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
 
 def cache_problem(root: Path) -> str | None:
     """Why the kernel cache at ``root`` may not be used, or None: a missing cache, a symbolic
-    link, an entry owned by another user or writable by group or others, or too many entries."""
+    link, an entry owned by another user or writable by group or others, a directory above it
+    that another user could swap it from (:func:`kernelpolicy.trust.ancestors_problem`), or too
+    many entries."""
     if not root.is_dir() or root.is_symlink():
         return f"{root}: no kernel cache (run kernelpolicy warm)"
+    problem = ancestors_problem(root.parent)
     for seen, path in enumerate((root, *_walk(root)), start=1):
+        if problem is not None:
+            break
         if seen > MAX_ENTRIES_CHECKED:
             return f"{root}: over {MAX_ENTRIES_CHECKED} entries"
-        info = path.lstat()
-        mode = stat.S_IMODE(info.st_mode)
-        if stat.S_ISLNK(info.st_mode):
-            return f"{path}: a symbolic link (it could point anywhere)"
-        if not owner_ok(info.st_uid):
-            return f"{path}: owned by uid {info.st_uid}, expected root or uid {os.geteuid()}"
-        if mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"{path}: writable by group or others (mode {mode:04o})"
+        problem = entry_problem(path, path.lstat())
+    return problem
+
+
+def entry_problem(path: Path, info: os.stat_result) -> str | None:
+    """The kernel cache's rule for one entry, from its ``lstat`` (or the ``fstat`` of what was
+    opened): no symbolic link, owned by root or us, writable by nobody else. Stricter than
+    :func:`kernelpolicy.trust.owner_mode_problem` on purpose: no sticky-directory allowance,
+    since a compiled kernel is code."""
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path}: a symbolic link (it could point anywhere)"
+    if not owner_ok(info.st_uid):
+        return f"{path}: owned by uid {info.st_uid}, expected root or uid {os.geteuid()}"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path}: writable by group or others (mode {mode:04o})"
     return None
 
 
@@ -140,12 +157,12 @@ class BuiltRecord:
     def has(self, text: str) -> bool:
         """Whether the variant is recorded, by a regular file owned by root or us and writable
         by nobody else (one lstat: this runs on a variant's first call)."""
+        path = self.path(text)
         try:
-            info = self.path(text).lstat()
+            info = path.lstat()
         except OSError:
             return False
-        writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
-        return stat.S_ISREG(info.st_mode) and owner_ok(info.st_uid) and not writable
+        return stat.S_ISREG(info.st_mode) and entry_problem(path, info) is None
 
     def add(self, text: str) -> None:
         """Record the variant (its description is the file's content, for people).
@@ -179,8 +196,7 @@ class BuiltRecord:
             return None
         try:
             info = os.fstat(fd)
-            writable = stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
-            if not stat.S_ISREG(info.st_mode) or not owner_ok(info.st_uid) or writable:
+            if not stat.S_ISREG(info.st_mode) or entry_problem(path, info) is not None:
                 return None
             data = os.read(fd, MAX_KERNEL_INDEX_BYTES + 1)
         except OSError:

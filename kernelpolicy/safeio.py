@@ -152,6 +152,43 @@ def nesting_depth(text: str, *, toml: bool = False, stop_above: int | None = Non
     return deepest
 
 
+# A TOML key's structure outside strings and comments: brackets, dots, '=', ',' and line ends.
+_TOML_KEY_TOKENS = re.compile(_TOML_TOKENS.pattern.replace(r"|[\[\]{}]", r"|[\[\]{}.=,\n]"))
+
+
+def dotted_key_parts(text: str, *, stop_above: int | None = None) -> int:
+    """The most parts of one dotted TOML key (``a.b.c = 1``, ``[a.b.c]``, ``{a.b = 1}``): each
+    part is a level of nesting, which tomllib builds in time quadratic in their number (40,000
+    parts: 45 s), so they are counted before it parses. Linear, strings and comments excluded;
+    with ``stop_above``, the scan ends once a key passes it. A value's dots (``1.5``) do not
+    count: a key ends at its ``=``."""
+    containers: list[str] = []  # "H" a table header, "[" an array, "{" an inline table
+    in_key, parts, most = True, 1, 0
+    for match in _TOML_KEY_TOKENS.finditer(text):
+        token = match.group()
+        if token == "." and (in_key or containers[-1:] == ["H"]):
+            parts += 1
+            most = max(most, parts)
+            if stop_above is not None and most > stop_above:
+                break
+        elif token == "\n" and not containers:
+            in_key, parts = True, 1
+        elif token == "=":
+            in_key = False
+        elif token == "[":
+            header = (in_key and not containers) or containers[-1:] == ["H"]
+            containers.append("H" if header else "[")
+            in_key, parts = False, 1
+        elif token == "{":
+            containers.append("{")
+            in_key, parts = True, 1
+        elif token == "," and containers[-1:] == ["{"]:
+            in_key, parts = True, 1
+        elif token in _CLOSE and containers:
+            containers.pop()
+    return max(most, 1)
+
+
 def value_depth(value: object) -> int:
     """The nesting depth of parsed dicts and lists (1 for a flat one), without recursion."""
     deepest = 0
@@ -203,6 +240,8 @@ def parse_toml(text: str, source: str, fail: Fail, *, limit: int = MAX_NESTING_D
     ``tomllib.TOMLDecodeError`` is left to the caller, which knows how to locate it.
     """
     check_depth(text, source, fail, toml=True, limit=limit)
+    if dotted_key_parts(text, stop_above=limit) > limit:
+        _raise(fail, f"{source}: a dotted key of more than {limit} parts, over MAX_NESTING_DEPTH")
     try:
         import tomllib  # here: 7 ms a worker that reads only JSON need not pay
 
@@ -227,13 +266,14 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_atomic(path: Path, data: bytes, mode: int) -> None:
+def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data``, whole or not at all, following no symbolic link.
 
     The data goes to a new temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``, so a planted link
     or file there is never written through), is synced, given ``mode`` and renamed onto
     ``path`` (a rename replaces a link at ``path``, never follows it); the directory is synced
-    so that a crash right after cannot bring the old file back.
+    so that a crash right after cannot bring the old file back. ``sync=False`` leaves both
+    syncs out (counters written from a serving path, where a lost update costs nothing).
 
     Raises:
         OSError: Whatever failed, with the temporary file removed; callers name the file.
@@ -252,12 +292,15 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)  # exactly ``mode``, whatever the umask
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not sync:
+        return
     directory = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(directory)
@@ -287,12 +330,14 @@ def store_cache_bytes(
     ``keep`` files of its kind (:func:`keep_newest`). Data over ``limit`` is not stored. Never
     raises: a cache that cannot be written is no cache. Read back by
     :func:`read_trusted_cache_bytes`."""
-    from kernelpolicy.trust import private_dir
+    from kernelpolicy.trust import ancestors_problem, private_dir
 
     if len(data) > limit:
         return
     try:
         private_dir(path.parent, what)
+        if ancestors_problem(path.parent) is not None:
+            return  # another user could swap the directory: prune and write nothing there
         write_atomic(path, data, 0o600)
         keep_newest(path.parent, keep, suffix)
     except (OSError, KernelPolicyError):
@@ -302,17 +347,25 @@ def store_cache_bytes(
 def read_trusted_cache_bytes(
     path: Path, *, limit: int, limit_name: str, links: bool = False
 ) -> bytes | None:
-    """The bytes of a cache file of ours: where it and its directory may be trusted
-    (:func:`kernelpolicy.trust.trust_problem`) and it is a regular file within ``limit`` (not a
-    link unless ``links``); None otherwise. Never raises: a cache is never authoritative."""
-    from kernelpolicy.trust import trust_problem
+    """The bytes of a cache file of ours: where it and every directory above it may be trusted
+    (:func:`kernelpolicy.trust.trust_problem`), and the file opened, checked again on its
+    descriptor, is a regular file within ``limit`` (not a link unless ``links``); None
+    otherwise. Never raises: a cache is never authoritative."""
+    from kernelpolicy.trust import owner_mode_problem, trust_problem
+
+    def still_trusted(info: os.stat_result) -> None:
+        problem = owner_mode_problem(info)
+        if problem is not None:  # swapped between the path's check and the open
+            raise KernelPolicyError(f"{path}: {problem}")
 
     try:
         if not os.path.lexists(path) or (not links and path.is_symlink()):
             return None
         if trust_problem(path) is not None:
             return None
-        return read_bytes_bounded(path, limit=limit, limit_name=limit_name, fail=KernelPolicyError)
+        return read_bytes_bounded(
+            path, limit=limit, limit_name=limit_name, fail=KernelPolicyError, opened=still_trusted
+        )
     except Exception:  # unreadable, too large, gone meanwhile: a miss
         return None
 

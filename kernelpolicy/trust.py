@@ -58,22 +58,42 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
 
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
-    (as ssh does) and to the directory holding it, since whoever can write that directory can
-    swap the file. ``shipped``: it is part of kernelpolicy's installation (the bundled pack),
-    writable by the group that can write the code as well (:func:`shipped_group`).
+    (as ssh does) and to every directory above it up to ``/`` (as OpenSSH's ``safe_path``
+    does), since whoever can write any of them can swap what is below it: rename the directory
+    holding the file and put one of their own in its place, between a check and the read.
+    ``shipped``: it is part of kernelpolicy's installation (the bundled pack), writable by the
+    group that can write the code as well (:func:`shipped_group`).
     """
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         return f"{path}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    for item in dict.fromkeys((target, target.parent)):
+    return _chain_problem((target, *target.parents), shipped=shipped, own=2)
+
+
+def ancestors_problem(directory: str | Path) -> str | None:
+    """Why another user could swap what is in ``directory`` (resolved), or None: the rule of
+    :func:`owner_mode_problem` for it and every directory above it up to ``/`` (a root-owned
+    sticky directory such as ``/tmp`` passes: others cannot rename what is in it)."""
+    try:
+        target = Path(directory).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        return f"{directory}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
+    return _chain_problem((target, *target.parents), shipped=False, own=1)
+
+
+def _chain_problem(chain: tuple[Path, ...], *, shipped: bool, own: int) -> str | None:
+    """The first of ``chain`` (a path, then the directories above it) that fails the rule;
+    past the first ``own`` entries, the message says it is a directory above."""
+    for depth, item in enumerate(chain):
         try:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
         problem = owner_mode_problem(info, shipped_group(item, info) if shipped else None)
         if problem is not None:
-            return f"{item}: {problem}"
+            above = " (a directory above it: whoever can write it can swap what is below)"
+            return f"{item}: {problem}{above if depth >= own else ''}"
     return None
 
 

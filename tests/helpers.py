@@ -272,10 +272,18 @@ def plant_symlink(path: Path) -> None:
     path.symlink_to(target)
 
 
+def plant_open_ancestor(path: Path) -> None:
+    """The directory two levels above ``path`` becomes writable by anyone (not sticky): its
+    entry and its own directory stay ours, but anyone could rename that directory away and put
+    their own in its place."""
+    path.parent.parent.chmod(0o777)
+
+
 UNTRUSTED_ENTRIES: dict[str, Callable[[Path], None]] = {
     "owned by another user": plant_foreign_owner,
     "group-writable": plant_group_writable,
     "a symbolic link": plant_symlink,
+    "under a directory anyone can write": plant_open_ancestor,
 }
 """The ways an entry is made untrustworthy, named, for a cache test's table of planted files."""
 

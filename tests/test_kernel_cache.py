@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.cli.warm_cmd import tasks_for
+from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.kernel_cache import (
     BuiltRecord,
     cache_environment,
@@ -62,10 +63,16 @@ def test_your_own_variables_are_kept(tmp_path: Path) -> None:
         pytest.param("symlinked-entry", "a symbolic link", id="symlinked-entry"),
         pytest.param("planted-directory", "owned by uid 65534", id="planted-directory"),
         pytest.param("world-writable-root", "writable by group or others", id="open-root"),
+        pytest.param("open-cache-dir", "writable by others", id="open-cache-directory"),
+        pytest.param("open-ancestor", "a directory above it", id="open-directory-above"),
+        pytest.param("foreign-cache-dir", "owned by uid 65534", id="foreign-cache-directory"),
     ],
 )
 def test_an_untrusted_cache_is_not_used(tmp_path: Path, how: str, problem: str) -> None:
-    root = prepare_kernel_cache(tmp_path)
+    outer = tmp_path / "outer"
+    place = outer / "cache"
+    place.mkdir(parents=True)
+    root = prepare_kernel_cache(place)
     entry = _entry(root)
     if how == "foreign-entry":
         os.chown(entry, NOBODY, NOBODY)
@@ -80,10 +87,27 @@ def test_an_untrusted_cache_is_not_used(tmp_path: Path, how: str, problem: str) 
         os.chown(planted, NOBODY, NOBODY)
     elif how == "world-writable-root":
         root.chmod(0o777)
-    extra, found = cache_environment(tmp_path, {})
+    elif how == "open-cache-dir":  # anyone could rename kernels/ away and put theirs there
+        place.chmod(0o777)
+    elif how == "open-ancestor":
+        outer.chmod(0o777)
+    elif how == "foreign-cache-dir":
+        os.chown(place, NOBODY, NOBODY)
+    extra, found = cache_environment(place, {})
     assert extra == {}
     assert found is not None
     assert problem in found
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775], ids=["world-writable", "group-writable"])
+def test_warm_refuses_a_cache_another_user_could_swap(tmp_path: Path, mode: int) -> None:
+    """prepare_kernel_cache (warm, exec) will not make a kernel cache under a directory that
+    someone else can write: they could swap it for theirs while engines read it for hours."""
+    place = tmp_path / "shared"
+    place.mkdir()
+    place.chmod(mode)
+    with pytest.raises(UntrustedFileError, match=f"refusing kernel cache .*{place}: writable"):
+        prepare_kernel_cache(place)
 
 
 def test_no_cache_no_variables(tmp_path: Path) -> None:

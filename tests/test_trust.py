@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.errors import UntrustedFileError
+from kernelpolicy.safeio import read_trusted_cache_bytes
 from kernelpolicy.trust import (
+    ancestors_problem,
     check_trusted,
     code_group,
     owner_mode_problem,
@@ -229,3 +231,72 @@ def test_code_group_with_an_acl(tmp_path: Path) -> None:
     package = _package(tmp_path, 0o775, 0o664)
     subprocess.run(["setfacl", "-m", f"u:{OTHER_UID}:rw", str(package / "__init__.py")], check=True)
     assert code_group(package) is None
+
+
+# -- every directory above: whoever can write one can swap what is below it ------------------
+
+
+def _nested(tmp_path: Path) -> tuple[Path, Path]:
+    """tmp/top/mid/dir/p.toml, every level 0755: (top, the file)."""
+    tmp_path.chmod(0o755)
+    directory = tmp_path / "top" / "mid" / "dir"
+    directory.mkdir(parents=True)
+    for level in (tmp_path / "top", tmp_path / "top" / "mid", directory):
+        level.chmod(0o755)
+    return tmp_path / "top", _file(directory)
+
+
+ABOVE = {
+    "all-0755": ("", 0o755, None),
+    "grandparent-group-writable": ("mid", 0o775, "writable by its group"),
+    "great-grandparent-world-writable": ("", 0o777, "writable by others"),
+    "great-grandparent-sticky-of-root": ("", 0o1777, None),  # like /tmp: others cannot rename
+}
+
+
+@pytest.mark.parametrize(("level", "mode", "problem"), list(ABOVE.values()), ids=list(ABOVE))
+def test_every_directory_above_is_checked(
+    tmp_path: Path, level: str, mode: int, problem: str | None
+) -> None:
+    """A directory two or more levels up that others can write refuses the file (before,
+    only the file and its own directory were checked), naming that directory."""
+    top, path = _nested(tmp_path)
+    if mode & stat.S_ISVTX and os.geteuid() != 0:
+        pytest.skip("a sticky directory is allowed only when root owns it")
+    changed = top / level if level else top
+    changed.chmod(mode)
+    found = trust_problem(path)
+    if problem is None:
+        assert found is None
+        return
+    assert found is not None
+    assert found.startswith(f"{changed}:"), found
+    assert problem in found
+    assert "a directory above it" in found
+    assert ancestors_problem(path.parent) is not None
+
+
+@needs_root
+def test_a_directory_above_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    """Another user's directory anywhere above: they can rename what is in it."""
+    top, path = _nested(tmp_path)
+    os.chown(top, OTHER_UID, OTHER_UID)
+    found = trust_problem(path) or ""
+    assert found.startswith(f"{top}:"), found
+    assert f"owned by uid {OTHER_UID}" in found
+
+
+def test_a_cache_file_is_checked_again_on_what_was_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path's check and the open are two steps; what was opened is checked again on its
+    descriptor, so a file swapped in between (here: a path check that passed a group-writable
+    file, as a swap right after it would) is a miss, not read."""
+    import kernelpolicy.trust
+
+    tmp_path.chmod(0o755)
+    path = _file(tmp_path, 0o600)
+    assert read_trusted_cache_bytes(path, limit=10, limit_name="LIMIT") == b"x"
+    path.chmod(0o664)
+    monkeypatch.setattr(kernelpolicy.trust, "trust_problem", lambda *_a, **_k: None)
+    assert read_trusted_cache_bytes(path, limit=10, limit_name="LIMIT") is None
