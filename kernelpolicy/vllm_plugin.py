@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.bridge.plugin import ENABLE, INPUTS, read_plugin_inputs
+from kernelpolicy.safeio import write_atomic
 from kernelpolicy.settings import parse_bool
 
 STATS = "KERNELPOLICY_VLLM_PLUGIN_STATS"
@@ -90,8 +91,8 @@ class _Counts:
         count = self.counts.get(kind, 0) + 1
         self.counts[kind] = count
         if self.path is not None and count & (count - 1) == 0:
-            try:
-                self.path.write_text(json.dumps(self.counts))
+            try:  # never through a link planted at the path (the directory may be shared)
+                write_atomic(self.path, json.dumps(self.counts).encode(), 0o644, sync=False)
             except OSError:
                 self.path = None  # the directory went away: stop writing, keep serving
 

@@ -10,6 +10,7 @@ import pytest
 from kernelpolicy.errors import KernelPolicyError, SettingsError
 from kernelpolicy.limits import MAX_NESTING_DEPTH, shown
 from kernelpolicy.safeio import (
+    dotted_key_parts,
     nesting_depth,
     parse_json,
     parse_toml,
@@ -164,3 +165,33 @@ def test_write_atomic_follows_no_link(tmp_path: Path, mode: int, planted: str) -
     assert not path.is_symlink()
     assert (path.stat().st_mode & 0o777) == mode
     assert not temp_path(path).exists()
+
+
+DOTTED = {
+    "assignment": ("a.b.c = 1", 3),
+    "a float is no key": ("x = 1.5", 1),
+    "table header, then a key": ("[a.b]\nc.d.e = 2", 3),
+    "array of tables": ("[[a.b.c.d]]", 4),
+    "inline table keys": ("t = {a.b = 1, c.d.e = 2}", 3),
+    "floats in a multi-line array": ("arr = [\n 1.5,\n 2.5,\n]\nq.r = 1", 2),
+    "a quoted part with a dot": ('a."b.c".d = 1', 3),
+    "a comment": ("# a.b.c.d\nx = 1", 1),
+    "a string value": ("s = 'a.b.c.d'", 1),
+    "an inline table in an array": ("a = [{b.c.d = 1}]", 3),
+    "a multi-line string": ('a = """x.y.z\n.w"""\nb = 1', 1),
+}
+
+
+@pytest.mark.parametrize(("text", "parts"), list(DOTTED.values()), ids=list(DOTTED))
+def test_dotted_key_parts(text: str, parts: int) -> None:
+    assert dotted_key_parts(text) == parts
+
+
+def test_a_long_dotted_key_is_refused_before_tomllib_sees_it() -> None:
+    """tomllib builds a dotted key in time quadratic in its parts (40,000 parts: 45 s): a key of
+    more than MAX_NESTING_DEPTH parts is refused by the pre-scan, which stops at the limit."""
+    at = "a" + ".a" * (MAX_NESTING_DEPTH - 1) + " = 1"
+    assert value_depth(parse_toml(at, "x", _fail)) == MAX_NESTING_DEPTH
+    over = "a" + ".a" * 1_000_000 + " = 1"
+    with pytest.raises(SettingsError, match=r"dotted key of more than .* MAX_NESTING_DEPTH"):
+        parse_toml(over, "x", _fail)

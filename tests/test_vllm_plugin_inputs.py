@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,21 @@ def test_the_plugin_says_what_was_wrong_and_returns(
         assert len(warnings) == 1
         assert warnings[0].startswith(NOT_INSTALLED)
         assert warning in warnings[0]
+
+
+def test_the_call_counts_never_write_through_a_planted_link(tmp_path: Path) -> None:
+    """The stats directory may be shared (KERNELPOLICY_VLLM_PLUGIN_STATS): a link planted at
+    the process's file is replaced, never written through (before: the victim was overwritten)."""
+    import kernelpolicy.vllm_plugin as plugin
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    (stats / f"{os.getpid()}.json").symlink_to(victim)
+    counts = plugin._Counts(str(stats))
+    counts.add("sampler.top_k_top_p/torch")
+    assert victim.read_text() == "keep me"
+    written = stats / f"{os.getpid()}.json"
+    assert not written.is_symlink()
+    assert json.loads(written.read_text()) == {"sampler.top_k_top_p/torch": 1}
