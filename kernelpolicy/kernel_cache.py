@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernelpolicy.errors import UntrustedFileError
-from kernelpolicy.limits import MAX_KERNEL_INDEX_BYTES
+from kernelpolicy.limits import MAX_KERNEL_CACHE_ENTRIES, MAX_KERNEL_INDEX_BYTES
 from kernelpolicy.safeio import write_atomic
 from kernelpolicy.trust import ancestors_problem, owner_ok, private_dir
 
@@ -41,7 +41,6 @@ VARIABLES: dict[str, str] = {
 }
 BUILT = "built"  # the record of the variants built into the cache
 INDEX = "index"  # per variant: what its build produced, read back by its family
-MAX_ENTRIES_CHECKED = 100_000  # more than any real cache holds: past it, it is not trusted
 
 
 def kernel_cache_dir(cache_dir: Path) -> Path:
@@ -75,8 +74,8 @@ def cache_problem(root: Path) -> str | None:
     for seen, path in enumerate((root, *_walk(root)), start=1):
         if problem is not None:
             break
-        if seen > MAX_ENTRIES_CHECKED:
-            return f"{root}: over {MAX_ENTRIES_CHECKED} entries"
+        if seen > MAX_KERNEL_CACHE_ENTRIES:
+            return f"{root}: over {MAX_KERNEL_CACHE_ENTRIES} entries"
         problem = entry_problem(path, path.lstat())
     return problem
 
@@ -100,7 +99,7 @@ def _walk(root: Path) -> list[Path]:
     found: list[Path] = []
     for directory, names, files in os.walk(root, followlinks=False):
         found += [Path(directory, n) for n in (*names, *files)]
-        if len(found) > MAX_ENTRIES_CHECKED:
+        if len(found) > MAX_KERNEL_CACHE_ENTRIES:
             break
     return found
 

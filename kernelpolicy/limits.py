@@ -37,6 +37,12 @@ MAX_KERNEL_INDEX_BYTES = 1 * MIB
 build added, a few hundred bytes each)."""
 MAX_TLS_FILE_BYTES = 1 * MIB
 """One PEM file (certificate, key or CA bundle)."""
+MAX_HARDWARE_CACHE_BYTES = 256 * KIB
+"""The node's hardware cache (``<cache dir>/node/hardware.json``; a 16-GPU node's is a few KiB)."""
+MAX_MACHINE_ID_FILE_BYTES = 128
+"""A machine-id file: 32 hex characters and a newline; a longer file is not a machine ID."""
+MAX_KERNEL_CACHE_ENTRIES = 100_000
+"""Entries checked in the kernel cache: more than any real one holds; past it, it is not trusted."""
 
 # Structure.
 MAX_NESTING_DEPTH = 32
@@ -61,6 +67,8 @@ MAX_ENGINE_RULE_WORDS = 64
 """Variables, and command-line words, in one engine rule of a policy."""
 MAX_VERSION_CHARS = 256
 """One version string (a driver, torch or library version)."""
+MAX_INPUTS_BYTES = 256 * KIB
+"""``KERNELPOLICY_VLLM_PLUGIN_INPUTS``, the inputs ``kernelpolicy exec`` hands the vLLM plugin."""
 MAX_BATCH_ROUTES = 64
 """``by_batch`` rows of one feature (the bundled sampler has two)."""
 MAX_BATCH_BOUND = 2**31 - 1
@@ -71,6 +79,8 @@ MAX_PROBED_DEVICES = 256
 """Devices NVML may report, and KFD topology nodes read (8 MI300X in CPX mode are 64)."""
 MAX_SYSFS_FILE_BYTES = 64 * KIB
 """One sysfs, procfs or ROCm version file the probe reads (a KFD properties file is ~1.5 KiB)."""
+MAX_DEVICE_ID_CHARS = 128
+"""One GPU UUID in a node's identity without a machine ID (longer ones are left out)."""
 
 # Requests to the daemon.
 MAX_REQUEST_BYTES = 1 * MIB

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.bridge import Status, engine_settings
-from kernelpolicy.bridge.plugin import ENABLE, INPUTS, MAX_INPUTS_BYTES, plugin_environment
+from kernelpolicy.bridge.plugin import ENABLE, INPUTS, plugin_environment
 from kernelpolicy.check.bridge_proof import prove_bridge_rules
+from kernelpolicy.limits import MAX_INPUTS_BYTES
 from kernelpolicy.platform.libraries import read_libraries
 from kernelpolicy.policy import load_policies
 from tests.helpers import resolve_on

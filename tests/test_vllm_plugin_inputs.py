@@ -15,13 +15,12 @@ import pytest
 from kernelpolicy.bridge.plugin import (
     ENABLE,
     INPUTS,
-    MAX_INPUTS_BYTES,
     PluginInputs,
     plugin_environment,
     read_plugin_inputs,
 )
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.limits import MAX_NESTING_DEPTH
+from kernelpolicy.limits import MAX_INPUTS_BYTES, MAX_NESTING_DEPTH
 from kernelpolicy.vllm_plugin import LOGGER, register
 
 NOT_INSTALLED = "kernelpolicy: plugin not installed, vLLM keeps its own kernels: "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.limits import MAX_NESTING_DEPTH, shown
+from kernelpolicy.limits import MAX_INPUTS_BYTES, MAX_NESTING_DEPTH, shown
 from kernelpolicy.safeio import parse_json
 
 # The engines with a kernelpolicy plugin; the variable that turns it on, and the one that
@@ -21,7 +21,6 @@ PLUGIN_ENGINES = frozenset({"vllm"})
 NAME = "kernelpolicy"  # its entry point's name (pyproject.toml, vllm.general_plugins)
 ENABLE = "KERNELPOLICY_VLLM_PLUGIN"
 INPUTS = "KERNELPOLICY_VLLM_PLUGIN_INPUTS"
-MAX_INPUTS_BYTES = 256 * 1024
 _KEPT_PREFIXES = ("KERNELPOLICY_", "VLLM_", "SGLANG_", "SGL_", "HOME", "XDG_")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_HARDWARE_CACHE_BYTES
 from kernelpolicy.platform.pci import (
     AMD_VENDOR,
     NVIDIA_VENDOR,
@@ -34,7 +35,6 @@ from kernelpolicy.trust import private_dir, trust_problem
 
 SCHEMA = "kernelpolicy.hardware-cache/v1"
 RELATIVE = Path("node/hardware.json")
-MAX_HARDWARE_CACHE_BYTES = 256 * 1024
 VISIBILITY = (
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kernelpolicy.digest import hmac_sha256, sha256
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import MAX_DEVICE_ID_CHARS, MAX_MACHINE_ID_FILE_BYTES
 from kernelpolicy.safeio import read_bytes_bounded
 
 __all__ = [
@@ -39,9 +40,7 @@ MACHINE_ID_FILES = ("etc/machine-id", "var/lib/dbus/machine-id")
 
 _RAW = re.compile(r"[0-9a-f]{32}\Z")
 _APP_SPECIFIC = re.compile(r"[0-9a-f]{32}\Z")
-_MAX_FILE_BYTES = 128  # 32 hex characters and a newline; more is not a machine-id file
 _DEVICE_ID_KEYS = ("uuid", "unique_id")  # NVML's UUID, the AMD KFD unique_id
-_MAX_DEVICE_ID_CHARS = 128
 
 
 def app_specific_id(raw: str) -> str | None:
@@ -68,8 +67,8 @@ def read_machine_id(root: Path) -> str | None:
     for name in MACHINE_ID_FILES:
         try:
             data = read_bytes_bounded(
-                root / name, limit=_MAX_FILE_BYTES, limit_name="a machine-id file",
-                fail=KernelPolicyError,
+                root / name, limit=MAX_MACHINE_ID_FILE_BYTES,
+                limit_name="MAX_MACHINE_ID_FILE_BYTES", fail=KernelPolicyError,
             )  # fmt: skip
         except KernelPolicyError:
             continue
@@ -87,7 +86,7 @@ def node_identity(machine_id: str | None, device_ids: Iterable[object]) -> str |
     if machine_id:
         return machine_id
     ids = sorted(
-        {d for d in device_ids if isinstance(d, str) and 0 < len(d) <= _MAX_DEVICE_ID_CHARS}
+        {d for d in device_ids if isinstance(d, str) and 0 < len(d) <= MAX_DEVICE_ID_CHARS}
     )
     if not ids:
         return None
