@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 
-from kernelpolicy.policy.entries import entry_problem, load_entry
+from kernelpolicy.policy.entries import entry_problem, load_entry, load_prepared
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,71 @@ def test_load_entry_raises_what_the_import_raises(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(error, match=message):
         load_entry(entry)
+
+
+PLANTED = """\
+PREPARED = []
+def kernel(x):
+    return x + 1
+def served(x):
+    return x + 2
+def fast(x):
+    return x + 3
+fast.nonblocking = served
+def prepare():
+    PREPARED.append(True)
+def refuse():
+    raise RuntimeError("the library cannot start here")
+"""
+
+
+@pytest.mark.parametrize(
+    ("entry", "prepare", "serving", "served", "prepared"),
+    [
+        pytest.param("kp_prep:kernel", None, True, "kernel", False, id="no-preparation"),
+        pytest.param("kp_prep:kernel", "kp_prep:prepare", True, "kernel", True, id="prepared"),
+        pytest.param("kp_prep:fast", "kp_prep:prepare", True, "served", False,
+                     id="serving-form-prepares-in-its-build"),
+        pytest.param("kp_prep:fast", "kp_prep:prepare", False, "fast", True,
+                     id="not-serving-runs-the-callable-prepared"),
+        pytest.param("kp_prep:fast", None, True, "served", False, id="serving-form-alone"),
+    ],
+)  # fmt: skip
+def test_load_prepared_serves_the_form_or_prepares(
+    entry: str, prepare: str | None, serving: bool, served: str, prepared: bool,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The engine and verify load through one function: the callable, prepared unless its
+    serving form (which builds in the background) serves it."""
+    (tmp_path / "kp_prep.py").write_text(PLANTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kp_prep", raising=False)
+    module = importlib.import_module("kp_prep")
+    loaded = load_prepared(entry, prepare, serving=serving)
+    assert loaded.function is getattr(module, entry.partition(":")[2])
+    assert loaded.served is getattr(module, served)
+    calls: list[bool] = module.PREPARED
+    assert calls == ([True] if prepared else [])
+
+
+@pytest.mark.parametrize(
+    ("entry", "prepare", "error", "message"),
+    [
+        pytest.param("kp_prep:kernel", "kp_prep:refuse", RuntimeError, "cannot start here",
+                     id="preparation-fails"),
+        pytest.param("kp_prep:kernel", "kp_prep:nope", AttributeError, "nope",
+                     id="preparation-missing"),
+        pytest.param("kp_prep:nope", "kp_prep:prepare", AttributeError, "nope",
+                     id="entry-missing"),
+    ],
+)  # fmt: skip
+def test_load_prepared_raises_what_loading_raises(
+    entry: str, prepare: str, error: type[Exception], message: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A failure is the caller's to word (the engine's fallbacks, LazyEntry, verify)."""
+    (tmp_path / "kp_prep.py").write_text(PLANTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kp_prep", raising=False)
+    with pytest.raises(error, match=message):
+        load_prepared(entry, prepare)

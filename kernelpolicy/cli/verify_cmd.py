@@ -281,13 +281,13 @@ def _check_guard(guard: str | None) -> None:
 
 def _check_entry(entry: str) -> None:
     """``--entry MODULE:FUNCTION`` must import here: a skipped check would pass in silence."""
-    import importlib
+    from kernelpolicy.policy.entries import load_entry
 
     module, sep, attr = entry.partition(":")
     if not (module and sep and attr):
         raise KernelPolicyError(f"--entry {entry!r}: expected MODULE:FUNCTION")
     try:
-        function = getattr(importlib.import_module(module), attr)
+        function = load_entry(entry)
     except ImportError as exc:
         raise KernelPolicyError(
             f"--entry {entry}: cannot import module {module!r} ({exc}); is it installed, or on "

@@ -141,8 +141,7 @@ class Fallbacks:
         is served elsewhere); a built-in accelerated implementation is imported on its first
         call (:class:`~kernelpolicy.engine.loading.LazyEntry`)."""
         from kernelpolicy.engine.loading import LazyEntry
-        from kernelpolicy.kernels.builds import nonblocking_form
-        from kernelpolicy.policy.entries import load_entry
+        from kernelpolicy.policy.entries import load_prepared
         from kernelpolicy.policy.names import PREPARE, REQUIRES
 
         prepare = PREPARE.get(impl) if builtin else None
@@ -155,13 +154,11 @@ class Fallbacks:
                 lazy = LazyEntry(entry, prepare, REQUIRES[impl], loaded)
                 lazy.prefetch()  # off the call path: impl() returns at once
                 return lazy
-            if prepare is not None:
-                load_entry(prepare)()
-            function = load_entry(entry)
+            prepared = load_prepared(entry, prepare)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
             raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
-        loaded(function)
-        return nonblocking_form(function) or function
+        loaded(prepared.function)
+        return prepared.served
 
     def _listen(self, feature: str, impl: str, entry: str, function: Callable[..., Any]) -> None:
         """Record the degradations of ``entry`` (its callable's ``degradations``, else its

@@ -12,8 +12,8 @@ from typing import Any
 
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.gcpause import collector_paused
-from kernelpolicy.kernels.builds import nonblocking_form, start_thread
-from kernelpolicy.policy.entries import load_entry
+from kernelpolicy.kernels.builds import start_thread
+from kernelpolicy.policy.entries import load_entry, load_prepared
 
 
 class EntryUnloadable(ResolutionError):
@@ -79,14 +79,11 @@ class LazyEntry:
     def _import(self) -> Callable[..., Any]:
         try:
             with collector_paused():  # an import in a worker's large heap: kernelpolicy.gcpause
-                function = load_entry(self.entry)
-                form = nonblocking_form(function)
-                if form is None and self._prepare is not None:
-                    load_entry(self._prepare)()
+                prepared = load_prepared(self.entry, self._prepare)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, build errors
             raise EntryUnloadable(f"cannot load {self.entry}: {exc}") from exc
-        self._on_load(function)
-        return form or function
+        self._on_load(prepared.function)
+        return prepared.served
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return (self._function or self.load())(*args, **kwargs)

@@ -1,5 +1,6 @@
 """A candidate's ``entry = "module:function"``: whether it can be imported, without importing
-it, and the callable it names, imported (:func:`load_entry`).
+it, and the callable it names, imported (:func:`load_entry`) or imported and prepared for
+serving (:func:`load_prepared`, what the engine and ``verify`` run).
 
 ``check`` and ``explain`` report an entry whose module cannot be found. Finding a module must
 not run it (nor its parent packages, which may import torch or a kernel library), so the search
@@ -13,7 +14,7 @@ import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def entry_problem(entry: str, path: Sequence[str] | None = None) -> str | None:
@@ -62,3 +63,39 @@ def load_entry(entry: str) -> Callable[..., Any]:
     module, _, attr = entry.partition(":")
     function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
     return function
+
+
+class Prepared(NamedTuple):
+    """An entry's callable, imported, and what serves its calls."""
+
+    function: Callable[..., Any]
+    """The callable the entry names (its degradations are read from it)."""
+    served: Callable[..., Any]
+    """Its serving form (:func:`kernelpolicy.kernels.builds.nonblocking_form`) where one was
+    asked for and it has one, else ``function``."""
+
+
+def load_prepared(entry: str, prepare: str | None, *, serving: bool = True) -> Prepared:
+    """The callable at ``entry``, imported, with its library prepared: ``prepare``
+    (``module:function``, :data:`kernelpolicy.policy.names.PREPARE`) is called once after the
+    import, so that a library that cannot be imported or built here is found now. A kernel
+    served by its serving form is not prepared: its background build imports the library, and
+    no call waits for it.
+
+    Args:
+        entry: ``package.module:function``.
+        prepare: The entry's preparation, or None.
+        serving: Serve by the serving form where there is one (the engine); False for the
+            callable itself, which builds inline (``verify`` checks it).
+
+    Raises:
+        Whatever :func:`load_entry` raises, and whatever ``prepare`` raises: its callers catch
+            every failure and say, in their own words, that ``entry`` cannot be loaded.
+    """
+    from kernelpolicy.kernels.builds import nonblocking_form  # pure Python, no kernel library
+
+    function = load_entry(entry)
+    form = nonblocking_form(function) if serving else None
+    if form is None and prepare is not None:
+        load_entry(prepare)()
+    return Prepared(function, form or function)

@@ -12,7 +12,7 @@ import torch
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.evidence.model import ImplReport, Outcome
 from kernelpolicy.kernels.guards import GUARDS
-from kernelpolicy.policy.entries import load_entry
+from kernelpolicy.policy.entries import load_prepared
 from kernelpolicy.policy.names import BUILTIN_ENTRIES, PREPARE
 from kernelpolicy.verify import accuracy, distribution, samplers
 from kernelpolicy.verify.profile import FULL, Profile
@@ -145,9 +145,7 @@ def run_one(
             report.skipped = f"needs {what}"
             return report
     try:
-        if impl in PREPARE:
-            load_entry(PREPARE[impl])()
-        function = load_entry(entry)
+        function = load_prepared(entry, PREPARE.get(impl), serving=False).function
     except Exception as exc:  # cannot run here: say why, do not fail the suite
         report.skipped = f"cannot load {entry}: {exc}"
         return report
