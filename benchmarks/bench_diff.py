@@ -39,7 +39,7 @@ REFERENCE = """
 import sys, time
 t = time.perf_counter()
 from pathlib import Path
-from kernelpolicy.api import load_policies_cached
+from kernelpolicy.inputs import load_policies_cached
 from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.platform.model import load_platform
 old = load_policies_cached([sys.argv[1]])
@@ -65,8 +65,8 @@ def _node(base: dict[str, Any], i: int) -> dict[str, Any]:
 
 def generate(directory: Path, count: int) -> tuple[Path, Path, Path]:
     """(snapshot directory, kubectl file, new policies) for ``count`` nodes."""
-    from kernelpolicy.api import load_policies_cached
     from kernelpolicy.engine.decide import resolve_policies
+    from kernelpolicy.inputs import load_policies_cached
     from kernelpolicy.labels import node_labels
     from kernelpolicy.platform.model import Platform
     from kernelpolicy.settings import bundled_policy_dir

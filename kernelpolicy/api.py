@@ -14,19 +14,14 @@ from kernelpolicy.code_cache import code_cached
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.gcpause import collector_paused
-from kernelpolicy.inputs import (
-    existing_policy_paths,
-    gather,
-    load_policies_cached,
-    load_policies_for,
-)
+from kernelpolicy.inputs import gather, load_policies_for
 from kernelpolicy.logs import log_resolution, runtime_log
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.server.node import node_reporter
 from kernelpolicy.settings import Settings, settings_from
 
-__all__ = ["existing_policy_paths", "load_policies_cached", "resolve"]
+__all__ = ["resolve"]
 
 
 def resolve(

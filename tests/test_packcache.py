@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.api import load_policies_cached
 from kernelpolicy.engine.decide import resolve_policies
+from kernelpolicy.inputs import load_policies_cached
+from kernelpolicy.limits import MAX_PACK_CACHE_BYTES
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy import packcache
 from kernelpolicy.policy.compiled import PolicySet
@@ -161,7 +162,7 @@ def _directory_open(path: Path) -> None:
 
 def _oversized(path: Path) -> None:
     with path.open("ab") as handle:
-        handle.truncate(packcache.MAX_PACK_CACHE_BYTES + 1)
+        handle.truncate(MAX_PACK_CACHE_BYTES + 1)
 
 
 def _poison(path: Path) -> None:
