@@ -186,3 +186,28 @@ def test_host_import_order(warm: tuple[Path, Path], code: str, extra: dict[str, 
     assert out["one_copy"] is True
     for key, value in extra.items():
         assert out[key] == value
+
+
+@pytest.mark.parametrize(
+    ("present", "expected"),
+    [
+        pytest.param(True, "{relative}:7:{mtime}", id="found-whole-path-size-time"),
+        pytest.param(False, "cel.fake.so:-", id="found-then-gone"),
+        pytest.param(None, "-", id="not-found"),
+    ],
+)
+def test_extension_stamp_names_where_and_which_file(
+    present: bool | None, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What kept translations depend on (engine.rules): the extension's whole path, its size
+    and modification time, so another install or a rebuild is a miss; ``-`` where none is."""
+    from kernelpolicy.policy import cel
+
+    library = tmp_path / "cel.fake.so"
+    if present:
+        library.write_bytes(b"\x7fELF...")
+    found = None if present is None else str(library)
+    monkeypatch.setattr(cel, "_extension_path", lambda: found)
+    mtime = library.stat().st_mtime_ns if present else 0
+    relative = library.relative_to(library.anchor)
+    assert cel.extension_stamp() == expected.format(relative=relative, mtime=mtime)

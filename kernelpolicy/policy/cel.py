@@ -14,8 +14,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from kernelpolicy.digest import file_stamps
 from kernelpolicy.dtypes import DTYPE_SIZES
 from kernelpolicy.limits import shown
 
@@ -101,14 +103,11 @@ def _load() -> Any:
 def extension_stamp() -> str:
     """The CEL extension's file, size and modification time (``-`` where it is not found):
     what a result kept from its evaluations depends on, besides the expression."""
-    path = _extension_path()
-    if path is None:
+    found = _extension_path()
+    if found is None:
         return "-"
-    try:
-        info = os.stat(path)
-    except OSError:
-        return "-"
-    return f"{path}:{info.st_size}:{info.st_mtime_ns}"
+    path = Path(found)
+    return file_stamps(Path(path.anchor), [path])  # its whole path: where it was found too
 
 
 def _extension_path() -> str | None:

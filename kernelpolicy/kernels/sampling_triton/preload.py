@@ -29,13 +29,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import triton
 
+from kernelpolicy.digest import file_stamps
 from kernelpolicy.kernel_cache import BuiltRecord
 from kernelpolicy.kernels.sampling_triton.jit import Kernels, names
 
@@ -142,13 +143,8 @@ def _plain(value: Any) -> bool:
 @functools.cache
 def _library_stamp() -> str:
     """``libtriton``'s size and modification time (the files' hashes depend on it)."""
-    folder = os.path.join(os.path.dirname(triton.__file__), "_C")
-    stamps = []
-    for entry in sorted(os.listdir(folder)):
-        if entry.startswith("libtriton"):
-            info = os.stat(os.path.join(folder, entry))
-            stamps.append(f"{entry}:{info.st_size}:{info.st_mtime_ns}")
-    return ";".join(stamps)
+    folder = Path(triton.__file__).parent / "_C"
+    return file_stamps(folder, sorted(folder.glob("libtriton*")))
 
 
 def _key(description: str) -> str:
