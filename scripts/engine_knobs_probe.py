@@ -6,10 +6,11 @@ Usage: python scripts/engine_knobs_probe.py vllm|sglang SOURCE_DIR OUT_JSON
 Run by ``scripts/gen_engine_tables.py`` in a fresh child process per release (it imports the
 release's modules, with heavy third-party imports stubbed by ``engine_stubs``). What it reads:
 
-* ``env``: every ``VLLM_*`` / ``SGLANG_*`` / ``SGL_*`` variable the release defines, whether a
-  module other than its definition reads it, and what the release's own parser makes of the
-  values "", "0" to "4", "true", "false" and "x" (vLLM: the ``envs.py`` functions; SGLang: its
-  ``environ.py`` fields and ``get_bool_env_var``);
+* ``env``: every ``VLLM_*`` / ``SGLANG_*`` / ``SGL_*`` variable the release defines or its code
+  names, the modules other than its definition whose code uses it (``engine_reads``: not a
+  comment, a docstring or a value stored where nothing uses it), and what the release's own
+  parser makes of the values "", "0" to "4", "true", "false" and "x" (vLLM: the ``envs.py``
+  functions; SGLang: its ``environ.py`` fields and ``get_bool_env_var``);
 * ``options``: every command-line option of its real argparse (vLLM: ``EngineArgs``; SGLang:
   ``ServerArgs``) with its choices;
 * ``enums``: the attention-backend enum's members;
@@ -30,14 +31,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine_facts import FACTS  # beside this script, on its path
+from engine_facts import FACTS  # beside these scripts, on their path
+from engine_reads import source_of
 
 PROBE_VALUES = ("", "0", "1", "2", "3", "4", "true", "false", "x")
 REAL = {"msgspec", "typing_extensions", "pydantic", "pydantic_core", "annotated_types"}
 REAL |= {"typing_inspection", "packaging", "engine_stubs", "engine_knobs_probe"}
 ABSENT = {"torch_npu", "habana_frameworks", "intel_extension_for_pytorch", "torch_xla"}
 PREFIXES = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
-_NAME = re.compile(r"\b((?:VLLM|SGLANG|SGL)_[A-Z0-9_]+)\b")
 
 
 def python_files(root: Path, package: str) -> list[Path]:
@@ -46,24 +47,6 @@ def python_files(root: Path, package: str) -> list[Path]:
     return sorted(
         p for p in (root / package).rglob("*.py") if not skip & set(p.relative_to(root).parts)
     )
-
-
-def references(root: Path, package: str, names: set[str]) -> dict[str, list[str]]:
-    """Name -> the files that mention it (relative to ``root``)."""
-    found: dict[str, list[str]] = {}
-    for path in python_files(root, package):
-        text = path.read_text(errors="replace")
-        for name in set(_NAME.findall(text)) & names:
-            found.setdefault(name, []).append(str(path.relative_to(root)))
-    return found
-
-
-def mentioned(root: Path, package: str, prefixes: tuple[str, ...]) -> set[str]:
-    names: set[str] = set()
-    for path in python_files(root, package):
-        found = _NAME.findall(path.read_text(errors="replace"))
-        names |= {n for n in found if n.startswith(prefixes)}
-    return names
 
 
 def shown(value: Any) -> Any:
@@ -228,12 +211,12 @@ def main() -> None:
         engine, {f"{engine}.engine.arg_utils", f"{engine}.srt.server_args"}, REAL, ABSENT
     )
     env, env_file = vllm_env(source) if engine == "vllm" else sglang_env(source)
-    names = set(env) | mentioned(source, engine, PREFIXES[engine])
-    refs = references(source, engine, names)
+    code = source_of(source, python_files(source, engine))
+    names = set(env) | {n for n in code.uses if n.startswith(PREFIXES[engine])}
     env_out = {
         name: {
             "defined": name in env,
-            "read": [f for f in refs.get(name, []) if f != env_file][:3],
+            "read": code.read_in(name, env_file)[:3],
             "parse": env.get(name),
         }
         for name in sorted(names)

@@ -2,6 +2,7 @@
 """Regenerate kernelpolicy/knobs/{vllm,sglang}.json: each engine release's knobs, from its wheel.
 
 Usage: python scripts/gen_engine_tables.py [--engine vllm|sglang] [--cache DIR] [--jobs N]
+                                           [--reuse-probes]
 
 For every release in RELEASES it downloads the wheel without dependencies (``pip download
 --no-deps``), keeps its ``.py`` files under ``--cache``, and runs ``engine_knobs_probe.py`` on
@@ -10,6 +11,10 @@ imports stubbed (``engine_stubs.py``), and the selection facts of ``engine_facts
 engine is never imported by kernelpolicy. Consecutive releases that agree on a knob share one
 span, so the tables stay small. Needs ``msgspec`` and ``packaging`` (newer SGLang builds its
 argparse from msgspec structs); about 20 GB of downloads, kept only as ``.py`` files (~1 GB).
+
+Probing all 63 releases takes about 25 minutes on 2 cores; ``--reuse-probes`` rebuilds the tables
+from the probes' outputs kept in ``--cache`` where they are newer than the probe scripts (a
+change to this script alone).
 
 Review the diff of ``kernelpolicy check`` and ``tests/golden/engine_settings.txt`` after
 regenerating: every change is a knob an engine release reads differently.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +38,10 @@ from packaging.version import Version
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "kernelpolicy/knobs"
-SCRIPTS = ("gen_engine_tables.py", "engine_knobs_probe.py", "engine_stubs.py", "engine_facts.py")
+SCRIPTS = (
+    "gen_engine_tables.py", "engine_knobs_probe.py", "engine_reads.py", "engine_stubs.py",
+    "engine_facts.py",
+)  # fmt: skip
 SCHEMA = "kernelpolicy.engine-knobs/v1"
 
 # Every minor release from vLLM 0.10 and SGLang 0.4.10 (its newest patch, and the first where a
@@ -94,9 +103,17 @@ def source_tree(engine: str, release: str, cache: Path) -> Path:
     return tree
 
 
-def probe(engine: str, release: str, cache: Path) -> dict[str, Any]:
+PROBE_SCRIPTS = ("engine_knobs_probe.py", "engine_reads.py", "engine_stubs.py", "engine_facts.py")
+
+
+def probe(engine: str, release: str, cache: Path, *, reuse: bool = False) -> dict[str, Any]:
+    """What the release's probe reads; with ``reuse``, a probe's output newer than every probe
+    script is read back instead of probing again (the table itself is always rebuilt)."""
     tree = source_tree(engine, release, cache)
     out = cache / f"{engine}-{release}.knobs.json"
+    newest_script = max((HERE / name).stat().st_mtime for name in PROBE_SCRIPTS)
+    if reuse and out.exists() and out.stat().st_mtime > newest_script:
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
     done = subprocess.run(
         [sys.executable, str(HERE / "engine_knobs_probe.py"), engine, str(tree), str(out)],
         check=False, capture_output=True, text=True, timeout=300,
@@ -119,6 +136,16 @@ def spans(releases: list[str], values: list[Any]) -> list[list[Any]]:
         else:
             out.append([release, release, value])
     return out
+
+
+# A variable's name as the engines spell them: a string such as "VLLM_" or "VLLM_DP_Coordinator"
+# that the release's code holds (a prefix it matches, a thread name) is no variable.
+_VARIABLE = re.compile(r"(?:VLLM|SGLANG|SGL)_[A-Z0-9_]*[A-Z0-9]")
+
+
+def _variables(env: dict[str, Any]) -> dict[str, Any]:
+    prefixed = ("VLLM_", "SGLANG_", "SGL_")
+    return {n: v for n, v in env.items() if not n.startswith(prefixed) or _VARIABLE.fullmatch(n)}
 
 
 def _env_entry(item: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -151,9 +178,11 @@ def table(engine: str, probes: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _options(probes: dict[str, dict[str, Any]]) -> None:
-    """An option that takes any value is ``[]`` (present), an absent one missing."""
+    """An option that takes any value is ``[]`` (present), an absent one missing; names that
+    are no variable leave the env section."""
     for result in probes.values():
         result["options"] = {k: v if v is not None else [] for k, v in result["options"].items()}
+        result["env"] = _variables(result["env"])
 
 
 def main() -> None:
@@ -162,11 +191,18 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "engine-src")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--reuse-probes", action="store_true",
+        help="read back each release's probe output where it is newer than the probe scripts",
+    )  # fmt: skip
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     for engine in args.engine or sorted(RELEASES):
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = pool.map(lambda r, e=engine: (r, probe(e, r, args.cache)), RELEASES[engine])
+            results = pool.map(
+                lambda r, e=engine: (r, probe(e, r, args.cache, reuse=args.reuse_probes)),
+                RELEASES[engine],
+            )
             probes = dict(results)
         _options(probes)
         path = args.out / f"{engine}.json"

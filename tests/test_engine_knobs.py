@@ -103,6 +103,17 @@ def test_tables_cover_the_releases_asked_for(
         ),
         pytest.param("sglang", "fact", "aiter_greedy", "0.5.12", False, id="greedy-0.5.12"),
         pytest.param("sglang", "fact", "aiter_greedy", "0.5.13", True, id="greedy-0.5.13"),
+        pytest.param(  # 0.18.1's platforms/rocm.py tests it in the backend priority list
+            "vllm", "read", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "0.18.1",
+            "vllm/platforms/rocm.py", id="unified-read-0.18.1",
+        ),
+        pytest.param(  # 0.19.1 only stores it for is_triton_unified_attn_enabled(), never called
+            "vllm", "read", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "0.19.1", None,
+            id="unified-unread-0.19.1",
+        ),
+        pytest.param(  # sglang fp8_utils.py: a comment says it "still works", no code reads it
+            "sglang", "read", "SGLANG_FORCE_CK_W8A8", "0.5.23", None, id="comment-only-0.5.23",
+        ),
         pytest.param("vllm", "option", "--attention-backend", "0.12.0", None, id="no-flag-0.12"),
         pytest.param("vllm", "option", "--attention-backend", "0.13.0", (), id="flag-0.13"),
         pytest.param(
@@ -118,6 +129,9 @@ def test_tables_hold_what_the_releases_say(
     knobs = table(engine)
     if kind == "env":
         assert knobs.env(name, release) is expected
+    elif kind == "read":
+        knob = knobs.env(name, release)
+        assert (knob.read_in if knob is not None else None) == expected
     elif kind == "fact":
         assert knobs.fact(name, release)[0] == expected
     else:
