@@ -4,7 +4,7 @@ A kernel that compiles per variant (the Triton sampler per dtype, path and vocab
 FlashInfer's JIT per function and dtype) keeps a :class:`Builds`. Its serving form calls
 :meth:`Builds.require` with the variant a call needs: a built variant returns at once (one set
 lookup); an unbuilt one starts its build in a background thread and raises :class:`Compiling`,
-so that the caller (the engine: ``kernelpolicy.engine.runtime``) serves that call with the next
+so that the caller (the engine: ``kernelpolicy.engine.dispatch``) serves that call with the next
 ready candidate while the variant builds; later calls find it built and switch to it. A build
 that fails makes every later call of its variant raise :class:`BuildFailed`, which the engine
 treats as any call-time failure: that variant goes to its fallback for the process.
@@ -92,8 +92,16 @@ class Cached(Protocol[K_contra]):
     def add(self, key: K_contra) -> None: ...
 
 
+@dataclasses.dataclass
+class _CacheLookup:
+    """The kernel cache this process uses, looked for once (``done``) until forgotten."""
+
+    done: bool = False
+    record: BuiltRecord | None = None
+
+
 _CACHE_LOCK = threading.Lock()
-_CACHE_FOUND: list[BuiltRecord | None] = []  # found once per process
+_CACHE = _CacheLookup()  # read and written under _CACHE_LOCK
 
 
 def kernel_cache() -> BuiltRecord | None:
@@ -101,20 +109,20 @@ def kernel_cache() -> BuiltRecord | None:
     (``kernel_cache.record_in_use``), found on first use; a cache that is not trusted is
     ignored, and said in one line on stderr, once. None: no kernel cache in use."""
     with _CACHE_LOCK:
-        if not _CACHE_FOUND:
+        if not _CACHE.done:
             from kernelpolicy.kernel_cache import record_in_use
 
             record, problem = record_in_use(os.environ)
             if problem is not None:
                 print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
-            _CACHE_FOUND.append(record)
-        return _CACHE_FOUND[0]
+            _CACHE.record, _CACHE.done = record, True
+        return _CACHE.record
 
 
 def forget_kernel_cache() -> None:
     """Look for the kernel cache again on next use (tests; a worker finds it once)."""
     with _CACHE_LOCK:
-        _CACHE_FOUND.clear()
+        _CACHE.record, _CACHE.done = None, False
 
 
 EXIT_WAIT_SECONDS = 30.0
@@ -124,7 +132,7 @@ without an active exception"), so an exit lets a short build finish; a longer on
 
 _RUNNING: set[threading.Thread] = set()
 _RUNNING_LOCK = threading.Lock()
-_EXIT_HOOK: list[bool] = []  # registered once per process
+_EXIT_HOOK = threading.Event()  # set once _wait_at_exit is registered (once per process)
 
 
 def start_thread(run: Callable[[], None], name: str) -> None:
@@ -140,9 +148,9 @@ def start_thread(run: Callable[[], None], name: str) -> None:
 
     thread = threading.Thread(target=tracked, name=name, daemon=True)
     with _RUNNING_LOCK:
-        if not _EXIT_HOOK:
+        if not _EXIT_HOOK.is_set():
             atexit.register(_wait_at_exit)
-            _EXIT_HOOK.append(True)
+            _EXIT_HOOK.set()
         _RUNNING.add(thread)
     thread.start()
 
