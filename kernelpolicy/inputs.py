@@ -28,7 +28,7 @@ from kernelpolicy.policy.files import (
     read_listed_sources,
 )
 from kernelpolicy.policy.packcache import load_cached
-from kernelpolicy.settings import Settings, default_cache_dir, settings_from
+from kernelpolicy.settings import Settings, bundled_policy_dir, default_cache_dir, settings_from
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.fallbacks import Host
@@ -119,9 +119,14 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def load_policies_for(settings: Settings, paths: Iterable[str | Path] | None = None) -> PolicySet:
     """The policies at ``paths`` (default: the settings' ``KERNELPOLICY_POLICY_PATHS``, else the
-    bundled pack), loaded with the settings' trust opt-out and compiled-pack cache."""
+    bundled pack), loaded with the settings' trust opt-out and compiled-pack cache.
+
+    Raises:
+        SettingsError: One of the settings' paths does not exist, naming where it came from
+            (the variable, or the bundled pack where none is set).
+    """
     given = (
-        existing_policy_paths(settings.policy_paths, "KERNELPOLICY_POLICY_PATHS")
+        existing_policy_paths(settings.policy_paths, _policy_origin(settings))
         if paths is None
         else paths
     )
@@ -131,6 +136,13 @@ def load_policies_for(settings: Settings, paths: Iterable[str | Path] | None = N
         cache_dir=settings.cache_dir,
         pack_cache=settings.pack_cache,
     )
+
+
+def _policy_origin(settings: Settings) -> str:
+    """Where the settings' policy paths came from, for a missing one's message."""
+    if settings.policy_paths == (bundled_policy_dir(),):
+        return "bundled pack"
+    return "KERNELPOLICY_POLICY_PATHS"
 
 
 def probe_reads(policies: PolicySet) -> tuple[list[str], list[str]]:

@@ -20,6 +20,7 @@ PATHS = "KERNELPOLICY_POLICY_PATHS"
 SET_MISSING = ("--env", f"{PATHS}={MISSING}")
 PACK = str(bundled_policy_dir())
 OPT_OUT = "KERNELPOLICY_ALLOW_UNTRUSTED_FILES"
+SERVE = ["serve", "--quiet", "--no-watch", "--listen", "127.0.0.1:0"]  # refused before it binds
 
 
 def _run(
@@ -56,6 +57,12 @@ def _run(
                      "KERNELPOLICY_POLICY_PATHS", id="matrix-process-env"),
         pytest.param(["diff", "--against", PACK], {"KERNELPOLICY_POLICY_PATHS": MISSING},
                      "KERNELPOLICY_POLICY_PATHS", id="diff-process-env"),
+        pytest.param([*SERVE, "--policies", MISSING], {}, "--policies",
+                     id="serve-policies-option"),
+        pytest.param(SERVE, {"KERNELPOLICY_POLICY_PATHS": MISSING}, "KERNELPOLICY_POLICY_PATHS",
+                     id="serve-process-env"),
+        pytest.param([*SERVE, *SET_MISSING], {}, "KERNELPOLICY_POLICY_PATHS",
+                     id="serve-env-option"),
     ],
 )  # fmt: skip
 def test_a_missing_policy_path_names_where_it_came_from(
@@ -64,7 +71,7 @@ def test_a_missing_policy_path_names_where_it_came_from(
 ) -> None:  # fmt: skip
     """Each command reads the same policy paths for the same input, snapshot or not, and says
     which option or variable named the missing one (labels with --platform used to answer with
-    the bundled pack whatever KERNELPOLICY_POLICY_PATHS said)."""
+    the bundled pack whatever KERNELPOLICY_POLICY_PATHS said; serve named neither)."""
     code, err = _run(argv, env, monkeypatch, capsys)
     assert code == 2
     assert f"{MISSING}: no such policy file or directory (from {origin})" in err
@@ -150,3 +157,50 @@ def test_a_bad_setting_is_the_same_error_in_every_command(
     code, err = _run(argv, {name: value}, monkeypatch, capsys)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("bundled", "origin"),
+    [
+        pytest.param(True, "bundled pack", id="the-bundled-default"),
+        pytest.param(False, "KERNELPOLICY_POLICY_PATHS", id="the-variable"),
+    ],
+)  # fmt: skip
+def test_load_policies_for_names_where_the_settings_paths_came_from(
+    bundled: bool, origin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inputs.load_policies_for(settings) blames the variable only when one is set: a missing
+    bundled pack (a broken install) used to be blamed on KERNELPOLICY_POLICY_PATHS."""
+    from kernelpolicy import inputs
+    from kernelpolicy.errors import SettingsError
+    from kernelpolicy.settings import Settings
+
+    missing = tmp_path / "missing"
+    if bundled:
+        monkeypatch.setattr(inputs, "bundled_policy_dir", lambda: missing)
+    with pytest.raises(SettingsError, match=rf"{missing}: no such .*\(from {origin}\)"):
+        inputs.load_policies_for(Settings(policy_paths=(missing,)))
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        pytest.param([], "process", id="process-env"),
+        pytest.param(["--env", "KERNELPOLICY_CACHE_DIR={option}"], "option", id="env-option"),
+    ],
+)  # fmt: skip
+def test_warm_takes_its_cache_dir_as_every_command_does(
+    argv: list[str], where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """warm's kernel cache is under the cache directory of local_settings: this process's
+    KERNELPOLICY_CACHE_DIR, or --env's (warm used to read os.environ alone, so --env set the
+    policies' settings but not the cache's)."""
+    import json
+
+    monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(tmp_path / "process"))
+    extra = [a.format(option=tmp_path / "option") for a in argv]
+    code, out = _run(["warm", "--platform", H100, "--json", "--device", "none", *extra], {},
+                     monkeypatch, capsys)  # fmt: skip
+    assert code == 0, out
+    assert Path(json.loads(out)["cache"]).is_relative_to(tmp_path / where)

@@ -201,15 +201,10 @@ def local_policies(args: argparse.Namespace, local: Settings) -> PolicySet:
         PolicyError, UntrustedFileError: The files are invalid or may not be trusted.
     """
     from kernelpolicy.inputs import existing_policy_paths, load_policies_for
-    from kernelpolicy.settings import bundled_policy_dir
 
     if getattr(args, "policies", None):
-        paths, origin = args.policies, "--policies"
-    elif local.policy_paths == (bundled_policy_dir(),):
-        paths, origin = list(local.policy_paths), "bundled pack"
-    else:
-        paths, origin = list(local.policy_paths), "KERNELPOLICY_POLICY_PATHS"
-    return load_policies_for(local, existing_policy_paths(paths, origin))
+        return load_policies_for(local, existing_policy_paths(args.policies, "--policies"))
+    return load_policies_for(local)
 
 
 def disable_abbreviations(parser: argparse.ArgumentParser) -> None:

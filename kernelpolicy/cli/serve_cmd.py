@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli import status_cmd
-from kernelpolicy.cli.common import HelpFormatter, add_platform_option, environment, obtain_platform
+from kernelpolicy.cli.common import (
+    HelpFormatter,
+    add_platform_option,
+    environment,
+    local_policies,
+    local_settings,
+    obtain_platform,
+)
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 
 if TYPE_CHECKING:
@@ -98,9 +105,8 @@ def _serve(args: argparse.Namespace) -> int:
     from kernelpolicy.server.addresses import check_address
     from kernelpolicy.server.daemon import Daemon, default_unix_socket
     from kernelpolicy.server.tls import tls_from_settings
-    from kernelpolicy.settings import settings_from
 
-    settings = settings_from(environment(args, None))  # settings mistakes first
+    settings = local_settings(args)  # settings mistakes first
     listen = args.listen or default_listen(settings)
     for address in listen:  # before anything slow
         check_address(address, "--listen", listening=True)
@@ -136,16 +142,17 @@ def _serving_state(args: argparse.Namespace, settings: Settings) -> ServingState
     do, so that the daemon answers what they answer on this node; then resolve.
 
     Raises:
-        SettingsError: A force or override names nothing the policies define.
+        SettingsError: A force or override names nothing the policies define, or a policy path
+            does not exist (naming the option or variable it came from).
     """
-    from kernelpolicy.inputs import gather, load_policies_for
+    from kernelpolicy.inputs import gather
     from kernelpolicy.server.state import ServingState
 
-    paths = args.policies or list(settings.policy_paths)
+    paths = args.policies or list(settings.policy_paths)  # as given: each reload reads them
     # A mistyped KERNELPOLICY_FORCE_* or override would otherwise be ignored in silence while the
     # operator believes a kernel is forced: gather refuses it, as explain and resolve() do.
     inputs = gather(
-        load_policies_for(settings, paths),
+        local_policies(args, settings),  # a missing path: one line naming where it came from
         settings,
         env=lambda platform: environment(args, platform),
         platform=lambda libraries, patterns: obtain_platform(

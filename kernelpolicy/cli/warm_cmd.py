@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted
+from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted, local_settings
 from kernelpolicy.cli.resolving import resolve_args
 
 DEFAULT_VOCABS = (32000, 128256, 151936)  # Llama 2, Llama 3, Qwen: the vocabulary classes
@@ -66,7 +66,7 @@ def tasks_for(resolution: Any, vocabs: list[int]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.kernel_cache import VARIABLES, prepare_kernel_cache
-    from kernelpolicy.settings import default_cache_dir, settings_from
+    from kernelpolicy.settings import default_cache_dir
 
     if args.jobs < 1:
         from kernelpolicy.errors import SettingsError
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError(f"--jobs {args.jobs}: expected 1 or more")
     resolution, _ = resolve_args(args)
     # the cache is this machine's, even with --platform (as policy files and evidence are)
-    cache = settings_from(os.environ).cache_dir or default_cache_dir()
+    cache = local_settings(args).cache_dir or default_cache_dir()
     root = prepare_kernel_cache(cache)
     tasks = tasks_for(resolution, args.vocab or list(DEFAULT_VOCABS))
     child_env = {**os.environ, **{k: str(root / sub) for k, sub in VARIABLES.items()}}
