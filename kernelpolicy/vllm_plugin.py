@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.bridge.plugin import ENABLE, INPUTS, read_plugin_inputs
+from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.safeio import write_atomic
 from kernelpolicy.settings import parse_bool
 
@@ -140,7 +141,7 @@ class _Plugin:
         context = {
             "has_generators": bool(generators), "has_top_k": k is not None,
             "has_top_p": p is not None, "logprobs_mode": mode, "batch": int(logits.shape[0]),
-            "dtype": str(logits.dtype).removeprefix("torch."),
+            "dtype": dtype_name(logits.dtype),
         }  # fmt: skip
         wanted = self.sampler_context
         name = self.resolution.select(

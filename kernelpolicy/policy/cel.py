@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.digest import file_stamps
-from kernelpolicy.dtypes import DTYPE_SIZES
+from kernelpolicy.dtypes import DTYPE_SIZES, dtype_name
 from kernelpolicy.limits import shown
 
 # Platform facts bound once per resolution, usable in every expression.
@@ -35,7 +35,7 @@ _SAMPLES: dict[str, object] = {"bool": False, "int": 0, "double": 0.0, "string":
 def dtype_size(dtype: str) -> int:
     """Bytes per element of a dtype name; CEL calls this as ``dtype_size(dtype)``."""
     try:
-        return DTYPE_SIZES[dtype.removeprefix("torch.")]
+        return DTYPE_SIZES[dtype_name(dtype)]
     except KeyError:
         raise ValueError(f"dtype_size: unknown dtype {dtype!r}") from None
 
