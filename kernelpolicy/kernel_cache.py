@@ -54,10 +54,16 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
     Raises:
         UntrustedFileError: It exists and belongs to someone else, or is a link.
     """
-    root = private_dir(kernel_cache_dir(cache_dir), "kernel cache")
-    problem = ancestors_problem(cache_dir)
+    existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+    problem = ancestors_problem(existing)  # before making anything in it
     if problem is not None:  # a compiled kernel is code: no one else may swap the cache
-        raise UntrustedFileError(f"refusing kernel cache {root}: {problem}")
+        raise UntrustedFileError(
+            f"refusing kernel cache {kernel_cache_dir(cache_dir)}: {problem}; set "
+            f"KERNELPOLICY_CACHE_DIR to a directory that only root or uid {os.geteuid()} can "
+            "write, at every level (a Kubernetes emptyDir's root is 0777: chmod it 1777 or "
+            "0755 in an init container)"
+        )
+    root = private_dir(kernel_cache_dir(cache_dir), "kernel cache")
     for name in (*VARIABLES.values(), BUILT):
         private_dir(root / name, "kernel cache")
     return root

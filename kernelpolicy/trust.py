@@ -46,10 +46,11 @@ def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str
     if code_gid is not None and info.st_gid == code_gid:
         writers &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
     if writers and not sticky:
+        rootdir = stat.S_ISDIR(info.st_mode) and info.st_uid == 0
         return (
             f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
             f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "
-            f"(chmod go-w)"
+            f"({'chmod go-w, or chmod +t as /tmp is' if rootdir else 'chmod go-w'})"
         )
     return None
 
@@ -60,41 +61,61 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
     (as ssh does) and to every directory above it up to ``/`` (as OpenSSH's ``safe_path``
     does), since whoever can write any of them can swap what is below it: rename the directory
-    holding the file and put one of their own in its place, between a check and the read.
-    ``shipped``: it is part of kernelpolicy's installation (the bundled pack), writable by the
-    group that can write the code as well (:func:`shipped_group`).
+    holding the file and put one of their own in its place, between a check and the read. A
+    directory above that is also above kernelpolicy's own code is not judged: whoever can
+    write it can replace the code that reads the file. ``shipped``: it is part of
+    kernelpolicy's installation (the bundled pack), writable by the group that can write the
+    code as well (:func:`shipped_group`).
     """
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         return f"{path}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    return _chain_problem((target, *target.parents), shipped=shipped, own=2)
+    return _chain_problem(path, (target, *target.parents), shipped=shipped, own=2)
 
 
 def ancestors_problem(directory: str | Path) -> str | None:
     """Why another user could swap what is in ``directory`` (resolved), or None: the rule of
     :func:`owner_mode_problem` for it and every directory above it up to ``/`` (a root-owned
-    sticky directory such as ``/tmp`` passes: others cannot rename what is in it)."""
+    sticky directory such as ``/tmp`` passes: others cannot rename what is in it; a directory
+    above kernelpolicy's own code is not judged, as in :func:`trust_problem`)."""
     try:
         target = Path(directory).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         return f"{directory}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    return _chain_problem((target, *target.parents), shipped=False, own=1)
+    return _chain_problem(directory, (target, *target.parents), shipped=False, own=1)
 
 
-def _chain_problem(chain: tuple[Path, ...], *, shipped: bool, own: int) -> str | None:
-    """The first of ``chain`` (a path, then the directories above it) that fails the rule;
-    past the first ``own`` entries, the message says it is a directory above."""
+MAX_NAMED_ABOVE = 3  # directories above named in one message (a umask 002 tree fails at each)
+
+
+def _chain_problem(
+    given: str | Path, chain: tuple[Path, ...], *, shipped: bool, own: int
+) -> str | None:
+    """Why ``chain`` (a path resolved, then the directories above it) fails the rule, or None:
+    the path or its own directory (the first ``own`` entries) named alone, else every
+    directory above that fails (up to ``MAX_NAMED_ABOVE``), each with its owner and mode."""
+    above: list[str] = []
+    code = _code_ancestors()
     for depth, item in enumerate(chain):
+        if depth >= own and item in code:
+            continue  # its writers can replace kernelpolicy's code: no one new
         try:
             info = item.stat()
         except OSError as exc:
             return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
         problem = owner_mode_problem(info, shipped_group(item, info) if shipped else None)
+        if problem is not None and depth < own:
+            return f"{item}: {problem}"
         if problem is not None:
-            above = " (a directory above it: whoever can write it can swap what is below)"
-            return f"{item}: {problem}{above if depth >= own else ''}"
-    return None
+            above.append(f"{item} is {problem}")
+    if not above:
+        return None
+    named = "; ".join(above[:MAX_NAMED_ABOVE]) + ("; ..." if len(above) > MAX_NAMED_ABOVE else "")
+    return (
+        f"{given}: a directory above it can be written by another user, who could swap what is "
+        f"below it: {named}"
+    )
 
 
 PACKAGE = Path(__file__).resolve().parent
@@ -110,6 +131,12 @@ def shipped_group(path: Path, info: os.stat_result) -> int | None:
     if info.st_dev != _code_device() or _has_acl(path):
         return None
     return code_gid
+
+
+@functools.cache
+def _code_ancestors() -> frozenset[Path]:
+    """The directories above kernelpolicy's package (resolved), read once a process."""
+    return frozenset(PACKAGE.parents)
 
 
 @functools.cache

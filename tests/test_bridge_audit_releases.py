@@ -9,8 +9,9 @@ their wheels): each finding a named case that failed on the pack before it.
   ModelOpt's or none, and SGLang itself sets fp8 for FP8 DeepSeek checkpoints on SM100;
 - AITER MLA on vLLM 0.10-0.11.0 without ``--block-size 1`` (the selector refuses 16, the
   default);
-- vLLM 0.10.2's MLA backend names, which it reads (arg_utils.py V1_BACKENDS), told as
-  inexpressible;
+- vLLM 0.10's MLA backend names, which it reads (arg_utils.py V1_BACKENDS: TRITON_MLA from
+  0.10.0, CUTLASS_MLA from 0.10.1, FLASHINFER_MLA from 0.10.2), told as inexpressible;
+- SGLang 0.4.3's FlashInfer sampler, which calls the API of before FlashInfer 0.2.3;
 - the FlashInfer sampler with a FlashInfer older than 0.2.3, which vLLM ignores (0.10-0.11.0)
   or raises on at the first sample (0.11.1-0.22).
 """
@@ -90,9 +91,21 @@ CASES = {
         "a100", "vllm", "0.10.2", "mla", feature="attention.mla",
         present={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"},
     ),
-    "vllm-0.10.1-b200-mla-names-differ": Case(
+    "vllm-0.10.1-b200-no-flashinfer-mla-yet": Case(
         "b200", "vllm", "0.10.1", "mla", feature="attention.mla", status=Status.INEXPRESSIBLE,
-        absent=("VLLM_ATTENTION_BACKEND",), warning="names its MLA backends differently",
+        absent=("VLLM_ATTENTION_BACKEND",), warning="no FLASHINFER_MLA backend",
+    ),
+    "vllm-0.10.0-a100-triton-mla-named": Case(  # 0.10.0's V1_BACKENDS has TRITON_MLA
+        "a100", "vllm", "0.10.0", "mla", feature="attention.mla",
+        present={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"},
+    ),
+    "sglang-0.4.3-old-flashinfer-api-samples-with-pytorch": Case(
+        "h100-sxm", "sglang", "0.4.3", feature="sampler.top_k_top_p", status=Status.INEXPRESSIBLE,
+        flags=("--sampling-backend", "pytorch"), warning="uniform_samples",
+    ),
+    "sglang-0.4.10.post2-flashinfer-sampler": Case(
+        "h100-sxm", "sglang", "0.4.10.post2", feature="sampler.top_k_top_p",
+        flags=("--sampling-backend", "flashinfer"),
     ),
     "vllm-0.10.2-a100-old-flashinfer-no-sampler": Case(
         "a100", "vllm", "0.10.2", feature="sampler.top_k_top_p", status=Status.INEXPRESSIBLE,

@@ -270,10 +270,36 @@ def test_every_directory_above_is_checked(
         assert found is None
         return
     assert found is not None
-    assert found.startswith(f"{changed}:"), found
-    assert problem in found
-    assert "a directory above it" in found
+    assert found.startswith(f"{path}: a directory above it"), found
+    assert f"{changed} is {problem}" in found
     assert ancestors_problem(path.parent) is not None
+
+
+def test_every_failing_directory_above_is_named(tmp_path: Path) -> None:
+    """A tree made under umask 002 fails at each level: one message names them all (before:
+    the first only, so it was fixed one level at a time)."""
+    top, path = _nested(tmp_path)
+    for level in (top, top / "mid"):
+        level.chmod(0o775)
+    found = trust_problem(path) or ""
+    assert f"{top} is writable by its group" in found
+    assert f"{top / 'mid'} is writable by its group" in found
+
+
+def test_a_directory_above_the_code_is_not_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever can write a directory above kernelpolicy's own code can replace the code that
+    reads the file: such a directory refuses nothing (a /usr/local of 2775 root:staff)."""
+    import kernelpolicy.trust
+
+    top, path = _nested(tmp_path)
+    top.chmod(0o2775)
+    assert trust_problem(path) is not None
+    monkeypatch.setattr(kernelpolicy.trust, "_code_ancestors", lambda: frozenset({top}))
+    assert trust_problem(path) is None
+    (top / "mid").chmod(0o775)  # not above the code: still refused
+    assert f"{top / 'mid'} is writable by its group" in (trust_problem(path) or "")
 
 
 @needs_root
@@ -282,8 +308,7 @@ def test_a_directory_above_owned_by_another_user_is_refused(tmp_path: Path) -> N
     top, path = _nested(tmp_path)
     os.chown(top, OTHER_UID, OTHER_UID)
     found = trust_problem(path) or ""
-    assert found.startswith(f"{top}:"), found
-    assert f"owned by uid {OTHER_UID}" in found
+    assert f"{top} is owned by uid {OTHER_UID}" in found, found
 
 
 def test_a_cache_file_is_checked_again_on_what_was_opened(
