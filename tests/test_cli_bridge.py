@@ -97,7 +97,7 @@ def test_env_error_exits_1_with_explains_text(
         "flashinfer, which is not supported here: "
     ) in captured.err
     assert why in captured.err
-    assert ("hint: pip install 'flashinfer-python'" in captured.err) is hinted
+    assert ("hint: pip install 'flashinfer-python>=0.2.3'" in captured.err) is hinted
 
 
 def test_unknown_engine_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,8 +18,8 @@ TOPK = "sampler.top_k_top_p"
     [
         pytest.param("h100-sxm", {}, "flashinfer", Reason.PREFERRED, id="h100-auto"),
         pytest.param("h200", {}, "flashinfer", Reason.PREFERRED, id="h200-auto"),
-        pytest.param("a100", {}, "flashinfer", Reason.PREFERRED, id="a100-sm80"),
-        pytest.param("l4", {}, "flashinfer", Reason.PREFERRED, id="l4-58-sms"),
+        pytest.param("a100", {}, "triton", Reason.PREFERRED, id="a100-flashinfer-0.2.1-too-old"),
+        pytest.param("l4", {}, "triton", Reason.PREFERRED, id="l4-flashinfer-0.2.0-too-old"),
         pytest.param("b200", {}, "flashinfer", Reason.PREFERRED, id="b200-sm100"),
         pytest.param("t4", {}, "torch", Reason.FALLBACK, id="t4-sm75-falls-back"),
         pytest.param("cpu", {}, "torch", Reason.FALLBACK, id="cpu"),
@@ -70,7 +70,7 @@ TOPK = "sampler.top_k_top_p"
     ],
 )
 def test_top_k_top_p(platform: str, env: dict[str, str], impl: str, reason: Reason) -> None:
-    """FlashInfer on NVIDIA 8.0-12.1 with >16 SMs, aiter >= 0.1.13 on gfx942/950 when enabled."""
+    """FlashInfer (>= 0.2.3) on NVIDIA 8.0-12.1 with >16 SMs, aiter >= 0.1.13 on gfx942/950 when enabled."""
     decision = resolve_on(platform, **env).decision(TOPK)
     assert (decision.impl, decision.reason) == (impl, reason)
     assert decision.error is None

@@ -42,7 +42,7 @@ def test_fallback_says_why_in_a_word(
         pytest.param("mi250x", "allreduce_rmsnorm", ["VLLM_ROCM_USE_AITER=1"], [],
                      id="install-cannot-lift-arch"),
         pytest.param("h100-real", "sampler.top_k_top_p", [],
-                     ["hint: pip install 'flashinfer-python'"], id="only-the-library-missing"),
+                     ["hint: pip install 'flashinfer-python>=0.2.3'"], id="only-the-library-missing"),
         pytest.param("h100-sxm", "moe.experts", [], ["hint: pip install 'deep_gemm'"],
                      id="deep-gemm-on-its-capability"),
         pytest.param("mi300x", "sampler.top_k_top_p", ["VLLM_ROCM_USE_AITER=1"],

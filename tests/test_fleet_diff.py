@@ -169,11 +169,11 @@ def test_text_output_names_classes_and_shares(
     assert main(["diff", "--against", str(rolled_out(tmp_path, 0))]) == 0
     out = capsys.readouterr().out
     assert "changes across the fleet:" in out
-    assert "decision sampler.top_k_top_p: flashinfer -> triton  5 of 14 nodes (35.7%)" in out
+    assert "decision sampler.top_k_top_p: flashinfer -> triton  3 of 14 nodes (21.4%)" in out
     assert "(1 node; changes on h100-sxm)" in out
     assert "rollout sampler.top_k_top_p -> flashinfer at 0%:" in out
     assert "  0%: 0 nodes  (the policy)" in out
-    assert "  100%: 5 nodes" in out
+    assert "  100%: 3 nodes" in out
     assert "unchanged classes" in out
 
 
