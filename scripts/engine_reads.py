@@ -10,8 +10,12 @@ returned by ``is_triton_unified_attn_enabled()`` which nothing calls any more, i
 0.18.1's ``platforms/rocm.py`` tested it in its backend priority list.
 
 Names are followed by name, not by scope: a stored value counts as used when any code anywhere
-uses a name spelt like the store's target. That errs towards "read" (a common name such as
-``enabled`` is used somewhere), never towards "ignored".
+uses a name spelt like the store's target, or the name it is imported as (``from m import FLAG
+as on``). That errs towards "read" (a common name such as ``enabled`` is used somewhere). What
+it cannot see, and so calls unread: a name built at run time (``getattr(envs, f"VLLM_{x}")``),
+a read inside the definition's own file (another variable's default), and C code held in a
+Python string (SGLang's ``pynccl_allocator.py`` reads ``SGLANG_TMP_NCCL_COMM_VALUE`` so, a value
+SGLang sets itself).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Source:
             name = _loaded_name(node)
             if name is None and id(node) not in docstrings:
                 name = _string_name(node)
+            if isinstance(node, ast.alias) and node.asname:  # from m import NAME as other
+                name = node.name
             if name is not None:
                 self.uses.setdefault(name, []).append(node)
                 self.where[node] = relative
@@ -84,6 +90,11 @@ class Source:
     def _sinks(self, node: ast.AST) -> list[str] | None:
         """The names ``node``'s value is only stored into (or returned by), or None where
         the value is used (and [] where it goes nowhere, or is written into a mapping)."""
+        if isinstance(node, ast.alias):  # used under the name it is imported as
+            return [node.asname] if node.asname else []
+        return self._sinks_of_value(node)
+
+    def _sinks_of_value(self, node: ast.AST) -> list[str] | None:
         child, parent = node, self.parents.get(node)
         while isinstance(parent, _THROUGH):
             written = isinstance(parent, ast.Subscript) and not isinstance(parent.ctx, ast.Load)

@@ -88,6 +88,22 @@ CASES = {
         "from pkg import envs\na = envs.VLLM_X\nb = not a\nassert b\n",
         True,
     ),
+    "imported under another name, then used": (
+        "from pkg.envs import VLLM_X as on\nif on:\n    go()\n",
+        True,
+    ),
+    "imported under another name, never used": ("from pkg.envs import VLLM_X as on\n", False),
+    "a function returning it, imported under another name and called": (
+        """
+        from pkg import envs
+        def enabled():
+            return envs.VLLM_X
+        from pkg.user import enabled as on
+        if on():
+            go()
+        """,
+        True,
+    ),
     "a cycle of stores, never used": (
         "from pkg import envs\na = envs.VLLM_X\nb = a\na = b\n",
         False,
