@@ -63,12 +63,16 @@ def register() -> None:
         installed = _Plugin().install()
     except Exception as exc:  # never take vLLM down: its own paths stay in place
         log.warning("kernelpolicy: plugin not installed, vLLM keeps its own kernels: %s", exc)
-        try:
-            _register_unsupported()
-        except Exception as again:  # an older vLLM without IR ops: nothing names the provider
-            log.debug("kernelpolicy: no IR op placeholders: %s", again)
+        _placeholder_provider()
         return
-    log.info("kernelpolicy: %s", installed)
+    (log.warning if "not installed" in installed else log.info)("kernelpolicy: %s", installed)
+
+
+def _placeholder_provider() -> None:
+    try:
+        _register_unsupported()
+    except Exception as exc:  # an older vLLM without IR ops: nothing names the provider
+        _logger().debug("kernelpolicy: no IR op placeholders: %s", exc)
 
 
 def _logger() -> logging.Logger:
@@ -104,20 +108,41 @@ class _Plugin:
         self.resolution = _resolve()
 
     def install(self) -> str:
+        """Install each part the decisions ask for, each on its own: a part that fails leaves
+        vLLM's own path for it and is named, the others stay. The IR provider always exists
+        where vLLM has IR ops (a placeholder it never chooses where kernelpolicy's rmsnorm is
+        not installed), since ``--ir-op-priority`` naming it makes vLLM assert it exists."""
         parts = [f"fingerprint {self.resolution.fingerprint}"]
-        if "sampler.top_k_top_p" in self.resolution.decisions:
-            self.sampler_context = self.context_names("sampler.top_k_top_p")
-            _patch_sampler(self)
-            self.prefetch("sampler.top_k_top_p")
-            parts.append("sampler.top_k_top_p routed per call")
-        if "sampler.greedy" in self.resolution.decisions:
-            _patch_greedy(self)
-            parts.append("sampler.greedy routed")
-        decision = self.resolution.decisions.get("rmsnorm")
-        if decision is not None and decision.impl is not None:
-            _register_ir_ops(self)
-            parts.append(f"IR ops {', '.join(IR_OPS)} -> provider {IR_PROVIDER}")
-        return f"vLLM plugin active in process {os.getpid()}: " + "; ".join(parts)
+        failed: list[str] = []
+        decisions = self.resolution.decisions
+        rmsnorm = decisions.get("rmsnorm")
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if rmsnorm is not None and rmsnorm.impl is not None:
+            steps.append((f"IR ops {', '.join(IR_OPS)} -> provider {IR_PROVIDER}", self.ir_ops))
+        if "sampler.top_k_top_p" in decisions:
+            steps.append(("sampler.top_k_top_p routed per call", self.sampler))
+        if "sampler.greedy" in decisions:
+            steps.append(("sampler.greedy routed", lambda: _patch_greedy(self)))
+        for part, step in steps:
+            try:
+                step()
+                parts.append(part)
+            except Exception as exc:  # never take vLLM down: its own path for this part
+                failed.append(f"{part.split(' ', 1)[0]}: {exc}")
+        if not any(part.startswith("IR ops") for part in parts):
+            _placeholder_provider()
+        text = f"vLLM plugin active in process {os.getpid()}: " + "; ".join(parts)
+        if failed:
+            text += "; not installed, vLLM's own kept: " + "; ".join(failed)
+        return text
+
+    def sampler(self) -> None:
+        self.sampler_context = self.context_names("sampler.top_k_top_p")
+        _patch_sampler(self)
+        self.prefetch("sampler.top_k_top_p")
+
+    def ir_ops(self) -> None:
+        _register_ir_ops(self)
 
     def prefetch(self, feature: str) -> None:
         """Start now, in the background, the imports and set-up of what ``feature``'s calls

