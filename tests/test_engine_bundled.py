@@ -70,7 +70,8 @@ TOPK = "sampler.top_k_top_p"
     ],
 )
 def test_top_k_top_p(platform: str, env: dict[str, str], impl: str, reason: Reason) -> None:
-    """FlashInfer (>= 0.2.3) on NVIDIA 8.0-12.1 with >16 SMs, aiter >= 0.1.13 on gfx942/950 when enabled."""
+    """FlashInfer (>= 0.2.3) on NVIDIA 8.0-12.1 with >16 SMs, aiter >= 0.1.13 on gfx942/950
+    when enabled."""
     decision = resolve_on(platform, **env).decision(TOPK)
     assert (decision.impl, decision.reason) == (impl, reason)
     assert decision.error is None
