@@ -55,7 +55,14 @@ def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str
     return None
 
 
-def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
+Seen = dict[tuple[Path, bool], "str | None"]
+"""Directories already judged within one pass over many paths (their rule's answer), so that
+the files of one policy directory do not stat the same directories above again."""
+
+
+def trust_problem(
+    path: str | Path, *, shipped: bool = False, seen: Seen | None = None
+) -> str | None:
     """Why ``path`` (a file or directory, symbolic links followed) may not be trusted, or None.
 
     The rule (:func:`owner_mode_problem`) applies to the real file that symbolic links lead to
@@ -65,13 +72,14 @@ def trust_problem(path: str | Path, *, shipped: bool = False) -> str | None:
     directory above that is also above kernelpolicy's own code is not judged: whoever can
     write it can replace the code that reads the file. ``shipped``: it is part of
     kernelpolicy's installation (the bundled pack), writable by the group that can write the
-    code as well (:func:`shipped_group`).
+    code as well (:func:`shipped_group`). ``seen``: what one pass over several paths judged
+    already (it lives no longer than that pass).
     """
     try:
         target = Path(path).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         return f"{path}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    return _chain_problem(path, (target, *target.parents), shipped=shipped, own=2)
+    return _chain_problem(path, (target, *target.parents), shipped=shipped, own=2, seen=seen)
 
 
 def ancestors_problem(directory: str | Path) -> str | None:
@@ -90,7 +98,7 @@ MAX_NAMED_ABOVE = 3  # directories above named in one message (a umask 002 tree 
 
 
 def _chain_problem(
-    given: str | Path, chain: tuple[Path, ...], *, shipped: bool, own: int
+    given: str | Path, chain: tuple[Path, ...], *, shipped: bool, own: int, seen: Seen | None = None
 ) -> str | None:
     """Why ``chain`` (a path resolved, then the directories above it) fails the rule, or None:
     the path or its own directory (the first ``own`` entries) named alone, else every
@@ -100,11 +108,16 @@ def _chain_problem(
     for depth, item in enumerate(chain):
         if depth >= own and item in code:
             continue  # its writers can replace kernelpolicy's code: no one new
-        try:
-            info = item.stat()
-        except OSError as exc:
-            return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
-        problem = owner_mode_problem(info, shipped_group(item, info) if shipped else None)
+        if depth > 0 and seen is not None and (item, shipped) in seen:
+            problem = seen[item, shipped]
+        else:
+            try:
+                info = item.stat()
+            except OSError as exc:
+                return f"{item}: cannot check owner and mode: {exc.strerror or exc}"
+            problem = owner_mode_problem(info, shipped_group(item, info) if shipped else None)
+            if depth > 0 and seen is not None:
+                seen[item, shipped] = problem
         if problem is not None and depth < own:
             return f"{item}: {problem}"
         if problem is not None:

@@ -325,3 +325,20 @@ def test_a_cache_file_is_checked_again_on_what_was_opened(
     path.chmod(0o664)
     monkeypatch.setattr(kernelpolicy.trust, "trust_problem", lambda *_a, **_k: None)
     assert read_trusted_cache_bytes(path, limit=10, limit_name="LIMIT") is None
+
+
+def test_one_pass_judges_each_directory_above_once_and_still_refuses(tmp_path: Path) -> None:
+    """check_policy_paths shares what it judged between the files of one pass (``seen``): a
+    failing directory above refuses every file, as without it."""
+    top, path = _nested(tmp_path)
+    sibling = path.with_name("q.toml")
+    sibling.write_text("x")
+    sibling.chmod(0o644)
+    top.chmod(0o775)
+    seen: dict[tuple[Path, bool], str | None] = {}
+    first, second = trust_problem(path, seen=seen), trust_problem(sibling, seen=seen)
+    assert first == trust_problem(path)
+    assert second == trust_problem(sibling)
+    assert (top, False) in seen
+    assert seen[top, False] is not None
+    assert f"{top} is writable by its group" in (second or "")

@@ -19,7 +19,7 @@ from kernelpolicy.limits import MAX_POLICY_FILE_BYTES, MAX_POLICY_FILES
 from kernelpolicy.policy.load_boundary import boundary
 from kernelpolicy.safeio import read_text_bounded
 from kernelpolicy.settings import bundled_policy_dir
-from kernelpolicy.trust import owner_mode_problem, shipped_group, trust_problem
+from kernelpolicy.trust import Seen, owner_mode_problem, shipped_group, trust_problem
 
 
 class _Unreadable(KernelPolicyError):
@@ -154,15 +154,16 @@ def check_policy_trust(
     if allow_untrusted:
         return
     problems: dict[str, str] = {}  # problem -> what it is about, in the order found
+    seen: Seen = {}  # the directories above, judged once for every path of this pass
     with boundary() as cursor:
         for path in map(Path, expand_policy_paths(paths)):
             cursor.at(str(path))
             if path.is_dir():
-                _note(problems, "policy directory", path)
+                _note(problems, "policy directory", path, seen)
         for file in files:
             cursor.at(str(file))
             if file.exists():
-                _note(problems, "policy file", file)
+                _note(problems, "policy file", file, seen)
     opt_out = "set KERNELPOLICY_ALLOW_UNTRUSTED_FILES=1 to accept"
     if len(problems) == 1:
         ((problem, what),) = problems.items()
@@ -189,13 +190,13 @@ MAX_UNTRUSTED_SHOWN = 10
 """Untrusted policy paths named in one error; the rest are counted."""
 
 
-def _note(problems: dict[str, str], what: str, path: Path) -> None:
+def _note(problems: dict[str, str], what: str, path: Path, seen: Seen) -> None:
     """Add why ``path`` may not be trusted, if it may not (a directory's problem is named once,
     though each file in it reports it too). The bundled pack is held to the rule of the code
     that ships with it (:func:`kernelpolicy.trust.code_group`)."""
-    problem = trust_problem(path)
+    problem = trust_problem(path, seen=seen)
     if problem is not None and _bundled(path):  # (a resolve() a path: only where refused)
-        problem = trust_problem(path, shipped=True)
+        problem = trust_problem(path, shipped=True, seen=seen)
     if problem is not None:
         problems.setdefault(problem, what)
 
