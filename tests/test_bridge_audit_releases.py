@@ -13,7 +13,9 @@ their wheels): each finding a named case that failed on the pack before it.
   0.10.0, CUTLASS_MLA from 0.10.1, FLASHINFER_MLA from 0.10.2), told as inexpressible;
 - SGLang 0.4.3's FlashInfer sampler, which calls the API of before FlashInfer 0.2.3;
 - the FlashInfer sampler with a FlashInfer older than 0.2.3, which vLLM ignores (0.10-0.11.0)
-  or raises on at the first sample (0.11.1-0.22).
+  or raises on at the first sample (0.11.1-0.22);
+- the sparse indexer's requirement refusing vLLM releases that have no indexer layer (0.10) or
+  run their own (0.11-0.14).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Case:
     present: dict[str, str] = field(default_factory=dict)  # variables sent with these values
     flags: tuple[str, ...] = ()  # a run of words the command line must carry
     warning: str = ""  # a fragment of the feature's warning
+    ok: bool = True  # the engine may start
 
 
 def told(case: Case) -> EngineSettings:
@@ -115,6 +118,20 @@ CASES = {
         "l4", "vllm", "0.18.1", feature="sampler.top_k_top_p", status=Status.INEXPRESSIBLE,
         present={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
     ),
+    # the indexer's requirement holds from vLLM 0.15 (its layer raises on ROCm without aiter):
+    # 0.10 has no indexer, 0.11-0.14's DeepSeek V3.2 indexer runs its own ROCm path
+    "vllm-0.10.2-mi300x-no-indexer-not-refused": Case(
+        "mi300x", "vllm", "0.10.2", "mla", feature="sparse_attn_indexer",
+        status=Status.NOT_APPLICABLE, warning="runs its own path for it",
+    ),
+    "vllm-0.14.1-mi300x-own-indexer-not-refused": Case(
+        "mi300x", "vllm", "0.14.1", "mla", feature="sparse_attn_indexer",
+        status=Status.NOT_APPLICABLE, warning="required for vllm >=0.15",
+    ),
+    "vllm-0.16.0-mi300x-indexer-needs-aiter": Case(
+        "mi300x", "vllm", "0.16.0", "mla", feature="sparse_attn_indexer", status=Status.ERROR,
+        ok=False,
+    ),
     "vllm-0.18.1-h100-flashinfer-sampler-kept": Case(
         "h100-sxm", "vllm", "0.18.1", feature="sampler.top_k_top_p",
         present={"VLLM_USE_FLASHINFER_SAMPLER": "1"},
@@ -127,6 +144,7 @@ def test_what_each_release_is_told(case: Case) -> None:
     settings = told(case)
     decision = settings.decisions[case.feature]
     assert decision.status is case.status, decision
+    assert settings.ok is case.ok, settings.errors
     words = settings.flags
     for name in case.absent:
         assert name not in settings.env or name in case.env, settings.env

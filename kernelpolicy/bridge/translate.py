@@ -14,19 +14,16 @@ from dataclasses import replace
 from packaging.version import Version
 
 from kernelpolicy.bridge.model import (
-    NO_IMPL,
-    BatchChoice,
-    DtypeChoice,
     EngineSettings,
     Status,
     Told,
 )
+from kernelpolicy.bridge.per_call import per_batch, per_dtype
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
 from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
 from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.engine.routing import uncovered
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
 from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
@@ -35,6 +32,7 @@ from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.bridge import flag_options
 from kernelpolicy.settings import parse_bool
+from kernelpolicy.versions import LazySpecifierSet
 
 MODEL_KINDS = ("mha", "mla")
 
@@ -202,25 +200,14 @@ class _Teller:
         if relevant and kind not in (None, self.model_kind):
             return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error, model_kind=kind)
         if decision.error is not None:
-            if relevant:
-                self.errors.append(f"{name}: {decision.error}")
-                return Told(name, None, Status.ERROR, note=decision.error)
-            # A feature another engine is told about (a vLLM-only kernel switch while SGLang
-            # is started) is that engine's business: its error and switches are not this one's.
-            if not _tells_any_engine(feature):
-                self.warn(
-                    name,
-                    f"{name} is an error ({decision.error}), but no policy tells {engine} "
-                    "anything about it: not blocking",
-                )
-            return Told(name, None, Status.NOT_FOR_ENGINE, note=decision.error)
+            return self.told_error(feature, decision.error, relevant)
         if not relevant:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
         if impl is None:
             return Told(name, None, Status.NOT_APPLICABLE)
-        by_batch, conditions = _per_batch(feature, decision)
+        by_batch, conditions = per_batch(feature, decision)
         told = self._by_rule(feature, impl)
-        by_dtype = _per_dtype(decision, impl)
+        by_dtype = per_dtype(decision, impl)
         told = replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
         if (told.per_batch or told.per_dtype) and told.plugin is None and self.plugin_routes(name):
             note = "routes the engine's calls per call through resolve().select()"
@@ -228,6 +215,42 @@ class _Teller:
         if told.plugin is not None and name in PLUGIN_FEATURES.get(engine, frozenset()):
             self.bypass_warning(name)
         return told
+
+    def told_error(self, feature: CompiledFeature, error: str, relevant: bool) -> Told:
+        """A decision that is an error: it stops this engine where it is told about the
+        feature, unless the requirement leaves this release out; else a warning at most."""
+        name, engine = feature.name, self.engine
+        holds = self.requirement_elsewhere(feature) if relevant else None
+        if holds is not None:
+            self.warn(
+                name,
+                f"{name} is an error ({error}), but {engine} {self.context.version} "
+                f"runs its own path for it (required for {engine} {holds}): not blocking",
+            )
+            return Told(name, None, Status.NOT_APPLICABLE, note=error)
+        if relevant:
+            self.errors.append(f"{name}: {error}")
+            return Told(name, None, Status.ERROR, note=error)
+        # A feature another engine is told about (a vLLM-only kernel switch while SGLang
+        # is started) is that engine's business: its error and switches are not this one's.
+        if not _tells_any_engine(feature):
+            self.warn(
+                name,
+                f"{name} is an error ({error}), but no policy tells {engine} "
+                "anything about it: not blocking",
+            )
+        return Told(name, None, Status.NOT_FOR_ENGINE, note=error)
+
+    def requirement_elsewhere(self, feature: CompiledFeature) -> str | None:
+        """The releases the feature's requirement holds for, where this engine release is not
+        one of them (``required``'s ``engines``); None where it holds here, or the release is
+        unknown (held to it)."""
+        required = feature.spec.required
+        versions = required.engines.get(self.engine) if required is not None else None
+        if versions is None or self.context.version is None:
+            return None
+        inside = LazySpecifierSet(versions).contains(self.context.version, prereleases=True)
+        return None if inside else versions
 
     def bypass_warning(self, feature: str) -> None:
         """Where the engine on a GPU samples by default without the hooks the plugin routes
@@ -308,45 +331,6 @@ class _Teller:
             inexpressible=spec.inexpressible, shared_switch=spec.shared_switch,
             reference=spec.reference, plugin=spec.plugin,
         )  # fmt: skip
-
-
-def _per_batch(
-    feature: CompiledFeature, decision: Decision
-) -> tuple[tuple[BatchChoice, ...], tuple[str, ...]]:
-    """What ``select()`` chooses per batch range (where ``by_batch`` changed the order), and
-    the implementations it may return whose ``when`` reads ``batch``."""
-    choices: tuple[BatchChoice, ...] = ()
-    if decision.routes:
-        ranges = [(r.low, r.high) for r in decision.routes] + uncovered(decision.routes)
-        choices = tuple(
-            BatchChoice(low, high, decision.order_for(low)[0]) for low, high in sorted(ranges)
-        )
-    conditions = tuple(
-        c.impl
-        for c in feature.candidates
-        # order lists every implementation select() may return, by_batch rows included
-        if c.impl in decision.order and c.when is not None and "batch" in c.when.variables()
-    )
-    return choices, conditions
-
-
-def _per_dtype(decision: Decision, impl: str) -> tuple[DtypeChoice, ...]:
-    """What ``select()`` chooses per dtype (stored evidence or a run-time failure refused some
-    dtype to an implementation), for calls without a batch and, where the feature routes by
-    batch, per batch range; empty where no dtype changes a choice."""
-    if not decision.dtype_rules:
-        return ()
-    ranges: list[tuple[int | None, int | None]] = [(None, None)]
-    if decision.routes:
-        covered = [(r.low, r.high) for r in decision.routes]
-        ranges += sorted(covered + uncovered(decision.routes))
-    choices = []
-    for low, high in ranges:
-        plain = impl if low is None else next(iter(decision.order_for(low)), NO_IMPL)
-        for dtype in decision.dtypes:
-            chosen = next(iter(decision.order_for(low, dtype)), NO_IMPL)
-            choices.append(DtypeChoice(dtype, chosen, low, high, changed=chosen != plain))
-    return tuple(choices) if any(c.changed for c in choices) else ()
 
 
 def _with_gives_up(told: Told, resolution: Resolution) -> Told:

@@ -178,10 +178,25 @@ class Candidate(Strict):
 
 
 class Requirement(Strict):
-    """The feature must not silently fall back (on ``vendor``, or everywhere)."""
+    """The feature must not silently fall back (on ``vendor``, or everywhere).
+
+    ``engines``: per engine, the releases (a PEP 440 range) whose runs need it; an engine
+    release outside the range has its own path for the feature, so the error tells it nothing
+    and does not stop it (``env``/``exec`` warn instead). An engine not named: every release.
+    """
 
     vendor: Vendor | None = None
     hint: str
+    engines: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("engines")
+    @classmethod
+    def _engine_ranges(cls, value: dict[str, str]) -> dict[str, str]:
+        for engine, versions in value.items():
+            if not IDENT.match(engine):
+                raise ValueError(f"engine {engine!r}: expected lower_snake_case such as 'vllm'")
+            check_specifier(versions)
+        return value
 
 
 class Feature(Strict):
