@@ -90,3 +90,82 @@ def test_each_part_installs_on_its_own_and_the_provider_is_always_there(
         assert said in log, log[-2000:]
     else:
         assert "vLLM's own kept" not in log, log[-2000:]
+
+
+# Calls through the routed sampler in the real vLLM, whose policy's own sampler raises on every
+# call: kernelpolicy's run-time fallback serves it with the next candidate (torch) from the
+# first call on, inside vLLM's worker.
+CALLS = """
+import json, logging, os, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+import torch
+import kernelpolicy.vllm_plugin as plugin
+plugin.register()
+from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+from vllm.v1.sample.sampler import Sampler
+mode = sys.argv[1]
+sampler = TopKTopPSampler(logprobs_mode=mode)
+torch.manual_seed(0)
+logits = torch.randn(1, 64)
+k = torch.tensor([5])
+out = [sampler.forward_native(logits, {}, k, None)[0].tolist() for _ in range(3)]
+greedy = Sampler.greedy_sample(logits).tolist()
+print(json.dumps({"tokens": out, "greedy": greedy, "argmax": logits.argmax(-1).tolist()}))
+"""
+
+RAISING = "def top_k_top_p(*args, **kwargs):\n    raise RuntimeError('kernel exploded')\n"
+
+
+def _calls(tmp_path: Path, mode: str) -> tuple[dict[str, Any], str, dict[str, int]]:
+    if not (ENV_DIR / "bin/python").exists():
+        pytest.skip(f"no vLLM environment at {ENV_DIR}: scripts/test-deps makes it")
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    text = (E2E / "policies/e2e.toml").read_text()
+    raising = text.replace("e2e_kernels:top_k_top_p", "raising:top_k_top_p")
+    (policies / "e2e.toml").write_text(raising)
+    (tmp_path / "raising.py").write_text(RAISING)
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    inputs = plugin_environment("vllm", {}, "", None, [policies])
+    env = {
+        **os.environ, **inputs, "PYTHONPATH": os.pathsep.join((str(ROOT), str(E2E), str(tmp_path))),
+        "KERNELPOLICY_LOG_FORMAT": "off", "OMP_NUM_THREADS": "1",
+        "KERNELPOLICY_VLLM_PLUGIN_STATS": str(stats),
+    }  # fmt: skip
+    done = subprocess.run(
+        [str(ENV_DIR / "bin/python"), "-c", CALLS, mode], capture_output=True, text=True,
+        timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts: dict[str, int] = {}
+    for path in stats.glob("*.json"):
+        counts |= json.loads(path.read_text())
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr, counts
+
+
+@pytest.mark.parametrize(
+    ("mode", "failed"),
+    [
+        pytest.param("raw_logprobs", True, id="policy-sampler-raises-torch-serves"),
+        pytest.param("processed_logprobs", False, id="processed-logprobs-passed-through"),
+    ],
+)
+def test_a_failing_kernel_inside_vllm_falls_back_for_good(
+    tmp_path: Path, mode: str, failed: bool
+) -> None:
+    """A kernel that raises inside vLLM's worker never takes vLLM down: the first failure is
+    said once (kernelpolicy.runtime_fallback) and torch serves that call and every later one,
+    so vLLM's own sampler is never needed (routing never fails); a processed-logprobs call
+    never reaches the policy; greedy is the policy's torch argmax."""
+    result, log, counts = _calls(tmp_path, mode)
+    assert len(result["tokens"]) == 3
+    assert all(0 <= token[0] < 64 for token in result["tokens"])
+    said = "runtime_fallback' feature='sampler.top_k_top_p' note='mine failed at run time"
+    assert log.count(said) == (1 if failed else 0), log[-2000:]
+    assert ("kernel exploded" in log) is failed
+    assert "routing the sampler failed" not in log
+    assert "sampler.top_k_top_p/failed" not in counts
+    assert ("sampler.top_k_top_p/mine" in counts) is failed, counts  # select()'s answer
+    assert result["greedy"] == result["argmax"]
+    assert counts.get("sampler.greedy") == 1
