@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -342,3 +343,25 @@ def test_one_pass_judges_each_directory_above_once_and_still_refuses(tmp_path: P
     assert (top, False) in seen
     assert seen[top, False] is not None
     assert f"{top} is writable by its group" in (second or "")
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        pytest.param(lambda d: (d / "p.toml").symlink_to("/nonexistent"), "cannot resolve",
+                     id="dangling-link"),
+        pytest.param(lambda d: ((d / "a").symlink_to(d / "p.toml"),
+                                (d / "p.toml").symlink_to(d / "a")), "cannot resolve",
+                     id="link-loop"),
+    ],
+)  # fmt: skip
+def test_a_path_that_cannot_be_resolved_is_refused_with_why(
+    tmp_path: Path, make: Callable[[Path], object], said: str
+) -> None:
+    """A dangling link or a loop of links is refused in one line, never a traceback."""
+    tmp_path.chmod(0o755)
+    make(tmp_path)
+    found = trust_problem(tmp_path / "p.toml") or ""
+    assert found.startswith(f"{tmp_path / 'p.toml'}: {said}"), found
+    with pytest.raises(UntrustedFileError, match=said):
+        check_trusted(tmp_path / "p.toml", "policy file")
