@@ -52,7 +52,9 @@ def prepare_kernel_cache(cache_dir: Path) -> Path:
     """Create the cache private to this user (0700), with its subdirectories; returns it.
 
     Raises:
-        UntrustedFileError: It exists and belongs to someone else, or is a link.
+        UntrustedFileError: It exists and belongs to someone else, or is a link; or a directory
+            above it could be written by another user (who could swap the cache while engines
+            read it), checked before anything is made.
     """
     existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
     problem = ancestors_problem(existing)  # before making anything in it
