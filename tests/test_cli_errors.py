@@ -244,6 +244,18 @@ VERIFY_ERRORS = [
         marks=needs_torch, id="verify-entry-no-function",
     ),
     pytest.param(
+        ["verify", "--feature", "sampler.greedy", "--entry", "tests.entry_raises:fn"],
+        ["--entry tests.entry_raises:fn: importing 'tests.entry_raises' failed: RuntimeError: "
+         "boom at import"],
+        marks=needs_torch, id="verify-entry-import-raises",
+    ),
+    pytest.param(
+        ["verify", "--feature", "sampler.greedy", "--entry",
+         "kernelpolicy.limits:MAX_NESTING_DEPTH"],
+        ["--entry kernelpolicy.limits:MAX_NESTING_DEPTH: 'MAX_NESTING_DEPTH' is not callable"],
+        marks=needs_torch, id="verify-entry-not-callable",
+    ),
+    pytest.param(
         ["verify", "--feature", "sampler.greedy", "--entry", "nocolon"],
         ["--entry 'nocolon': expected MODULE:FUNCTION"],
         marks=needs_torch, id="verify-entry-malformed",
