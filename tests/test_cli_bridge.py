@@ -276,6 +276,36 @@ def test_exec_bad_command(command: list[str], code: int, message: str) -> None:
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("target", "mode", "code", "message"),
+    [
+        pytest.param(None, 0, 127, "command not found", id="dangling-link-on-path"),
+        pytest.param("file", 0o644, 126, "permission denied", id="not-executable-on-path"),
+    ],
+)  # fmt: skip
+def test_exec_a_command_on_path_that_cannot_run(
+    tmp_path: Path, target: str | None, mode: int, code: int, message: str
+) -> None:
+    """A name on PATH that cannot start (a dangling link passes the PATH lookup before the
+    log; a file without execute permission) ends as the shell would, never a traceback (found
+    untested by a coverage review)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    command = bin_dir / "kp-engine"
+    if target is None:
+        command.symlink_to(tmp_path / "nonexistent")
+    else:
+        command.write_text("#!/bin/sh\n")
+        command.chmod(mode)
+    out = kernelpolicy(
+        "exec", "--engine", "vllm", "--platform", platform("t4"), "--", "kp-engine",
+        env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert out.returncode == code, out.stderr
+    assert f"kp-engine: {message}" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_explain_shows_what_each_engine_is_told(capsys: pytest.CaptureFixture[str]) -> None:
     """explain's text and JSON carry, per decision, each engine's settings."""
     assert main(["explain", "--platform", platform("h100-sxm")]) == 0
