@@ -24,14 +24,13 @@ from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
 from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
-from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
 from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.bridge import flag_options
-from kernelpolicy.settings import parse_bool
+from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import LazySpecifierSet
 
 MODEL_KINDS = ("mha", "mla")
@@ -47,11 +46,7 @@ class _Context:
         self.arch = platform.primary.arch if platform.primary else None
 
     def on(self, variable: str) -> bool:
-        raw = self.env.get(variable, "")
-        try:
-            return bool(raw.strip()) and parse_bool(variable, raw)
-        except SettingsError:
-            return False
+        return switched_on(self.env, variable)
 
     def matches(self, rule: CompiledEngineRule) -> bool:
         spec = rule.spec

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from kernelpolicy.bridge.process import child_command, child_environment
     from kernelpolicy.cli.env_cmd import report_errors
     from kernelpolicy.errors import SettingsError
-    from kernelpolicy.settings import settings_from
+    from kernelpolicy.settings import settings_from, switched_on
 
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -104,24 +104,13 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     child = child_environment(environ, settings)
     snapshot = resolution.platform.to_dict() if args.platform else None
-    if _switched_on(child.get(ENABLE, "")):  # a choice the plugin carries, or yours
+    if switched_on(child, ENABLE):  # a choice the plugin carries, or yours
         for key, value in plugin_environment(
             args.engine, env, settings.fingerprint, snapshot, args.policies
         ).items():
             child.setdefault(key, value)  # your KERNELPOLICY_VLLM_PLUGIN is kept
     child.update(_kernel_cache(local.cache_dir, child))
     return _exec(argv, child)
-
-
-def _switched_on(value: str) -> bool:
-    """The plugin's switch as the plugin reads it (the settings' booleans; unset is off)."""
-    from kernelpolicy.errors import SettingsError
-    from kernelpolicy.settings import parse_bool
-
-    try:
-        return bool(value.strip()) and parse_bool("KERNELPOLICY_VLLM_PLUGIN", value)
-    except SettingsError:  # the plugin says so in vLLM's log and stays off
-        return False
 
 
 def _warnings(

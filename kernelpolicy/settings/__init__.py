@@ -35,6 +35,7 @@ from kernelpolicy.settings.readers import (
     ACCEPTED_BOOLEANS,
     bundled_policy_dir,
     parse_bool,
+    switched_on,
     variable,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "load_settings",
     "parse_bool",
     "settings_from",
+    "switched_on",
 ]
 
 

@@ -51,6 +51,17 @@ def parse_bool(name: str, value: str) -> bool:
     raise SettingsError(f"{name}={shown(value)!r} is not a boolean: expected {ACCEPTED_BOOLEANS}")
 
 
+def switched_on(env: Mapping[str, str], name: str) -> bool:
+    """Whether the switch ``name`` in ``env`` is on by :func:`parse_bool`; unset, blank or a
+    value that is no boolean is off (for switches read where a bad value must not stop
+    anything: the engines' variables the bridge matches rules on, the plugin's switch)."""
+    value = env.get(name, "")
+    try:
+        return bool(value.strip()) and parse_bool(name, value)
+    except SettingsError:
+        return False
+
+
 def _read_paths(name: str, value: str) -> tuple[Path, ...]:
     """``a.toml:policies.d`` (like PATH) or a JSON list of paths."""
     if value.lstrip().startswith("["):
