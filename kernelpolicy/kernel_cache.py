@@ -78,14 +78,16 @@ def cache_problem(root: Path) -> str | None:
     many entries."""
     if not root.is_dir() or root.is_symlink():
         return f"{root}: no kernel cache (run kernelpolicy warm)"
-    problem = ancestors_problem(root.parent)
+    above = ancestors_problem(root.parent)
+    if above is not None:
+        return above
     for seen, path in enumerate((root, *_walk(root)), start=1):
-        if problem is not None:
-            break
         if seen > MAX_KERNEL_CACHE_ENTRIES:
             return f"{root}: over {MAX_KERNEL_CACHE_ENTRIES} entries"
         problem = entry_problem(path, path.lstat())
-    return problem
+        if problem is not None:
+            return problem
+    return None
 
 
 def entry_problem(path: Path, info: os.stat_result) -> str | None:

@@ -75,11 +75,7 @@ def trust_problem(
     code as well (:func:`shipped_group`). ``seen``: what one pass over several paths judged
     already (it lives no longer than that pass).
     """
-    try:
-        target = Path(path).resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        return f"{path}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    return _chain_problem(path, (target, *target.parents), shipped=shipped, own=2, seen=seen)
+    return _chain_problem(path, shipped=shipped, own=2, seen=seen)
 
 
 def ancestors_problem(directory: str | Path) -> str | None:
@@ -87,25 +83,26 @@ def ancestors_problem(directory: str | Path) -> str | None:
     :func:`owner_mode_problem` for it and every directory above it up to ``/`` (a root-owned
     sticky directory such as ``/tmp`` passes: others cannot rename what is in it; a directory
     above kernelpolicy's own code is not judged, as in :func:`trust_problem`)."""
-    try:
-        target = Path(directory).resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        return f"{directory}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-    return _chain_problem(directory, (target, *target.parents), shipped=False, own=1)
+    return _chain_problem(directory, shipped=False, own=1)
 
 
 MAX_NAMED_ABOVE = 3  # directories above named in one message (a umask 002 tree fails at each)
 
 
 def _chain_problem(
-    given: str | Path, chain: tuple[Path, ...], *, shipped: bool, own: int, seen: Seen | None = None
+    given: str | Path, *, shipped: bool, own: int, seen: Seen | None = None
 ) -> str | None:
-    """Why ``chain`` (a path resolved, then the directories above it) fails the rule, or None:
-    the path or its own directory (the first ``own`` entries) named alone, else every
-    directory above that fails (up to ``MAX_NAMED_ABOVE``), each with its owner and mode."""
+    """Why ``given`` (resolved, symbolic links followed) or a directory above it fails the
+    rule, or None: the path or its own directory (the first ``own`` of the chain) named alone,
+    else every directory above that fails (up to ``MAX_NAMED_ABOVE``), each with its owner and
+    mode."""
+    try:
+        target = Path(given).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        return f"{given}: cannot resolve: {getattr(exc, 'strerror', None) or exc}"
     above: list[str] = []
     code = _code_ancestors()
-    for depth, item in enumerate(chain):
+    for depth, item in enumerate((target, *target.parents)):
         if depth >= own and item in code:
             continue  # its writers can replace kernelpolicy's code: no one new
         if depth > 0 and seen is not None and (item, shipped) in seen:
