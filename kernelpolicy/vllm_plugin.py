@@ -60,12 +60,12 @@ def register() -> None:
     try:
         if not parse_bool(ENABLE, switch):
             return
-        installed = _Plugin().install()
+        installed, partly = _Plugin().install()
     except Exception as exc:  # never take vLLM down: its own paths stay in place
         log.warning("kernelpolicy: plugin not installed, vLLM keeps its own kernels: %s", exc)
         _placeholder_provider()
         return
-    (log.warning if "not installed" in installed else log.info)("kernelpolicy: %s", installed)
+    (log.warning if partly else log.info)("kernelpolicy: %s", installed)
 
 
 def _placeholder_provider() -> None:
@@ -107,42 +107,48 @@ class _Plugin:
         self.counts = _Counts(os.environ.get(STATS))
         self.resolution = _resolve()
 
-    def install(self) -> str:
+    def install(self) -> tuple[str, bool]:
         """Install each part the decisions ask for, each on its own: a part that fails leaves
         vLLM's own path for it and is named, the others stay. The IR provider always exists
         where vLLM has IR ops (a placeholder it never chooses where kernelpolicy's rmsnorm is
-        not installed), since ``--ir-op-priority`` naming it makes vLLM assert it exists."""
-        parts = [f"fingerprint {self.resolution.fingerprint}"]
-        failed: list[str] = []
+        not installed), since ``--ir-op-priority`` naming it makes vLLM assert it exists.
+
+        Returns:
+            (what was installed and what was not, in words; whether a part failed).
+        """
         decisions = self.resolution.decisions
         rmsnorm = decisions.get("rmsnorm")
-        steps: list[tuple[str, Callable[[], None]]] = []
+        steps: list[tuple[str, str, Callable[[], None]]] = []
         if rmsnorm is not None and rmsnorm.impl is not None:
-            steps.append((f"IR ops {', '.join(IR_OPS)} -> provider {IR_PROVIDER}", self.ir_ops))
+            ir = f"IR ops {', '.join(IR_OPS)} -> provider {IR_PROVIDER}"
+            steps.append(("IR", ir, lambda: _register_ir_ops(self)))
         if "sampler.top_k_top_p" in decisions:
-            steps.append(("sampler.top_k_top_p routed per call", self.sampler))
+            steps.append(("sampler.top_k_top_p", "sampler.top_k_top_p routed per call",
+                          self.sampler))  # fmt: skip
         if "sampler.greedy" in decisions:
-            steps.append(("sampler.greedy routed", lambda: _patch_greedy(self)))
-        for part, step in steps:
+            steps.append(("sampler.greedy", "sampler.greedy routed", lambda: _patch_greedy(self)))
+        parts = [f"fingerprint {self.resolution.fingerprint}"]
+        installed: set[str] = set()
+        failed: list[str] = []
+        for name, part, step in steps:
             try:
                 step()
-                parts.append(part)
             except Exception as exc:  # never take vLLM down: its own path for this part
-                failed.append(f"{part.split(' ', 1)[0]}: {exc}")
-        if not any(part.startswith("IR ops") for part in parts):
+                failed.append(f"{name}: {exc}")
+                continue
+            installed.add(name)
+            parts.append(part)
+        if "IR" not in installed:
             _placeholder_provider()
         text = f"vLLM plugin active in process {os.getpid()}: " + "; ".join(parts)
         if failed:
             text += "; not installed, vLLM's own kept: " + "; ".join(failed)
-        return text
+        return text, bool(failed)
 
     def sampler(self) -> None:
         self.sampler_context = self.context_names("sampler.top_k_top_p")
         _patch_sampler(self)
         self.prefetch("sampler.top_k_top_p")
-
-    def ir_ops(self) -> None:
-        _register_ir_ops(self)
 
     def prefetch(self, feature: str) -> None:
         """Start now, in the background, the imports and set-up of what ``feature``'s calls
