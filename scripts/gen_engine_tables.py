@@ -177,9 +177,9 @@ def table(engine: str, probes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _options(probes: dict[str, dict[str, Any]]) -> None:
-    """An option that takes any value is ``[]`` (present), an absent one missing; names that
-    are no variable leave the env section."""
+def _as_recorded(probes: dict[str, dict[str, Any]]) -> None:
+    """Each probe as the tables record it: an option that takes any value is ``[]`` (present),
+    an absent one missing; names in the env section that are no variable leave it."""
     for result in probes.values():
         result["options"] = {k: v if v is not None else [] for k, v in result["options"].items()}
         result["env"] = _variables(result["env"])
@@ -204,7 +204,7 @@ def main() -> None:
                 RELEASES[engine],
             )
             probes = dict(results)
-        _options(probes)
+        _as_recorded(probes)
         path = args.out / f"{engine}.json"
         path.write_text(json.dumps(table(engine, probes), sort_keys=True, indent=0) + "\n")
         print(f"wrote {path} ({len(probes)} releases)")
