@@ -9,7 +9,7 @@ import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -119,6 +119,33 @@ async def _until_closed(reader: asyncio.StreamReader) -> bytes:
     return data
 
 
+def _exchange(
+    request: bytes,
+    read: Callable[[asyncio.StreamReader], Awaitable[bytes]] = _until_closed,
+    metrics: DaemonMetrics | None = None,
+    wait: float = 30,
+) -> bytes:
+    """Send ``request`` raw to a fresh listener (``LONG`` timeouts) and return what ``read``
+    takes from the answer (by default all of it, to the connection's end), within ``wait``
+    seconds (a bound on a hang, not a measure)."""
+    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
+    counted = metrics or DaemonMetrics(state)
+
+    async def scenario() -> bytes:
+        listener = HttpListener(state, counted, lambda: None, timeouts=LONG)
+        url = await listener.start("127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
+            writer.write(request)
+            data = await asyncio.wait_for(read(reader), wait)
+            writer.close()
+            return data
+        finally:
+            await listener.stop()
+
+    return asyncio.run(scenario())
+
+
 def _head(path: str, *headers: str) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: x", "Content-Type: application/json", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -139,22 +166,8 @@ def test_refused_body_closes_the_connection(request_start: bytes, path: str) -> 
     """A client that sends only part of an encoded body gets its 415 and then the end of the
     connection, while the rest of its body is still owed: the daemon does not wait for it
     (nor read, nor inflate it). The close is neither a timeout nor a hang-up."""
-    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
-    metrics = DaemonMetrics(state)
-
-    async def scenario() -> bytes:
-        listener = HttpListener(state, metrics, lambda: None, timeouts=LONG)
-        url = await listener.start("127.0.0.1:0")
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
-            writer.write(request_start)
-            data = await asyncio.wait_for(_until_closed(reader), 30)
-            writer.close()
-            return data
-        finally:
-            await listener.stop()
-
-    data = asyncio.run(scenario())
+    metrics = DaemonMetrics(ServingState(fixture("cpu"), {}, [ROOT / "policies"], {}))
+    data = _exchange(request_start, metrics=metrics)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 415 "), data[:200]
     assert b"\r\nconnection: close" in head.lower()
@@ -226,43 +239,17 @@ def test_expect_continue_only_for_a_body_that_will_be_read(
     """Expect: 100-continue: "100 Continue" for a body the daemon reads; for one it refuses
     unread (an encoding, a Content-Length over MAX_HTTP_BODY_BYTES) its refusal at once is the
     final answer, so the client never sends the body (it used to be told to send it)."""
-    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
-
-    async def scenario() -> bytes:
-        listener = HttpListener(state, DaemonMetrics(state), lambda: None, timeouts=LONG)
-        url = await listener.start("127.0.0.1:0")
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
-            given = any(h.startswith("Expect") for h in headers)
-            expect = () if given else ("Expect: 100-continue",)
-            writer.write(_head(BULK, *headers, *expect))
-            line = await asyncio.wait_for(reader.readline(), 10)
-            writer.close()
-            return line
-        finally:
-            await listener.stop()
-
-    assert asyncio.run(scenario()).startswith(first_line)
+    given = any(h.startswith("Expect") for h in headers)
+    expect = () if given else ("Expect: 100-continue",)
+    line = _exchange(_head(BULK, *headers, *expect), read=lambda r: r.readline(), wait=10)
+    assert line.startswith(first_line)
 
 
 def test_a_body_refused_before_it_was_asked_for_ends_the_connection() -> None:
     """Expect: 100-continue with a Content-Length over the limit: the 413 says Connection:
     close and the connection ends at once; it no longer waits (MAX_HTTP_BODY_SECONDS) for the
     body the client was never told to send, taking the client's next request as that body."""
-    state = ServingState(fixture("cpu"), {}, [ROOT / "policies"], {})
-
-    async def scenario() -> bytes:
-        listener = HttpListener(state, DaemonMetrics(state), lambda: None, timeouts=LONG)
-        url = await listener.start("127.0.0.1:0")
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":")[2]))
-            writer.write(_head(BULK, f"Content-Length: {10 * 2**20}", "Expect: 100-continue"))
-            data = await asyncio.wait_for(_until_closed(reader), 30)
-            writer.close()
-            return data
-        finally:
-            await listener.stop()
-
-    head = asyncio.run(scenario()).partition(b"\r\n\r\n")[0].lower()
+    data = _exchange(_head(BULK, f"Content-Length: {10 * 2**20}", "Expect: 100-continue"))
+    head = data.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 413 ")
     assert b"\r\nconnection: close" in head
