@@ -18,7 +18,7 @@ from kernelpolicy.inputs import gather, load_policies_for
 from kernelpolicy.logs import log_resolution, runtime_log
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.server.node import node_reporter
+from kernelpolicy.server.node import halts_for_node, node_reporter
 from kernelpolicy.settings import Settings, settings_from
 
 __all__ = ["resolve"]
@@ -30,6 +30,7 @@ def resolve(
     policies: PolicySet | Iterable[str | Path] | None = None,
     *,
     settings: Settings | None = None,
+    node_halts: bool | None = None,
 ) -> Resolution:
     """Resolve every feature for a platform.
 
@@ -39,6 +40,10 @@ def resolve(
         policies: A :class:`PolicySet`, or policy file/directory paths. Default: the paths in
             settings (``KERNELPOLICY_POLICY_PATHS``), else the bundled pack.
         settings: Default: read from ``env``.
+        node_halts: Resolve without the candidates the node's daemon halted (``halt_on``), as
+            the daemon does, read from its halts file beside its socket
+            (:mod:`kernelpolicy.server.halts_file`; a file that cannot be trusted is ignored
+            with a warning). Default: when ``platform`` is None (this machine is probed).
 
     Returns:
         The :class:`Resolution`; decisions that are errors are values in it, not exceptions.
@@ -54,7 +59,8 @@ def resolve(
     # A worker's heap is large (kernelpolicy.gcpause); the code the first call compiles (the
     # classes' methods, select/gate) is compiled once per node (kernelpolicy.code_cache).
     with collector_paused(), code_cached():
-        return _resolve(platform, env, policies, settings)
+        here = platform is None if node_halts is None else node_halts
+        return _resolve(platform, env, policies, settings, here)
 
 
 def _resolve(
@@ -62,6 +68,7 @@ def _resolve(
     env: Mapping[str, str] | None,
     policies: PolicySet | Iterable[str | Path] | None,
     settings: Settings | None,
+    node_halts: bool,
 ) -> Resolution:
     environ: Mapping[str, str] = dict(os.environ) if env is None else env
     settings = settings if settings is not None else settings_from(environ)
@@ -74,6 +81,7 @@ def _resolve(
         policy_set, settings, env=environ, platform=platform, overrides=settings.overrides
     )
     host = Host(log=runtime_log(settings.log_format), reporter=node_reporter(settings))
-    resolution = inputs.resolve(host=host)
+    halts = halts_for_node(settings) if node_halts else None
+    resolution = inputs.resolve(host=host, halts=halts)
     log_resolution(resolution.log_fields(), settings.log_format)
     return resolution

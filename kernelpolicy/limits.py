@@ -216,3 +216,6 @@ MAX_REPORT_CONNECTIONS = 256
 oldest, so a flood only displaces itself."""
 MAX_HALT_THRESHOLD = 1_000_000
 """The largest ``halt_on`` threshold a policy may set."""
+MAX_HALTS_FILE_BYTES = 256 * KIB
+"""The node's halts file (``x.halts.json`` beside the daemon's socket) a worker reads: a halt per
+candidate with ``halt_on``, each a reason of a few hundred characters."""

@@ -112,10 +112,16 @@ def _host_wants(level: int) -> bool:
     return False
 
 
+def log_warning(event: str, fmt: str, **fields: Any) -> None:
+    """A warning of the library, in-process: to the host's logging where it would show one
+    (nothing is even rendered otherwise), never when ``fmt`` is ``off``."""
+    if fmt != "off" and _host_wants(30):  # logging.WARNING
+        host_logger(fmt).warning(event, **fields)
+
+
 def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:
     """A kernel that failed at run time and the fallback now used: a warning, in-process."""
-    if fmt != "off" and _host_wants(30):  # logging.WARNING
-        host_logger(fmt).warning("kernelpolicy.runtime_fallback", feature=feature, note=note)
+    log_warning("kernelpolicy.runtime_fallback", fmt, feature=feature, note=note)
 
 
 def runtime_log(fmt: str) -> Callable[[str, str], None] | None:

@@ -286,3 +286,54 @@ def test_readiness_while_a_reload_fails(tmp_path: Path, option: bool, expected: 
         (policies / "bad.toml").unlink()
         running.call(running.daemon.reload())
         assert call(url, "GET", "/readyz").status == 200
+
+
+def test_a_halt_reaches_the_nodes_in_process_workers(tmp_path: Path) -> None:
+    """The daemon's halts file: a worker's resolve() on the node (and explain there) leaves out
+    the candidate its daemon halted, takes it back once cleared; gone with the daemon."""
+    import torch
+
+    from kernelpolicy.api import resolve
+    from kernelpolicy.server.reporter import request_clear
+
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    (tmp_path / "p.toml").write_text(POLICY)
+    address = f"unix:{directory}/kp.sock"
+    env = {"KERNELPOLICY_SOCKET": address, "KERNELPOLICY_LOG_FORMAT": "off",
+           "KERNELPOLICY_POLICY_PATHS": str(tmp_path / "p.toml")}  # fmt: skip
+    halts_file = directory / "kp.halts.json"
+
+    def decided(**options: Any) -> str:
+        return str(resolve(fixture("cpu"), env=env, **options).decision(FEATURE).impl)
+
+    try:
+        with running_daemon(fixture("cpu"), [tmp_path / "p.toml"], listen=[address],
+                            watch=False) as running:  # fmt: skip
+            assert json.loads(halts_file.read_text()) == {"format": 1, "halts": {}}
+            first = resolve(fixture("cpu"), env=env, node_halts=True)
+            assert first.decision(FEATURE).impl == "planted"
+            first.impl(FEATURE)(torch.full((2, 8), float("nan")))  # two guard trips
+            assert first.reporter is not None
+            assert first.reporter.flush(30.0) is True
+            state = running.daemon.state
+            wait_for(lambda: f"{FEATURE}/planted" in json.loads(halts_file.read_text())["halts"])
+            assert state.snapshot.resolution.decision(FEATURE).impl == "torch"
+            halted = resolve(fixture("cpu"), env=env, node_halts=True).decision(FEATURE)
+            assert halted.impl == "torch"
+            assert "halted on this node: its output guard repaired 2" in "\n".join(halted.reasons)
+            assert decided() == "planted"  # another platform given: not this node's halts
+            shown = subprocess.run(
+                [sys.executable, "-m", "kernelpolicy", "explain", "--policies",
+                 str(tmp_path / "p.toml"), FEATURE],
+                capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+                env=_env() | {"KERNELPOLICY_SOCKET": address},
+            )  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            assert "planted rejected: halted on this node" in shown.stdout
+            assert request_clear(address, FEATURE, 10.0) == {"cleared": ["planted"]}
+            wait_for(lambda: json.loads(halts_file.read_text())["halts"] == {})
+            assert decided(node_halts=True) == "planted"
+        assert not halts_file.exists()  # a stopped daemon halts nothing
+        assert decided(node_halts=True) == "planted"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,11 +1,13 @@
 """Resolve the way ``explain`` does, for the commands that render a resolution (explain, env,
 exec): the policies from --policies or settings, the platform from --platform or a probe, the
 environment from the snapshot or this process with --env; gathered by
-:func:`kernelpolicy.inputs.gather`, as every front end does."""
+:func:`kernelpolicy.inputs.gather`, as every front end does. On this node (no --platform), the
+candidates its daemon halted are left out, as ``resolve()`` leaves them out."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 
 from kernelpolicy.cli.common import local_policies, local_settings, obtain_platform
@@ -84,7 +86,15 @@ def _resolve(
         return obtain_platform(args, libraries=libraries, env_patterns=patterns)
 
     inputs = gather(policies, local, env=answer, platform=source)
-    return inputs.resolve(), (told[0] if told else None)
+    halts = None
+    if getattr(args, "platform", None) is None:  # this node: without what its daemon halted
+        from kernelpolicy.server.node import node_halts
+
+        found = node_halts(local)
+        if found.problem is not None:
+            print(f"kernelpolicy: warning: {found.problem}", file=sys.stderr)
+        halts = found.halts
+    return inputs.resolve(halts=halts), (told[0] if told else None)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

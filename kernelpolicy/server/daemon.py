@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from grpc_health.v1 import health, health_pb2
 
+from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_GRPC_TCP_CALLS, shown
 from kernelpolicy.logs import get_logger
@@ -182,6 +183,7 @@ class Daemon:
                 await server.start()
                 self._started.append(server)
             await self._start_reports()
+            self._publish_halts()
             await self.fleet.start()
         except BaseException:
             await self._stop_reports()
@@ -202,6 +204,12 @@ class Daemon:
             self.bound, self.default_socket, self.state.halts, self._halts_changed, self.client_log
         )
 
+    def _publish_halts(self) -> None:
+        """The halts of the answer now served, where the node's workers read them."""
+        halts = halts_of(self.state.snapshot.resolution.decisions)
+        for listener in self.reports:
+            listener.publish(halts)
+
     async def _stop_reports(self) -> None:
         for listener in self.reports:
             await listener.stop()
@@ -219,6 +227,7 @@ class Daemon:
             prepared = await asyncio.to_thread(self.state.prepare_halts)
             if prepared is None or self.state.commit(prepared) is None:
                 return
+            self._publish_halts()
             self.fleet.write_labels()
             halted = sorted(self.state.halts.inputs())
             self._client_log("warning" if halted else "info", "kernelpolicy.halts",
@@ -247,6 +256,8 @@ class Daemon:
             finally:
                 sys.setswitchinterval(interval)
             change = self.state.commit(prepared)
+            if change is not None:
+                self._publish_halts()  # a changed feature's halts are gone
             snapshot = self.state.snapshot
             self.fleet.reloaded(
                 "failed" if isinstance(prepared, str) else "changed" if change else "unchanged"

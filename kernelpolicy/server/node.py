@@ -1,11 +1,14 @@
-"""The node's daemon as a worker finds it: where a Resolution's run-time events go."""
+"""The node's daemon as a worker finds it: where a Resolution's run-time events go, and the
+candidates the daemon halted on this node."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.reporting import RuntimeReporter
+    from kernelpolicy.server.halts_file import NodeHalts
     from kernelpolicy.settings import Settings
 
 
@@ -25,3 +28,32 @@ def node_reporter(settings: Settings, address: str | None = None) -> RuntimeRepo
     from kernelpolicy.server.reporter import reporter_for  # a daemon is there: now, not before
 
     return reporter_for(path)
+
+
+def node_halts_path(settings: Settings) -> Path:
+    """Where the node's daemon keeps its halts for workers: beside ``KERNELPOLICY_SOCKET``, else
+    beside this user's default socket (:mod:`kernelpolicy.server.halts_file`)."""
+    from kernelpolicy.server.halts_file import halts_file_path
+    from kernelpolicy.server.sockets import default_socket_path, socket_path
+
+    given = settings.socket
+    return halts_file_path(default_socket_path() if given is None else socket_path(given))
+
+
+def node_halts(settings: Settings) -> NodeHalts:
+    """The candidates the node's daemon halted, for a worker to resolve without them (none
+    where no daemon runs). Costs one ``lstat`` without a daemon; never raises."""
+    from kernelpolicy.server.halts_file import read_halts
+
+    return read_halts(node_halts_path(settings))
+
+
+def halts_for_node(settings: Settings) -> dict[str, str]:
+    """:func:`node_halts`, with a file that was ignored said as a warning (``kernelpolicy``
+    logger, in ``settings.log_format``)."""
+    found = node_halts(settings)
+    if found.problem is not None:
+        from kernelpolicy.logs import log_warning
+
+        log_warning("kernelpolicy.halts.ignored", settings.log_format, problem=found.problem)
+    return found.halts

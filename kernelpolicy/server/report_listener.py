@@ -17,12 +17,13 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.limits import MAX_REPORT_CONNECTIONS, MAX_REPORT_LINE_BYTES
 from kernelpolicy.server.halts import Halts
+from kernelpolicy.server.halts_file import halts_file_path, remove_halts, write_halts
 from kernelpolicy.server.reports import Rejection, ReportError, parse_line, peer_credentials
 from kernelpolicy.trust import owner_ok
 
@@ -52,6 +53,7 @@ class ReportListener:
         self.log = log
         self.max_connections = max_connections
         self.path: Path | None = None
+        self.halts_file: Path | None = None  # the node's halts, for workers (.halts_file)
         self._server: asyncio.AbstractServer | None = None
         self._open: dict[asyncio.StreamWriter, None] = {}  # in the order they came
 
@@ -75,7 +77,20 @@ class ReportListener:
             self._serve, sock=sock, limit=MAX_REPORT_LINE_BYTES + 1
         )
 
+    def publish(self, halts: Mapping[str, str]) -> None:
+        """Write the halts the daemon's answers use where this socket's workers read them
+        (:mod:`kernelpolicy.server.halts_file`); a write that fails is logged."""
+        if self.halts_file is None:
+            return
+        try:
+            write_halts(self.halts_file, halts)
+        except OSError as exc:
+            self.log("warning", "kernelpolicy.halts.unpublished", path=str(self.halts_file),
+                     error=exc.strerror or str(exc))  # fmt: skip
+
     async def stop(self) -> None:
+        if self.halts_file is not None:
+            remove_halts(self.halts_file)
         if self._server is not None:
             self._server.close()
             for writer in list(self._open):
@@ -174,7 +189,8 @@ async def start_report_listeners(
     log: Callable[..., None],
 ) -> list[ReportListener]:
     """A report socket beside each unix socket of ``bound`` (``x.sock`` -> ``x.report.sock``),
-    checked as the daemon's own socket is (``sockets.prepare_socket``).
+    checked as the daemon's own socket is (``sockets.prepare_socket``), and the halts file its
+    workers read (``x.halts.json``, written by :meth:`ReportListener.publish`).
 
     Raises:
         DaemonError: A report socket's path cannot be used (another user's, in use, too long).
@@ -189,6 +205,7 @@ async def start_report_listeners(
             prepare_socket(f"unix:{path}", default=address == default_socket)
             listener = ReportListener(halts, changed, log)
             await listener.start(path)
+            listener.halts_file = halts_file_path(socket_path(address))
             listeners.append(listener)
     except BaseException:
         for listener in listeners:
