@@ -19,6 +19,10 @@ fingerprint (a disagreement is a warning), and installs:
   ``rms_norm`` and ``fused_add_rms_norm`` (``vllm/ir/op.py`` ``register_impl``), chosen with
   ``--ir-op-priority`` (the bridge emits it).
 
+While vLLM runs it follows the node (:mod:`kernelpolicy.following`): a policy file that
+changes or a halt of the node's daemon resolves again, and the parts above use the new
+decisions from the next call (one warning line per process says what changed).
+
 It logs one line per process naming the fingerprint and what it installed. It never takes
 vLLM down: any failure leaves vLLM's own path in place and says so. With
 ``KERNELPOLICY_VLLM_PLUGIN_STATS=DIR`` each process writes its call counts to
@@ -34,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.bridge.plugin import ENABLE, INPUTS, read_plugin_inputs
+from kernelpolicy.bridge.plugin import ENABLE, INPUTS, PluginInputs, read_plugin_inputs
 from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.safeio import write_atomic
 from kernelpolicy.settings import parse_bool
@@ -104,8 +108,50 @@ class _Counts:
 
 class _Plugin:
     def __init__(self) -> None:
+        from kernelpolicy.following import Following
+
         self.counts = _Counts(os.environ.get(STATS))
-        self.resolution = _resolve()
+        inputs = read_plugin_inputs(os.environ.get(INPUTS, ""))  # before the heavy imports
+        self.following = Following(
+            lambda: _resolve(inputs), lambda: _watched(inputs),
+            changed=self.changed, failed=_follow_failed, prepare=self.prepare,
+        )  # fmt: skip
+        self.installed: set[str] = set()
+        _check_fingerprint(self.resolution, inputs.fingerprint)
+
+    @property
+    def resolution(self) -> Any:
+        """The decisions now: the node's halts and the policy files are followed while vLLM
+        runs (:mod:`kernelpolicy.following`)."""
+        return self.following.current
+
+    def prepare(self, new: Any) -> None:
+        """Load what the installed parts call on a new Resolution before it serves a call."""
+        for part, feature in (("sampler.top_k_top_p", "sampler.top_k_top_p"),
+                              ("sampler.greedy", "sampler.greedy"), ("IR", "rmsnorm")):  # fmt: skip
+            if part in self.installed:
+                try:
+                    new.impl(feature)
+                except Exception as exc:  # the calls say it (an error decision, say)
+                    _logger().debug("kernelpolicy: %s not prepared: %s", feature, exc)
+
+    def changed(self, old: Any, new: Any) -> None:
+        """Say what a change of the node's halts or policies does in this process."""
+        from kernelpolicy.following import changed_features
+
+        if "sampler.top_k_top_p" in new.decisions:
+            self.sampler_context = self.context_names("sampler.top_k_top_p")
+        routed = {"sampler.top_k_top_p", "sampler.greedy", "rmsnorm"}
+        said = [
+            f"{name} {before} -> {after}"
+            + ("" if name in routed else " (vLLM keeps what it was told at start: restart it)")
+            for name, (before, after) in changed_features(old, new).items()
+        ]
+        _logger().warning(
+            "kernelpolicy: the node's halts or policies changed, process %d now resolves to "
+            "fingerprint %s (was %s): %s", os.getpid(), new.fingerprint, old.fingerprint,
+            "; ".join(said) or "no choice changed",
+        )  # fmt: skip
 
     def install(self) -> tuple[str, bool]:
         """Install each part the decisions ask for, each on its own: a part that fails leaves
@@ -138,8 +184,12 @@ class _Plugin:
                 continue
             installed.add(name)
             parts.append(part)
+        self.installed = installed
         if "IR" not in installed:
             _placeholder_provider()
+        if installed:
+            self.following.start()  # the node's halts and the policy files, while vLLM runs
+            parts.append("following the node's halts and policy files")
         text = f"vLLM plugin active in process {os.getpid()}: " + "; ".join(parts)
         if failed:
             text += "; not installed, vLLM's own kept: " + "; ".join(failed)
@@ -183,21 +233,43 @@ class _Plugin:
         return function(logits, k, p, generators or None)
 
 
-def _resolve() -> Any:
-    inputs = read_plugin_inputs(os.environ.get(INPUTS, ""))  # before the heavy imports
+def _resolve(inputs: PluginInputs) -> Any:
+    """Resolve as ``exec`` did: its snapshot where ``--platform`` gave one, else this machine
+    (with the node's halts, as ``exec`` took them)."""
     from kernelpolicy import Platform, resolve
 
     snapshot = inputs.platform
     platform = Platform.from_dict(snapshot, source=INPUTS) if snapshot else None
-    resolution = resolve(platform, env=inputs.env, policies=inputs.policies or None)
-    expected = inputs.fingerprint
+    return resolve(platform, env=inputs.env, policies=inputs.policies or None)
+
+
+def _check_fingerprint(resolution: Any, expected: str | None) -> None:
     if expected and expected != resolution.fingerprint:
         _logger().warning(
             "kernelpolicy: this process resolved to fingerprint %s, kernelpolicy exec to %s: "
             "the node changed between them, or the inputs differ",
             resolution.fingerprint, expected,
         )  # fmt: skip
-    return resolution
+
+
+def _watched(inputs: PluginInputs) -> tuple[object, object]:
+    """What changes the decisions while vLLM runs: the node's halts file (where this machine
+    is resolved) and the policy files."""
+    from kernelpolicy.policy.files import policy_stamp
+    from kernelpolicy.server.halts_file import file_stamp
+    from kernelpolicy.server.node import node_halts_path
+    from kernelpolicy.settings import settings_from
+
+    settings = settings_from(os.environ if inputs.env is None else inputs.env)
+    halts = None if inputs.platform else file_stamp(node_halts_path(settings))
+    return halts, policy_stamp(inputs.policies or settings.policy_paths)
+
+
+def _follow_failed(message: str) -> None:
+    _logger().warning(
+        "kernelpolicy: the node's policies changed but cannot be used; this process keeps "
+        "its decisions: %s", message,
+    )  # fmt: skip
 
 
 def _patch_sampler(plugin: _Plugin) -> None:
@@ -235,7 +307,7 @@ def _routed(plugin: _Plugin, original: Callable[..., Any]) -> Callable[..., Any]
 def _patch_greedy(plugin: _Plugin) -> None:
     from vllm.v1.sample import sampler
 
-    greedy = plugin.resolution.impl("sampler.greedy")
+    plugin.resolution.impl("sampler.greedy")  # loads now: a failure leaves vLLM's own
     original = sampler.Sampler.greedy_sample
     failed: list[str] = []
 
@@ -243,7 +315,7 @@ def _patch_greedy(plugin: _Plugin) -> None:
         if failed:
             return original(logits)
         try:
-            ids = greedy(logits)
+            ids = plugin.resolution.impl("sampler.greedy")(logits)
         except Exception as exc:  # never take vLLM down: its own argmax from now on
             failed.append(str(exc))
             _logger().warning("kernelpolicy: greedy sampling failed (%s); vLLM's own from now", exc)
@@ -257,17 +329,17 @@ def _patch_greedy(plugin: _Plugin) -> None:
 def _register_ir_ops(plugin: _Plugin) -> None:
     from vllm import ir
 
-    norm = plugin.resolution.impl("rmsnorm")
+    plugin.resolution.impl("rmsnorm")  # loads now: a failure leaves vLLM's own
 
     def rms_norm(x: Any, weight: Any, epsilon: float, variance_size: int | None = None) -> Any:
         plugin.counts.add("ir.rms_norm")
-        return norm(x, weight, epsilon)
+        return plugin.resolution.impl("rmsnorm")(x, weight, epsilon)
 
     def fused_add_rms_norm(
         x: Any, x_residual: Any, weight: Any, epsilon: float, variance_size: int | None = None
     ) -> Any:
         plugin.counts.add("ir.fused_add_rms_norm")
-        return norm(x, weight, epsilon, x_residual)
+        return plugin.resolution.impl("rmsnorm")(x, weight, epsilon, x_residual)
 
     _typed(rms_norm, fused_add_rms_norm)
     ir.ops.rms_norm.register_impl(IR_PROVIDER, supports_args=_norm_supports)(rms_norm)

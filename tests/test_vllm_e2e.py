@@ -82,7 +82,7 @@ class Server:
         return [int(x) for p in self.counts.glob(f"{name}.*") for x in p.read_text().split()]
 
 
-def _start(tmp: Path, extra_env: dict[str, str]) -> Server:
+def _start(tmp: Path, extra_env: dict[str, str], policies: Path = HERE / "policies") -> Server:
     python = ENV_DIR / "bin/python"
     model = tmp / "model"
     subprocess.run([str(python), str(HERE / "build_model.py"), str(model)], check=True,
@@ -100,7 +100,7 @@ def _start(tmp: Path, extra_env: dict[str, str]) -> Server:
     log = tmp / "vllm.log"
     command = [
         str(ENV_DIR / "bin/kernelpolicy"), "exec", "--engine", "vllm",
-        "--policies", str(HERE / "policies"), "--",
+        "--policies", str(policies), "--",
         str(ENV_DIR / "bin/vllm"), "serve", str(model), "--host", "127.0.0.1", "--port",
         str(port), "--max-model-len", "256", "--dtype", "float32", "--enforce-eager",
         "--max-num-seqs", "8", "--seed", "0",
@@ -203,5 +203,37 @@ def test_a_failing_plugin_leaves_vllm_serving(tmp_path: Path, vllm: Server) -> N
         log = server.log.read_text()
         assert "kernelpolicy: plugin not installed, vLLM keeps its own kernels" in log
         assert server.stat_counts() == {}
+    finally:
+        _stop(server)
+
+
+def test_a_kernel_switched_off_leaves_the_running_vllm(tmp_path: Path, vllm: Server) -> None:
+    """An operator adds a [[disable]] file beside the policies while vLLM serves: without a
+    restart, each vLLM process resolves again (it says so in the log) and one-row calls go to
+    torch instead of the switched-off sampler; the server keeps answering."""
+    del vllm  # the environment exists (else skipped); the working server is left alone
+    policies = tmp_path / "policies"
+    shutil.copytree(HERE / "policies", policies)
+    server = _start(tmp_path, {}, policies)
+    try:
+        server.complete(max_tokens=3, temperature=1.0, top_k=5)
+        assert server.own_calls("sampler_mine") == [1] * 3
+        (policies / "incident.toml").write_text(
+            'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "sampler.top_k_top_p"\n'
+            'impl = "mine"\nreason = "incident 12: the e2e test switched it off"\n'
+        )
+        (sampling,) = [int(p.stem) for p in server.stats.glob("*.json")]  # the worker's pid
+        changed = f"process {sampling} now resolves to fingerprint"
+        deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
+        while changed not in server.log.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.5)
+        line = next(x for x in server.log.read_text().splitlines() if changed in x)
+        assert line.endswith("sampler.top_k_top_p mine -> torch"), line
+        torch_calls = server.stat_counts().get("sampler.top_k_top_p/torch", 0)
+        server.complete(max_tokens=3, temperature=1.0, top_k=5)
+        assert server.own_calls("sampler_mine") == [1] * 3  # not called again
+        assert server.stat_counts()["sampler.top_k_top_p/torch"] >= torch_calls + 1
+        assert "routing the sampler failed" not in server.log.read_text()
     finally:
         _stop(server)

@@ -76,6 +76,26 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
         return files
 
 
+def policy_stamp(paths: Iterable[str | Path]) -> tuple[object, ...]:
+    """What changes when a policy file under ``paths`` is added, removed, edited or replaced
+    (a Kubernetes ConfigMap's swap of its ``..data`` link included): each file's path and the
+    identity, size and modification time of what it leads to. Never raises: a listing that
+    fails is part of the stamp (the next load says why)."""
+    try:
+        files = policy_files(paths)
+    except PolicyError as exc:
+        return ("unlisted", str(exc))
+    stamp: list[object] = []
+    for file in files:
+        try:
+            info = file.stat()
+        except OSError as exc:
+            stamp.append((str(file), exc.errno))
+            continue
+        stamp.append((str(file), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(stamp)
+
+
 def _toml_files(directory: Path, room: int) -> list[Path]:
     found: list[Path] = []
     try:
