@@ -101,11 +101,20 @@ def existing_policy_paths(paths: Iterable[str | Path], origin: str) -> list[Path
     """
     checked = [Path(p) for p in expand_policy_paths(paths)]  # "+DIR" adds to the bundled pack
     for path in checked:
-        if not os.path.lexists(path):
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
             raise SettingsError(
                 f"{path}: no such policy file or directory (from {origin}); expected a policy "
                 f"file or a directory of *.toml files"
-            )
+            ) from None
+        except OSError as exc:  # a directory above that this user may not enter, say
+            raise SettingsError(
+                f"{path}: cannot be read (from {origin}): {exc.strerror or exc}; expected a "
+                "policy file or a directory of *.toml files this user can read"
+            ) from None
+        except ValueError:  # a NUL in the path: the loader says so
+            pass
     return checked
 
 

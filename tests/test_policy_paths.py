@@ -1,0 +1,65 @@
+"""A policy path that does not exist, and one this user cannot reach, say which they are
+(before, a directory the user may not enter was "no such policy file or directory")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.inputs import existing_policy_paths
+
+
+def _message_as(uid: int, path: Path) -> str:
+    """``existing_policy_paths`` run by ``uid`` in a child process: its error, or ``ok``."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become the user, then ask
+        code = 0
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                existing_policy_paths([path], "--policies")
+                said = "ok"
+            except SettingsError as exc:
+                said = str(exc)
+            os.write(write, said.encode())
+        except BaseException:
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    return said
+
+
+CASES = {
+    "missing": ("gone/pol", 0, "gone/pol: no such policy file or directory (from --policies)"),
+    "readable": ("open/pol", 1001, "ok"),
+    "behind-a-directory-the-user-cannot-enter": (
+        "locked/pol", 1001, "locked/pol: cannot be read (from --policies): Permission denied",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
+@pytest.mark.parametrize(("name", "uid", "said"), list(CASES.values()), ids=list(CASES))
+def test_a_policy_path_says_what_is_wrong(name: str, uid: int, said: str) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))  # pytest's own is 0700: none enters
+    try:
+        base.chmod(0o755)
+        for directory, mode in (("open", 0o755), ("locked", 0o700)):
+            (base / directory / "pol").mkdir(parents=True)
+            (base / directory).chmod(mode)
+        message = _message_as(uid, base / name)
+    finally:
+        shutil.rmtree(base)
+    assert message.removeprefix(f"{base}/").startswith(said), message
