@@ -1,7 +1,8 @@
 """What env says where telling the engine goes wrong: two decisions that need different values
 of one variable (an error: the engine is not started), a chosen implementation the policy does
 not say how to tell, a rule that matches no release, a decision in error that no policy tells
-this engine about (found untested by a coverage review). Real TOML, the real CLI."""
+this engine about (found untested by a coverage review). Real TOML, the real CLI. What exec
+logs of a decision no rule tells the engine about."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kernelpolicy.bridge import Status, engine_settings
 from kernelpolicy.cli import main
+from tests.helpers import resolve_on
 
 FIXTURE = Path(__file__).resolve().parent.parent / "kernelpolicy/fixtures/platforms/h100-sxm.json"
 HEAD = 'schema = "kernelpolicy.policy/v1"\n'
@@ -61,3 +64,25 @@ def test_what_env_says(
     assert main(argv) == code
     err = capsys.readouterr().err
     assert said in err, err
+
+
+OUTCOMES = {
+    # sparse_attn_indexer has only AMD implementations and no SGLang rule: on an H100 nothing
+    # applies, which is no error (exec's start event said "ERROR (not told to the engine)")
+    "h100-nothing-applies-is-no-error": (
+        "h100-sxm", "(no implementation applies; not told to the engine)",
+    ),
+    # on ROCm without aiter the indexer's requirement makes the decision an error; SGLang is
+    # told nothing of it, so it does not block, but the word stays
+    "mi300x-an-error-not-told-stays-error": ("mi300x", "ERROR (not told to the engine)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("fixture", "shown"), list(OUTCOMES.values()), ids=list(OUTCOMES))
+def test_a_decision_not_told_says_error_only_when_it_is_one(fixture: str, shown: str) -> None:
+    """What exec logs for a feature no rule tells SGLang about says ERROR only where the
+    decision is an error (operators alert on the word)."""
+    settings = engine_settings(resolve_on(fixture), "sglang", {}, engine_version="0.5.23")
+    told = settings.decisions["sparse_attn_indexer"]
+    assert (told.status, told.outcome()) == (Status.NOT_FOR_ENGINE, shown)
+    assert settings.errors == ()

@@ -184,13 +184,21 @@ class Told:
         }[self.status]
 
     def outcome(self) -> str:
-        """The implementation decided, or in explain's words why there is none: ``ERROR``,
-        ``(no implementation applies)``, with ``mla models only`` where the feature is for
-        another kind of model than the engine is told for. What exec's log shows."""
+        """The implementation decided, or in explain's words why there is none: ``ERROR`` (only
+        where the decision is an error), ``(no implementation applies)``, with ``mla models
+        only`` where the feature is for another kind of model than the engine is told for, or
+        ``not told to the engine`` where no rule tells this engine about it. What exec's log
+        shows."""
         if self.impl is not None:
             return self.impl
-        if self.status is Status.NOT_FOR_ENGINE:  # an error this engine is told nothing of
-            return "ERROR (not told to the engine)"
+        if self.status is Status.NOT_FOR_ENGINE:  # a feature this engine is told nothing of
+            # ERROR only where the decision is one (operators alert on the word); a feature
+            # none of whose implementations applies here (an AMD-only kernel on an H100) is not
+            return (
+                "ERROR (not told to the engine)"
+                if self.note is not None
+                else "(no implementation applies; not told to the engine)"
+            )
         only = f"{self.model_kind or 'other'} models only"
         other = self.status is Status.OTHER_MODEL_KIND
         if self.note is not None:  # the decision's error
