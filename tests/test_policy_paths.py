@@ -63,3 +63,21 @@ def test_a_policy_path_says_what_is_wrong(name: str, uid: int, said: str) -> Non
     finally:
         shutil.rmtree(base)
     assert message.removeprefix(f"{base}/").startswith(said), message
+
+
+@pytest.mark.parametrize("command", [["explain", "--policies"], ["check"], ["diff", "--against"]])
+def test_a_directory_without_policy_files_is_named(tmp_path: Path, command: list[str]) -> None:
+    """Before: "<policies>: no policy files found", naming neither the directory nor what a
+    policy file is."""
+    import subprocess
+    import sys
+
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "notes.txt").write_text("not a policy\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", *command, str(tmp_path / "policies")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    said = f"{tmp_path / 'policies'}: no policy files found; expected *.toml files"
+    assert said in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode != 0

@@ -58,7 +58,8 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
     A ``+PATH`` entry adds to the bundled pack (see :func:`expand_policy_paths`).
 
     Raises:
-        PolicyError: More than ``MAX_POLICY_FILES`` files, or a directory cannot be listed.
+        PolicyError: More than ``MAX_POLICY_FILES`` files, none at all (naming the paths), or
+            a directory cannot be listed.
     """
     with boundary() as cursor:
         files: list[Path] = []
@@ -73,6 +74,11 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
                 files.append(path)
             if len(files) > MAX_POLICY_FILES:
                 raise _too_many(len(files))
+        if not files:
+            given = [str(p) for p in expand_policy_paths(paths)]
+            where = ", ".join(given[:3]) + (", ..." if len(given) > 3 else "")
+            message = "no policy files found; expected *.toml files (a directory's are read)"
+            raise PolicyError([PolicyIssue(where or "<policies>", message)])
         return files
 
 
@@ -130,6 +136,10 @@ def read_policy_sources(
     with boundary():
         given = expand_policy_paths(paths)
         files = policy_files(given)  # refuses an empty path before Path("") means "."
+        if not files:
+            where = ", ".join(given[:3]) + (", ..." if len(given) > 3 else "")
+            message = "no policy files found; expected *.toml files (a directory's are read)"
+            raise PolicyError([PolicyIssue(where or "<policies>", message)])
         check_policy_trust(given, files, allow_untrusted=allow_untrusted)
     return read_listed_sources(files, trusted=not allow_untrusted)
 
