@@ -337,3 +337,58 @@ def test_a_halt_reaches_the_nodes_in_process_workers(tmp_path: Path) -> None:
         assert decided(node_halts=True) == "planted"
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _staged(percent: int, halt_on: str = "{ guard_trips = 2 }") -> str:
+    """POLICY with the planted kernel in a rollout at ``percent`` and the given ``halt_on``."""
+    return POLICY.replace(
+        "halt_on = { guard_trips = 2 }", f"halt_on = {halt_on}\nrollout = {{ percent = {percent} }}"
+    )
+
+
+def test_a_rollout_step_keeps_the_nodes_halt(tmp_path: Path) -> None:
+    """A daemon whose workers tripped the planted kernel's guard: the policy's next rollout step
+    (50% -> 100%, reloaded) keeps the halt (its answer, label, kernelpolicy_halted and
+    halts_total); a real change of the candidate (its halt_on) lifts it, and halts_total, a
+    counter, stays at 1."""
+    from kernelpolicy.platform.model import Platform
+    from kernelpolicy.server.reporter import Reporter
+    from kernelpolicy.server.reports import EventKind
+
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    policies, labels = tmp_path / "policies", tmp_path / "labels"
+    policies.mkdir()
+    labels.mkdir()
+    (policies / "greedy.toml").write_text(_staged(50))
+    node = Platform.from_dict({**fixture("cpu").to_dict(), "machine_id": "ef" * 16})
+    halted_label = "kernelpolicy.feature.node.kubernetes.io/halted.sampler.greedy.planted=true"
+    try:
+        with running_daemon(
+            node, [policies], listen=[f"unix:{directory}/kp.sock"], watch=False,
+            http="127.0.0.1:0", labels_dir=labels,
+        ) as running:  # fmt: skip
+            state, url = running.daemon.state, running.daemon.fleet.url
+            a = Node(None, "", url, labels)  # type: ignore[arg-type]  # no process: in-process
+
+            def answer() -> tuple[str | None, float | None, float | None, bool]:
+                return (
+                    state.snapshot.resolution.decision(FEATURE).impl,
+                    a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted"),
+                    a.metric("kernelpolicy_halts_total", feature=FEATURE, impl="planted"),
+                    halted_label in a.label_file(),
+                )
+
+            assert answer() == ("planted", 0.0, 0.0, False)  # this node is in the 50% cohort
+            reporter = Reporter(report_socket_path(directory / "kp.sock"))
+            reporter.report(EventKind.GUARD_TRIP, FEATURE, "planted", count=2)
+            assert reporter.flush(30.0) is True
+            wait_for(lambda: answer() == ("torch", 1.0, 1.0, True))
+            (policies / "greedy.toml").write_text(_staged(100))
+            running.call(running.daemon.reload())
+            assert a.metric("kernelpolicy_rollout_percent", feature=FEATURE, impl="planted") == 100
+            assert answer() == ("torch", 1.0, 1.0, True)  # still halted at the next step
+            (policies / "greedy.toml").write_text(_staged(100, "{ guard_trips = 3 }"))
+            running.call(running.daemon.reload())
+            assert answer() == ("planted", 0.0, 1.0, False)  # a real change: lifted
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -192,9 +192,87 @@ def test_clear_and_policy_changes_lift_halts() -> None:
     halts.record([events(EventKind.GUARD_TRIP, 1)])
     assert halts.adopt(load_policy_text(policy())) == halts.inputs() != {}  # same text: kept
     assert halts.adopt(load_policy_text(policy("{ guard_trips = 5 }"))) == {}  # changed: lifted
-    assert halts.halts_total == {}
+    assert halts.halts_total == {(FEATURE, "planted"): 2}  # a counter: never down
     with pytest.raises(KeyError):
         halts.clear("no.such")
+
+
+def rollout(percent: str, **changes: str) -> str:
+    """The policy with ``rollout = {percent}`` on the planted candidate (none for ""), then
+    each of ``changes`` ("old|new", each old text in the policy) made."""
+    text = policy()
+    if percent:
+        text = text.replace("halt_on = {", f"rollout = {percent}\nhalt_on = {{", 1)
+    for change in changes.values():
+        before, after = change.split("|")
+        assert before in text
+        text = text.replace(before, after, 1)
+    return text
+
+
+def aiter(percent: int) -> dict[str, str]:
+    """A change adding a third candidate, in a rollout at ``percent``, before the fallback."""
+    torch = '[[features."sampler.greedy".candidates]]\nimpl = "torch"'
+    added = '[[features."sampler.greedy".candidates]]\nimpl = "aiter"\n'
+    return {"aiter": f"{torch}|{added}rollout = {{ percent = {percent} }}\n{torch}"}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kept"),
+    [
+        pytest.param(rollout("{ percent = 10 }"), rollout("{ percent = 25 }"), True, id="raised"),
+        pytest.param(rollout("{ percent = 25 }"), rollout("{ percent = 0 }"), True,
+                     id="kill-switch"),
+        pytest.param(rollout("{ percent = 100 }"), rollout(""), True, id="rollout-done"),
+        pytest.param(rollout(""), rollout("{ percent = 5 }"), True, id="rollout-started"),
+        pytest.param(rollout("{ percent = 10, salt = 'a' }"),
+                     rollout("{ percent = 50, salt = 'a' }"), True, id="raised-with-salt"),
+        pytest.param(rollout("{ percent = 10 }", **aiter(5)),
+                     rollout("{ percent = 10 }", **aiter(50)), True, id="another-candidate"),
+        pytest.param(rollout("{ percent = 10 }"), rollout("{ percent = 10, salt = 'b' }"),
+                     False, id="new-salt"),
+        pytest.param(rollout("{ percent = 10 }"),
+                     rollout("{ percent = 25 }", halt="guard_trips = 2|guard_trips = 3"), False,
+                     id="percent-and-threshold"),
+        pytest.param(rollout("{ percent = 10 }"),
+                     rollout("{ percent = 10 }", entry=":greedy_out_of_range|:greedy_nan"), False,
+                     id="entry"),
+        pytest.param(rollout("{ percent = 10 }"),
+                     rollout("{ percent = 25 }", req='entry =|torch = ">=2.0"\nentry ='), False,
+                     id="percent-and-requirement"),
+        pytest.param(rollout("{ percent = 10 }"),
+                     rollout("{ percent = 10 }", why="all-NaN rows|NaN rows"), False,
+                     id="known-issue"),
+        pytest.param(rollout("{ percent = 10 }"),
+                     rollout("{ percent = 10 }", desc="planted kernel|planted kernel (v2)"),
+                     False, id="description"),
+    ],
+)  # fmt: skip
+def test_which_reloads_keep_a_halt(before: str, after: str, kept: bool) -> None:
+    """A halt is about the kernel on this node: a change that only moves rollout percents (the
+    next step of a staged rollout, the kill switch, the end of one) keeps it; any other change
+    of the feature's policy lifts it. halts_total never goes down either way."""
+    halts = Halts()
+    halts.adopt(load_policy_text(before))
+    halts.record([events(EventKind.GUARD_TRIP, 2), events(EventKind.RUNTIME_FAILURE, 1)])
+    assert f"{FEATURE}/planted" in halts.inputs()
+    assert (f"{FEATURE}/planted" in halts.adopt(load_policy_text(after))) is kept
+    assert halts.halts_total == {(FEATURE, "planted"): 1}
+    halts.record([events(EventKind.GUARD_TRIP, 3)])  # halts again only where it was lifted
+    assert halts.halts_total == {(FEATURE, "planted"): 1 if kept else 2}
+
+
+def test_halts_total_goes_only_with_its_candidate() -> None:
+    """The counter's series stays while its candidate is in the policies (even without
+    halt_on), and goes with the candidate."""
+    halts = Halts()
+    halts.adopt(load_policy_text(policy()))
+    halts.record([events(EventKind.GUARD_TRIP, 2)])
+    halts.adopt(load_policy_text(policy("{ runtime_failures = 9 }").replace(
+        "halt_on = { runtime_failures = 9 }\n", "")))  # fmt: skip
+    assert (halts.inputs(), halts.halts_total) == ({}, {(FEATURE, "planted"): 1})
+    halts.adopt(load_policy_text(policy().replace('impl = "planted"', 'impl = "renamed"')))
+    assert halts.halts_total == {}
 
 
 GOOD = {"kind": "guard_trip", "feature": FEATURE, "impl": "planted", "count": 2, "detail": "x"}

@@ -5,7 +5,9 @@ implementation of the policy set in use is counted, the rest are refused and cou
 ``unknown``, so every key here comes from the policy files (bounded, whatever workers send).
 A candidate with ``halt_on`` is halted once its guard trips or run-time failures on this node
 reach the threshold; the daemon then resolves without it (``resolve_policies(halts=...)``)
-until ``clear(feature)`` or a change of that feature's policy.
+until ``clear(feature)`` or a change of that feature's policy. A change that only moves rollout
+percents (the next step of a staged rollout) keeps the halt: it is about the kernel misbehaving
+on this node, which a wider rollout does not change.
 
 Thread-safe: the event loop records and clears while a reload thread reads :meth:`adopt`.
 Halts live in the daemon's memory: a restarted daemon starts with none (workers that still
@@ -20,6 +22,7 @@ from typing import Any
 
 from kernelpolicy.limits import shown
 from kernelpolicy.policy.compiled import PolicySet
+from kernelpolicy.policy.record import encode
 from kernelpolicy.server.reports import Event, EventKind, Rejection
 
 __all__ = ["Halts", "Tally"]
@@ -44,7 +47,8 @@ class Halts:
 
     Attributes:
         totals: (feature, impl, kind) -> events reported since the daemon started (counters).
-        halts_total: (feature, impl) -> times the candidate was halted since the daemon started.
+        halts_total: (feature, impl) -> times the candidate was halted since the daemon started
+            (a counter: it never goes down; a key goes only with its candidate's policy entry).
         rejected: Why reports were refused -> how many (lines, connections or events).
     """
 
@@ -106,17 +110,21 @@ class Halts:
             return lifted
 
     def adopt(self, policies: PolicySet) -> dict[str, str]:
-        """Use ``policies`` from now on: counts and halts of a feature whose policy changed (or
-        whose candidate lost ``halt_on``) are dropped. Returns the halts to resolve with."""
+        """Use ``policies`` from now on: counts and halts of a feature whose policy changed
+        other than in its rollout percents (or whose candidate lost ``halt_on``) are dropped;
+        the counters only with their candidate. Returns the halts to resolve with."""
         with self._lock:
             old = self._policies
             self._policies = policies
             if old is not policies:
-                for store in (self._tally, self._halted, self.halts_total):
-                    for key in [k for k in store if not _same(old, policies, *k)]:
+                rules: dict[str, bool] = {}
+                for store in (self._tally, self._halted):
+                    for key in [k for k in store if not _same(old, policies, *k, rules)]:
                         del store[key]
                 for total in [t for t in self.totals if _candidate(policies, *t[:2]) is None]:
                     del self.totals[total]
+                for gone in [k for k in self.halts_total if _candidate(policies, *k) is None]:
+                    del self.halts_total[gone]
             return self._inputs()
 
     def inputs(self) -> dict[str, str]:
@@ -147,16 +155,31 @@ def _candidate(policies: PolicySet | None, feature: str, impl: str) -> Any:
     return compiled.candidate(impl) if compiled is not None else None
 
 
-def _same(old: PolicySet | None, new: PolicySet, feature: str, impl: str) -> bool:
-    """The candidate keeps its halt: the feature's policy is unchanged and still halts it."""
+def _same(
+    old: PolicySet | None, new: PolicySet, feature: str, impl: str, rules: dict[str, bool]
+) -> bool:
+    """The candidate keeps its halt: it still has ``halt_on`` and its feature's policy is the
+    same but for rollout percents (``rules`` holds each feature's answer, worked out once)."""
     before, after = _candidate(old, feature, impl), _candidate(new, feature, impl)
-    return (
-        before is not None
-        and after is not None
-        and after.spec.halt_on is not None
-        and old is not None
-        and old.features[feature].spec == new.features[feature].spec
-    )
+    if old is None or before is None or after is None or after.spec.halt_on is None:
+        return False
+    if feature not in rules:
+        rules[feature] = _rule(old, feature) == _rule(new, feature)
+    return rules[feature]
+
+
+def _rule(policies: PolicySet, feature: str) -> Any:
+    """The feature's policy without its candidates' rollout percents: what a halt depends on.
+
+    Encoded (:func:`~kernelpolicy.policy.record.encode`) so that a set validated by pydantic
+    and one read from the compiled-pack cache compare alike. A rollout's salt stays (it draws
+    another cohort); no rollout counts as the last step of one (every node, no salt).
+    """
+    encoded = encode(policies.features[feature].spec)
+    for candidate in encoded["f"]["candidates"]["l"]:
+        rollout = candidate["f"]["rollout"]
+        candidate["f"]["rollout"] = "" if rollout is None else rollout["f"]["salt"]
+    return encoded
 
 
 def _halt_reason(halt_on: Any, impl: str, tally: Tally) -> str | None:
