@@ -48,6 +48,16 @@ def test_close_names(word: str, choices: list[str], expected: list[str]) -> None
                      "did you mean 'vllm'?", id="engine-in-capitals"),
         pytest.param(["exec", "--engine", "sglan", "--platform", str(FIXTURES / "cpu.json"),
                       "--", "true"], "did you mean 'sglang'?", id="exec-engine"),
+        # the required option mistyped: argparse says "required" before "unrecognized"
+        pytest.param(["env", "--engines", "vllm"],
+                     "required: --engine (--engines: did you mean --engine or --engine-version?)",
+                     id="required-option-mistyped"),
+        pytest.param(["diff", "--againts", "x"], "required: --against (--againts: did you mean "
+                     "--against?)", id="required-option-of-diff"),
+        # after a command, the top-level --version is no alternative
+        pytest.param(["explain", "--engine-version", "0.12.0"],
+                     "--engine-version: not an option of explain; env, exec take it",
+                     id="no-top-level-option-after-a-command"),
     ],
 )  # fmt: skip
 def test_cli_names_the_close_alternative(

@@ -23,6 +23,7 @@ class SuggestingParser(argparse.ArgumentParser):
     """
 
     _last: argparse.Namespace | None = None
+    _words: tuple[str, ...] = ()  # what this parser was given, for a required option's typo
 
     def __init__(self, *args: Any, option_notes: Mapping[str, str] | None = None, **kw: Any):
         """As argparse's, plus ``option_notes``: what to say of an option this command does
@@ -46,6 +47,7 @@ class SuggestingParser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]  # one signature for argparse's overloads
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        self._words = tuple(sys.argv[1:] if args is None else args)
         parsed, extras = super().parse_known_args(args, namespace)
         self._last = parsed
         return parsed, extras
@@ -56,6 +58,10 @@ class SuggestingParser(argparse.ArgumentParser):
         prefix = "unrecognized arguments: "
         if message.startswith(prefix) and self._last is not None:
             message += self._hints(message[len(prefix) :].split())
+        elif message.startswith("the following arguments are required: "):
+            # argparse says this before the unknown options: name a typo of the missing one
+            known = self._option_string_actions
+            message += self._hints([w for w in self._words if w.split("=", 1)[0] not in known])
         (self._command_parser() or self).print_usage(sys.stderr)
         self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
 
@@ -86,8 +92,8 @@ class SuggestingParser(argparse.ArgumentParser):
         """``" (--jsn: did you mean --json?)"``: for each unknown option, the close ones of the
         command; else its note; else the other commands that take it."""
         command = self._command_parser()
-        parsers = [self] if command is None else [self, command]
-        options = [o for p in parsers for o in p._option_string_actions]
+        # after a command, only its own options may follow (the top-level --version may not)
+        options = list((command or self)._option_string_actions)
         notes = command.option_notes if isinstance(command, SuggestingParser) else {}
         hints = []
         for word in words:
