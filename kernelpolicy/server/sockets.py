@@ -215,6 +215,10 @@ def peer_uid(path: Path, timeout: float = 2.0) -> int:
             if exc.errno == errno.ENOENT
             else "nothing listens there"
             if exc.errno == errno.ECONNREFUSED
+            else f"permission denied: only the daemon's own user and root may connect to it "
+            f"(you are uid {os.geteuid()}); run as that user, or ask its TCP address with "
+            "--address HOST:PORT"
+            if exc.errno == errno.EACCES
             else exc.strerror or str(exc)
         )
         raise DaemonError(f"unix:{path}: not answering ({reason})") from None
