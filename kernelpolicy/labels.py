@@ -27,6 +27,7 @@ from kernelpolicy.encoding import described, escaped
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
 from kernelpolicy.safeio import write_atomic
+from kernelpolicy.versions import StackVersion, parse_version
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
@@ -45,6 +46,9 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _OUTSIDE = re.compile(r"[^-A-Za-z0-9_.]+")
 _EDGES = re.compile(r"\A[^A-Za-z0-9]+|[^A-Za-z0-9]+\Z")
 _HASH_CHARS = 8
+# A canonical PEP 440 version holds neither "-" nor "_": they stand for "+" and "!" in a label.
+_TO_LABEL = str.maketrans("+!", "-_")
+_FROM_LABEL = str.maketrans("-_", "+!")
 
 
 class LabelError(KernelPolicyError):
@@ -96,6 +100,38 @@ def label_value(text: str) -> str:
     return _fit(text, MAX_VALUE_CHARS)
 
 
+def version_value(raw: str) -> str:
+    """A library's version as a label value that :func:`version_of_value` reads back as the
+    same version (``0.1.16.post3.dev0+g1a2b3c4`` is ``0.1.16.post3.dev0-g1a2b3c4``).
+
+    A readable version is written in its canonical PEP 440 form, the local label of a dotted
+    one included (:func:`~kernelpolicy.versions.parse_version`); of its characters a label
+    refuses only ``+`` and ``!``, written ``-`` and ``_``. A version longer than
+    ``MAX_VALUE_CHARS`` keeps its public part and a hash of its local label (which ranges
+    ignore). Anything else (an unreadable string, or a public part too long) is made to fit as
+    any value.
+    """
+    parsed = parse_version(raw)
+    if isinstance(parsed, StackVersion):
+        text = str(parsed.value).translate(_TO_LABEL)
+        if len(text) > MAX_VALUE_CHARS and parsed.value.local is not None:
+            # Ranges ignore a local label (PEP 440): a hash of it keeps what they compare.
+            local = hashlib.sha256(parsed.value.local.encode()).hexdigest()[:_HASH_CHARS]
+            text = f"{parsed.value.public.translate(_TO_LABEL)}-{local}"
+        if len(text) <= MAX_VALUE_CHARS:
+            return text
+    return label_value(raw)
+
+
+def version_of_value(value: str) -> str:
+    """The version a :func:`version_value` label stands for; any other value as it is."""
+    text = value.translate(_FROM_LABEL)
+    parsed = parse_version(text)
+    if isinstance(parsed, StackVersion) and parsed.scheme == "pep440" and str(parsed.value) == text:
+        return text
+    return value
+
+
 def node_labels(
     resolution: Resolution, evidence: Evidence | None = None, *, prefix: str = PREFIX
 ) -> dict[str, str]:
@@ -135,9 +171,10 @@ def node_labels(
     facts["driver.version"] = platform.driver.version
     facts["driver.cuda"] = platform.driver.cuda
     facts["driver.rocm"] = platform.driver.rocm
-    facts["torch.version"] = platform.torch.version
+    torch = platform.torch.version
+    facts["torch.version"] = None if torch is None else version_value(torch)
     for dist, version in sorted(platform.libraries.items()):
-        facts[f"lib.{dist}"] = version
+        facts[f"lib.{dist}"] = version_value(version)
     # Only the variables the policies read (a bounded set); with the facts above, what
     # ``kernelpolicy diff`` needs to decide for the node again from its labels.
     for variable, value in sorted(resolution.env.items()):

@@ -58,14 +58,18 @@ def inventory(tmp_path: Path, count: int) -> tuple[Path, Path]:
     return snapshots, kubectl
 
 
+@pytest.mark.parametrize("switches", [
+    pytest.param({}, id="plain"),
+    pytest.param({"VLLM_ROCM_USE_AITER": "1"}, id="aiter-on"),  # amd-aiter's version is read
+])  # fmt: skip
 @pytest.mark.parametrize("name", NAMES)
-def test_labels_carry_every_fact_a_decision_reads(name: str) -> None:
+def test_labels_carry_every_fact_a_decision_reads(name: str, switches: dict[str, str]) -> None:
     """A node rebuilt from its labels gets the same decisions and engine settings as its
     snapshot, and its labels are valid Kubernetes labels."""
     platform = Platform.from_dict(
         {**json.loads((FIXTURES / f"{name}.json").read_text()), "machine_id": "ab" * 16}
     )
-    env = {**platform.env, "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    env = {**platform.env, "VLLM_USE_FLASHINFER_SAMPLER": "0", **switches}
     original = resolve_policies(platform, env, bundled())
     labels = node_labels(original)
     render_nfd(labels)
@@ -82,6 +86,24 @@ def test_labels_carry_every_fact_a_decision_reads(name: str) -> None:
             engine_settings(again, engine, rebuilt.env),
         )
         assert (after.env, after.flags) == (before.env, before.flags)
+
+
+def test_an_aiter_dev_build_decides_the_same_from_its_labels() -> None:
+    """The MI355X fixture's amd-aiter 0.1.16.post3.dev0+g1a2b3c4 with aiter on: rebuilt from
+    its labels (what ``diff --platforms nodes.json`` reads), it keeps the version and aiter."""
+    platform = Platform.from_dict(
+        {**json.loads((FIXTURES / "mi355x.json").read_text()), "machine_id": "ab" * 16}
+    )
+    original = resolve_policies(platform, {"VLLM_ROCM_USE_AITER": "1"}, bundled())
+    rebuilt = platform_from_labels(node_labels(original))
+    assert rebuilt is not None
+    again = resolve_policies(rebuilt, rebuilt.env, bundled())
+    assert rebuilt.libraries["amd-aiter"] == "0.1.16.post3.dev0+g1a2b3c4"
+    decided = (
+        original.decision("sampler.top_k_top_p").impl,
+        again.decision("sampler.top_k_top_p").impl,
+    )
+    assert decided == ("aiter", "aiter")
 
 
 def test_same_policies_change_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,10 +23,13 @@ from kernelpolicy.labels import (
     label_value,
     node_labels,
     render_nfd,
+    version_of_value,
+    version_value,
     write_feature_file,
 )
 from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
 from kernelpolicy.platform.fixtures import fixture_dir
+from kernelpolicy.versions import StackVersion, parse_version
 from tests.helpers import ROOT, fixture
 
 FIXTURES = sorted(p.stem for p in (fixture_dir() / "platforms").glob("*.json"))
@@ -86,6 +89,76 @@ def test_long_texts_are_cut_with_a_hash(text: str) -> None:
         assert re.fullmatch(r"(.*-)?[0-9a-f]{8}", out), out
         assert is_valid_name(out)
         assert out != other
+
+
+@pytest.mark.parametrize(
+    ("version", "label", "read_back"),
+    [
+        pytest.param("0.1.16.post3.dev0+g1a2b3c4", "0.1.16.post3.dev0-g1a2b3c4",
+                     "0.1.16.post3.dev0+g1a2b3c4", id="aiter-dev-build"),
+        pytest.param("0.1.7.post2.dev18", "0.1.7.post2.dev18", "0.1.7.post2.dev18",
+                     id="aiter-dev"),
+        pytest.param("0.1.13", "0.1.13", "0.1.13", id="aiter-release"),
+        pytest.param("0.2.14.post1", "0.2.14.post1", "0.2.14.post1", id="flashinfer-post"),
+        pytest.param("0.6.0rc2", "0.6.0rc2", "0.6.0rc2", id="flashinfer-rc"),
+        pytest.param("2.13.0+cpu", "2.13.0-cpu", "2.13.0+cpu", id="torch-cpu"),
+        pytest.param("2.11.0+cu130", "2.11.0-cu130", "2.11.0+cu130", id="torch-cuda"),
+        pytest.param("2.6.0+rocm6.3.1.lw", "2.6.0-rocm6.3.1.lw", "2.6.0+rocm6.3.1.lw",
+                     id="torch-rocm"),
+        pytest.param("2.10.0.dev20250801+cu128", "2.10.0.dev20250801-cu128",
+                     "2.10.0.dev20250801+cu128", id="torch-nightly"),
+        pytest.param("2.5.0a0+git1234abc", "2.5.0a0-git1234abc", "2.5.0a0+git1234abc",
+                     id="torch-source-build"),
+        pytest.param("1!2.0.post1+local.7", "1_2.0.post1-local.7", "1!2.0.post1+local.7",
+                     id="epoch"),
+        pytest.param("1.0.0-RC1", "1.0.0rc1", "1.0.0rc1", id="not-canonical"),
+        pytest.param("v2.3-1", "2.3.post1", "2.3.post1", id="not-canonical-post"),
+        pytest.param("v2.3_1", "2.3-1", "2.3+1", id="dotted-underscore"),
+        pytest.param("6.3.42131-fa1d09cbd", "6.3.42131-fa1d09cbd", "6.3.42131+fa1d09cbd",
+                     id="dotted-build"),
+        pytest.param("unknown", "unknown", "unknown", id="unreadable-stays-so"),
+    ],
+)  # fmt: skip
+def test_library_versions_round_trip(version: str, label: str, read_back: str) -> None:
+    """A library's version label is valid for Kubernetes and reads back as the same version
+    (canonical PEP 440; an unreadable one stays unreadable)."""
+    assert version_value(version) == label
+    assert is_valid_value(label)
+    assert version_of_value(label) == read_back
+    assert parse_version(read_back) == parse_version(version)
+
+
+def test_a_version_too_long_for_a_label_keeps_its_public_part() -> None:
+    """Over 63 characters, the local label becomes a hash of it: the public version (all that
+    ranges compare) reads back, the local label does not."""
+    version = "0.1.16.post3.dev0+g" + "1a2b3c4d" * 8
+    label = version_value(version)
+    assert (len(label), is_valid_value(label)) == (26, True)
+    read = parse_version(version_of_value(label))
+    original = parse_version(version)
+    assert isinstance(read, StackVersion)
+    assert isinstance(original, StackVersion)
+    assert (read.value.public, read.value.local == original.value.local) == (
+        "0.1.16.post3.dev0", False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("label", "version"),
+    [
+        pytest.param("2.9.1-cu128", "2.9.1+cu128", id="local"),
+        pytest.param("0.1.16.post3.dev0-g1a2b3c4", "0.1.16.post3.dev0+g1a2b3c4", id="dev-local"),
+        pytest.param("550.54.15", "550.54.15", id="plain"),
+        pytest.param("6.3.1-48", "6.3.1+48", id="numeric-local"),
+        pytest.param("1.0-a-b", "1.0-a-b", id="two-dashes"),
+        pytest.param("NVIDIA-H100", "NVIDIA-H100", id="not-a-version"),
+        pytest.param("", "", id="empty"),
+    ],
+)  # fmt: skip
+def test_version_labels_read_back(label: str, version: str) -> None:
+    """Labels written before the canonical form (a ``-`` for the ``+`` of any local version)
+    read back; anything not a canonical version's label stays as it is."""
+    assert version_of_value(label) == version
 
 
 @pytest.mark.parametrize(

@@ -17,14 +17,13 @@ A bad snapshot is one :class:`~kernelpolicy.errors.PlatformFileError` naming its
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import InventoryError, PlatformFileError
-from kernelpolicy.labels import PREFIX
+from kernelpolicy.labels import PREFIX, version_of_value
 from kernelpolicy.limits import (
     MAX_INVENTORY_FILE_BYTES,
     MAX_INVENTORY_NODES,
@@ -38,7 +37,6 @@ from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 __all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
 
 _IDENTITY_LABEL = f"{PREFIX}/node.identity"
-_LOCAL_VERSION = re.compile(r"(\d[0-9.]*)-([a-z][a-z0-9.]*)\Z")  # 2.9.1-cu128 was 2.9.1+cu128
 
 
 @dataclass(frozen=True)
@@ -216,8 +214,6 @@ def _devices(facts: Mapping[str, str], source: str) -> list[dict[str, Any]]:
 
 
 def _version(value: str | None) -> str | None:
-    """A version as written before a label made its ``+`` a ``-``."""
-    if value is None:
-        return None
-    match = _LOCAL_VERSION.fullmatch(value)
-    return f"{match.group(1)}+{match.group(2)}" if match else value
+    """A version as written before a label made its ``+`` a ``-`` (see
+    :func:`~kernelpolicy.labels.version_value`)."""
+    return None if value is None else version_of_value(value)
