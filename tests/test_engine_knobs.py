@@ -162,7 +162,10 @@ def test_finding_1_no_engine_installed_means_the_newest_release() -> None:
     l4 = told("l4", "vllm", None)
     assert l4.release == table("vllm").newest
     assert not {"VLLM_ATTENTION_BACKEND", "VLLM_FLASH_ATTN_VERSION"} & set(l4.env)
-    assert "--attention-backend" in l4.flags
+    # FLASH_ATTN is vLLM's own first backend on SM89, so no --attention-backend pins it (a pin
+    # stops the models FA2 refuses: the third audit)
+    assert l4.decisions["attention.backend"].status is Status.DEFAULT
+    assert "--attention-backend" not in l4.flags
     assert f"matched as vllm {table('vllm').newest}" in l4.warnings[0]
     mi355x = told("mi355x", "vllm", None, VLLM_ROCM_USE_AITER="1")
     sampler = mi355x.decisions["sampler.top_k_top_p"]
