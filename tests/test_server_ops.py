@@ -83,6 +83,7 @@ def test_status_without_a_daemon(
     err = capsys.readouterr().err
     assert "no daemon answered" in err
     assert ("start one with 'kernelpolicy serve'" in err) is hinted
+    assert "name one with --address" not in err  # it was named
 
 
 def test_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:

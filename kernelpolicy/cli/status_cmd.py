@@ -272,8 +272,10 @@ def run_status(args: argparse.Namespace) -> int:
     message = f"no daemon answered ({'; '.join(problems) or 'nothing tried'})"
     if problems and all("no such socket" in problem for problem in problems):
         message += (
-            "; none is running here: start one with 'kernelpolicy serve', or name one with "
-            "--address"
+            "; none is running there: start one with 'kernelpolicy serve'"
+            if args.address  # named already: no "name one with --address"
+            else "; none is running here: start one with 'kernelpolicy serve', or name one "
+            "with --address"
         )
     if args.json:
         print(json.dumps({"serving": False, "error": message}, indent=2))
