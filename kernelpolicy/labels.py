@@ -175,10 +175,7 @@ def node_labels(
     facts["torch.version"] = None if torch is None else version_value(torch)
     for dist, version in sorted(platform.libraries.items()):
         facts[f"lib.{dist}"] = version_value(version)
-    # Only the variables the policies read (a bounded set); with the facts above, what
-    # ``kernelpolicy diff`` needs to decide for the node again from its labels.
-    for variable, value in sorted(resolution.env.items()):
-        facts[f"env.{variable}"] = value
+    facts.update(_switch_facts(resolution))
     for feature, decision in resolution.decisions.items():
         facts[f"impl.{feature}"] = decision.impl or (
             "error" if decision.error is not None else "none"
@@ -198,6 +195,22 @@ def node_labels(
         for name, value in facts.items()
         if value is not None
     }
+
+
+def _switch_facts(resolution: Resolution) -> dict[str, str | None]:
+    """``env.<VARIABLE>`` for the variables the policies read (a bounded set) and each force:
+    with the platform's facts, what ``kernelpolicy diff`` needs to decide for the node again."""
+    from kernelpolicy.engine.switches import force_variable
+
+    facts: dict[str, str | None] = {
+        f"env.{variable}": value for variable, value in sorted(resolution.env.items())
+    }
+    # A force set in settings (KERNELPOLICY_OVERRIDES) is no variable, yet decides as one:
+    # written as the variable that forces the same (where both are set, the variable won).
+    for feature, impl in sorted(resolution.overrides.items()):
+        if feature in resolution.policies.features:
+            facts[f"env.{force_variable(feature)}"] = impl
+    return facts
 
 
 def render_nfd(labels: Mapping[str, str], *, comment: str = "") -> str:

@@ -19,7 +19,7 @@ from kernelpolicy.fleet import diff_fleet, load_inventory, platform_from_labels
 from kernelpolicy.fleet.diff import flag_options
 from kernelpolicy.labels import PREFIX, node_labels, render_nfd
 from kernelpolicy.platform.model import Platform
-from kernelpolicy.policy import PolicySet, load_policies
+from kernelpolicy.policy import PolicySet, load_policies, load_policy_text
 from tests.helpers import FIXTURES, ROOT, bundled
 
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -104,6 +104,57 @@ def test_an_aiter_dev_build_decides_the_same_from_its_labels() -> None:
         again.decision("sampler.top_k_top_p").impl,
     )
     assert decided == ("aiter", "aiter")
+
+
+STAGED = """
+schema = "kernelpolicy.policy/v1"
+[features."fleet.attn"]
+description = "staged"
+fallback = "current"
+in_process = false
+[[features."fleet.attn".candidates]]
+impl = "fastnv"
+vendor = "nvidia"
+rollout = { percent = 10 }
+[[features."fleet.attn".candidates]]
+impl = "slownv"
+vendor = "nvidia"
+[[features."fleet.attn".candidates]]
+impl = "current"
+"""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env", "impl"),
+    [
+        pytest.param({}, {}, "slownv", id="none"),
+        pytest.param({"fleet.attn": "fastnv"}, {}, "fastnv", id="settings-override"),
+        pytest.param({}, {"KERNELPOLICY_FORCE_FLEET_ATTN": "fastnv"}, "fastnv", id="variable"),
+        pytest.param({"fleet.attn": "current"}, {"KERNELPOLICY_FORCE_FLEET_ATTN": "fastnv"},
+                     "fastnv", id="the-variable-wins"),
+        pytest.param({"fleet.attn": "nope"}, {}, None, id="unknown-override"),
+        pytest.param({"no.such": "x"}, {}, "slownv", id="override-of-no-feature"),
+    ],
+)  # fmt: skip
+def test_labels_carry_the_forces_a_node_decides_with(
+    overrides: dict[str, str], env: dict[str, str], impl: str | None
+) -> None:
+    """A node forced through settings (KERNELPOLICY_OVERRIDES) or a variable: rebuilt from its
+    labels, it decides as it did (a settings override is labelled as its force variable)."""
+    policies = load_policy_text(STAGED)
+    platform = Platform.from_dict(
+        {**json.loads((FIXTURES / "h100-sxm.json").read_text()), "machine_id": "cd" * 16}
+    )
+    original = resolve_policies(platform, env, policies, overrides=overrides)
+    labels = node_labels(original)
+    rebuilt = platform_from_labels(labels)
+    assert rebuilt is not None
+    again = resolve_policies(rebuilt, rebuilt.env, policies)
+    decided = [(r.decision("fleet.attn").impl, r.decision("fleet.attn").error_code)
+               for r in (original, again)]  # fmt: skip
+    assert decided[0] == decided[1]
+    assert decided[0][0] == impl
+    assert not any("NO_SUCH" in key for key in labels)
 
 
 def test_same_policies_change_nothing(capsys: pytest.CaptureFixture[str]) -> None:
