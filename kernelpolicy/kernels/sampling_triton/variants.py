@@ -135,27 +135,44 @@ def k_bound_of(k: torch.Tensor, vocab: int, k_max: int | None) -> tuple[int, boo
     return max(high, 0), every_row
 
 
+K_DTYPES = (torch.int32, torch.int64)
+"""The dtypes of k the engines pass: vLLM keeps ``top_k`` as int32 (its ``InputBatch``), a
+caller building k with ``torch.full`` or ``torch.tensor`` of ints gets int64."""
+
+
+def group_sizes(tuning: Tuning, vocab: int) -> list[int]:
+    """Every group size a top-k call of this vocabulary can pick (k from 1 to ``max_k``, below
+    the vocabulary): with the default tuning groups of 32, 16 (from k 110) and 8 (from k 227)
+    for a vocabulary of 8192 tokens or more."""
+    bounds = range(1, min(tuning.max_k, vocab - 1) + 1)
+    return list(dict.fromkeys(group_size(tuning, vocab, bound) for bound in bounds))
+
+
 def of(
     tuning: Tuning,
     dtypes: Iterable[torch.dtype],
     vocabs: Iterable[int],
     *,
     device: str = "cuda:0",
-    k_dtype: torch.dtype = torch.int64,
-    k_bounds: Iterable[int] = (50,),
+    k_dtypes: Iterable[torch.dtype] = K_DTYPES,
 ) -> list[Variant]:
     """The variants a model's calls can need: each dtype and vocabulary, every path (top-k,
-    top-p, both, plain; p with and without every row having k), with k in ``k_dtype`` up to
-    each of ``k_bounds`` (which choose the group size), for a sampler of this ``tuning``. For
-    ``Sampler.warm``."""
+    top-p, both, plain; p with and without every row having k), with k in each of ``k_dtypes``
+    and each group size a k up to ``tuning.max_k`` picks (:func:`group_sizes`), for a sampler
+    of this ``tuning``. For ``Sampler.warm``: with the default tuning 3 top-k paths x 2 k dtypes
+    x 3 group sizes + 2 paths without k = 20 per (dtype, vocabulary) from 8192 tokens (at most
+    38: a tiny vocabulary reaches every power of two up to ``tuning.group``)."""
     found: dict[Variant, None] = {}
-    paths = [(True, False, False), (False, True, True), (True, True, False), (True, True, True)]
-    paths += [(False, False, False)]
+    k_paths = [(True, False, False), (True, True, False), (True, True, True)]
+    other_paths = [(False, True, True), (False, False, False)]
+    kinds = list(k_dtypes)
     for dtype in dtypes:
         for vocab in vocabs:
-            for bound in k_bounds:
-                for rows in paths:
-                    size = group_size(tuning, vocab, bound if rows[0] else 0)
-                    kd = k_dtype if rows[0] else None
-                    found[Variant(device, dtype, kd, rows, vocab, size)] = None
+            for rows in k_paths:
+                for size in group_sizes(tuning, vocab):
+                    for kd in kinds:
+                        found[Variant(device, dtype, kd, rows, vocab, size)] = None
+            for rows in other_paths:
+                size = group_size(tuning, vocab, 0)
+                found[Variant(device, dtype, None, rows, vocab, size)] = None
     return list(found)
