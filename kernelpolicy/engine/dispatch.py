@@ -23,7 +23,9 @@ whole feature used to go to torch).
 
 A call whose kernel variant is still compiling in the background (the kernel raises
 ``Compiling``) is served by the next ready candidate of its row, the fallback last, and counted
-(``Fallbacks.served_elsewhere``); its row keeps the kernel, which serves once built.
+(``Fallbacks.served_elsewhere``); its row keeps the kernel, which serves once built. A candidate
+that fails on such a call (its own build failed, its library cannot be imported) leaves the
+order as above, and the next candidate serves the call: it never reaches the caller.
 
 "Run the kernel, else the fallback, else re-raise" is written once (:class:`Serving`); every
 change it makes to the decision goes through the Resolution's
@@ -82,12 +84,39 @@ class Serving:
         try:
             return function(*args, **kwargs)
         except Compiling as compiling:  # its variant builds in the background: not this call
-            candidates = [f for f in map(self._function, self._meanwhile(impl, args)) if f]
-            return self._fallbacks.served_elsewhere(
-                self._feature, impl, compiling, candidates, (args, kwargs)
-            )
+            return self._elsewhere(impl, compiling, args, kwargs)
         except Exception as exc:  # a compile or launch failure inside the kernel
             return self._failed(impl, exc, args, kwargs)
+
+    def _elsewhere(self, impl: str, compiling: Compiling, args: Any, kwargs: Any) -> Any:
+        """Serve a call of ``impl``, whose variant is ``compiling``, by the first ready
+        candidate of :meth:`_meanwhile` (one compiling too is passed over). A candidate that
+        fails where a later one serves the call leaves the order as any call-time failure does
+        (:meth:`_refuse`); where the fallback fails too, the call is at fault: the fallback's
+        error is raised and nothing changes.
+
+        Raises:
+            Compiling: every candidate is compiling (none is the fallback).
+        """
+        failed: list[tuple[str, Exception]] = []
+        for name in self._meanwhile(impl, args):
+            function = self._function(name)
+            if function is None:  # it cannot be loaded: it has left the order
+                continue
+            try:
+                result = function(*args, **kwargs)
+            except Compiling:
+                continue
+            except Exception as exc:
+                if name == self._fallback:
+                    raise
+                failed.append((name, exc))
+                continue
+            for broken, error in failed:
+                self._refuse(broken, error, args)
+            self._fallbacks.served_elsewhere(self._feature, impl, compiling)
+            return result
+        raise compiling
 
     def _meanwhile(self, impl: str, args: tuple[Any, ...]) -> list[str]:
         """Who serves a call of ``impl`` while its variant compiles: the fallback."""
@@ -111,6 +140,12 @@ class Serving:
     def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
         """``impl`` failed on a call the fallback served: the whole feature switches."""
         self._fallbacks.switch(self._feature, why)
+
+    def _refuse(self, impl: str, error: Exception, args: tuple[Any, ...]) -> None:
+        """``impl``, called while another candidate compiled, failed where a later candidate
+        served the call: it serves no more calls of what it failed on (the rest of the order
+        is untouched: the compiling kernel keeps its row)."""
+        raise AssertionError(f"{impl} serves no call while another compiles")  # Routed only
 
 
 class CallTimeFallback(Serving):
@@ -221,6 +256,18 @@ class Routed(Serving):
             fallbacks.refuse_dtype(feature, impl, dtype_name(args[0].dtype), why)
         else:
             fallbacks.switch(feature, why)
+        self.reset()
+
+    def _refuse(self, impl: str, error: Exception, args: tuple[Any, ...]) -> None:
+        fallbacks, feature = self._fallbacks, self._feature
+        why = shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
+        if isinstance(error, EntryUnloadable):
+            self._loaded.pop(impl, None)
+            fallbacks.refuse_impl(feature, impl, str(error))
+        elif fallbacks.decisions[feature].dtypes:
+            fallbacks.refuse_dtype(feature, impl, dtype_name(args[0].dtype), why)
+        else:
+            fallbacks.refuse_impl(feature, impl, why, how="failed at run time")
         self.reset()
 
     def __repr__(self) -> str:

@@ -231,8 +231,11 @@ class Fallbacks:
         changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
         self._record(feature, changed, f"dtype: {note}", note, failed=impl)
 
-    def refuse_impl(self, feature: str, impl: str, why: str) -> None:
-        """``impl``, one of the decision's routed implementations, cannot be loaded: it leaves
+    def refuse_impl(
+        self, feature: str, impl: str, why: str, *, how: str = "cannot be loaded"
+    ) -> None:
+        """``impl``, one of the decision's routed implementations, cannot be loaded (or, as
+        ``how`` says, failed on a call another candidate then served): it leaves
         the order and every batch row, so the calls routed to it go to the next candidate of
         their row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the
         decision's choice, the next of the order becomes the choice; where only the fallback
@@ -242,7 +245,7 @@ class Fallbacks:
         if impl == decision.impl and rest == (self.fallback(feature),):
             self.switch(feature, why)
             return
-        note = f"{impl} cannot be loaded ({why}); the calls routed to it go to the next candidate"
+        note = f"{impl} {how} ({why}); the calls routed to it go to the next candidate"
 
         def without(order: tuple[str, ...]) -> tuple[str, ...]:
             return tuple(name for name in order if name != impl)
@@ -272,34 +275,10 @@ class Fallbacks:
         )
         self._changed(feature)
 
-    def served_elsewhere(
-        self,
-        feature: str,
-        impl: str,
-        compiling: Compiling,
-        candidates: list[Callable[..., Any]],
-        call: tuple[tuple[Any, ...], dict[str, Any]],
-    ) -> Any:
-        """Serve one call of ``impl``, whose variant is ``compiling``, by the first of
-        ``candidates`` that is ready (one compiling too is passed over; the last, the fallback,
-        never compiles); count it, and say so once per variant (and once more when built).
-
-        Raises:
-            Compiling: every candidate is compiling (none is the fallback).
-        """
-        from kernelpolicy.kernels.builds import Compiling
-
-        args, kwargs = call
-        for serve in candidates:
-            try:
-                result = serve(*args, **kwargs)
-            except Compiling:
-                continue
-            self._count(feature, impl, compiling)
-            return result
-        raise compiling
-
-    def _count(self, feature: str, impl: str, compiling: Compiling) -> None:
+    def served_elsewhere(self, feature: str, impl: str, compiling: Compiling) -> None:
+        """A call of ``impl``, whose variant is ``compiling``, was served by another candidate
+        (``engine.dispatch``): count it, and say so once per variant (and once more when
+        built)."""
         with self._lock:
             self.compiling_calls[feature] = self.compiling_calls.get(feature, 0) + 1
             key = (feature, impl, compiling.what)
