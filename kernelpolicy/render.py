@@ -147,7 +147,8 @@ def explain_table(
     scopes = {n: f.spec.model_kind for n, f in resolution.policies.features.items()}
     out = [
         f"fingerprint {resolution.fingerprint}  "
-        f"({where}; {len(resolution.policies.files)} policy files)",
+        f"({where}; {len(resolution.policies.files)} policy "
+        f"file{'' if len(resolution.policies.files) == 1 else 's'})",
         "",
         table(
             ["feature", "in-process", "why"],

@@ -81,3 +81,20 @@ def test_a_directory_without_policy_files_is_named(tmp_path: Path, command: list
     said = f"{tmp_path / 'policies'}: no policy files found; expected *.toml files"
     assert said in done.stdout + done.stderr, done.stdout + done.stderr
     assert done.returncode != 0
+
+
+@pytest.mark.parametrize(("files", "said"), [(1, "1 policy file)"), (2, "2 policy files)")])
+def test_explain_counts_its_policy_files(tmp_path: Path, files: int, said: str) -> None:
+    """Before: "1 policy files"."""
+    from kernelpolicy.api import resolve
+    from kernelpolicy.render import explain_table
+    from tests.helpers import ROOT, fixture
+
+    shutil.copy(ROOT / "tests/vllm_e2e/policies/e2e.toml", tmp_path)
+    if files == 2:
+        (tmp_path / "incident.toml").write_text(
+            'schema = "kernelpolicy.policy/v1"\n[[disable]]\nfeature = "rmsnorm"\n'
+            'impl = "mine"\nreason = "a test"\n'
+        )
+    resolution = resolve(fixture("cpu"), env={}, policies=[tmp_path])
+    assert explain_table(resolution).splitlines()[0].endswith(said)
