@@ -98,7 +98,8 @@ class HaltOn(Strict):
     """When a candidate is halted on a node: its output guard tripped ``guard_trips`` times, or
     it failed at run time ``runtime_failures`` times, as the node's workers report them to its
     daemon. The daemon then resolves without it on that node until an operator clears it
-    (``kernelpolicy status --clear-halt FEATURE``) or the feature's policy changes."""
+    (``kernelpolicy status --clear-halt FEATURE``) or the feature's policy changes (a rollout
+    percent moving is no change: a staged rollout keeps the node's halt)."""
 
     guard_trips: int | None = Field(default=None, ge=1, le=MAX_HALT_THRESHOLD, strict=True)
     runtime_failures: int | None = Field(default=None, ge=1, le=MAX_HALT_THRESHOLD, strict=True)
