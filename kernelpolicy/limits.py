@@ -219,3 +219,10 @@ MAX_HALT_THRESHOLD = 1_000_000
 MAX_HALTS_FILE_BYTES = 256 * KIB
 """The node's halts file (``x.halts.json`` beside the daemon's socket) a worker reads: a halt per
 candidate with ``halt_on``, each a reason of a few hundred characters."""
+
+# Kernel variants built in the background (kernels/builds.py).
+MAX_BUILD_SECONDS = 900.0
+"""How long one kernel variant may build in the background: past it, the next call of that
+variant finds it failed ("did not build within ...") and its calls go to the fallback for the
+process, as a failed build's do (a hung JIT, a file lock another process never lets go). A cold
+Triton sampler variant took about 45 s on an H100; a build that ends later is not used."""

@@ -7,7 +7,10 @@ lookup); an unbuilt one starts its build in a background thread and raises :clas
 so that the caller (the engine: ``kernelpolicy.engine.dispatch``) serves that call with the next
 ready candidate while the variant builds; later calls find it built and switch to it. A build
 that fails makes every later call of its variant raise :class:`BuildFailed`, which the engine
-treats as any call-time failure: that variant goes to its fallback for the process.
+treats as any call-time failure: that variant goes to its fallback for the process. So does a
+build that dies another way (``SystemExit`` in its thread) or outlasts
+:data:`~kernelpolicy.limits.MAX_BUILD_SECONDS` (a hung JIT): no variant stays "compiling" for
+ever.
 
 A variant the node's kernel cache already holds (``kernelpolicy warm`` built it there: the
 family's :class:`Cached` says so, from the cache's record, :func:`kernel_cache`) is built by
@@ -36,6 +39,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from kernelpolicy.gcpause import collector_paused
+from kernelpolicy.limits import MAX_BUILD_SECONDS
 
 if TYPE_CHECKING:
     from kernelpolicy.kernel_cache import BuiltRecord
@@ -190,6 +194,9 @@ class Builds(Generic[K]):
         cache: Which variants the kernel cache holds: :meth:`require` builds those in the
             calling thread (a cache read); every variant built here is recorded in it. None:
             every build goes to the background.
+        deadline: Seconds a background build may take: past them a call finds its variant
+            failed (:data:`~kernelpolicy.limits.MAX_BUILD_SECONDS`).
+        clock: Where those seconds are read (``time.monotonic``; tests pass a fake).
     """
 
     def __init__(
@@ -200,6 +207,8 @@ class Builds(Generic[K]):
         describe: Callable[[K], str] = str,
         start: Callable[[Callable[[], None], str], None] = start_thread,
         cache: Cached[K] | None = None,
+        deadline: float = MAX_BUILD_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.build = build
@@ -212,6 +221,9 @@ class Builds(Generic[K]):
         self._ready: set[K] = set()  # read without the lock: the hot path
         self._failed: dict[K, str] = {}
         self._building: dict[K, list[Done]] = {}  # variant -> told when it ends
+        self._began: dict[K, float] = {}  # a background build -> when it started (clock)
+        self._deadline = deadline
+        self._clock = clock
         self._waiting = 0
         _ALL[name] = self
 
@@ -234,10 +246,14 @@ class Builds(Generic[K]):
             starting = starting and key not in self._building
             if starting:
                 self._building[key] = []
+        if not starting:
+            self._overdue(key)
         if starting and self._in_cache(key):  # a cache read: load it in this thread
             with collector_paused():  # loading creates many objects: see kernelpolicy.gcpause
                 self._run(key, loading=True)
         elif starting:  # outside the lock: a build run inline (tests) takes it
+            with self._lock:
+                self._began[key] = self._clock()
             self._start(lambda: self._run(key), f"kernelpolicy build: {self.name}")
         with self._lock:
             if key in self._ready:
@@ -312,20 +328,39 @@ class Builds(Generic[K]):
         except Exception:  # a cache we may not write (root's, read by a worker): not recorded
             return
 
+    def _overdue(self, key: K) -> None:
+        """A background build of ``key`` past its deadline is failed now: its calls go to the
+        fallback (a build that ends later is not used)."""
+        with self._lock:
+            began = self._began.get(key)
+            if began is None or self._clock() - began <= self._deadline:
+                return
+        self._ended_as(key, f"did not build within {self._deadline:g} s (MAX_BUILD_SECONDS)")
+
     def _run(self, key: K, *, loading: bool = False) -> None:
-        why: str | None = None
         try:
             self.build(key)
-        except Exception as exc:  # the compiler's error: this variant's calls fall back
-            why = f"{type(exc).__name__}: {str(exc)[:300]}"
-        if why is None and not loading:
+        except BaseException as exc:  # SystemExit from a JIT helper too: not "building" for ever
+            self._ended_as(key, f"{type(exc).__name__}: {str(exc)[:300]}")
+            if not isinstance(exc, Exception):
+                raise  # the thread, or the caller, still ends as it was told to
+            return
+        if not loading:
             self._record(key)
+        self._ended_as(key, None, loading=loading)
+
+    def _ended_as(self, key: K, why: str | None, *, loading: bool = False) -> None:
+        """``key``'s build ended: built (``why`` None) or failed, once (a build past its
+        deadline has failed already: how it ends later changes nothing)."""
         with self._lock:
+            if key in self._failed:
+                return
             if why is None:
                 self._ready.add(key)
                 self._loaded += loading
             else:
                 self._failed[key] = why
+            self._began.pop(key, None)
             told = self._building.pop(key, [])
             self._ended.notify_all()
         for done in told:
