@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.engine.fallbacks import REASON_CHARS
-from kernelpolicy.engine.loading import EntryUnloadable
+from kernelpolicy.engine.loading import EntryUnloadable, Importing
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.kernels.builds import Compiling
 from kernelpolicy.limits import shown
@@ -83,6 +83,11 @@ class Serving:
     def _run(self, impl: str, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
+        except Importing as importing:
+            if self._fallback is None or impl == self._fallback:  # nothing else can serve it
+                importing.entry.load()  # wait for the import, as a blocking entry does
+                return self._run(impl, function, args, kwargs)
+            return self._elsewhere(impl, importing, args, kwargs)
         except Compiling as compiling:  # its variant builds in the background: not this call
             return self._elsewhere(impl, compiling, args, kwargs)
         except Exception as exc:  # a compile or launch failure inside the kernel

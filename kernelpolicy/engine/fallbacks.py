@@ -151,7 +151,9 @@ class Fallbacks:
 
         try:
             if self.imported_on_first_call(feature, impl):
-                lazy = LazyEntry(entry, prepare, REQUIRES[impl], loaded)
+                # a call that finds it importing is served elsewhere, but the fallback's waits
+                nonblocking = impl != self.fallback(feature)
+                lazy = LazyEntry(entry, prepare, REQUIRES[impl], loaded, nonblocking=nonblocking)
                 lazy.prefetch()  # off the call path: impl() returns at once
                 return lazy
             prepared = load_prepared(entry, prepare)
@@ -287,14 +289,14 @@ class Fallbacks:
             self._compiling_noted.add(key)
         self._note_compiling(
             feature,
-            f"{impl} is compiling {compiling.what} in the background; its calls go to the "
-            "next ready candidate until it is built",
+            f"{impl} is {compiling.doing} {compiling.what} in the background; its calls go to "
+            f"the next ready candidate until it is {compiling.did}",
         )
 
         def built(why: str | None) -> None:
             if why is None:  # a failure is said by the call that meets it, as any call's
                 self._note_compiling(
-                    feature, f"{impl} built {compiling.what}; its calls switch to it"
+                    feature, f"{impl} {compiling.did} {compiling.what}; its calls switch to it"
                 )
 
         compiling.when_built(built)

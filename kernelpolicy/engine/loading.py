@@ -12,12 +12,28 @@ from typing import Any
 
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.gcpause import collector_paused
-from kernelpolicy.kernels.builds import start_thread
+from kernelpolicy.kernels.builds import Compiling, Done, start_thread
 from kernelpolicy.policy.entries import load_entry, load_prepared
 
 
 class EntryUnloadable(ResolutionError):
     """An implementation imported on its first call could not be imported or prepared."""
+
+
+class Importing(Compiling):
+    """An implementation imported on its first call is importing on another thread (``impl()``'s
+    prefetch): serve this call elsewhere; later calls run it once imported.
+
+    Attributes:
+        entry: The :class:`LazyEntry` importing (``entry.load()`` waits for it).
+    """
+
+    doing = "importing"
+    did = "imported"
+
+    def __init__(self, entry: LazyEntry) -> None:
+        super().__init__(entry.entry, entry.entry, entry.watch)
+        self.entry = entry
 
 
 class LazyEntry:
@@ -26,8 +42,13 @@ class LazyEntry:
     imports) are installed. A kernel with a serving form (``nonblocking_form``) is served by
     that form, and its library is imported by its background build, not here.
 
+    A ``nonblocking`` entry called while another thread imports it (the prefetch) does not
+    wait: it raises :class:`Importing`, and the engine serves that call with the next candidate,
+    as it does a variant that is compiling.
+
     Raises (on the first call):
         EntryUnloadable: the import, or the preparation, failed.
+        Importing: a nonblocking entry is importing on another thread.
     """
 
     def __init__(
@@ -36,6 +57,8 @@ class LazyEntry:
         prepare: str | None,
         requires: tuple[str, ...],
         on_load: Callable[[Callable[..., Any]], None],
+        *,
+        nonblocking: bool = False,
     ) -> None:
         missing = [name for name in requires if not installed(name)]
         if missing:
@@ -47,7 +70,11 @@ class LazyEntry:
         self._prepare = prepare
         self._on_load = on_load
         self._function: Callable[..., Any] | None = None
-        self._lock = threading.Lock()
+        self._nonblocking = nonblocking
+        self._lock = threading.Lock()  # held through the import
+        self._state = threading.Lock()  # guards _importing and _told (never held long)
+        self._importing = False
+        self._told: list[Done] = []  # told when the import in flight ends
 
     def prefetch(self) -> None:
         """Import the implementation on a background thread now, so that its first call finds
@@ -72,9 +99,40 @@ class LazyEntry:
         if function is not None:
             return function
         with self._lock:
-            if self._function is None:
-                self._function = self._import()
+            return self._load_held()
+
+    def _load_held(self) -> Callable[..., Any]:
+        """Import under ``_lock``, once; tell who watches how it ended."""
+        if self._function is not None:
             return self._function
+        with self._state:
+            self._importing = True
+        why: str | None = "the import did not end"
+        try:
+            self._function = self._import()
+            why = None
+        except EntryUnloadable as exc:
+            why = str(exc)
+            raise
+        finally:
+            with self._state:
+                self._importing = False
+                told, self._told = self._told, []
+            for done in told:
+                try:
+                    done(why)
+                except Exception:  # a listener's failure (its logging) must not fail the call
+                    continue
+        return self._function
+
+    def watch(self, done: Done) -> None:
+        """Call ``done`` once the import in flight ends (at once if none is), with None when it
+        succeeded, else why it failed."""
+        with self._state:
+            if self._importing:
+                self._told.append(done)
+                return
+        done(None if self._function is not None else "not imported")
 
     def _import(self) -> Callable[..., Any]:
         try:
@@ -86,7 +144,22 @@ class LazyEntry:
         return prepared.served
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return (self._function or self.load())(*args, **kwargs)
+        function = self._function
+        if function is None:
+            function = self._load_now()
+        return function(*args, **kwargs)
+
+    def _load_now(self) -> Callable[..., Any]:
+        """Import in this thread, unless another thread is importing: a nonblocking entry
+        raises :class:`Importing` then, a blocking one waits."""
+        if not self._nonblocking:
+            return self.load()
+        if not self._lock.acquire(blocking=False):
+            raise Importing(self)
+        try:
+            return self._load_held()
+        finally:
+            self._lock.release()
 
     def __repr__(self) -> str:
         state = "loaded" if self._function is not None else "not imported yet"

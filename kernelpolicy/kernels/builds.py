@@ -59,8 +59,12 @@ class Compiling(Exception):
         kernel: The kernel family's name ("triton sampler").
     """
 
+    doing = "compiling"
+    """What the kernel is doing in the background, in notes ("importing" for an import)."""
+    did = "built"
+
     def __init__(self, kernel: str, what: str, watch: Callable[[Done], None]) -> None:
-        super().__init__(f"{kernel}: {what} is compiling in the background")
+        super().__init__(f"{kernel}: {what} is {self.doing} in the background")
         self.kernel = kernel
         self.what = what
         self._watch = watch
