@@ -9,7 +9,7 @@ that failed on the pack before it.
   own order puts the chosen backend first, nothing is sent (status ``default``); on ROCm
   AITER FA must still be pinned (ROCM_ATTN comes first from 0.19), with a warning;
 - SGLang's ``--moe-runner-backend triton`` stops ModelOpt NVFP4 MoE checkpoints (no triton
-  path; left on auto SGLang runs Marlin on capability 8.0-9.x): not sent off ROCm.
+  path; left on auto SGLang runs Marlin on capability 8.0-9.x): not sent on NVIDIA.
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ CASES = {
     "sglang-0.5.20-a100-triton-moe-refuses-nvfp4": Case(
         "a100", "sglang", "0.5.20", feature="moe.experts", status=Status.INEXPRESSIBLE,
         absent=("--moe-runner-backend",), warning="runs Marlin on capability 8.0-9.x",
+    ),
+    "sglang-0.5.23-cpu-triton-moe-not-sent": Case(
+        "cpu", "sglang", "0.5.23", feature="moe.experts", status=Status.DEFAULT,
+        absent=("--moe-runner-backend",),
     ),
     # unchanged (passes before the fix too): on ROCm the flag keeps the aiter MoE off and
     # SGLang honours it for MXFP8
