@@ -130,7 +130,7 @@ def test_the_vllm_plugin_starts_them_when_it_installs(
     when it installs, so that vLLM's first request does not pay them."""
     from kernelpolicy import vllm_plugin
 
-    monkeypatch.setattr(vllm_plugin, "_resolve", lambda: routed)
+    monkeypatch.setattr(vllm_plugin, "_resolve", lambda inputs: routed)
     plugin = vllm_plugin._Plugin()
     assert "kp_lazy_good" not in sys.modules
     plugin.prefetch(FEATURE)
