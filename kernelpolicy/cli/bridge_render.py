@@ -40,10 +40,17 @@ def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[s
         out.append(table(headers, rows, indent=""))
     else:
         out += ["", "engines: nothing to tell for these features (the engines' defaults)"]
+    assumed = [s.engine for s in settings.values() if s.version_assumed]
+    if shown and assumed:  # one line for what each such header says, not a warning each
+        out.append(
+            f"  (newest known): {', '.join(assumed)} not installed here, matched as the newest "
+            "release kernelpolicy's knob tables know; env and exec take --engine-version"
+        )
     for s in settings.values():
         has_rows = any(s.decisions[f].status not in quiet for f in shown)
+        rows = has_rows and not s.version_assumed  # its release note is the line above
         out += [f"  {s.engine}: error: {e}" for e in s.errors]
-        out += [f"  {s.engine}: warning: {w}" for w in s.warnings_for(features, rows=has_rows)]
+        out += [f"  {s.engine}: warning: {w}" for w in s.warnings_for(features, rows=rows)]
     return "\n".join(out)
 
 
