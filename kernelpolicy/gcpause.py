@@ -11,11 +11,16 @@ holders are ``resolve()`` (with the pack's validation on a cache miss), the pack
 imports, an accelerated implementation's import (on ``impl()``'s background thread too, about
 0.1-0.5 s on the H100, while the worker goes on), a cached kernel variant's load, and every
 policy load (a 10,000-feature file: 2.9 s -> 1.6 s of CPU without the collector's passes).
+
+A process forked while another thread holds the collector off (vLLM forks its engine core while
+``impl()``'s prefetch imports) has the collector on again in the child, as the parent had it
+before: that thread does not exist there to turn it on.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,26 +33,43 @@ class _Pause:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.holders = 0  # threads inside collector_paused()
+        self.holders: dict[int, int] = {}  # thread ident -> depth inside collector_paused()
         self.turned_off = False  # whether collector_paused() turned it off (must turn it on)
 
     def enter(self) -> None:
+        me = threading.get_ident()
         with self.lock:
-            if self.holders == 0:
+            if not self.holders:
                 self.turned_off = gc.isenabled()
                 if self.turned_off:
                     gc.disable()
-            self.holders += 1
+            self.holders[me] = self.holders.get(me, 0) + 1
 
     def leave(self) -> None:
+        me = threading.get_ident()
         with self.lock:
-            self.holders -= 1
-            if self.holders == 0 and self.turned_off:
+            depth = self.holders.pop(me) - 1
+            if depth:
+                self.holders[me] = depth
+            if not self.holders and self.turned_off:
                 self.turned_off = False
                 gc.enable()
 
+    def after_fork_in_child(self) -> None:
+        """The child of a fork has only the thread that forked: the pauses of the others (an
+        import on ``impl()``'s prefetch thread) never end there, so they are dropped, and the
+        collector is on again where the parent had it on before the first pause."""
+        self.lock = threading.Lock()  # another thread may have held it at the fork
+        me = threading.get_ident()
+        self.holders = {me: self.holders[me]} if me in self.holders else {}
+        if not self.holders and self.turned_off:
+            self.turned_off = False
+            gc.enable()
+
 
 _PAUSE = _Pause()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_PAUSE.after_fork_in_child)
 
 
 @contextmanager

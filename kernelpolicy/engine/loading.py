@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -74,7 +76,9 @@ class LazyEntry:
         self._lock = threading.Lock()  # held through the import
         self._state = threading.Lock()  # guards _importing and _told (never held long)
         self._importing = False
+        self._importer = 0  # the thread that imports, while _importing
         self._told: list[Done] = []  # told when the import in flight ends
+        _ENTRIES.add(self)
 
     def prefetch(self) -> None:
         """Import the implementation on a background thread now, so that its first call finds
@@ -106,7 +110,7 @@ class LazyEntry:
         if self._function is not None:
             return self._function
         with self._state:
-            self._importing = True
+            self._importing, self._importer = True, threading.get_ident()
         why: str | None = "the import did not end"
         try:
             self._function = self._import()
@@ -164,6 +168,51 @@ class LazyEntry:
     def __repr__(self) -> str:
         state = "loaded" if self._function is not None else "not imported yet"
         return f"LazyEntry({self.entry}: {state})"
+
+    def _after_fork_in_child(self) -> int | None:
+        """Fresh locks in the child of a fork, unless this thread, which forked, was importing:
+        an import in flight on another thread (which the child has not) is dropped, and the
+        child's first call imports again. Returns that thread's ident."""
+        me = threading.get_ident()
+        if self._importing and self._importer == me:
+            return None
+        gone = self._importer if self._importing else None
+        self._lock, self._state = threading.Lock(), threading.Lock()
+        self._importing, self._told = False, []
+        return gone
+
+
+_ENTRIES: weakref.WeakSet[LazyEntry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The child of a fork has only the thread that forked: the imports other threads were
+    running (``impl()``'s prefetch) never end there, and would hold their locks for ever."""
+    gone = {ident for entry in list(_ENTRIES) if (ident := entry._after_fork_in_child())}
+    if gone:
+        _drop_module_locks(gone)
+
+
+def _drop_module_locks(gone: set[int]) -> None:
+    """Forget the import locks that the threads ``gone`` held, with their half-imported
+    modules, so that an import in the child starts afresh (CPython keeps them in
+    ``importlib._bootstrap._module_locks``; where that differs, nothing is dropped)."""
+    import importlib._bootstrap as bootstrap
+
+    locks = getattr(bootstrap, "_module_locks", None)
+    if not isinstance(locks, dict):
+        return
+    for name, ref in list(locks.items()):
+        lock = ref() if callable(ref) else ref
+        if getattr(lock, "owner", None) in gone:
+            del locks[name]
+            module = sys.modules.get(name)
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                del sys.modules[name]
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def installed(name: str) -> bool:
