@@ -16,6 +16,9 @@ A variant the node's kernel cache already holds (``kernelpolicy warm`` built it 
 family's :class:`Cached` says so, from the cache's record, :func:`kernel_cache`) is built by
 :meth:`Builds.require` in the calling thread instead: that costs a cache read, not a compile, so
 the first call runs on the kernel itself rather than on the fallback while a thread loads it.
+Looking for the cache the first time walks it whole (up to 100,000 entries, over a second):
+a call that finds it not looked for yet raises :class:`Compiling`, and the variant's background
+build looks first, then loads the variant from the cache or builds it.
 What a process builds with the cache in use is recorded there for the next processes.
 
 A kernel module exposes its serving form as the ``nonblocking`` attribute of its entry point
@@ -112,10 +115,26 @@ _CACHE_LOCK = threading.Lock()
 _CACHE = _CacheLookup()  # read and written under _CACHE_LOCK
 
 
+_CALL_PATH = threading.local()  # .on: this thread is in a call's Builds.require
+
+
+class _NotLookedFor(Exception):
+    """:func:`kernel_cache` asked on a call's path before the cache was looked for: that look
+    walks the whole cache (up to ``MAX_KERNEL_CACHE_ENTRIES`` entries), so the build's thread
+    makes it."""
+
+
 def kernel_cache() -> BuiltRecord | None:
     """The record of the trusted kernel cache this process's Triton uses
     (``kernel_cache.record_in_use``), found on first use; a cache that is not trusted is
-    ignored, and said in one line on stderr, once. None: no kernel cache in use."""
+    ignored, and said in one line on stderr, once. None: no kernel cache in use.
+
+    Raises:
+        _NotLookedFor: asked from :meth:`Builds.require` before the first look ended (caught
+            there: the variant's build looks, in the background).
+    """
+    if getattr(_CALL_PATH, "on", False) and not _CACHE.done:  # done: set once, read unlocked
+        raise _NotLookedFor
     with _CACHE_LOCK:
         if not _CACHE.done:
             from kernelpolicy.kernel_cache import record_in_use
@@ -252,13 +271,15 @@ class Builds(Generic[K]):
                 self._building[key] = []
         if not starting:
             self._overdue(key)
-        if starting and self._in_cache(key):  # a cache read: load it in this thread
+        cached = self._in_cache(key, call=True) if starting else False
+        if cached:  # a cache read: load it in this thread
             with collector_paused():  # loading creates many objects: see kernelpolicy.gcpause
                 self._run(key, loading=True)
         elif starting:  # outside the lock: a build run inline (tests) takes it
             with self._lock:
                 self._began[key] = self._clock()
-            self._start(lambda: self._run(key), f"kernelpolicy build: {self.name}")
+            run = self._look_then_run if cached is None else self._run
+            self._start(lambda: run(key), f"kernelpolicy build: {self.name}")
         with self._lock:
             if key in self._ready:
                 return
@@ -318,11 +339,27 @@ class Builds(Generic[K]):
             outcome = self._failed.get(key)
         done(outcome)
 
-    def _in_cache(self, key: K) -> bool:
+    def _in_cache(self, key: K, *, call: bool = False) -> bool | None:
+        """Whether the kernel cache holds ``key``; None where a ``call`` finds the cache not
+        looked for yet (the look is the build thread's: :meth:`_look_then_run`)."""
+        _CALL_PATH.on = call
         try:
             return self._cache is not None and self._cache.has(key)
+        except _NotLookedFor:
+            return None
         except Exception:  # a cache that cannot say: build in the background, as without one
             return False
+        finally:
+            _CALL_PATH.on = False
+
+    def _look_then_run(self, key: K) -> None:
+        """A build's thread that looks for the kernel cache first: it loads ``key`` from there
+        where it holds it, else builds it."""
+        if self._in_cache(key):
+            with collector_paused():  # loading creates many objects: see kernelpolicy.gcpause
+                self._run(key, loading=True)
+        else:
+            self._run(key)
 
     def _record(self, key: K) -> None:
         if self._cache is None:
