@@ -115,3 +115,19 @@ def test_the_first_call_does_not_walk_the_cache(walk: Walk, key: str, stats: Bui
     builds.require("later")  # looked for: a cached variant loads in this thread, no Compiling
     assert len(threads) == 1
     assert builds.stats().loaded == stats.loaded + 1
+
+
+def test_the_samplers_prefetch_makes_the_look(walk: Walk) -> None:
+    """impl()'s prefetch thread looks for the cache, so that a call soon after finds it looked
+    for and loads a cached variant in its own thread (before, the first call of a warm-built
+    variant went to the next candidate once, until its build's thread had looked)."""
+    pytest.importorskip("triton")
+    from kernelpolicy.kernels.sampling_triton import prefetch
+
+    walk.release.set()
+    prefetch()
+    assert walk.threads == [threading.current_thread().name]  # the prefetch's own thread here
+    record = kernel_cache()  # looked for already: no walk again
+    assert record is not None
+    assert record.has("held")
+    assert len(walk.threads) == 1
