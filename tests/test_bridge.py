@@ -10,6 +10,7 @@ import pytest
 from kernelpolicy.bridge import Status, engine_settings, flag_options
 from kernelpolicy.bridge.process import child_command, child_environment, given_options
 from kernelpolicy.engine import resolve_policies
+from kernelpolicy.errors import SettingsError
 from kernelpolicy.policy import load_policies
 from tests.helpers import fixture, resolve_on
 
@@ -102,6 +103,30 @@ def test_model_kind_mla_tells_the_mla_feature_and_conflicts_are_errors(tmp_path:
     )
 
 
+@pytest.mark.parametrize(
+    ("kind", "told"),
+    [
+        pytest.param("mha", Status.OTHER_MODEL_KIND, id="mha"),
+        pytest.param("mla", Status.TOLD, id="dense-mla"),
+        pytest.param("mla-sparse", Status.OTHER_MODEL_KIND, id="sparse-mla"),
+    ],
+)
+def test_a_feature_is_told_only_for_its_model_kind(tmp_path: Path, kind: str, told: Status) -> None:
+    """attention.mla (model_kind mla: dense MLA) is told for dense MLA models only; a
+    sparse-MLA model is another kind."""
+    res = resolve_policies(fixture("h200"), {}, policies(tmp_path))
+    settings = engine_settings(res, "vllm", {}, engine_version="0.33.0", model_kind=kind)
+    assert settings.decisions["attention.mla"].status is told
+
+
+@pytest.mark.parametrize("kind", ["MLA", "dsa", "", "mla_sparse"])
+def test_an_unknown_model_kind_is_refused(kind: str) -> None:
+    """A model kind no feature can be for is a SettingsError naming the kinds there are, not a
+    kind that silently tells nothing."""
+    with pytest.raises(SettingsError, match="expected one of mha, mla, mla-sparse"):
+        engine_settings(resolve_on("h100-sxm"), "vllm", {}, model_kind=kind)
+
+
 def test_user_set_variable_is_kept_and_reported() -> None:
     """A variable the user set is never overwritten; a different value is a warning."""
     res = resolve_on("h100-sxm", VLLM_USE_FLASHINFER_SAMPLER="true")
@@ -112,17 +137,19 @@ def test_user_set_variable_is_kept_and_reported() -> None:
 
 
 def test_decision_error_blocks_only_the_engines_told_about_it() -> None:
-    """sparse_attn_indexer (a vLLM switch, MLA models only) in error stops vLLM 0.16 (its
-    requirement holds from 0.15) for an MLA model, not for another model, not the fixture's
-    vLLM 0.10.1 (no indexer: a warning), and not SGLang (mi300x, gfx942: no native path)."""
+    """sparse_attn_indexer (a vLLM switch, sparse-MLA models only) in error stops vLLM 0.16 (its
+    requirement holds from 0.15) for a sparse-MLA model, not for another model (a dense MLA
+    one included: it has no indexer), not the fixture's vLLM 0.10.1 (no indexer: a warning),
+    and not SGLang (mi300x, gfx942: no native path)."""
     res = resolve_on("mi300x")
     assert res.decision("sparse_attn_indexer").error
     assert engine_settings(res, "vllm", {}, engine_version="0.16.0").ok
-    assert engine_settings(res, "vllm", {}, model_kind="mla").ok  # 0.10.1
-    vllm = engine_settings(res, "vllm", {}, engine_version="0.16.0", model_kind="mla")
+    assert engine_settings(res, "vllm", {}, engine_version="0.16.0", model_kind="mla").ok
+    assert engine_settings(res, "vllm", {}, model_kind="mla-sparse").ok  # 0.10.1
+    vllm = engine_settings(res, "vllm", {}, engine_version="0.16.0", model_kind="mla-sparse")
     assert not vllm.ok
     assert vllm.errors[0].startswith("sparse_attn_indexer: ")
-    sglang = engine_settings(res, "sglang", {}, model_kind="mla")
+    sglang = engine_settings(res, "sglang", {}, model_kind="mla-sparse")
     assert sglang.ok
     assert sglang.decisions["sparse_attn_indexer"].status is Status.NOT_FOR_ENGINE
 

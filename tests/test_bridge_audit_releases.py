@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
 from tests.helpers import resolve_on
 
 
@@ -41,10 +41,12 @@ class Case:
     present: dict[str, str] = field(default_factory=dict)  # variables sent with these values
     flags: tuple[str, ...] = ()  # a run of words the command line must carry
     warning: str = ""  # a fragment of the feature's warning
+    error: str = ""  # a fragment of the errors that stop the engine
     ok: bool = True  # the engine may start
 
 
 def told(case: Case) -> EngineSettings:
+    assert case.model_kind in MODEL_KINDS, f"{case.model_kind}: not a --model-kind"
     platform = resolve_on(case.fixture, **case.env)
     return engine_settings(
         platform, case.engine, case.env, engine_version=case.version, model_kind=case.model_kind
@@ -119,18 +121,19 @@ CASES = {
         present={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
     ),
     # the indexer's requirement holds from vLLM 0.15 (its layer raises on ROCm without aiter):
-    # 0.10 has no indexer, 0.11-0.14's DeepSeek V3.2 indexer runs its own ROCm path
+    # 0.10 has no indexer, 0.11-0.14's DeepSeek V3.2 indexer runs its own ROCm path; the
+    # indexer is for sparse-MLA models only (--model-kind mla-sparse, the third audit)
     "vllm-0.10.2-mi300x-no-indexer-not-refused": Case(
-        "mi300x", "vllm", "0.10.2", "mla", feature="sparse_attn_indexer",
+        "mi300x", "vllm", "0.10.2", "mla-sparse", feature="sparse_attn_indexer",
         status=Status.NOT_APPLICABLE, warning="runs its own path for it",
     ),
     "vllm-0.14.1-mi300x-own-indexer-not-refused": Case(
-        "mi300x", "vllm", "0.14.1", "mla", feature="sparse_attn_indexer",
+        "mi300x", "vllm", "0.14.1", "mla-sparse", feature="sparse_attn_indexer",
         status=Status.NOT_APPLICABLE, warning="required for vllm >=0.15",
     ),
     "vllm-0.16.0-mi300x-indexer-needs-aiter": Case(
-        "mi300x", "vllm", "0.16.0", "mla", feature="sparse_attn_indexer", status=Status.ERROR,
-        ok=False,
+        "mi300x", "vllm", "0.16.0", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.ERROR, ok=False,
     ),
     "vllm-0.18.1-h100-flashinfer-sampler-kept": Case(
         "h100-sxm", "vllm", "0.18.1", feature="sampler.top_k_top_p",
@@ -157,3 +160,5 @@ def test_what_each_release_is_told(case: Case) -> None:
     if case.warning:
         said = " ".join(w for f, w in settings.feature_warnings if f == case.feature)
         assert case.warning in said, said
+    if case.error:
+        assert case.error in " ".join(settings.errors), settings.errors

@@ -9,15 +9,27 @@ that failed on the pack before it.
   own order puts the chosen backend first, nothing is sent (status ``default``); on ROCm
   AITER FA must still be pinned (ROCM_ATTN comes first from 0.19), with a warning;
 - SGLang's ``--moe-runner-backend triton`` stops ModelOpt NVFP4 MoE checkpoints (no triton
-  path; left on auto SGLang runs Marlin on capability 8.0-9.x): not sent on NVIDIA.
+  path; left on auto SGLang runs Marlin on capability 8.0-9.x): not sent on NVIDIA;
+- ``--model-kind mla`` mixed dense MLA models (DeepSeek V3/R1, Kimi K2) with sparse ones
+  (DeepSeek V3.2/V4, GLM-5: use_sparse=True, vllm 0.33.0 models/deepseek_v32/attention.py:214):
+  the dense backends it pinned (FLASHMLA, FLASHINFER_MLA, TRITON_MLA) are refused for sparse
+  models ("sparse not supported", v1/attention/backend.py:321-323), and the sparse indexer's
+  requirement refused dense models on ROCm without aiter, which have no indexer
+  (model_executor/models/deepseek_v2.py:1138) and run TRITON_MLA (platforms/rocm.py:541-551).
+  ``mla`` is now dense MLA; ``mla-sparse`` is told no attention backend and keeps the indexer.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 import tests.test_bridge_audit_releases as first
 from kernelpolicy.bridge import Status
+from kernelpolicy.cli import main
+from kernelpolicy.platform.fixtures import fixture_dir
 from tests.test_bridge_audit_releases import AITER, Case
 
 NOT_PINNED = ("--attention-backend",)
@@ -70,6 +82,54 @@ CASES = {
         "mi300x", "sglang", "0.5.23", feature="moe.experts",
         flags=("--moe-runner-backend", "triton"),
     ),
+    # sparse MLA (DeepSeek V3.2/V4, GLM-5): no dense MLA backend, vLLM and SGLang pick theirs
+    "vllm-0.33.0-h100-flashmla-refuses-sparse-mla": Case(
+        "h100-sxm", "vllm", "0.33.0", "mla-sparse", feature="attention.mla",
+        status=Status.OTHER_MODEL_KIND, absent=NOT_PINNED,
+    ),
+    "vllm-0.33.0-b200-flashinfer-mla-refuses-sparse-mla": Case(
+        "b200", "vllm", "0.33.0", "mla-sparse", feature="attention.mla",
+        status=Status.OTHER_MODEL_KIND, absent=NOT_PINNED,
+    ),
+    "vllm-0.13.0-a100-triton-mla-refuses-sparse-mla": Case(
+        "a100", "vllm", "0.13.0", "mla-sparse", feature="attention.mla",
+        status=Status.OTHER_MODEL_KIND, absent=NOT_PINNED,
+    ),
+    "vllm-0.11.1-h100-flashmla-variable-refuses-sparse-mla": Case(
+        "h100-sxm", "vllm", "0.11.1", "mla-sparse", feature="attention.mla",
+        status=Status.OTHER_MODEL_KIND, absent=("VLLM_ATTENTION_BACKEND",),
+    ),
+    "sglang-0.5.23-h100-sparse-mla-keeps-dsa": Case(
+        "h100-sxm", "sglang", "0.5.23", "mla-sparse", feature="attention.mla",
+        status=Status.OTHER_MODEL_KIND, absent=NOT_PINNED,
+    ),
+    # its mirror: a dense MLA model on the H100 still gets FLASHMLA, which vLLM accepts there
+    "vllm-0.33.0-h100-dense-mla-flashmla-told": Case(
+        "h100-sxm", "vllm", "0.33.0", "mla", feature="attention.mla",
+        flags=("--attention-backend", "FLASHMLA"),
+    ),
+    # dense MLA on ROCm without aiter: no indexer, vLLM runs TRITON_MLA
+    "vllm-0.33.0-mi300x-dense-mla-without-aiter-starts": Case(
+        "mi300x", "vllm", "0.33.0", "mla", feature="attention.mla",
+        flags=("--attention-backend", "TRITON_MLA"),
+    ),
+    "vllm-0.15.1-mi250x-dense-mla-indexer-not-required": Case(
+        "mi250x", "vllm", "0.15.1", "mla", feature="sparse_attn_indexer",
+        status=Status.OTHER_MODEL_KIND,
+    ),
+    "vllm-0.24.0-rx7900xtx-dense-mla-aiter-switch-starts": Case(
+        "rx7900xtx", "vllm", "0.24.0", "mla", AITER, feature="sparse_attn_indexer",
+        status=Status.OTHER_MODEL_KIND,
+    ),
+    # its mirror: a sparse model there still needs the indexer (vLLM >= 0.15 raises without aiter)
+    "vllm-0.33.0-mi300x-sparse-mla-without-aiter-refused": Case(
+        "mi300x", "vllm", "0.33.0", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.ERROR, ok=False, error="sparse_attn_indexer is required here",
+    ),
+    "vllm-0.15.1-mi250x-sparse-mla-refused": Case(
+        "mi250x", "vllm", "0.15.1", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.ERROR, ok=False,
+    ),
 }  # fmt: skip
 
 
@@ -77,3 +137,38 @@ CASES = {
 def test_what_each_release_is_told_3(case: Case) -> None:
     """What each release is told, by the first audit's check."""
     first.test_what_each_release_is_told(case)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind", "code", "flags", "said"),
+    [
+        pytest.param("h100-sxm", "mla-sparse", 0, [], "", id="h100-sparse-no-backend"),
+        pytest.param("h100-sxm", "mla", 0, ["--attention-backend", "FLASHMLA"], "",
+                     id="h100-dense-flashmla"),
+        pytest.param("mi300x", "mla", 0, ["--attention-backend", "TRITON_MLA"], "",
+                     id="mi300x-dense-starts"),
+        pytest.param("mi300x", "mla-sparse", 1, None, "hint: set VLLM_ROCM_USE_AITER=1",
+                     id="mi300x-sparse-refused-with-hint"),
+    ],
+)  # fmt: skip
+def test_env_model_kinds_of_mla(
+    fixture: str,
+    kind: str,
+    code: int,
+    flags: list[str] | None,
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``kernelpolicy env --model-kind`` (vLLM 0.33.0): a sparse-MLA model is told no attention
+    backend, a dense one its MLA backend; on ROCm without aiter only the sparse one is refused,
+    with the indexer's hint."""
+    argv = [
+        "env", "--engine", "vllm", "--engine-version", "0.33.0", "--format", "json",
+        "--platform", str(Path(fixture_dir(), "platforms", f"{fixture}.json")),
+        "--model-kind", kind,
+    ]  # fmt: skip
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    if flags is not None:
+        assert json.loads(out)["flags"] == flags
+    assert said in err

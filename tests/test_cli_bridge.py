@@ -233,11 +233,12 @@ def test_exec_never_overwrites_what_the_user_set() -> None:
 
 def test_exec_refuses_to_start_on_an_error(tmp_path: Path) -> None:
     """A required kernel that cannot run: exit 1 with the reasons, the child never runs (vLLM
-    0.16: the indexer's requirement holds from 0.15, where its layer raises without aiter)."""
+    0.16, a sparse-MLA model: the indexer's requirement holds from 0.15, where its layer raises
+    without aiter)."""
     marker = tmp_path / "started"
     out = kernelpolicy(
         "exec", "--engine", "vllm", "--engine-version", "0.16.0", "--platform",
-        platform("mi300x"), "--model-kind", "mla",
+        platform("mi300x"), "--model-kind", "mla-sparse",
         "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
     )  # fmt: skip
     assert out.returncode == 1

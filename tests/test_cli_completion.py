@@ -41,7 +41,7 @@ def _complete(script: str, words: list[str]) -> list[str]:
                      ["k8s", "k8s-json"], id="choice-of-option"),
         pytest.param(["kernelpolicy", "completion", "z"], ["zsh"], id="positional-choice"),
         pytest.param(["kernelpolicy", "explain", "--json", "--model-kind", "m"],
-                     ["mha", "mla"], id="after-another-option"),
+                     ["mha", "mla", "mla-sparse"], id="after-another-option"),
     ],
 )  # fmt: skip
 def test_bash_completes(words: list[str], expected: list[str]) -> None:

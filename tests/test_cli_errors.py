@@ -336,11 +336,12 @@ def test_every_parser_refuses_abbreviations() -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        pytest.param(["matrix", "--model-kind", "mla"], {}, "ERROR", id="matrix-with-error-cells"),
-        pytest.param(["matrix", "--json", "--model-kind", "mla"], {},
+        pytest.param(["matrix", "--model-kind", "mla-sparse"], {}, "ERROR",
+                     id="matrix-with-error-cells"),
+        pytest.param(["matrix", "--json", "--model-kind", "mla-sparse"], {},
                      '"error_code": "no_implementation"', id="matrix-json-error-detail"),
         pytest.param(["explain", "--platform", CPU, "--env", "KERNELPOLICY_FORCE_MHC=aiter",
-                      "--model-kind", "mla"], {},
+                      "--model-kind", "mla-sparse"], {},
                      "KERNELPOLICY_FORCE_MHC=aiter forces aiter, which is not supported here",
                      id="explain-forced-unsupported"),
     ],

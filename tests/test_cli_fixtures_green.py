@@ -33,10 +33,10 @@ def test_env_is_green_on_every_fixture(name: str, engine: str) -> None:
 
 
 def test_matrix_is_green(capsys: pytest.CaptureFixture[str]) -> None:
-    """matrix over the bundled fixtures exits 0; the MLA-only errors show in the cells."""
+    """matrix over the bundled fixtures exits 0; the sparse-MLA-only errors show in the cells."""
     assert main(["matrix"]) == 0
     captured = capsys.readouterr()
-    assert "ERROR (mla)" in captured.out
+    assert "ERROR (mla-sparse)" in captured.out
     assert "not counted in the exit status" in captured.err
 
 
@@ -44,8 +44,8 @@ def test_matrix_is_green(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "named"),
     [
         pytest.param(
-            ["explain", "--platform", _path("mi300x"), "--model-kind", "mla"],
-            "kernelpolicy: exit 1: sparse_attn_indexer is an error for mla models",
+            ["explain", "--platform", _path("mi300x"), "--model-kind", "mla-sparse"],
+            "kernelpolicy: exit 1: sparse_attn_indexer is an error for mla-sparse models",
             id="explain-mla-counts-the-indexer",
         ),
         pytest.param(
@@ -60,8 +60,8 @@ def test_matrix_is_green(capsys: pytest.CaptureFixture[str]) -> None:
             id="matrix-names-platform-and-feature",
         ),
         pytest.param(
-            ["matrix", "-o", "json", "--model-kind", "mla"],
-            "kernelpolicy: exit 1: mi300x: sparse_attn_indexer is an error for mla models",
+            ["matrix", "-o", "json", "--model-kind", "mla-sparse"],
+            "kernelpolicy: exit 1: mi300x: sparse_attn_indexer is an error for mla-sparse models",
             id="matrix-json-mla",
         ),
     ],
@@ -109,14 +109,14 @@ def test_explain_json_says_which_model_kind_a_feature_is_for(
     """explain --json gains model_kind per decision; the older keys stay."""
     assert main(["explain", "--platform", _path("mi300x"), "--json"]) == 0
     decisions = json.loads(capsys.readouterr().out)["decisions"]
-    assert decisions["sparse_attn_indexer"]["model_kind"] == "mla"
+    assert decisions["sparse_attn_indexer"]["model_kind"] == "mla-sparse"
     assert decisions["sampler.top_k_top_p"]["model_kind"] is None
     assert {"impl", "error", "reasons", "candidates"} <= set(decisions["sparse_attn_indexer"])
 
 
 def test_features_that_fail_alike_are_said_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """One bad variable errs a dozen features: one `exit 1` line names them all (and one note
-    the mla ones), instead of a line each."""
+    those of each other kind of model), instead of a line each."""
     assert main(["explain", "--platform", _path("cpu"), "--env", "VLLM_ROCM_USE_AITER=x"]) == 1
     lines = capsys.readouterr().err.splitlines()
     every = [line for line in lines if line.startswith("kernelpolicy: exit 1: ")]
@@ -127,5 +127,6 @@ def test_features_that_fail_alike_are_said_in_one_line(capsys: pytest.CaptureFix
     assert every[1] == "kernelpolicy: exit 1: attention.backend is an error for mha models " + (
         "(bad_environment)"
     )
-    assert len(notes) == 1
-    assert "are errors for mla models only" in notes[0]
+    assert len(notes) == 2
+    assert "mhc, sparse_attn_indexer are errors for mla-sparse models only" in notes[0]
+    assert "attention.mla is an error for mla models only" in notes[1]

@@ -49,7 +49,7 @@ def test_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """-o json (and --json) print every cell with its model kind."""
     document = json.loads(_run([*argv, "mhc", "sampler.greedy"], capsys))
     assert set(document["mi300x"]) == {"mhc", "sampler.greedy"}
-    assert document["mi300x"]["mhc"]["model_kind"] == "mla"
+    assert document["mi300x"]["mhc"]["model_kind"] == "mla-sparse"
     assert document["t4"]["sampler.greedy"]["impl"] == "torch"
 
 

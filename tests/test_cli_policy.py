@@ -55,7 +55,7 @@ def test_explain_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
 def test_explain_exits_one_on_error(capsys: pytest.CaptureFixture[str]) -> None:
     """A decision that is an error makes explain exit 1 and shows the hint."""
     argv = ["explain", "sparse_attn_indexer", "--platform", platform("mi300x")]
-    assert main([*argv, "--model-kind", "mla"]) == 1  # gfx942: no native indexer path
+    assert main([*argv, "--model-kind", "mla-sparse"]) == 1  # gfx942: no native indexer path
     out = capsys.readouterr().out
     assert "ERROR (no_implementation)" in out
     assert "hint: set VLLM_ROCM_USE_AITER=1" in out
@@ -146,16 +146,17 @@ def test_check_reports_located_mistakes(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     """One row per platform fixture, one column per feature."""
-    # mi250x cannot run the required sparse_attn_indexer: an ERROR cell, and for MLA models
-    # (--model-kind mla) exit 1, as explain.
-    assert main(["matrix", "--env", "VLLM_ROCM_USE_AITER=1", "--json", "--model-kind", "mla"]) == 1
+    # mi250x cannot run the required sparse_attn_indexer: an ERROR cell, and for sparse-MLA
+    # models (--model-kind mla-sparse) exit 1, as explain.
+    argv = ["matrix", "--env", "VLLM_ROCM_USE_AITER=1", "--json", "--model-kind", "mla-sparse"]
+    assert main(argv) == 1
     cells = json.loads(capsys.readouterr().out)
     assert cells["mi325x"]["sampler.top_k_top_p"]["impl"] == "aiter"
     assert cells["mi300x"]["sampler.top_k_top_p"]["impl"] == "torch"
     assert cells["h100-sxm"]["sampler.top_k_top_p"]["impl"] == "flashinfer"
     assert cells["cpu"]["sparse_attn_indexer"] == {
         "impl": None, "reason": "not_applicable", "error": None, "error_code": None,
-        "model_kind": "mla",
+        "model_kind": "mla-sparse",
     }  # fmt: skip
     error = cells["mi250x"]["sparse_attn_indexer"]
     assert error["impl"] is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
 from kernelpolicy.check.bridge_proof import prove_bridge_rules
 from kernelpolicy.knobs import KnobTable, knob_table, refused
 from kernelpolicy.platform.fixtures import fixture_dir
@@ -210,7 +210,7 @@ def test_finding_4_mhc_torch_cannot_be_told_where_vllm_runs_aiter_ungated(
 ) -> None:
     """mi355x (aiter installed): the policy keeps MHC on torch; from 0.25 vLLM runs aiter's
     MHC wherever aiter is installed, so that choice is reported as inexpressible."""
-    settings = told("mi355x", "vllm", version, "mla")
+    settings = told("mi355x", "vllm", version, "mla-sparse")
     mhc = settings.decisions["mhc"]
     assert mhc.impl == "torch"
     assert mhc.status is status
@@ -226,9 +226,9 @@ def test_finding_4_mhc_torch_cannot_be_told_where_vllm_runs_aiter_ungated(
     ],
 )
 def test_finding_5_vllm_runs_its_own_gfx950_indexer(version: str, ok: bool, status: Status) -> None:
-    """mi355x, MLA, no VLLM_ROCM_USE_AITER: 0.33 takes its native gfx950 path (no error); 0.16
-    cannot, and says so."""
-    settings = told("mi355x", "vllm", version, "mla")
+    """mi355x, sparse MLA, no VLLM_ROCM_USE_AITER: 0.33 takes its native gfx950 path (no
+    error); 0.16 cannot, and says so."""
+    settings = told("mi355x", "vllm", version, "mla-sparse")
     assert settings.ok is ok
     indexer = settings.decisions["sparse_attn_indexer"]
     assert (indexer.impl, indexer.status) == ("vllm_gfx950", status)
@@ -280,7 +280,7 @@ def _problems(settings: EngineSettings, knobs: KnobTable, release: str) -> list[
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_finding_8_every_setting_is_read_by_the_release_it_is_sent_to(engine: str) -> None:
-    """Every fixture, every known release, both model kinds, with and without the aiter
+    """Every fixture, every known release, every model kind, with and without the aiter
     switches: each variable sent is defined and read by that release, each flag accepted."""
     knobs = table(engine)
     switches = [{}, {"VLLM_ROCM_USE_AITER": "1"}, {"SGLANG_USE_AITER": "1"}]
@@ -288,7 +288,7 @@ def test_finding_8_every_setting_is_read_by_the_release_it_is_sent_to(engine: st
     bad = []
     for (fixture, env), resolution in resolutions.items():
         for release in knobs.releases:
-            for kind in ("mha", "mla"):
+            for kind in MODEL_KINDS:
                 settings = engine_settings(
                     resolution, engine, dict(env), engine_version=release, model_kind=kind
                 )

@@ -134,11 +134,13 @@ def test_a_command_not_found_is_said_before_anything_else(fmt: str) -> None:
 @pytest.mark.parametrize(
     ("fixture", "kind", "code", "shown"),
     [
-        pytest.param("t4", "mha", 0, "(no implementation applies; mla models only)",
+        pytest.param("t4", "mha", 0, "(no implementation applies; mla-sparse models only)",
                      id="none-applies-other-kind"),
-        pytest.param("mi300x", "mha", 0, "ERROR (mla models only)", id="error-other-kind"),
-        pytest.param("mi300x", "mla", 1, "ERROR", id="error-told"),
-        pytest.param("h100-sxm", "mha", 0, "(no implementation applies; mla models only)",
+        pytest.param("mi300x", "mha", 0, "ERROR (mla-sparse models only)", id="error-other-kind"),
+        pytest.param("mi300x", "mla", 0, "ERROR (mla-sparse models only)",
+                     id="error-other-kind-dense-mla"),
+        pytest.param("mi300x", "mla-sparse", 1, "ERROR", id="error-told"),
+        pytest.param("h100-sxm", "mha", 0, "(no implementation applies; mla-sparse models only)",
                      id="h100"),
     ],
 )  # fmt: skip
@@ -158,7 +160,11 @@ def test_decisions_are_logged_in_words(fixture: str, kind: str, code: int, shown
 @pytest.mark.parametrize(
     ("kind", "feature", "summary"),
     [
-        pytest.param("mha", "sparse_attn_indexer", "(mla models only)", id="mla-feature"),
+        pytest.param("mha", "sparse_attn_indexer", "(mla-sparse models only)", id="mla-feature"),
+        pytest.param(
+            "mla", "sparse_attn_indexer", "(mla-sparse models only)", id="sparse-feature-dense-mla"
+        ),
+        pytest.param("mla-sparse", "attention.mla", "(mla models only)", id="dense-mla-feature"),
         pytest.param("mla", "attention.backend", "(mha models only)", id="mha-feature"),
     ],
 )

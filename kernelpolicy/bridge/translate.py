@@ -24,16 +24,18 @@ from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
 from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
 from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.bridge import flag_options
+from kernelpolicy.policy.schema.model import MODEL_KINDS
 from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import LazySpecifierSet
 
-MODEL_KINDS = ("mha", "mla")
+__all__ = ["MODEL_KINDS", "engine_settings"]
 
 
 class _Context:
@@ -81,11 +83,19 @@ def engine_settings(
         env: The environment the resolution used; variables set here are the user's and are
             never overwritten.
         engine_version: The engine's version; default: the platform's installed distribution.
-        model_kind: ``mha`` or ``mla``: features marked for the other kind are not told.
+        model_kind: One of :data:`MODEL_KINDS` (``mha``; ``mla``: dense MLA; ``mla-sparse``:
+            MLA with a sparse indexer): features marked for another kind are not told.
 
     Returns:
         The settings; ``errors`` non-empty means the engine must not be started.
+
+    Raises:
+        SettingsError: ``model_kind`` is not one of :data:`MODEL_KINDS`.
     """
+    if model_kind not in MODEL_KINDS:
+        raise SettingsError(
+            f"unknown model kind {model_kind!r}: expected one of {', '.join(MODEL_KINDS)}"
+        )
     platform = resolution.platform
     version = engine_version or platform.libraries.get(distribution(engine))
     release = MatchedRelease(engine, version)

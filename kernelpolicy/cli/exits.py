@@ -1,11 +1,12 @@
 """Which decision errors fail a command, and the stderr lines that say why it exits 1.
 
-A feature marked ``model_kind = "mla"`` (DeepSeek's sparse attention indexer, its MHC mixing)
-or ``"mha"`` (the attention backend of every other model) matters only to that kind of model:
-its error stops an engine started for such a model (``env``/``exec``, ``--model-kind``, default
-``mha``), and it is shown everywhere. ``explain`` and ``matrix`` count the same errors as
-``env`` and ``exec`` for the same ``--model-kind``: those that hold for every model and those of
-the kind named (default ``mha``), so that a node that passes ``explain`` starts its engine.
+A feature marked ``model_kind = "mla-sparse"`` (DeepSeek's sparse attention indexer, its MHC
+mixing), ``"mla"`` (the attention backend of dense MLA models) or ``"mha"`` (that of every other
+model) matters only to that kind of model: its error stops an engine started for such a model
+(``env``/``exec``, ``--model-kind``, default ``mha``), and it is shown everywhere. ``explain``
+and ``matrix`` count the same errors as ``env`` and ``exec`` for the same ``--model-kind``: those
+that hold for every model and those of the kind named (default ``mha``), so that a node that
+passes ``explain`` starts its engine.
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ if TYPE_CHECKING:
 
 def add_model_kind_option(parser: argparse.ArgumentParser) -> None:
     """``--model-kind`` for commands whose exit status counts decision errors."""
+    from kernelpolicy.bridge import MODEL_KINDS
+
     parser.add_argument(
-        "--model-kind", choices=["mha", "mla"], default="mha",
+        "--model-kind", choices=MODEL_KINDS, default="mha",
         help="count the errors of features this kind of model uses, beside those of every "
-        "model, as env and exec do (mla: DeepSeek-style); default mha",
+        "model, as env and exec do (mla: dense MLA, DeepSeek V3/R1; mla-sparse: MLA with a "
+        "sparse indexer, DeepSeek V3.2/V4, GLM-5); default mha",
     )  # fmt: skip
 
 
 def scope_of(policies: PolicySet, feature: str) -> str | None:
-    """The kind of model ``feature`` matters to (``mla``), or None: every model."""
+    """The kind of model ``feature`` matters to (``mla-sparse``), or None: every model."""
     compiled = policies.features.get(feature)
     return compiled.spec.model_kind if compiled is not None else None
 
@@ -56,7 +60,7 @@ def report_exit(
     Args:
         policies: The policies the decisions came from (for each feature's model kind).
         decisions: (feature, decision) pairs, in the order to report them.
-        model_kind: ``--model-kind`` (``mha`` or ``mla``).
+        model_kind: ``--model-kind`` (``mha``, ``mla`` or ``mla-sparse``).
         where: A prefix naming the platform (``mi300x: ``) for ``matrix``.
     """
     alike: dict[tuple[bool, str | None, str], list[str]] = {}

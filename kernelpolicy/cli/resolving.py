@@ -112,7 +112,10 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--model-kind", choices=MODEL_KINDS, default="mha",
-        help="mla: also tell the MLA settings (DeepSeek-style models); default mha",
+        help="the kind of model served: mha (default); mla: dense MLA (DeepSeek V2/V3/R1, Kimi "
+        "K2), told the MLA attention backend; mla-sparse: MLA with a sparse indexer (DeepSeek "
+        "V3.2/V4, GLM-5), told the indexer's settings and no attention backend (vLLM and "
+        "SGLang pick their sparse one)",
     )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
 from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.platform.fixtures import fixture_dir
 from kernelpolicy.platform.model import load_platform
@@ -49,7 +49,7 @@ def golden_cases() -> Iterator[Case]:
     for path in sorted((fixture_dir() / "platforms").glob("*.json")):
         for engine in ENGINES:
             for env in SCENARIOS:
-                for kind in ("mha", "mla"):
+                for kind in MODEL_KINDS:
                     yield Case(path.stem, engine, dict(env), kind)
     # The inexpressible case: aiter on, the aiter sampler rejected (amd-aiter 0.1.12),
     # on a vLLM that runs the aiter sampler under VLLM_ROCM_USE_AITER.

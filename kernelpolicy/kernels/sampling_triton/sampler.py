@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernelpolicy.kernels import transfer
-from kernelpolicy.kernels.builds import Builds, kernel_cache, start_thread
+from kernelpolicy.kernels.builds import Builds, start_thread
+from kernelpolicy.kernels.cache_lookup import kernel_cache
 from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, preload, replay, variants
 from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
 from kernelpolicy.kernels.sampling_triton.draws import Draws

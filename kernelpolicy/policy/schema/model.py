@@ -10,7 +10,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -53,6 +53,12 @@ POLICY_SCHEMA = "kernelpolicy.policy/v1"
 
 _FEATURE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 _SALT = re.compile(r"[A-Za-z0-9._-]{0,64}\Z")
+
+# The kinds of model a feature may be for, and ``--model-kind`` takes: ``mla`` is dense MLA
+# (DeepSeek V2/V3/R1, Kimi K2), ``mla-sparse`` MLA with a sparse indexer (DeepSeek V3.2/V4,
+# GLM-5: vLLM builds their attention with use_sparse=True and refuses a dense MLA backend).
+ModelKind = Literal["mha", "mla", "mla-sparse"]
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 
 
 class Rollout(Strict):
@@ -220,9 +226,11 @@ class Feature(Strict):
     # across implementations): a check that only differs by a convention (the tie rule) then
     # counts as a failure of ``kernelpolicy verify`` evidence; otherwise it does not.
     same_draws: bool = False
-    # Settings that only matter for one kind of model (an MLA backend); the bridge tells the
-    # engine only when asked for that kind (``--model-kind mla``).
-    model_kind: Literal["mha", "mla"] | None = None
+    # Settings that only matter for one kind of model (a dense MLA backend, the sparse-MLA
+    # indexer); the bridge tells the engine only when asked for that kind (``--model-kind``):
+    # ``mha``, ``mla`` (dense MLA: DeepSeek V2/V3/R1, Kimi K2) or ``mla-sparse`` (sparse MLA
+    # with an indexer: DeepSeek V3.2/V4, GLM-5).
+    model_kind: ModelKind | None = None
     engines: dict[str, list[EngineRule]] = Field(default_factory=dict)
     by_batch: list[BatchRoute] = Field(default_factory=list)
     dtypes: list[str] = Field(default_factory=list)
