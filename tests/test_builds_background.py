@@ -407,7 +407,7 @@ def test_a_variant_warm_built_runs_the_first_call_on_triton(
     with it in a cache that is not trusted (ignored, said in one line), the call goes to torch
     while the variant builds in the background."""
     from kernelpolicy.kernel_cache import BuiltRecord, prepare_kernel_cache
-    from kernelpolicy.kernels.builds import forget_kernel_cache, kernel_cache
+    from kernelpolicy.kernels.cache_lookup import forget_kernel_cache, kernel_cache
     from kernelpolicy.kernels.sampling_triton.cached import describe
 
     build = SlowBuild()

@@ -1,9 +1,9 @@
 """The first look for the kernel cache (an os.walk and an lstat of up to 100,000 entries) is
-never made on a call's path (kernelpolicy/kernels/builds.py): a call that finds the cache not
-looked for yet is told Compiling (served by the next candidate) and the variant's background
-build looks, then loads the variant from the cache or builds it; once looked for, a cached
-variant loads in the calling thread as before. The walk is a fake that blocks on an Event; a
-join's timeout only keeps a regression from hanging the run."""
+never made on a call's path (kernelpolicy/kernels/cache_lookup.py, builds.py): a call that
+finds the cache not looked for yet is told Compiling (served by the next candidate) and the
+variant's background build looks, then loads the variant from the cache or builds it; once
+looked for, a cached variant loads in the calling thread as before. The walk is a fake that
+blocks on an Event; a join's timeout only keeps a regression from hanging the run."""
 
 from __future__ import annotations
 
@@ -16,13 +16,8 @@ import pytest
 
 from kernelpolicy import kernel_cache as kernel_cache_module
 from kernelpolicy.kernel_cache import BuiltRecord, prepare_kernel_cache
-from kernelpolicy.kernels.builds import (
-    Builds,
-    BuildStats,
-    Compiling,
-    forget_kernel_cache,
-    kernel_cache,
-)
+from kernelpolicy.kernels.builds import Builds, BuildStats, Compiling
+from kernelpolicy.kernels.cache_lookup import forget_kernel_cache, kernel_cache
 
 
 class InKernelCache:

@@ -209,7 +209,7 @@ def test_verify_uses_and_fills_the_kernel_cache(
     (as warm does); a CPU run, which compiles nothing, leaves the cache directory alone."""
     from kernelpolicy.cli import verify_cmd
     from kernelpolicy.kernel_cache import kernel_cache_dir, prepare_kernel_cache
-    from kernelpolicy.kernels import builds
+    from kernelpolicy.kernels import cache_lookup
     from kernelpolicy.verify import suite
 
     root = kernel_cache_dir(cache / "kernelpolicy")
@@ -230,7 +230,7 @@ def test_verify_uses_and_fills_the_kernel_cache(
     def run(*args: object, **kwargs: object) -> Any:
         seen["triton"] = os.environ.get("TRITON_CACHE_DIR")
         seen["flashinfer"] = os.environ.get("FLASHINFER_WORKSPACE_BASE")
-        record = builds.kernel_cache()
+        record = cache_lookup.kernel_cache()
         seen["record"] = None if record is None else record.root
         yield from ()
 

@@ -119,7 +119,7 @@ def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[Non
     it is imported), so they are set there for the run and put back after it."""
     from kernelpolicy.errors import UntrustedFileError
     from kernelpolicy.kernel_cache import cache_environment, kernel_cache_dir, prepare_kernel_cache
-    from kernelpolicy.kernels.builds import forget_kernel_cache
+    from kernelpolicy.kernels.cache_lookup import forget_kernel_cache
     from kernelpolicy.settings import default_cache_dir
 
     cache = cache_dir or default_cache_dir()

@@ -13,7 +13,8 @@ build that dies another way (``SystemExit`` in its thread) or outlasts
 ever.
 
 A variant the node's kernel cache already holds (``kernelpolicy warm`` built it there: the
-family's :class:`Cached` says so, from the cache's record, :func:`kernel_cache`) is built by
+family's :class:`Cached` says so, from the cache's record,
+:func:`~kernelpolicy.kernels.cache_lookup.kernel_cache`) is built by
 :meth:`Builds.require` in the calling thread instead: that costs a cache read, not a compile, so
 the first call runs on the kernel itself rather than on the fallback while a thread loads it.
 Looking for the cache the first time walks it whole (up to 100,000 entries, over a second):
@@ -33,19 +34,15 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import os
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kernelpolicy.gcpause import collector_paused
+from kernelpolicy.kernels.cache_lookup import NotLookedFor, on_call_path
 from kernelpolicy.limits import MAX_BUILD_SECONDS
-
-if TYPE_CHECKING:
-    from kernelpolicy.kernel_cache import BuiltRecord
 
 K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
@@ -101,55 +98,6 @@ class Cached(Protocol[K_contra]):
     def has(self, key: K_contra) -> bool: ...
 
     def add(self, key: K_contra) -> None: ...
-
-
-@dataclasses.dataclass
-class _CacheLookup:
-    """The kernel cache this process uses, looked for once (``done``) until forgotten."""
-
-    done: bool = False
-    record: BuiltRecord | None = None
-
-
-_CACHE_LOCK = threading.Lock()
-_CACHE = _CacheLookup()  # read and written under _CACHE_LOCK
-
-
-_CALL_PATH = threading.local()  # .on: this thread is in a call's Builds.require
-
-
-class _NotLookedFor(Exception):
-    """:func:`kernel_cache` asked on a call's path before the cache was looked for: that look
-    walks the whole cache (up to ``MAX_KERNEL_CACHE_ENTRIES`` entries), so the build's thread
-    makes it."""
-
-
-def kernel_cache() -> BuiltRecord | None:
-    """The record of the trusted kernel cache this process's Triton uses
-    (``kernel_cache.record_in_use``), found on first use; a cache that is not trusted is
-    ignored, and said in one line on stderr, once. None: no kernel cache in use.
-
-    Raises:
-        _NotLookedFor: asked from :meth:`Builds.require` before the first look ended (caught
-            there: the variant's build looks, in the background).
-    """
-    if getattr(_CALL_PATH, "on", False) and not _CACHE.done:  # done: set once, read unlocked
-        raise _NotLookedFor
-    with _CACHE_LOCK:
-        if not _CACHE.done:
-            from kernelpolicy.kernel_cache import record_in_use
-
-            record, problem = record_in_use(os.environ)
-            if problem is not None:
-                print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
-            _CACHE.record, _CACHE.done = record, True
-        return _CACHE.record
-
-
-def forget_kernel_cache() -> None:
-    """Look for the kernel cache again on next use (tests; a worker finds it once)."""
-    with _CACHE_LOCK:
-        _CACHE.record, _CACHE.done = None, False
 
 
 EXIT_WAIT_SECONDS = 30.0
@@ -342,15 +290,13 @@ class Builds(Generic[K]):
     def _in_cache(self, key: K, *, call: bool = False) -> bool | None:
         """Whether the kernel cache holds ``key``; None where a ``call`` finds the cache not
         looked for yet (the look is the build thread's: :meth:`_look_then_run`)."""
-        _CALL_PATH.on = call
         try:
-            return self._cache is not None and self._cache.has(key)
-        except _NotLookedFor:
+            with on_call_path(call):
+                return self._cache is not None and self._cache.has(key)
+        except NotLookedFor:
             return None
         except Exception:  # a cache that cannot say: build in the background, as without one
             return False
-        finally:
-            _CALL_PATH.on = False
 
     def _look_then_run(self, key: K) -> None:
         """A build's thread that looks for the kernel cache first: it loads ``key`` from there

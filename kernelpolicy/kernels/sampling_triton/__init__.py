@@ -117,11 +117,12 @@ def prefetch() -> None:
     (``triton_key()``, cached per process; 0.36-0.5 s on the lent H100) that every cache
     lookup needs, and each of the default sampler's kernels' source hash (``cache_key``, a
     walk of its syntax tree, cached per kernel; 44 ms for the five of a call); and the look
-    for the kernel cache (``builds.kernel_cache``, a walk of up to ``MAX_KERNEL_CACHE_ENTRIES``
-    entries), which no call makes: a call that finds it not made yet is served elsewhere."""
+    for the kernel cache (``cache_lookup.kernel_cache``, a walk of up to
+    ``MAX_KERNEL_CACHE_ENTRIES`` entries), which no call makes: a call that finds it not made
+    yet is served elsewhere."""
     import importlib
 
-    from kernelpolicy.kernels.builds import kernel_cache
+    from kernelpolicy.kernels.cache_lookup import kernel_cache
 
     kernel_cache()
 

@@ -83,7 +83,7 @@ class CachedVariants:
         tuning: The sampler's tuning.
         kernels: The sampler's kernels: only the package's own are looked up and recorded.
         record: The kernel cache's record, or None where no trusted one is in use
-            (``builds.kernel_cache``, found once per process).
+            (``cache_lookup.kernel_cache``, found once per process).
 
     Attributes:
         produced: Variant -> the compiled kernels its build added (``build_variant`` fills it
