@@ -48,9 +48,9 @@ def engines_section(settings: Mapping[str, EngineSettings], features: Sequence[s
         )
     for s in settings.values():
         has_rows = any(s.decisions[f].status not in quiet for f in shown)
-        rows = has_rows and not s.version_assumed  # its release note is the line above
+        noted = has_rows and not s.version_assumed  # else its release note is the line above
         out += [f"  {s.engine}: error: {e}" for e in s.errors]
-        out += [f"  {s.engine}: warning: {w}" for w in s.warnings_for(features, rows=rows)]
+        out += [f"  {s.engine}: warning: {w}" for w in s.warnings_for(features, rows=noted)]
     return "\n".join(out)
 
 
