@@ -5,11 +5,14 @@ as int32) or int64, and any k up to ``Tuning.max_k`` (a larger k picks a smaller
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # as the kernel tests: before the kernels load
 pytest.importorskip("triton")
 
 from kernelpolicy.cli import warm_child

@@ -123,10 +123,10 @@ def _top_two(a1, a2, af, b1, b2, bf):
     return tl.maximum(a1, b1), second, tl.maximum(af, bf)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def group_kernel(
     logits, stride, V, gmax, gsum, g_stride, G, counts, n_tiles, BLOCK: tl.constexpr,
-    GS: tl.constexpr, ONE_REDUCE: tl.constexpr,
+    GS: tl.constexpr, ONE_REDUCE: tl.constexpr, STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """Per group of GS logits: the maximum (at ``gmax``), the second largest (at ``gmax + G``),
     and sum(exp(x - max)) over the finite logits; and the tile's candidate counter of
@@ -140,7 +140,7 @@ def group_kernel(
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     tl.store(counts + row * n_tiles + tile, 0)
-    x = load_row(logits + row * stride, tile * BLOCK + tl.arange(0, BLOCK), V)
+    x = load_row(logits + row * (stride * STRIDE_UNIT), tile * BLOCK + tl.arange(0, BLOCK), V)
     x = tl.reshape(x, (BLOCK // GS, GS))
     finite = tl.where(x == float("inf"), float("-inf"), x)
     if ONE_REDUCE:

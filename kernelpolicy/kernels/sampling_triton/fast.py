@@ -20,10 +20,11 @@ from kernelpolicy.kernels.sampling_triton.common import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def select_kernel(
     logits, stride, V, mode_ptr, bound_ptr, gmax, g_stride, regions, counts, n_tiles,
     BLOCK: tl.constexpr, GS: tl.constexpr, CHUNK: tl.constexpr, R: tl.constexpr,
+    STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """Per (row, tile): pack the logits >= the row's bound into the tile's region (R slots) and
     count them (the count may exceed R). Slots come from an atomic counter, so their order
@@ -51,7 +52,7 @@ def select_kernel(
         # one bit per chunk holding a live group, in one reduction: the loop then tests a
         # scalar, where a reduction per chunk would cost a barrier each
         bits = tl.sum(tl.max(live, 1).to(tl.int64) << tl.arange(0, NG // CG).to(tl.int64), 0)
-        base = logits + row * stride
+        base = logits + row * (stride * STRIDE_UNIT)
         counter = counts + row * n_tiles + tile
         region = regions + (row * n_tiles + tile) * R
         for c in range(0, NG // CG):
@@ -125,13 +126,13 @@ def _sort_and_draw(buf, total, mode, k, p, m, z, u, N: tl.constexpr):
     return token
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def finish_kernel(
     logits, stride, V, mode_ptr, z_ptr, m_ptr, gmax, gsum, g_stride, G,
     regions, counts, n_tiles, dense, k_ptr, p_ptr, u_ptr, out, slow, bound_ptr, states,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, GS: tl.constexpr, TILES: tl.constexpr,
     R: tl.constexpr, SMALL: tl.constexpr, LARGE: tl.constexpr, BLOCK: tl.constexpr,
-    WR: tl.constexpr, NR: tl.constexpr, WIDE: tl.constexpr,
+    WR: tl.constexpr, NR: tl.constexpr, WIDE: tl.constexpr, STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """Per row: gather the tiles' candidates, sort them and draw; or draw a plain row from the
     group masses; or flag the row for row_kernel."""
@@ -157,7 +158,7 @@ def finish_kernel(
             else:
                 token = _sort_and_draw(buf, total, mode, k, p, m, z, u, LARGE)
     elif mode == PLAIN_ROW:
-        base = logits + row * stride
+        base = logits + row * (stride * STRIDE_UNIT)
         token = draw_plain(
             base, V, gmax + row * g_stride, gsum + row * g_stride, G, m, z, u, GS, BLOCK
         )  # fmt: skip

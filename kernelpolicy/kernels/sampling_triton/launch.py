@@ -22,6 +22,34 @@ Flags = tuple[bool, bool, bool]
 wide kernels)."""
 
 
+ALIGN = 16
+"""Triton specialises a pointer argument on its 16-byte alignment and an int argument on its
+divisibility by 16 (and on being 1): a launch that differs there from the build compiles."""
+
+
+def servable(x: torch.Tensor) -> torch.Tensor:
+    """The logits as the kernels their variant built read them: ``x`` itself, or a contiguous
+    copy where its data pointer is not 16-byte aligned (a view from a row or column inside a
+    buffer), its rows are not contiguous, or its vocabulary is a multiple of 16 but its row
+    stride is not. A row stride is never specialised on (:func:`row_stride`), so a view of a
+    padded buffer (vLLM's ``logits[:, :vocab]``) is read in place."""
+    vocab = x.shape[-1]
+    aligned = x.data_ptr() % ALIGN == 0
+    rows_ok = x.stride(-1) == 1 and (vocab % ALIGN != 0 or x.stride(0) % ALIGN == 0)
+    return x if aligned and rows_ok else x.clone(memory_format=torch.contiguous_format)
+
+
+def row_stride(x: torch.Tensor) -> dict[str, int]:
+    """The kernels' ``stride`` and ``STRIDE_UNIT`` arguments for the logits ``x``
+    (:func:`servable`): the row stride is ``stride * STRIDE_UNIT``, where ``stride`` is not
+    specialised (``do_not_specialize``) and ``STRIDE_UNIT`` is 16 for a vocabulary that is a
+    multiple of 16, else 1. So every view of one vocabulary launches what its variant's build
+    (contiguous rows) launched, and the rows of a multiple-of-16 vocabulary stay known to be
+    16-aligned to the compiler, which vectorises their loads as before."""
+    unit = ALIGN if x.shape[-1] % ALIGN == 0 else 1
+    return {"stride": x.stride(0) // unit, "STRIDE_UNIT": unit}
+
+
 def launch(
     s: Launcher,
     x: torch.Tensor,
@@ -45,7 +73,7 @@ def groups_pass(s: Launcher, x: torch.Tensor, w: Scratch, size: int) -> None:
     t = s.tuning
     batch, vocab = x.shape
     s.kernels.group_kernel[(batch, w.tiles)](
-        logits=x, stride=x.stride(0), V=vocab, gmax=w.gmax, gsum=w.gsum,
+        logits=x, **row_stride(x), V=vocab, gmax=w.gmax, gsum=w.gsum,
         g_stride=2 * w.groups, G=w.groups, counts=w.counts, n_tiles=w.tiles,
         BLOCK=t.group_block, GS=size, ONE_REDUCE=t.group_one_reduce, num_warps=t.group_warps,
     )  # fmt: skip
@@ -65,7 +93,7 @@ def _bounds_and_select(
         SLACK=t.slack, num_warps=t.bounds_warps, **flags,
     )  # fmt: skip
     kn.select_kernel[(batch, w.tiles)](
-        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound,
+        logits=x, **row_stride(x), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound,
         gmax=w.gmax, g_stride=2 * w.groups, regions=w.regions, counts=w.counts,
         n_tiles=w.tiles, BLOCK=t.group_block, GS=size,
         CHUNK=max(min(t.select_chunk, t.group_block), size), R=t.region,
@@ -81,7 +109,7 @@ def _finish(
     t = s.tuning
     batch, vocab = x.shape
     s.kernels.finish_kernel[(batch,)](
-        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, z_ptr=w.z, m_ptr=w.m,
+        logits=x, **row_stride(x), V=vocab, mode_ptr=w.mode, z_ptr=w.z, m_ptr=w.m,
         gmax=w.gmax, gsum=w.gsum, g_stride=2 * w.groups, G=w.groups, regions=w.regions,
         counts=w.counts, n_tiles=w.tiles, dense=w.dense, k_ptr=k_dev, p_ptr=p_dev, u_ptr=u,
         out=out, slow=w.slow, bound_ptr=w.bound, states=w.states, GS=size,
@@ -123,7 +151,7 @@ def after_groups(
             _finish(s, x, w, size, k_dev, p_dev, u, out, flags, False, p_rows)
     batch, vocab = x.shape
     s.kernels.row_kernel[(batch,)](
-        logits=x, stride=x.stride(0), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound, z_ptr=w.z,
+        logits=x, **row_stride(x), V=vocab, mode_ptr=w.mode, bound_ptr=w.bound, z_ptr=w.z,
         m_ptr=w.m, k_ptr=k_dev, p_ptr=p_dev, u_ptr=u, out=out, buffers=w.buffers,
         log_v=math.log(vocab), slow=w.slow, BLOCK=t.row_block, CAP=t.cap, SMALL=t.small,
         FAN=t.fan, ROUNDS=t.rounds, num_warps=t.row_warps, **flags,
@@ -143,16 +171,16 @@ def _reject(
     rows whose proposals all fall outside stay for the exact wide kernels."""
     t, kn = s.tuning, s.kernels
     batch, vocab = x.shape
-    stride, tiles = x.stride(0), w.tiles
+    at, tiles = row_stride(x), w.tiles
     kn.propose_kernel[(batch,)](
-        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, z_ptr=w.z, gmax=w.gmax,
+        logits=x, **at, V=vocab, slow=w.slow, m_ptr=w.m, z_ptr=w.z, gmax=w.gmax,
         gsum=w.gsum, g_stride=2 * w.groups, G=w.groups, q_ptr=q, proposals=w.proposals,
         GS=size, P=t.proposals, PP=triton.next_power_of_2(t.proposals), BLOCK=t.propose_block,
         num_warps=t.propose_warps,
     )  # fmt: skip
     for first, step in reject_steps(t.proposals, t.reject_first, t.reject_step):
         kn.reject_tile_kernel[(batch, tiles)](
-            logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, proposals=w.proposals,
+            logits=x, **at, V=vocab, slow=w.slow, m_ptr=w.m, proposals=w.proposals,
             before=w.before, n_tiles=tiles, first=first, P=t.proposals, STEP=step,
             BLOCK=t.group_block, num_warps=t.reject_warps,
         )  # fmt: skip
@@ -184,13 +212,13 @@ def _wide(
     returns at once for the other rows."""
     t, kn = s.tuning, s.kernels
     batch, vocab = x.shape
-    stride, tiles = x.stride(0), w.w_tiles
+    at, tiles = row_stride(x), w.w_tiles
     pow_tiles = triton.next_power_of_2(tiles)
     tile_grid, rows = (batch, tiles), (batch,)
     sizes = {"BLOCK": t.w_block, "SUB": t.w_sub}
     for depth in range(t.w_rounds):
         kn.wide_tile_kernel[tile_grid](
-            logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
+            logits=x, **at, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
             hists=w.hists, part_above=w.part_above, n_tiles=tiles, DEPTH=depth, R=t.w_rounds,
             num_warps=t.w_warps, **sizes,
         )  # fmt: skip
@@ -200,7 +228,7 @@ def _wide(
             DEPTH=depth, R=t.w_rounds, TILES=pow_tiles, CAP=t.cap, num_warps=4,
         )  # fmt: skip
     kn.wide_compact_kernel[tile_grid](
-        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
+        logits=x, **at, V=vocab, slow=w.slow, m_ptr=w.m, states=w.states,
         buffers=w.buffers, wide_n=w.wide_n, part_above=w.part_above, n_tiles=tiles,
         R=t.w_rounds, CAP=t.cap, num_warps=t.w_warps, **sizes,
     )  # fmt: skip
@@ -212,7 +240,7 @@ def _wide(
             CAP=t.cap, num_warps=t.row_warps,
         )  # fmt: skip
     kn.wide_draw_kernel[rows](
-        logits=x, stride=stride, V=vocab, slow=w.slow, m_ptr=w.m, thr_ptr=w.thr, ties_ptr=w.ties,
+        logits=x, **at, V=vocab, slow=w.slow, m_ptr=w.m, thr_ptr=w.thr, ties_ptr=w.ties,
         u_ptr=u, tile_mass=w.tile_mass, tile_eq=w.tile_eq, n_tiles=tiles, out=out,
         TILES=pow_tiles, num_warps=t.w_warps, **sizes,
     )  # fmt: skip

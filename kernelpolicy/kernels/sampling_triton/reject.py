@@ -28,10 +28,11 @@ from kernelpolicy.kernels.sampling_triton.common import exp_at, load_row, pack, 
 from kernelpolicy.kernels.sampling_triton.wide import WIDE  # finish_kernel's flag for them
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def propose_kernel(
     logits, stride, V, slow, m_ptr, z_ptr, gmax, gsum, g_stride, G, q_ptr, proposals,
     GS: tl.constexpr, P: tl.constexpr, PP: tl.constexpr, BLOCK: tl.constexpr,
+    STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """P tokens from the row's whole softmax, each by its own uniform (q_ptr: [rows, P]): one
     pass over the group masses finds every proposal's group by the inverse CDF, then one read
@@ -69,7 +70,7 @@ def propose_kernel(
     group = tl.where(group >= 0, group, last)  # rounding: the last group takes the rest
     rest = tl.minimum(tl.maximum(rest, 0.0), 1.0)
     inside = tl.arange(0, GS)
-    x = load_row(logits + row * stride, group[:, None] * GS + inside[None, :], V)
+    x = load_row(logits + row * (stride * STRIDE_UNIT), group[:, None] * GS + inside[None, :], V)
     w = exp_at(x, m)  # [P, GS]: each proposal's group
     cum = tl.cumsum(w, 1)
     pos = tl.min(tl.where(cum > (rest * tl.sum(w, 1))[:, None], inside[None, :], GS), 1)
@@ -78,10 +79,10 @@ def propose_kernel(
     tl.store(proposals + row * P + r, token.to(tl.int32), mask=r < P)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def reject_tile_kernel(
     logits, stride, V, slow, m_ptr, proposals, before, n_tiles, first, P: tl.constexpr,
-    STEP: tl.constexpr, BLOCK: tl.constexpr,
+    STEP: tl.constexpr, BLOCK: tl.constexpr, STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """Per tile: the mass of its tokens that come before proposals first .. first + STEP - 1
     in the descending order (ties by lower id first), at before[row, tile, r]."""
@@ -90,7 +91,7 @@ def reject_tile_kernel(
     if tl.load(slow + row) != WIDE:
         return
     m = tl.load(m_ptr + row)
-    base = logits + row * stride
+    base = logits + row * (stride * STRIDE_UNIT)
     offs = tile * BLOCK + tl.arange(0, BLOCK)
     x = load_row(base, offs, V)
     keys = pack(x, offs)

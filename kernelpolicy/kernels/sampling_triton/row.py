@@ -197,19 +197,19 @@ def _top_p_row(base, V, buf, mode, bound, z, p, m, u, log_v, BLOCK: tl.constexpr
     return token
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def row_kernel(
     logits, stride, V, mode_ptr, bound_ptr, z_ptr, m_ptr,
     k_ptr, p_ptr, u_ptr, out, buffers, log_v, slow,
     HAS_K: tl.constexpr, HAS_P: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr,
-    SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr,
+    SMALL: tl.constexpr, FAN: tl.constexpr, ROUNDS: tl.constexpr, STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """The rows finish_kernel flagged in ``slow``, each in one program; the others return.
     The row's mode, bound and normaliser come from bounds_kernel."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(slow + row) != 1:  # 0: drawn already; the wide kernels' states are not ours
         return
-    base = logits + row * stride
+    base = logits + row * (stride * STRIDE_UNIT)
     buf = buffers + row * CAP
     m = tl.load(m_ptr + row)  # the row maximum (-inf rows are never slow)
     mode = tl.load(mode_ptr + row)

@@ -212,6 +212,7 @@ class Sampler:
     def _run(self, call: Call, generators: Generators) -> torch.Tensor:
         """The kernels, on the logits as they are, or as float32 once their dtype failed."""
         x = call.logits.float() if call.logits.dtype in self.failures.upcast else call.logits
+        x = launch.servable(x)  # read as the build read it, with no compile of its own
         try:
             return self.pipeline(x, call, generators)
         except Exception as exc:  # the kernels do not build for this dtype here: read float32

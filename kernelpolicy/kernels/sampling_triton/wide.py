@@ -69,10 +69,11 @@ def classify(x, state, DEPTH: tl.constexpr, R: tl.constexpr):
     return inside, above
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def wide_tile_kernel(
     logits, stride, V, slow, m_ptr, states, hists, part_above, n_tiles,
     DEPTH: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
+    STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
@@ -86,7 +87,7 @@ def wide_tile_kernel(
     mass = tl.zeros((SUB,), tl.float32)
     for start in range(0, BLOCK, SUB):
         offs = tile * BLOCK + start + tl.arange(0, SUB)
-        x = load_row(logits + row * stride, offs, V)
+        x = load_row(logits + row * (stride * STRIDE_UNIT), offs, V)
         inside, above = classify(x, state, DEPTH, R)
         c = tl.minimum(tl.maximum(_bin(x, lo, scale), 0), NR - 1)
         hist += tl.histogram(tl.where(inside, 1 + c, tl.where(above, NR + 1, 0)), 256)
@@ -138,10 +139,11 @@ def wide_narrow_kernel(
         tl.store(slow + row, tl.where((n_in > 0) & (n_in <= CAP), READY, ROW))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def wide_compact_kernel(
     logits, stride, V, slow, m_ptr, states, buffers, wide_n, part_above,
     n_tiles, R: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, CAP: tl.constexpr,
+    STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """The logits inside the final interval, packed with their ids, and the tile's mass above
     it. Each sub-tile reserves its run of slots with one atomic on a per-row counter (runs land
@@ -154,7 +156,7 @@ def wide_compact_kernel(
     mass = tl.zeros((SUB,), tl.float32)
     for start in range(0, BLOCK, SUB):
         offs = tile * BLOCK + start + tl.arange(0, SUB)
-        x = load_row(logits + row * stride, offs, V)
+        x = load_row(logits + row * (stride * STRIDE_UNIT), offs, V)
         inside, above = classify(x, states + row * 4 * R, R, R)
         take = (inside & (offs < V)).to(tl.int32)
         n = tl.sum(take, 0)
@@ -206,10 +208,11 @@ def wide_resolve_kernel(
         tl.store(tile_eq + row * n_tiles + t, tl.sum((tied & (tile_of == t)).to(tl.int32), 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride"])
 def wide_draw_kernel(
     logits, stride, V, slow, m_ptr, thr_ptr, ties_ptr, u_ptr, tile_mass,
     tile_eq, n_tiles, out, TILES: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
+    STRIDE_UNIT: tl.constexpr = 1,
 ):  # fmt: skip
     """Inverse CDF in token order: the tile by the tiles' kept masses, then the token in it."""
     row = tl.program_id(0).to(tl.int64)
@@ -233,7 +236,7 @@ def wide_draw_kernel(
     start = tile * BLOCK
     while (start < tile * BLOCK + BLOCK) & (answer < 0):
         offs = start + tl.arange(0, SUB)
-        x = load_row(logits + row * stride, offs, V)
+        x = load_row(logits + row * (stride * STRIDE_UNIT), offs, V)
         at = (x == threshold) & (offs < V)
         rank = tl.cumsum(at.to(tl.int32), 0) - 1
         wx = tl.where((x > threshold) | (at & (rank < ties_left)), exp_at(x, m), 0.0)
