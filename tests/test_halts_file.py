@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.limits import MAX_HALTS_FILE_BYTES
-from kernelpolicy.server.halts_file import halts_file_path, read_halts, write_halts
+from kernelpolicy.server.halts_file import read_halts, write_halts
+from kernelpolicy.server.sockets import halts_file_path
 
 HALTS = {"sampler.greedy/aiter": "its output guard repaired 2 output(s) in this node's workers"}
 VALID = json.dumps({"format": 1, "halts": HALTS})

@@ -2,7 +2,8 @@
 
 A candidate the daemon halted (:mod:`.halts`) must leave the node's workers too, not only the
 daemon's answers: most workers resolve in-process (``resolve()``, the vLLM plugin, ``exec``).
-The daemon writes ``x.halts.json`` beside each unix socket ``x.sock`` when it starts (no
+The daemon writes ``x.halts.json`` beside each unix socket ``x.sock``
+(:func:`kernelpolicy.server.sockets.halts_file_path`) when it starts (no
 halts: a restarted daemon starts with none), each time the halts its answers use change, and
 removes it when it stops. A worker reads it where it would report (``KERNELPOLICY_SOCKET``, or
 the default socket where a daemon listens) and resolves without those candidates, as the
@@ -27,15 +28,10 @@ from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import MAX_HALTS_FILE_BYTES, MAX_REPORT_DETAIL_CHARS
 from kernelpolicy.safeio import parse_json, read_bytes_bounded, write_atomic
 
-__all__ = ["NodeHalts", "halts_file_path", "read_halts", "remove_halts", "write_halts"]
+__all__ = ["NodeHalts", "file_stamp", "read_halts", "remove_halts", "write_halts"]
 
 FORMAT = 1
 _MAX_WHY_CHARS = 2 * MAX_REPORT_DETAIL_CHARS  # a halt's reason: the rule's words and a detail
-
-
-def halts_file_path(grpc_socket: Path) -> Path:
-    """The halts file beside a daemon's unix socket: ``x.sock`` -> ``x.halts.json``."""
-    return grpc_socket.with_name(f"{grpc_socket.stem}.halts.json")
 
 
 def write_halts(path: Path, halts: Mapping[str, str]) -> None:

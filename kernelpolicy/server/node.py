@@ -3,6 +3,7 @@ candidates the daemon halted on this node."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,8 +34,7 @@ def node_reporter(settings: Settings, address: str | None = None) -> RuntimeRepo
 def node_halts_path(settings: Settings) -> Path:
     """Where the node's daemon keeps its halts for workers: beside ``KERNELPOLICY_SOCKET``, else
     beside this user's default socket (:mod:`kernelpolicy.server.halts_file`)."""
-    from kernelpolicy.server.halts_file import halts_file_path
-    from kernelpolicy.server.sockets import default_socket_path, socket_path
+    from kernelpolicy.server.sockets import default_socket_path, halts_file_path, socket_path
 
     given = settings.socket
     return halts_file_path(default_socket_path() if given is None else socket_path(given))
@@ -50,8 +50,14 @@ def node_halts(settings: Settings) -> NodeHalts:
 
 def halts_for_node(settings: Settings) -> dict[str, str]:
     """:func:`node_halts`, with a file that was ignored said as a warning (``kernelpolicy``
-    logger, in ``settings.log_format``)."""
-    found = node_halts(settings)
+    logger, in ``settings.log_format``). Without a halts file (no daemon on the node) it costs
+    one ``lstat`` and imports nothing more: it is on every worker's first ``resolve()``."""
+    path = node_halts_path(settings)
+    if not os.path.lexists(path):
+        return {}
+    from kernelpolicy.server.halts_file import read_halts
+
+    found = read_halts(path)
     if found.problem is not None:
         from kernelpolicy.logs import log_warning
 

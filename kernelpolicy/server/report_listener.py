@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelpolicy.limits import MAX_REPORT_CONNECTIONS, MAX_REPORT_LINE_BYTES
 from kernelpolicy.server.halts import Halts
-from kernelpolicy.server.halts_file import halts_file_path, remove_halts, write_halts
+from kernelpolicy.server.halts_file import remove_halts, write_halts
 from kernelpolicy.server.reports import Rejection, ReportError, parse_line, peer_credentials
 from kernelpolicy.trust import owner_ok
 
@@ -196,7 +196,7 @@ async def start_report_listeners(
         DaemonError: A report socket's path cannot be used (another user's, in use, too long).
     """
     from kernelpolicy.server.reports import report_socket_path
-    from kernelpolicy.server.sockets import prepare_socket, socket_path
+    from kernelpolicy.server.sockets import halts_file_path, prepare_socket, socket_path
 
     listeners: list[ReportListener] = []
     try:

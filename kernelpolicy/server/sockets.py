@@ -65,6 +65,12 @@ def report_socket_path(grpc_socket: Path) -> Path:
     return grpc_socket.with_name(f"{grpc_socket.stem}.report{grpc_socket.suffix}")
 
 
+def halts_file_path(grpc_socket: Path) -> Path:
+    """The node's halts for its workers, beside a daemon's unix socket: ``x.sock`` ->
+    ``x.halts.json`` (see :mod:`kernelpolicy.server.halts_file`)."""
+    return grpc_socket.with_name(f"{grpc_socket.stem}.halts.json")
+
+
 def report_path(address: str | None, *, explicit: bool) -> Path | None:
     """The report socket of the daemon at ``address`` (``unix:/p`` or a path; None: this user's
     default socket), or None where no report goes: a TCP address, or a default socket with no
