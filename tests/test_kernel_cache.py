@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.cli.warm_cmd import tasks_for
 from kernelpolicy.errors import UntrustedFileError
 from kernelpolicy.kernel_cache import (
     BuiltRecord,
@@ -22,6 +21,7 @@ from kernelpolicy.kernel_cache import (
     prepare_kernel_cache,
     record_in_use,
 )
+from kernelpolicy.warming import tasks_for
 from tests.helpers import resolve_on
 
 NOBODY = 65534

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,13 @@ from kernelpolicy.cli.common import (
     obtain_platform,
 )
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
+from kernelpolicy.warming import DEFAULT_VOCABS
 
 if TYPE_CHECKING:
+    from kernelpolicy.server.fleet import WarmStart
     from kernelpolicy.server.state import ServingState
     from kernelpolicy.settings import Settings
+    from kernelpolicy.warming import Warming
 
 
 def register(commands: Any) -> None:
@@ -38,6 +42,7 @@ def register(commands: Any) -> None:
             "examples:\n"
             "  kernelpolicy serve\n"
             "  kernelpolicy serve --listen 127.0.0.1:0 --port-file /tmp/kp.port\n"
+            "  kernelpolicy serve --http 9090 --warm --warm-vocab 128256\n"
             "  KERNELPOLICY_TLS_CERT_FILE=cert.pem KERNELPOLICY_TLS_KEY_FILE=key.pem \\\n"
             "      kernelpolicy serve --policies /etc/kernelpolicy --listen 0.0.0.0:50151"
         ),
@@ -82,6 +87,25 @@ def register(commands: Any) -> None:
         help="with --http: /readyz answers 503 while the last policy reload failed (the daemon "
         "still serves the last good policies); default: ready whenever it serves",
     )  # fmt: skip
+    serve.add_argument(
+        "--warm", action="store_true",
+        help="at start, build the kernels the decisions can route to into the node's kernel "
+        "cache, as 'kernelpolicy warm' does; /readyz answers 503 until they are built (the "
+        "answers are served meanwhile)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--warm-vocab", type=int, action="append", metavar="N",
+        help=f"with --warm: vocabulary sizes of the models served (repeatable; default "
+        f"{', '.join(map(str, DEFAULT_VOCABS))})",
+    )  # fmt: skip
+    serve.add_argument(
+        "--warm-jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
+        help="with --warm: build processes at once (default: the CPUs, at most 8)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--warm-device", default="cuda:0", metavar="DEVICE",
+        help="with --warm: the device to build for (default cuda:0)",
+    )  # fmt: skip
     serve.set_defaults(run=run_serve)
 
     status_cmd.register(commands)
@@ -119,6 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
         default_socket=default_unix_socket(), quiet=args.quiet, http=args.http,
         labels_dir=args.labels_dir,
         ready_requires_current_policy=args.ready_requires_current_policy,
+        warm=_warm_start(args, settings),
     )  # fmt: skip
 
     def started() -> None:
@@ -135,6 +160,38 @@ def _serve(args: argparse.Namespace) -> int:
 
     asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
     return 0
+
+
+def _warm_start(args: argparse.Namespace, settings: Settings) -> WarmStart | None:
+    """``--warm``: what the daemon builds once it has resolved (``kernelpolicy warm``'s work)."""
+    if not args.warm:
+        return None
+
+    def start(resolution: Any) -> Warming | str:
+        from kernelpolicy.errors import KernelPolicyError
+        from kernelpolicy.kernel_cache import prepare_kernel_cache
+        from kernelpolicy.settings import default_cache_dir
+        from kernelpolicy.warming import (
+            Warming,
+            build_environment,
+            build_in_process,
+            has_device,
+            tasks_for,
+        )
+
+        device = args.warm_device
+        if not has_device(device):
+            return f"no device {device} here: nothing to build"
+        try:
+            root = prepare_kernel_cache(settings.cache_dir or default_cache_dir())
+        except KernelPolicyError as exc:
+            return f"kernel cache not used, nothing built: {exc}"
+        env = build_environment(root)
+        tasks = tasks_for(resolution, args.warm_vocab or list(DEFAULT_VOCABS))
+        build = lambda task: build_in_process(task, device, env)  # noqa: E731
+        return Warming(tasks, build, jobs=args.warm_jobs)
+
+    return start
 
 
 def _serving_state(args: argparse.Namespace, settings: Settings) -> ServingState:
@@ -192,6 +249,10 @@ def _check_options(args: argparse.Namespace) -> None:
             "--ready-requires-current-policy: it changes /readyz, which only --http serves; "
             "give --http ADDR too"
         )
+    if args.warm_jobs < 1:
+        raise DaemonError(f"--warm-jobs {args.warm_jobs}: expected 1 or more")
+    if not args.warm and (args.warm_vocab or args.warm_device != "cuda:0"):
+        raise DaemonError("--warm-vocab and --warm-device go with --warm; give --warm too")
     if args.port_file is not None and not args.port_file.parent.is_dir():
         raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")
 

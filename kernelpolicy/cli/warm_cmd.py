@@ -6,19 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted, local_settings
 from kernelpolicy.cli.resolving import resolve_args
-
-DEFAULT_VOCABS = (32000, 128256, 151936)  # Llama 2, Llama 3, Qwen: the vocabulary classes
-# feature -> its implementations whose first call compiles (the ones warm can build)
-BUILDERS: dict[str, tuple[str, ...]] = {"sampler.top_k_top_p": ("triton", "flashinfer")}
-TASK_SECONDS = 900  # one build process (a Triton variant compiles in 40-50 s on an H100 node)
+from kernelpolicy.warming import DEFAULT_VOCABS
 
 
 def register(commands: Any) -> None:
@@ -50,23 +43,17 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def tasks_for(resolution: Any, vocabs: list[int]) -> list[dict[str, Any]]:
-    """One build task per (implementation, dtype[, vocabulary]) the decisions can route to."""
-    tasks = []
-    for name, decision in resolution.decisions.items():
-        spec = resolution.policies.features[name].spec
-        dtypes = list(spec.dtypes) or ["float32"]
-        builders = BUILDERS.get(name, ())
-        for impl in dict.fromkeys(i for i in decision.order if i in builders):
-            for dtype in dtypes:
-                for vocab in vocabs if impl == "triton" else [None]:
-                    tasks.append({"feature": name, "impl": impl, "dtype": dtype, "vocab": vocab})
-    return tasks
-
-
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.kernel_cache import VARIABLES, prepare_kernel_cache
+    from kernelpolicy.kernel_cache import prepare_kernel_cache
     from kernelpolicy.settings import default_cache_dir
+    from kernelpolicy.warming import (
+        Warming,
+        build_environment,
+        build_in_process,
+        has_device,
+        label,
+        tasks_for,
+    )
 
     if args.jobs < 1:
         from kernelpolicy.errors import SettingsError
@@ -77,41 +64,21 @@ def run(args: argparse.Namespace) -> int:
     cache = local_settings(args).cache_dir or default_cache_dir()
     root = prepare_kernel_cache(cache)
     tasks = tasks_for(resolution, args.vocab or list(DEFAULT_VOCABS))
-    child_env = {**os.environ, **{k: str(root / sub) for k, sub in VARIABLES.items()}}
-    if not _has_device(args.device):
+    env = build_environment(root)
+
+    def told(result: dict[str, Any]) -> None:
+        status = f"failed: {result['failed']}" if result["failed"] else "built"
+        print(f"kernelpolicy warm: {label(result)}: {status} in {result['seconds']} s",
+              file=sys.stderr)  # fmt: skip
+
+    if not has_device(args.device):
         results: list[dict[str, Any]] = []
         note = f"no device {args.device} here: nothing to build"
     else:
         note = None
-        with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda t: _build(t, args.device, child_env), tasks))
+        build = lambda task: build_in_process(task, args.device, env)  # noqa: E731
+        results = Warming(tasks, build, jobs=args.jobs, told=told).run()
     return _report(args, str(root), tasks, results, note)
-
-
-def _has_device(device: str) -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return device.startswith("cuda") and torch.cuda.is_available()
-
-
-def _build(task: dict[str, Any], device: str, env: dict[str, str]) -> dict[str, Any]:
-    start = time.monotonic()
-    payload = json.dumps({**task, "device": device})
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "kernelpolicy.cli.warm_child", payload], env=env,
-            capture_output=True, text=True, timeout=TASK_SECONDS, check=False,
-        )  # fmt: skip
-        failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.returncode else ""
-    except subprocess.TimeoutExpired:
-        failed = f"over {TASK_SECONDS} s"
-    result = {**task, "seconds": round(time.monotonic() - start, 1), "failed": failed or None}
-    label = f"{task['impl']} {task['dtype']}" + (f" vocab {task['vocab']}" if task["vocab"] else "")
-    status = f"failed: {failed}" if failed else "built"
-    print(f"kernelpolicy warm: {label}: {status} in {result['seconds']} s", file=sys.stderr)
-    return result
 
 
 def _report(

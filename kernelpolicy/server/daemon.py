@@ -20,7 +20,7 @@ from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_GRPC_TCP_CALLS, shown
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server.addresses import check_address, split_address, with_port
-from kernelpolicy.server.fleet import Fleet
+from kernelpolicy.server.fleet import Fleet, WarmStart
 from kernelpolicy.server.grpc_server import SERVICES, grpc_connection_cap, grpc_server
 from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.server.ratelog import Throttle
@@ -82,6 +82,7 @@ class Daemon:
     ready_requires_current_policy: bool = False  # /readyz says no while a reload is failing
     grpc_connections: int | None = None  # per gRPC listener; None: grpc_connection_cap()
     grpc_tcp_calls: int | None = None  # in flight on TCP listeners; None: MAX_GRPC_TCP_CALLS
+    warm: WarmStart | None = None  # serve --warm: kernels built at start, /readyz waits
 
     def __post_init__(self) -> None:
         self.log = (
@@ -105,6 +106,7 @@ class Daemon:
             warn=lambda event, message: self._log("warning", event, message=message),
             client_log=self.client_log,
             ready_requires_current_policy=self.ready_requires_current_policy,
+            warm=self.warm, log=self._log,
         )  # fmt: skip
         self.reports: list[ReportListener] = []  # one beside each unix socket
         self._halts_pending = False
@@ -184,6 +186,7 @@ class Daemon:
                 self._started.append(server)
             await self._start_reports()
             self._publish_halts()
+            await self.fleet.start_warming()  # before /readyz can answer
             await self.fleet.start()
         except BaseException:
             await self._stop_reports()

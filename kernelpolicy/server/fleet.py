@@ -14,9 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.server.http import HttpListener
     from kernelpolicy.server.metrics import DaemonMetrics
     from kernelpolicy.server.state import ServingState
+    from kernelpolicy.warming import Warming
+
+WarmStart = Callable[["Resolution"], "Warming | str"]
+"""``serve --warm``: given the daemon's first resolution, the warm run to make (or why there is
+nothing to build: no device, a kernel cache that cannot be trusted)."""
 
 
 @dataclass
@@ -32,6 +38,9 @@ class Fleet:
             throttled by the daemon): handler failures, hang-ups, connections closed.
         ready_requires_current_policy: ``serve --ready-requires-current-policy``: ``/readyz``
             says not ready while the last reload failed (the daemon serves stale policies).
+        warm: ``serve --warm``: build the kernels the decisions can route to at start
+            (:mod:`kernelpolicy.warming`); ``/readyz`` says not ready until they are built.
+        log: Logs an event of the daemon's own (``log(level, event, **fields)``).
         url: The bound ``http://host:port`` once started.
     """
 
@@ -44,6 +53,9 @@ class Fleet:
     url: str | None = None
     ready: bool = False
     ready_requires_current_policy: bool = False
+    warm: WarmStart | None = None
+    log: Callable[..., None] = lambda level, event, **fields: None
+    warming: Warming | None = field(default=None, init=False)
     metrics: DaemonMetrics | None = field(default=None, init=False)
     listener: HttpListener | None = field(default=None, init=False)
 
@@ -109,6 +121,10 @@ class Fleet:
         (flagd's and Kubernetes' reading of "serving stale configuration")."""
         if not self.ready:
             return "not serving (starting or shutting down)"
+        warming = self.warming
+        if warming is not None and not warming.finished.is_set():
+            built, total = warming.progress()
+            return f"warming kernels (serve --warm): {built} of {total} variant groups done"
         error = self.state.snapshot.policy_error
         if self.ready_requires_current_policy and error is not None:
             return f"serving stale policies: the last reload failed: {error}"
@@ -138,6 +154,35 @@ class Fleet:
             write_feature_file(self.labels_dir, nfd_text(labels, snapshot.resolution.fingerprint))
         except KernelPolicyError as exc:  # a full disk must not stop the daemon serving
             self.warn("kernelpolicy.labels.failed", str(exc))
+
+    async def start_warming(self) -> None:
+        """``serve --warm``: start building, in processes, what the first resolution can route
+        to; ``/readyz`` waits for it (the answers do not: they are right meanwhile, and calls
+        are served by ready candidates while a variant builds)."""
+        if self.warm is None:
+            return
+        import asyncio
+
+        warming = self.warm(self.state.snapshot.resolution)
+        if isinstance(warming, str):
+            self.log("info", "kernelpolicy.warm", note=warming)
+            return
+        self.warming = warming
+        warming.told = lambda result: self.log(
+            "warning" if result["failed"] else "info", "kernelpolicy.warm.built",
+            impl=result["impl"], dtype=result["dtype"], vocab=result["vocab"],
+            seconds=result["seconds"], failed=result["failed"],
+        )  # fmt: skip
+        self.log("info", "kernelpolicy.warm.start", variant_groups=len(warming.tasks))
+        task = asyncio.ensure_future(asyncio.to_thread(warming.run))
+        task.add_done_callback(lambda done: self._warmed(warming, done))
+
+    def _warmed(self, warming: Warming, done: Any) -> None:
+        error = None if done.cancelled() else done.exception()
+        failed = [f"{r['impl']} {r['dtype']} {r['vocab'] or ''}".strip() for r in warming.failed()]
+        level = "warning" if failed or error else "info"
+        self.log(level, "kernelpolicy.warm.done", variant_groups=len(warming.tasks),
+                 failed=failed, error=None if error is None else str(error))  # fmt: skip
 
     async def stop(self) -> None:
         self.ready = False

@@ -53,6 +53,7 @@ def running_daemon(
     ready_requires_current_policy: bool = False,
     grpc_connections: int | None = None,
     grpc_tcp_calls: int | None = None,
+    warm: Any = None,
 ) -> Iterator[RunningDaemon]:
     """A started :class:`~kernelpolicy.server.daemon.Daemon` on its own event-loop thread.
 
@@ -65,7 +66,8 @@ def running_daemon(
     ``running.daemon.fleet.url``; ``labels_dir`` writes the NFD feature file there;
     ``ready_requires_current_policy`` makes ``/readyz`` say no while a reload is failing;
     ``grpc_connections`` caps each gRPC listener's connections, ``grpc_tcp_calls`` the calls in
-    flight on its TCP listeners (default: the daemon's own caps).
+    flight on its TCP listeners (default: the daemon's own caps); ``warm`` is ``serve --warm``'s
+    start (:data:`kernelpolicy.server.fleet.WarmStart`).
     """
     from kernelpolicy.server.daemon import Daemon
     from kernelpolicy.server.state import ServingState
@@ -85,7 +87,7 @@ def running_daemon(
                 http=http, labels_dir=labels_dir,
                 ready_requires_current_policy=ready_requires_current_policy,
                 grpc_connections=grpc_connections,
-                grpc_tcp_calls=grpc_tcp_calls,
+                grpc_tcp_calls=grpc_tcp_calls, warm=warm,
             )  # fmt: skip
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)
