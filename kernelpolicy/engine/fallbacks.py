@@ -178,37 +178,63 @@ class Fallbacks:
 
     def _degraded(self, feature: str, impl: str, what: str) -> None:
         """``impl`` of ``feature`` still serves, slower: a warning, no switch."""
-        decision = self.decisions[feature]
         note = f"{impl} degraded at run time: {what}; still {impl}, correct but slower"
-        if impl not in decision.order or note in decision.warnings:
-            return  # it serves no call of this Resolution, or this is said already
-        self.note(feature, note)
-        self.decisions[feature] = dataclasses.replace(
-            decision,
-            reasons=(*decision.reasons, f"degraded: {note}"),
-            warnings=(*decision.warnings, note),
-        )
 
-    def note(self, feature: str, note: str, *, failed: str | None = None) -> None:
-        """Add ``note`` to ``runtime_fallbacks`` (after what it says already) and log it; where
-        an implementation ``failed``, tell the node's daemon."""
-        with self._lock:
-            previous = self.notes.get(feature)
-            self.notes[feature] = f"{previous}; {note}" if previous else note
+        def degraded(decision: Decision) -> _Change | None:
+            if impl not in decision.order or note in decision.warnings:
+                return None  # it serves no call of this Resolution, or this is said already
+            return _Change(
+                dataclasses.replace(
+                    decision,
+                    reasons=(*decision.reasons, f"degraded: {note}"),
+                    warnings=(*decision.warnings, note),
+                ),
+                note,
+                routes=False,
+            )
+
+        self._change(feature, degraded)
+
+    def _add_note(self, feature: str, note: str) -> None:
+        """Add ``note`` to ``runtime_fallbacks``, after what it says already (the caller holds
+        the lock)."""
+        previous = self.notes.get(feature)
+        self.notes[feature] = f"{previous}; {note}" if previous else note
+
+    def _tell(self, feature: str, note: str, failed: str | None) -> None:
+        """Say ``note`` to the host's log, and to the node's daemon where ``failed``."""
         if self.host.log is not None:
             self.host.log(feature, note)
         if failed is not None and self.host.reporter is not None:
             self.host.reporter.report("runtime_failure", feature, failed, detail=note)
 
+    def _change(self, feature: str, change: Callable[[Decision], _Change | None]) -> None:
+        """Replace ``feature``'s decision by what ``change`` makes of it (None: nothing to
+        change) as one step: the read, the write, the note and, where the change routes calls
+        differently, the rebuilt ``select``/``gate``, all under the lock, so that a build
+        thread's note and a call thread's switch never write over each other. The host's log
+        and the daemon hear of it after, outside the lock (a log may call back in). Readers
+        (the hot paths) take no lock: they see the old decision or the new one."""
+        with self._lock:
+            made = change(self.decisions[feature])
+            if made is None:
+                return
+            self.decisions[feature] = made.decision
+            self._add_note(feature, made.note)
+            if made.routes:
+                self._changed(feature)
+        self._tell(feature, made.note, made.failed)
+
     def switch(self, feature: str, why: str) -> None:
         """The chosen implementation failed at run time: the whole feature goes to its
         fallback for the rest of the process."""
-        decision = self.decisions[feature]
-        fallback = self.fallback(feature)
+        self._change(feature, lambda decision: self._switched(decision, why))
+
+    def _switched(self, decision: Decision, why: str) -> _Change:
+        fallback = self.fallback(decision.feature)
         assert fallback is not None
         note = f"{decision.impl} failed at run time ({why}); using {fallback} in this process"
-        self.note(feature, note, failed=decision.impl)
-        self.decisions[feature] = dataclasses.replace(
+        switched = dataclasses.replace(
             decision,
             impl=fallback,
             reason=Reason.FALLBACK,
@@ -218,20 +244,23 @@ class Fallbacks:
             routes=(),
             dtype_rules=(),
         )
-        self._changed(feature)
+        return _Change(switched, note, failed=decision.impl)
 
     def refuse_dtype(self, feature: str, impl: str, dtype: str, why: str) -> None:
         """``impl`` serves ``dtype`` no more in this process: calls of it go to the next
         candidate, in ``impl()`` and ``select()`` alike."""
-        decision = self.decisions[feature]
         note = (
             f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
         )
-        rules = {rule.impl: rule for rule in decision.dtype_rules}
-        old = rules.get(impl, DtypeRule(impl, None))
-        rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
-        changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
-        self._record(feature, changed, f"dtype: {note}", note, failed=impl)
+
+        def refused(decision: Decision) -> _Change:
+            rules = {rule.impl: rule for rule in decision.dtype_rules}
+            old = rules.get(impl, DtypeRule(impl, None))
+            rules[impl] = dataclasses.replace(old, refuses=(*old.refuses, dtype), why=note)
+            changed = dataclasses.replace(decision, dtype_rules=tuple(rules.values()))
+            return _recorded(changed, f"dtype: {note}", note, failed=impl)
+
+        self._change(feature, refused)
 
     def refuse_impl(
         self, feature: str, impl: str, why: str, *, how: str = "cannot be loaded"
@@ -242,40 +271,27 @@ class Fallbacks:
         their row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the
         decision's choice, the next of the order becomes the choice; where only the fallback
         would be left, the feature switches to it as a whole."""
-        decision = self.decisions[feature]
-        rest = tuple(name for name in decision.order if name != impl)
-        if impl == decision.impl and rest == (self.fallback(feature),):
-            self.switch(feature, why)
-            return
         note = f"{impl} {how} ({why}); the calls routed to it go to the next candidate"
 
         def without(order: tuple[str, ...]) -> tuple[str, ...]:
             return tuple(name for name in order if name != impl)
 
-        changed = dataclasses.replace(
-            decision,
-            impl=rest[0] if impl == decision.impl and rest else decision.impl,
-            order=rest,
-            routes=tuple(dataclasses.replace(r, order=without(r.order)) for r in decision.routes),
-            dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
-        )
-        self._record(feature, changed, note, note, failed=impl)
+        def refused(decision: Decision) -> _Change:
+            rest = without(decision.order)
+            if impl == decision.impl and rest == (self.fallback(feature),):
+                return self._switched(decision, why)
+            changed = dataclasses.replace(
+                decision,
+                impl=rest[0] if impl == decision.impl and rest else decision.impl,
+                order=rest,
+                routes=tuple(
+                    dataclasses.replace(r, order=without(r.order)) for r in decision.routes
+                ),
+                dtype_rules=tuple(rule for rule in decision.dtype_rules if rule.impl != impl),
+            )
+            return _recorded(changed, note, note, failed=impl)
 
-    def _record(
-        self, feature: str, changed: Decision, reason: str, note: str, *, failed: str
-    ) -> None:
-        """Store ``changed`` with ``reason`` and a fresh account of who serves what, and say
-        ``note`` (reporting that ``failed`` failed)."""
-        from kernelpolicy.engine.routing import serving_lines
-
-        self.note(feature, note, failed=failed)
-        kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
-        self.decisions[feature] = dataclasses.replace(
-            changed,
-            reasons=(*kept, reason, *serving_lines(changed)),
-            warnings=(*changed.warnings, note),
-        )
-        self._changed(feature)
+        self._change(feature, refused)
 
     def served_elsewhere(self, feature: str, impl: str, compiling: Compiling) -> None:
         """A call of ``impl``, whose variant is ``compiling``, was served by another candidate
@@ -304,8 +320,43 @@ class Fallbacks:
     def _note_compiling(self, feature: str, note: str) -> None:
         """A kernel variant compiling in the background, or built: a note in
         ``runtime_fallbacks`` and a reason (not a warning: nothing is wrong, and it passes)."""
-        self.note(feature, note)
-        decision = self.decisions[feature]
-        self.decisions[feature] = dataclasses.replace(
-            decision, reasons=(*decision.reasons, f"compiling: {note}")
+        self._change(
+            feature,
+            lambda decision: _Change(
+                dataclasses.replace(decision, reasons=(*decision.reasons, f"compiling: {note}")),
+                note,
+                routes=False,
+            ),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Change:
+    """One run-time change of a decision (:meth:`Fallbacks._change`).
+
+    Attributes:
+        decision: The decision after it.
+        note: What ``runtime_fallbacks`` and the host's log say of it.
+        failed: The implementation the node's daemon is told failed (None: nothing failed).
+        routes: Whether calls may route differently (``select``/``gate`` are rebuilt); False
+            where only reasons and warnings change.
+    """
+
+    decision: Decision
+    note: str
+    failed: str | None = None
+    routes: bool = True
+
+
+def _recorded(changed: Decision, reason: str, note: str, *, failed: str) -> _Change:
+    """``changed`` with ``reason``, ``note`` as a warning and a fresh account of who serves
+    what (reporting that ``failed`` failed)."""
+    from kernelpolicy.engine.routing import serving_lines
+
+    kept = tuple(line for line in changed.reasons if not line.startswith(_SERVING))
+    recorded = dataclasses.replace(
+        changed,
+        reasons=(*kept, reason, *serving_lines(changed)),
+        warnings=(*changed.warnings, note),
+    )
+    return _Change(recorded, note, failed=failed)
