@@ -226,3 +226,9 @@ MAX_BUILD_SECONDS = 900.0
 variant finds it failed ("did not build within ...") and its calls go to the fallback for the
 process, as a failed build's do (a hung JIT, a file lock another process never lets go). A cold
 Triton sampler variant took about 45 s on an H100; a build that ends later is not used."""
+MAX_RUNNING_BUILDS = 2
+"""Background builds one process runs at once (every kernel family together: the Triton
+sampler's variants, FlashInfer's JIT): the others wait their turn and start, in the order their
+first calls asked, as running ones end; their calls are served elsewhere meanwhile, as any
+call during a build is. A mixed batch can ask for a dozen variants at once, each a compiler
+that takes a core (and, built in-thread, the interpreter's lock) for about 45 s."""

@@ -9,8 +9,12 @@ ready candidate while the variant builds; later calls find it built and switch t
 that fails makes every later call of its variant raise :class:`BuildFailed`, which the engine
 treats as any call-time failure: that variant goes to its fallback for the process. So does a
 build that dies another way (``SystemExit`` in its thread) or outlasts
-:data:`~kernelpolicy.limits.MAX_BUILD_SECONDS` (a hung JIT): no variant stays "compiling" for
-ever.
+:data:`~kernelpolicy.limits.MAX_BUILD_SECONDS` (a hung JIT; counted from its first call, its
+wait for a slot included): no variant stays "compiling" for ever. At most
+:data:`~kernelpolicy.limits.MAX_RUNNING_BUILDS` background builds run at once in a process
+(:class:`Slots`); the others wait their turn, their calls served elsewhere meanwhile. A family
+may build a variant in the background another way than in the caller's (``background``: the
+Triton sampler compiles it in a child process, then loads it from Triton's cache).
 
 A variant the node's kernel cache already holds (``kernelpolicy warm`` built it there: the
 family's :class:`Cached` says so, from the cache's record,
@@ -32,7 +36,6 @@ Pure Python: importing this module imports neither torch nor a kernel library.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import threading
 import time
@@ -41,8 +44,24 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from kernelpolicy.gcpause import collector_paused
+from kernelpolicy.kernels.build_threads import EXIT_WAIT_SECONDS, SLOTS, Slots, start_thread
 from kernelpolicy.kernels.cache_lookup import NotLookedFor, on_call_path
 from kernelpolicy.limits import MAX_BUILD_SECONDS
+
+__all__ = [
+    "EXIT_WAIT_SECONDS",
+    "SLOTS",
+    "BuildFailed",
+    "BuildStats",
+    "Builds",
+    "Cached",
+    "Compiling",
+    "Done",
+    "Slots",
+    "nonblocking_form",
+    "start_thread",
+    "stats",
+]
 
 K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
@@ -100,44 +119,6 @@ class Cached(Protocol[K_contra]):
     def add(self, key: K_contra) -> None: ...
 
 
-EXIT_WAIT_SECONDS = 30.0
-"""How long a process that exits waits for the builds in flight: torch or a compiler killed in
-the middle of a call by the interpreter's shutdown aborts the process ("terminate called
-without an active exception"), so an exit lets a short build finish; a longer one is cut."""
-
-_RUNNING: set[threading.Thread] = set()
-_RUNNING_LOCK = threading.Lock()
-_EXIT_HOOK = threading.Event()  # set once _wait_at_exit is registered (once per process)
-
-
-def start_thread(run: Callable[[], None], name: str) -> None:
-    """Run ``run`` in a daemon thread (a build never keeps the process alive for long: at exit
-    it is waited for up to :data:`EXIT_WAIT_SECONDS`)."""
-
-    def tracked() -> None:
-        try:
-            run()
-        finally:
-            with _RUNNING_LOCK:
-                _RUNNING.discard(thread)
-
-    thread = threading.Thread(target=tracked, name=name, daemon=True)
-    with _RUNNING_LOCK:
-        if not _EXIT_HOOK.is_set():
-            atexit.register(_wait_at_exit)
-            _EXIT_HOOK.set()
-        _RUNNING.add(thread)
-    thread.start()
-
-
-def _wait_at_exit() -> None:
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-    for thread in running:
-        thread.join(max(0.0, deadline - time.monotonic()))
-
-
 _ALL: weakref.WeakValueDictionary[str, Builds[Any]] = weakref.WeakValueDictionary()
 
 
@@ -159,7 +140,11 @@ class Builds(Generic[K]):
     Args:
         name: The family's name, in notes and :func:`stats` (one live family per name).
         build: Builds one variant (compiles it; raises on failure). Called in a background
-            thread by :meth:`require`, in the caller's by :meth:`warm`.
+            thread by :meth:`require` (unless ``background`` is given), in the caller's by
+            :meth:`warm` and for a variant the kernel cache holds.
+        background: Builds one variant in a background thread where the kernel cache does
+            not hold it (default: ``build``): the Triton sampler's compiles it in a child
+            process, whose interpreter the compiler holds, then loads it with ``build``.
         describe: A variant in words, for notes.
         start: Runs a build in the background (``start_thread``; tests may run it inline).
         cache: Which variants the kernel cache holds: :meth:`require` builds those in the
@@ -168,6 +153,7 @@ class Builds(Generic[K]):
         deadline: Seconds a background build may take: past them a call finds its variant
             failed (:data:`~kernelpolicy.limits.MAX_BUILD_SECONDS`).
         clock: Where those seconds are read (``time.monotonic``; tests pass a fake).
+        slots: Bounds the background builds running at once (:data:`SLOTS`, the process's).
     """
 
     def __init__(
@@ -180,9 +166,13 @@ class Builds(Generic[K]):
         cache: Cached[K] | None = None,
         deadline: float = MAX_BUILD_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        background: Callable[[K], None] | None = None,
+        slots: Slots = SLOTS,
     ) -> None:
         self.name = name
         self.build = build
+        self.background = background or build
+        self._slots = slots
         self.describe = describe
         self._start = start
         self._cache = cache
@@ -226,8 +216,8 @@ class Builds(Generic[K]):
         elif starting:  # outside the lock: a build run inline (tests) takes it
             with self._lock:
                 self._began[key] = self._clock()
-            run = self._look_then_run if cached is None else self._run
-            self._start(lambda: run(key), f"kernelpolicy build: {self.name}")
+            run = self._look_then_run if cached is None else self._in_background
+            self._slots.submit(lambda: self._begin(key, run))
         with self._lock:
             if key in self._ready:
                 return
@@ -298,6 +288,23 @@ class Builds(Generic[K]):
         except Exception:  # a cache that cannot say: build in the background, as without one
             return False
 
+    def _begin(self, key: K, run: Callable[[K], None]) -> None:
+        """Start ``key``'s background build in the slot it was given (a variant failed past
+        its deadline while it waited is not built: the slot passes on)."""
+
+        def in_slot() -> None:
+            try:
+                if key in self._building:
+                    run(key)
+            finally:
+                self._slots.release()
+
+        try:
+            self._start(in_slot, f"kernelpolicy build: {self.name}")
+        except Exception as exc:  # no thread to be had: failed, not "compiling" for ever
+            self._slots.release()
+            self._ended_as(key, f"its build could not start: {type(exc).__name__}: {exc}")
+
     def _look_then_run(self, key: K) -> None:
         """A build's thread that looks for the kernel cache first: it loads ``key`` from there
         where it holds it, else builds it."""
@@ -305,7 +312,10 @@ class Builds(Generic[K]):
             with collector_paused():  # loading creates many objects: see kernelpolicy.gcpause
                 self._run(key, loading=True)
         else:
-            self._run(key)
+            self._in_background(key)
+
+    def _in_background(self, key: K) -> None:
+        self._run(key, build=self.background)
 
     def _record(self, key: K) -> None:
         if self._cache is None:
@@ -324,9 +334,11 @@ class Builds(Generic[K]):
                 return
         self._ended_as(key, f"did not build within {self._deadline:g} s (MAX_BUILD_SECONDS)")
 
-    def _run(self, key: K, *, loading: bool = False) -> None:
+    def _run(
+        self, key: K, *, loading: bool = False, build: Callable[[K], None] | None = None
+    ) -> None:
         try:
-            self.build(key)
+            (build or self.build)(key)
         except BaseException as exc:  # SystemExit from a JIT helper too: not "building" for ever
             self._ended_as(key, f"{type(exc).__name__}: {str(exc)[:300]}")
             if not isinstance(exc, Exception):
