@@ -127,10 +127,12 @@ def run(args: argparse.Namespace) -> int:
     inventory = _inventory(args)
     result = diff_fleet(
         inventory.nodes, old, new, steps=steps, skipped=inventory.skipped,
-        unreachable=inventory.unreachable,
+        unreachable=inventory.unreachable, duplicates=inventory.duplicates,
     )  # fmt: skip
     for why in inventory.unreachable:
         sys.stderr.write(f"kernelpolicy: warning: {why}\n")
+    for warning in result.warnings:
+        sys.stderr.write(f"kernelpolicy: warning: {warning.message}\n")
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:

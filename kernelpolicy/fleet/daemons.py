@@ -1,5 +1,7 @@
 """Live daemons as a fleet's inventory: each ``kernelpolicy serve``'s platform snapshot, read
-over gRPC (``GetPlatform``, the snapshot the daemon resolves for).
+over gRPC (``GetPlatform``, the snapshot the daemon resolves for), and the evidence it resolves
+with (``Resolve`` with ``include_inputs``: its inputs carry the evidence where its policies read
+any; where they read none, the node's evidence is unknown).
 
 Each daemon has its own timeout and is asked in parallel; one that does not answer (nothing
 listening, a daemon of another user behind a unix socket, a timeout, a bad snapshot) is
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import InventoryError, KernelPolicyError
+from kernelpolicy.evidence.store import Evidence, evidence_from_json
 from kernelpolicy.fleet.inventory import Inventory, Node
 from kernelpolicy.limits import (
     DAEMON_TIMEOUT_SECONDS,
@@ -62,25 +65,42 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
     return addresses
 
 
-def _snapshot(address: str, timeout: float, credentials: Any) -> Platform:
+def _snapshot(address: str, timeout: float, credentials: Any) -> tuple[str, Evidence | None]:
+    """The daemon's platform snapshot (JSON) and its evidence (``None``: it read none)."""
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
 
     with connect(
         address, timeout=timeout, connect_timeout=timeout, credentials=credentials
     ) as client:
         text = client.platform_json()
+        # The raw answer: only its inputs' evidence is wanted, not a Resolution rebuilt here.
+        inputs = client._call("Resolve", pb.ResolveRequest(include_inputs=True)).inputs
     if len(text) > MAX_PLATFORM_FILE_BYTES:
         raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")
-    return Platform.from_dict(parse_json(text, address, _fail), source=address)
+    evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
+    return text, evidence
 
 
-def _ask(address: str, timeout: float, credentials: Any) -> Node | str:
-    """The daemon's node, or why it gave none (a message naming the address)."""
+def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str] | str:
+    """The daemon's node and its snapshot's text, or why it gave none (naming the address)."""
     try:
-        return Node.of(address, _snapshot(address, timeout, credentials))
+        text, evidence = _snapshot(address, timeout, credentials)
+        platform = Platform.from_dict(parse_json(text, address, _fail), source=address)
+        return Node.of(address, platform, evidence), text
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"
+
+
+def same_daemons(answers: Sequence[tuple[Node, str]]) -> tuple[tuple[str, ...], ...]:
+    """Addresses that answered with one snapshot, identity and GPU UUIDs included: one daemon
+    given twice (by its unix socket and TCP port, or two names of one host)."""
+    by_snapshot: dict[str, list[str]] = {}
+    for node, text in answers:
+        if node.identity is not None:  # without one, two bare nodes can look alike
+            by_snapshot.setdefault(text, []).append(node.name)
+    return tuple(tuple(names) for names in by_snapshot.values() if len(names) > 1)
 
 
 def load_daemons(
@@ -93,15 +113,18 @@ def load_daemons(
 
     Returns:
         The nodes of the daemons that answered; ``unreachable`` names each that did not, and
-        why.
+        why; ``duplicates`` the addresses that answered for one node.
 
     Raises:
         InventoryError: No daemon answered (every address and why in the message).
     """
     with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(addresses)) or 1) as pool:
         answers = list(pool.map(lambda address: _ask(address, timeout, credentials), addresses))
-    nodes = tuple(a for a in answers if isinstance(a, Node))
+    answered = [a for a in answers if not isinstance(a, str)]
     unreachable = tuple(a for a in answers if isinstance(a, str))
-    if not nodes:
+    if not answered:
         raise _fail("no daemon answered:\n  " + "\n  ".join(unreachable))
-    return Inventory(", ".join(addresses), nodes, unreachable=unreachable)
+    nodes = tuple(node for node, _ in answered)
+    return Inventory(
+        ", ".join(addresses), nodes, unreachable=unreachable, duplicates=same_daemons(answered)
+    )

@@ -2,8 +2,9 @@
 engine setting that changes, and how many nodes each change reaches.
 
 Nodes are deduplicated first: a class is everything a decision can read (vendor, devices
-without their UUIDs and bus addresses, driver, torch, libraries, environment), and within a
-class the nodes differ only in their rollout cohorts. Each (class, cohorts) group is resolved
+without their UUIDs and bus addresses, driver, torch, libraries, environment, the node's stored
+evidence where the inventory has it), and within a class the nodes differ only in their
+rollout cohorts. Each (class, cohorts) group is resolved
 once per policy set, so 10,000 nodes of a dozen kinds cost a few dozen resolutions.
 """
 
@@ -17,7 +18,15 @@ from kernelpolicy.bridge import engine_settings
 from kernelpolicy.digest import sha256
 from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.evidence.store import Evidence
+from kernelpolicy.fleet.evidence import evidence_summary, resolve_evidence, verified
 from kernelpolicy.fleet.inventory import Node
+from kernelpolicy.fleet.notices import (
+    FleetWarning,
+    evidence_warning,
+    identity_warnings,
+    same_daemon_warning,
+)
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.rollout import Cohort, CompiledRollout
@@ -86,6 +95,7 @@ class FleetDiff:
     rollouts: list[RolloutSteps]
     skipped: tuple[str, ...] = ()
     unreachable: tuple[str, ...] = ()  # daemons that did not answer, each message names it
+    warnings: tuple[FleetWarning, ...] = ()  # where the counts may not be what the fleet does
 
     @property
     def changed(self) -> bool:
@@ -106,6 +116,7 @@ class FleetDiff:
             "changed_nodes": self.changed_nodes,
             "skipped_nodes": list(self.skipped),
             "unreachable_daemons": list(self.unreachable),
+            "warnings": [w.to_dict() for w in self.warnings],
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in self.totals()],
             "classes": [_class_dict(cls) for cls in self.classes],
             "rollouts": [
@@ -180,14 +191,15 @@ class _Resolver:
         self.engines = engines
         self.cache: dict[Group, Outcome] = {}
 
-    def outcome(self, group: Group, platform: Platform) -> Outcome:
+    def outcome(self, group: Group, platform: Platform, evidence: Evidence | None) -> Outcome:
+        """``evidence``: the group's class's (one per class, see :func:`_class_of`)."""
         found = self.cache.get(group)
         if found is None:
-            found = self.cache[group] = self._compute(platform)
+            found = self.cache[group] = self._compute(platform, evidence)
         return found
 
-    def _compute(self, platform: Platform) -> Outcome:
-        resolution = resolve_policies(platform, platform.env, self.policies)
+    def _compute(self, platform: Platform, evidence: Evidence | None) -> Outcome:
+        resolution = resolve_policies(platform, platform.env, self.policies, evidence=evidence)
         out: Outcome = {("decision", n): _decided(resolution, n) for n in resolution.decisions}
         for engine in self.engines:
             settings = engine_settings(resolution, engine, platform.env)
@@ -229,27 +241,50 @@ def _changes(old: Outcome, new: Outcome) -> list[Change]:
     ]
 
 
+def _class_of(platform: Platform, evidence: Evidence | None) -> tuple[str, str]:
+    """The class key and summary of a node: its platform's, and the evidence it decides with
+    where that has entries (evidence without any decides as none, and keeps the key)."""
+    key, text = class_key(platform), summary(platform)
+    if evidence is not None and evidence.entries:
+        entries = sorted(
+            (f, i, e.passed, *e.dtypes_passed) for (f, i), e in evidence.entries.items()
+        )
+        key += json.dumps(entries)
+        text += f"; {evidence_summary(evidence)}"
+    return key, text
+
+
 @dataclass
 class _Fleet:
-    """The nodes deduplicated: classes, and per node its class and identity."""
+    """The nodes deduplicated: classes (each with the evidence its nodes decide with), per
+    node its class and identity, and the nodes whose evidence is unknown."""
 
     summaries: list[ClassDiff]
     members: list[tuple[int, str | None, Platform, str]]  # per node: class, identity, it, name
+    evidence: list[Evidence | None] = field(default_factory=list)  # per class
+    unknown: list[str] = field(default_factory=list)  # nodes whose evidence is unknown
 
     @classmethod
-    def build(cls, nodes: Iterable[Node]) -> _Fleet:
+    def build(cls, nodes: Iterable[Node], old: PolicySet, new: PolicySet) -> _Fleet:
         index: dict[str, int] = {}
         fleet = cls([], [])
         for node in nodes:
-            key = class_key(node.platform)
+            evidence = resolve_evidence(node.evidence, old, new)
+            if evidence is None:
+                fleet.unknown.append(node.name)
+            key, text = _class_of(node.platform, evidence)
             number = index.get(key)
             if number is None:
                 number = index[key] = len(fleet.summaries)
                 digest = sha256(key.encode()).hexdigest()[:10]
-                fleet.summaries.append(ClassDiff(digest, summary(node.platform)))
+                fleet.summaries.append(ClassDiff(digest, text))
+                fleet.evidence.append(evidence)
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
         return fleet
+
+    def outcome(self, resolver: _Resolver, group: Group, platform: Platform) -> Outcome:
+        return resolver.outcome(group, platform, self.evidence[group[0]])
 
     def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[list[int], Platform]]:
         """(class, cohorts) -> its nodes (indices into ``members``) and one of them as a
@@ -279,6 +314,7 @@ def diff_fleet(
     steps: Sequence[float] = DEFAULT_STEPS,
     skipped: Sequence[str] = (),
     unreachable: Sequence[str] = (),
+    duplicates: Sequence[Sequence[str]] = (),
 ) -> FleetDiff:
     """Compare ``old`` and ``new`` over ``nodes``.
 
@@ -290,13 +326,16 @@ def diff_fleet(
             always counted).
         skipped: Node names the inventory skipped, reported as such.
         unreachable: Daemons of the inventory that did not answer, reported as such.
+        duplicates: Addresses that answered for one node (``Inventory.duplicates``), warned of.
     """
-    fleet = _Fleet.build(nodes)
+    fleet = _Fleet.build(nodes, old, new)
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
     before, after = _Resolver(old), _Resolver(new)
     changed: set[int] = set()
     for group, (members, platform) in fleet.groups(placed).items():
-        found = _changes(before.outcome(group, platform), after.outcome(group, platform))
+        found = _changes(
+            fleet.outcome(before, group, platform), fleet.outcome(after, group, platform)
+        )
         cls = fleet.summaries[group[0]]
         for change in found:
             cls.changes[change] = cls.changes.get(change, 0) + len(members)
@@ -308,8 +347,23 @@ def diff_fleet(
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
     return FleetDiff(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
-        counted, tuple(skipped), tuple(unreachable),
+        counted, tuple(skipped), tuple(unreachable), _warnings(fleet, old, new, duplicates),
     )  # fmt: skip
+
+
+def _warnings(
+    fleet: _Fleet, old: PolicySet, new: PolicySet, duplicates: Sequence[Sequence[str]]
+) -> tuple[FleetWarning, ...]:
+    """Where the counts may not be what the fleet does: identities matter only to a rollout,
+    evidence only to a ``verified = true`` candidate."""
+    total = len(fleet.members)
+    found = same_daemon_warning(duplicates)
+    if rollouts(old) or rollouts(new):
+        again = {name for group in duplicates for name in group[1:]}  # counted once here
+        members = [(name, identity) for _, identity, _, name in fleet.members if name not in again]
+        found += identity_warnings(members, total)
+    found += evidence_warning(fleet.unknown, total, verified(old, new))
+    return tuple(found)
 
 
 def _steps(
@@ -328,7 +382,7 @@ def _steps(
         reached = sum(
             len(members)
             for group, (members, platform) in groups.items()
-            if resolver.outcome(group, platform)[("decision", feature)] == impl
+            if fleet.outcome(resolver, group, platform)[("decision", feature)] == impl
         )
         counted.append((percent, reached))
     return RolloutSteps(feature, impl, rollout.percent, tuple(counted))

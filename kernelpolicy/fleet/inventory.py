@@ -9,7 +9,11 @@ Three shapes are read (each bounded before a JSON parser sees it):
   platform is rebuilt from the labels ``kernelpolicy labels`` wrote
   (:mod:`kernelpolicy.labels`), its identity from the ``node.identity`` label: a labelled node
   without one had none where it was probed, and is in no partial rollout there, whatever its
-  ``status.nodeInfo.machineID``. Nodes without kernelpolicy's labels are skipped and counted.
+  ``status.nodeInfo.machineID``; its evidence from the ``verified.*`` labels
+  (:class:`~kernelpolicy.fleet.evidence.LabelEvidence`). Nodes without kernelpolicy's labels
+  are skipped and counted.
+
+A snapshot carries no evidence: such a node's is unknown (``Node.evidence`` is ``None``).
 
 A bad snapshot is one :class:`~kernelpolicy.errors.PlatformFileError` naming its file.
 """
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import InventoryError, PlatformFileError
+from kernelpolicy.fleet.evidence import LabelEvidence, NodeEvidence
 from kernelpolicy.labels import PREFIX, version_of_value
 from kernelpolicy.limits import (
     MAX_INVENTORY_FILE_BYTES,
@@ -44,27 +49,31 @@ class Node:
     """One node of the inventory: its name, what it is, and its identity.
 
     Nodes of one kind may share one ``platform`` (its ``machine_id`` then unset); ``identity``
-    is the node's own (what its rollout cohorts are hashed from).
+    is the node's own (what its rollout cohorts are hashed from); ``evidence`` is what its
+    ``verified = true`` candidates are decided with, ``None`` where the inventory does not know.
     """
 
     name: str
     platform: Platform
     identity: str | None
+    evidence: NodeEvidence = None
 
     @classmethod
-    def of(cls, name: str, platform: Platform) -> Node:
-        return cls(name, platform, platform.identity)
+    def of(cls, name: str, platform: Platform, evidence: NodeEvidence = None) -> Node:
+        return cls(name, platform, platform.identity, evidence)
 
 
 @dataclass(frozen=True)
 class Inventory:
-    """The nodes read, where from, the Node objects skipped (no kernelpolicy labels) and the
-    daemons that did not answer (each message names its address)."""
+    """The nodes read, where from, the Node objects skipped (no kernelpolicy labels), the
+    daemons that did not answer (each message names its address) and the addresses that
+    answered for one node (one daemon given twice)."""
 
     source: str
     nodes: tuple[Node, ...]
     skipped: tuple[str, ...] = ()
     unreachable: tuple[str, ...] = ()
+    duplicates: tuple[tuple[str, ...], ...] = ()
 
 
 def _fail(message: str) -> InventoryError:
@@ -143,7 +152,12 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
             skipped.append(name)
             continue
         # As its daemon decided: the label is the identity the probe found, none without it.
-        nodes.append(Node(name, platform, identity if is_app_specific_id(identity) else None))
+        nodes.append(
+            Node(
+                name, platform, identity if is_app_specific_id(identity) else None,
+                LabelEvidence.of(labels),
+            )
+        )  # fmt: skip
     return Inventory(source, tuple(nodes), tuple(skipped))
 
 

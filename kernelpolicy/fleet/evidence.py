@@ -1,0 +1,100 @@
+"""Each node's stored conformance evidence as ``diff`` needs it: what ``verified = true``
+candidates are decided with on that node, exactly as its daemon decides them.
+
+Where it comes from depends on the inventory:
+
+* a live daemon sends the evidence it resolves with (``Resolve`` with ``include_inputs``);
+* a labelled Node carries ``verified.<feature>.<impl>=true|false``, written by its daemon from
+  the store it read (:func:`kernelpolicy.labels.node_labels`), read here as :class:`LabelEvidence`;
+* a platform snapshot carries none: the node's evidence is unknown (``None``), and ``diff``
+  says so rather than deciding as if nothing were verified there without a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kernelpolicy.evidence.store import Evidence, EvidenceEntry
+from kernelpolicy.labels import PREFIX, label_name
+from kernelpolicy.policy.compiled import PolicySet
+
+__all__ = ["LabelEvidence", "NodeEvidence", "evidence_summary", "resolve_evidence", "verified"]
+
+_VERIFIED = "verified."
+
+
+@dataclass(frozen=True)
+class LabelEvidence:
+    """The ``verified.*`` labels of one Node (name without the prefix -> ``true``/``false``).
+
+    Which feature and implementation a label names is read against the policies compared
+    (:meth:`evidence`): a label name joins both with dots, and either may hold dots.
+    """
+
+    labels: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str], prefix: str = PREFIX) -> LabelEvidence:
+        start = f"{prefix}/{_VERIFIED}"
+        found = ((k[len(prefix) + 1 :], v) for k, v in labels.items() if k.startswith(start))
+        return cls(tuple(sorted(found)))
+
+    def evidence(self, pairs: Iterable[tuple[str, str]]) -> Evidence:
+        """The entries of the (feature, impl) ``pairs`` these labels name."""
+        values = dict(self.labels)
+        entries: dict[tuple[str, str], EvidenceEntry] = {}
+        for feature, impl in pairs:
+            name = label_name(f"{_VERIFIED}{feature}.{impl}")
+            if name in values:
+                passed = values[name] == "true"
+                entries[(feature, impl)] = EvidenceEntry(
+                    passed, "", "as the node's label says", f"label {PREFIX}/{name}"
+                )
+        return Evidence("labels", entries)
+
+
+NodeEvidence = Evidence | LabelEvidence | None
+"""A node's evidence as its inventory has it; ``None``: unknown (a snapshot carries none)."""
+
+
+def _pairs(*sets: PolicySet) -> list[tuple[str, str]]:
+    return sorted({(n, c.impl) for p in sets for n, f in p.features.items() for c in f.candidates})
+
+
+def verified(*sets: PolicySet) -> list[str]:
+    """``feature/impl`` of every ``verified = true`` candidate of ``sets``, sorted: the
+    decisions that depend on a node's evidence."""
+    return sorted(
+        {
+            f"{name}/{c.impl}"
+            for policies in sets
+            for name, feature in policies.features.items()
+            for c in feature.candidates
+            if c.spec.verified
+        }
+    )
+
+
+def resolve_evidence(found: NodeEvidence, old: PolicySet, new: PolicySet) -> Evidence | None:
+    """The evidence a node's daemon resolves with, or ``None`` where it is unknown.
+
+    A labelled node's labels are its daemon's store only where the daemon read the store: its
+    policies (``old``, the ones the fleet runs) needed evidence. Without, no label is written
+    whatever the store holds, so the node's evidence is unknown.
+    """
+    if isinstance(found, LabelEvidence):
+        return found.evidence(_pairs(old, new)) if old.needs_evidence else None
+    return found
+
+
+def evidence_summary(evidence: Evidence | None) -> str:
+    """``verified fleet.a/fast; failed verify fleet.b/x``, or ``""`` without entries."""
+    if evidence is None:
+        return ""
+    passed = [f"{f}/{i}" for (f, i), e in sorted(evidence.entries.items()) if e.passed]
+    failed = [f"{f}/{i}" for (f, i), e in sorted(evidence.entries.items()) if not e.passed]
+    parts = ([f"verified {', '.join(passed)}"] if passed else []) + (
+        [f"failed verify {', '.join(failed)}"] if failed else []
+    )
+    return "; ".join(parts)
