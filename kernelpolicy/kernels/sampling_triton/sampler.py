@@ -18,6 +18,7 @@ from kernelpolicy.kernels.builds import Builds, start_thread
 from kernelpolicy.kernels.cache_lookup import kernel_cache
 from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, preload, replay, variants
 from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
+from kernelpolicy.kernels.sampling_triton.child import CannotStart, Child, task_of
 from kernelpolicy.kernels.sampling_triton.draws import Draws
 from kernelpolicy.kernels.sampling_triton.failures import Failures
 from kernelpolicy.kernels.sampling_triton.jit import Kernels
@@ -110,6 +111,9 @@ class Sampler:
         cache: The record of the node's kernel cache in use, or None (``builds.kernel_cache``):
             a variant recorded there is built in the calling thread (a cache read), and each
             variant built is recorded (``cached.py``).
+        child: How a background build compiles a variant in a child process before ``build``
+            loads it from Triton's cache (``child.py``: CUDA variants, with the package's
+            kernels); None: every background build compiles in its thread.
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class Sampler:
         start: Callable[[Callable[[], None], str], None] = start_thread,
         name: str = "triton sampler",
         cache: Callable[[], BuiltRecord | None] = kernel_cache,
+        child: Child | None = Child(),  # noqa: B008  # frozen: one shared value is safe
     ) -> None:
         self.tuning = tuning or Tuning()
         self.kernels = kernels or Kernels()
@@ -134,12 +139,15 @@ class Sampler:
         self.graphs: graphs.GraphCache[replay.Graph] = graphs.GraphCache()
         self.scratch = ScratchCache(self.tuning)
         self.cached = CachedVariants(self.tuning, self.kernels, cache)
+        self.child = child
+        self._build = build
         self.builds: Builds[Variant] = Builds(
             name,
             lambda variant: build(self, variant),
             describe=Variant.describe,
             start=start,
             cache=self.cached,
+            background=self._background,
         )
 
     def __repr__(self) -> str:
@@ -208,6 +216,16 @@ class Sampler:
             The variants that failed to build, with why (their calls go to the fallback).
         """
         return self.builds.warm(wanted)
+
+    def _background(self, variant: Variant) -> None:
+        """A background build: compiled in a child process where one can build it
+        (``child.py``), then loaded here from Triton's cache by ``build``; else compiled here."""
+        child = self.child
+        if child is not None and child.takes(variant) and self.kernels == Kernels():
+            # no process to be had (CannotStart): the thread compiles it, as before
+            with contextlib.suppress(CannotStart):
+                child.compile(task_of(self.tuning, variant))
+        self._build(self, variant)
 
     def _run(self, call: Call, generators: Generators) -> torch.Tensor:
         """The kernels, on the logits as they are, or as float32 once their dtype failed."""
