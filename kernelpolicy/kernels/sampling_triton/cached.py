@@ -5,9 +5,12 @@ A variant is recorded (``kernel_cache.BuiltRecord``) under a description of ever
 own cache key depends on that a process can know without compiling: the variant (dtypes, paths,
 vocabulary, group size), the device's kind (name and compute capability, not its index: a
 worker on ``cuda:3`` reads what warm built on ``cuda:0``), the sampler's tuning (the kernels'
-constants), the kernel sources, and the Triton and torch versions. A change to any of them is a
-miss, so a recorded variant is one whose kernels Triton finds in its cache: its build costs a
-cache read. Only a sampler with the package's own kernels (not a test's spies) is recorded.
+constants), the kernel sources, the Triton and torch versions, and what Triton's key reads from
+the process (:func:`triton_environment`: its cache-invalidating environment variables, the
+variables its compile options and ptxas come from, the ptxas binaries and libtriton's build).
+A change to any of them is a miss, so a recorded variant is one whose kernels Triton finds in
+its cache: its build costs a cache read. Only a sampler with the package's own kernels (not a
+test's spies) is recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ if TYPE_CHECKING:
     from kernelpolicy.kernel_cache import BuiltRecord
 
 FAMILY = "triton sampler"
+OPTIONS_ENV = ("PTXAS_OPTIONS", "TRITON_LIBDEVICE_PATH", "TRITON_MOCK_PTX_VERSION")
+"""Variables in Triton's key that are not among its cache-invalidating ones: its compile
+options' hash holds ``PTXAS_OPTIONS`` and the libdevice file's digest, its CUDA backend's hash
+the ptxas version, which ``TRITON_MOCK_PTX_VERSION`` replaces (triton 3.9:
+``triton/knobs.py`` ``nvidia_knobs``, ``triton/backends/nvidia/compiler.py`` ``CUDAOptions``,
+``get_ptxas_version``)."""
+PTXAS_ENV = {"ptxas": "TRITON_PTXAS_PATH", "ptxas-blackwell": "TRITON_PTXAS_BLACKWELL_PATH"}
+"""The ptxas binaries Triton runs (``ptxas-blackwell`` from sm90 on) -> the variable naming
+another; Triton falls back to the one in its package (``knobs.env_nvidia_tool``)."""
 
 
 @functools.cache
@@ -53,6 +65,50 @@ def device_kind(device: str) -> str:
     return f"{properties.name} sm{properties.major}{properties.minor}"
 
 
+def triton_environment() -> dict[str, object]:
+    """What Triton's own cache key (``triton/runtime/cache.py`` ``get_cache_key``) reads from
+    this process beyond the kernel and its version, as cheaply as a first call allows (no
+    file is read, no tool run):
+
+    - its cache-invalidating environment variables, those set (``get_cache_invalidating_env_vars``
+      of ``triton/_C/libtriton``, which ``triton/compiler/compiler.py`` hashes into every key);
+    - :data:`OPTIONS_ENV`;
+    - the ptxas binaries (:data:`PTXAS_ENV`) and the libdevice file named, by path, size and
+      modification time: the ptxas version (a CUDA toolkit) is in the backend's hash, but
+      asking it means running ptxas;
+    - libtriton's build (its size and modification time; Triton hashes the whole file).
+    """
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    named = (*PTXAS_ENV.values(), "TRITON_LIBDEVICE_PATH")
+    files = [str(bundled / name) for name in PTXAS_ENV]
+    files += [os.environ[name] for name in named if name in os.environ]
+    return {
+        "invalidating": _invalidating_env(),
+        "options": {name: os.environ[name] for name in OPTIONS_ENV if name in os.environ},
+        "files": [_stamp(file) for file in files],
+        "libtriton": preload._library_stamp(),
+    }
+
+
+def _invalidating_env() -> dict[str, str] | None:
+    """Triton's cache-invalidating variables that are set, by the list libtriton keeps (None:
+    a Triton without it, whose version in the key stands for it)."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:
+        return None
+    return dict(sorted(get_cache_invalidating_env_vars().items()))
+
+
+def _stamp(path: str) -> str:
+    """``path``'s size and modification time (``-``: nothing there)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return f"{path}:-"
+    return f"{path}:{info.st_size}:{info.st_mtime_ns}"
+
+
 def describe(tuning: Tuning, variant: Variant) -> str:
     """What the variant is recorded under (JSON, stable: sorted keys)."""
     has_k, has_p, p_rows = variant.rows
@@ -68,6 +124,7 @@ def describe(tuning: Tuning, variant: Variant) -> str:
             "tuning": repr(tuning),
             "sources": sources_digest(),
             "triton": triton.__version__,
+            "triton_environment": triton_environment(),
             "torch": torch.__version__,
             "interpreted": os.environ.get("TRITON_INTERPRET", ""),
         },
