@@ -71,8 +71,8 @@ def identity_warnings(members: Sequence[tuple[str, str | None]], total: int) -> 
     if bare:
         found.append(FleetWarning(Concern.NO_IDENTITY, len(bare), tuple(bare), (
             f"{_of(len(bare), total)} {'has' if len(bare) == 1 else 'have'} no identity (no "
-            f"machine ID, no GPU UUID: {_some(bare)}): they are in no partial rollout, so "
-            "every rollout step leaves them out and 100% takes them all at once; give each "
+            f"machine ID, no GPU UUID: {_some(bare)}): a node without one is in no partial "
+            "rollout, so every step leaves these out and 100% takes them all at once; give each "
             "node an /etc/machine-id that the daemon reads, or GPUs whose UUIDs its probe reads"
         )))  # fmt: skip
     by_identity: dict[str, list[str]] = {}
