@@ -10,7 +10,6 @@ once per policy set, so 10,000 nodes of a dozen kinds cost a few dozen resolutio
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -19,7 +18,8 @@ from kernelpolicy.digest import sha256
 from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.evidence.store import Evidence
-from kernelpolicy.fleet.evidence import evidence_summary, resolve_evidence, verified
+from kernelpolicy.fleet.classes import class_of
+from kernelpolicy.fleet.evidence import resolve_evidence, verified
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
@@ -36,7 +36,6 @@ __all__ = ["ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_
 ENGINES = ("vllm", "sglang")
 """The engines whose settings are compared."""
 DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
-_PER_NODE_KEYS = frozenset({"uuid", "unique_id", "pci_bus_id", "physical_index", "kfd_node"})
 _UNSET = "(unset)"
 
 Outcome = dict[tuple[str, str], str]  # (kind, name) -> value, for one node kind and cohorts
@@ -147,32 +146,6 @@ def _class_dict(cls: ClassDiff) -> dict[str, object]:
     }
 
 
-def class_key(platform: Platform) -> str:
-    """Everything about ``platform`` that a decision can read, as canonical JSON: two nodes of
-    one key differ only in identity (machine ID, GPU UUIDs, bus addresses) and probe messages."""
-    data = platform.to_dict()
-    data.pop("machine_id", None)
-    data.pop("probe_errors", None)
-    data["devices"] = [
-        {k: v for k, v in device.items() if k not in _PER_NODE_KEYS} for device in data["devices"]
-    ]
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def summary(platform: Platform) -> str:
-    """``nvidia sm_90 NVIDIA H100 80GB HBM3 x8, driver 570.133.20, torch 2.9.1+cu128``."""
-    device = platform.primary
-    parts: list[str] = [platform.vendor]
-    if device is not None:
-        parts.append(f"{device.arch} {device.name} x{len(platform.devices)}")
-    text = " ".join(parts)
-    if platform.driver.version:
-        text += f", driver {platform.driver.version}"
-    if platform.torch.version:
-        text += f", torch {platform.torch.version}"
-    return text
-
-
 def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
     """(feature, impl, rollout) of every candidate rolled out in stages, in policy order."""
     return [
@@ -192,7 +165,7 @@ class _Resolver:
         self.cache: dict[Group, Outcome] = {}
 
     def outcome(self, group: Group, platform: Platform, evidence: Evidence | None) -> Outcome:
-        """``evidence``: the group's class's (one per class, see :func:`_class_of`)."""
+        """``evidence``: the group's class's (one per class, see :func:`.class_of`)."""
         found = self.cache.get(group)
         if found is None:
             found = self.cache[group] = self._compute(platform, evidence)
@@ -241,19 +214,6 @@ def _changes(old: Outcome, new: Outcome) -> list[Change]:
     ]
 
 
-def _class_of(platform: Platform, evidence: Evidence | None) -> tuple[str, str]:
-    """The class key and summary of a node: its platform's, and the evidence it decides with
-    where that has entries (evidence without any decides as none, and keeps the key)."""
-    key, text = class_key(platform), summary(platform)
-    if evidence is not None and evidence.entries:
-        entries = sorted(
-            (f, i, e.passed, *e.dtypes_passed) for (f, i), e in evidence.entries.items()
-        )
-        key += json.dumps(entries)
-        text += f"; {evidence_summary(evidence)}"
-    return key, text
-
-
 @dataclass
 class _Fleet:
     """The nodes deduplicated: classes (each with the evidence its nodes decide with), per
@@ -272,7 +232,7 @@ class _Fleet:
             evidence = resolve_evidence(node.evidence, old, new)
             if evidence is None:
                 fleet.unknown.append(node.name)
-            key, text = _class_of(node.platform, evidence)
+            key, text = class_of(node.platform, evidence)
             number = index.get(key)
             if number is None:
                 number = index[key] = len(fleet.summaries)
