@@ -65,6 +65,7 @@ class ClassDiff:
         nodes: The node names of the class.
         changes: Each change and the number of the class's nodes it reaches.
         changed: The names of the class's nodes that some change reaches, in inventory order.
+        reached: Each change and the names of the class's nodes it reaches, in inventory order.
     """
 
     key: str
@@ -72,6 +73,7 @@ class ClassDiff:
     nodes: list[str] = field(default_factory=list)
     changes: dict[Change, int] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)
+    reached: dict[Change, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,15 +110,24 @@ class FleetDiff:
                 counts[change] = counts.get(change, 0) + count
         return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
+    def reached(self) -> dict[Change, list[str]]:
+        """Each change and the names of the nodes it reaches, class by class."""
+        names: dict[Change, list[str]] = {}
+        for cls in self.classes:
+            for change, reached in cls.reached.items():
+                names.setdefault(change, []).extend(reached)
+        return names
+
     def to_dict(self) -> dict[str, object]:
-        share = _share(self.nodes)
+        share, reached, totals = _share(self.nodes), self.reached(), self.totals()
         return {
             "nodes": self.nodes,
             "changed_nodes": self.changed_nodes,
             "skipped_nodes": list(self.skipped),
             "unreachable_daemons": list(self.unreachable),
             "warnings": [w.to_dict() for w in self.warnings],
-            "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in self.totals()],
+            "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
+            "nodes_by_change": [{**c.to_dict(), "node_names": reached[c]} for c, _ in totals],
             "classes": [_class_dict(cls) for cls in self.classes],
             "rollouts": [
                 {
@@ -142,6 +153,9 @@ def _class_dict(cls: ClassDiff) -> dict[str, object]:
         "changed_nodes": list(cls.changed),
         "changes": [
             {**c.to_dict(), "nodes": n, "share": share(n)} for c, n in sorted(cls.changes.items())
+        ],
+        "nodes_by_change": [
+            {**c.to_dict(), "node_names": cls.reached[c]} for c in sorted(cls.changes)
         ],
     }
 
@@ -292,6 +306,7 @@ def diff_fleet(
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
     before, after = _Resolver(old), _Resolver(new)
     changed: set[int] = set()
+    reached: dict[tuple[int, Change], list[int]] = {}  # (class, change) -> its nodes
     for group, (members, platform) in fleet.groups(placed).items():
         found = _changes(
             fleet.outcome(before, group, platform), fleet.outcome(after, group, platform)
@@ -299,11 +314,15 @@ def diff_fleet(
         cls = fleet.summaries[group[0]]
         for change in found:
             cls.changes[change] = cls.changes.get(change, 0) + len(members)
+            reached.setdefault((group[0], change), []).extend(members)
         if found:
             changed.update(members)
     for index in sorted(changed):  # in inventory order
         number, _, _, name = fleet.members[index]
         fleet.summaries[number].changed.append(name)
+    for (number, change), indices in reached.items():
+        names = [fleet.members[index][3] for index in sorted(indices)]
+        fleet.summaries[number].reached[change] = names
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
     return FleetDiff(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
