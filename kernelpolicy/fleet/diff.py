@@ -19,7 +19,7 @@ from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.fleet.classes import class_of
-from kernelpolicy.fleet.evidence import resolve_evidence, verified
+from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
@@ -242,8 +242,15 @@ class _Fleet:
     def build(cls, nodes: Iterable[Node], old: PolicySet, new: PolicySet) -> _Fleet:
         index: dict[str, int] = {}
         fleet = cls([], [])
+        labelled: dict[LabelEvidence, Evidence | None] = {}  # nodes of a kind share their labels
         for node in nodes:
-            evidence = resolve_evidence(node.evidence, old, new)
+            found = node.evidence
+            if isinstance(found, LabelEvidence):
+                if found not in labelled:
+                    labelled[found] = resolve_evidence(found, old, new)
+                evidence = labelled[found]
+            else:
+                evidence = resolve_evidence(found, old, new)
             if evidence is None:
                 fleet.unknown.append(node.name)
             key, text = class_of(node.platform, evidence)

@@ -138,7 +138,9 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
         raise _fail(f"{source}: {len(items)} nodes is over MAX_INVENTORY_NODES")
     nodes: list[Node] = []
     skipped: list[str] = []
-    kinds: dict[tuple[tuple[str, str], ...], Platform | None] = {}  # one Platform per label set
+    # One Platform and one LabelEvidence per label set (identity aside): nodes of a kind share them.
+    kinds: dict[tuple[tuple[str, str], ...], Platform | None] = {}
+    evidence: dict[tuple[tuple[str, str], ...], LabelEvidence] = {}
     for index, item in enumerate(items):
         name, labels = _node_parts(item, f"{source}: items[{index}]")
         identity = labels.get(_IDENTITY_LABEL, "")
@@ -147,6 +149,7 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
             kinds[key] = platform_from_labels(
                 dict(key), source=f"{source}: items[{index}] ({name})"
             )
+            evidence[key] = LabelEvidence.of(labels)
         platform = kinds[key]
         if platform is None:
             skipped.append(name)
@@ -155,7 +158,7 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
         nodes.append(
             Node(
                 name, platform, identity if is_app_specific_id(identity) else None,
-                LabelEvidence.of(labels),
+                evidence[key],
             )
         )  # fmt: skip
     return Inventory(source, tuple(nodes), tuple(skipped))
