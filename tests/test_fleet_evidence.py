@@ -126,25 +126,30 @@ def test_nodes_decide_with_their_own_evidence(
 @pytest.fixture
 def daemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """Daemons on H100: 'passed' with fastv verified in its store, 'bare' with an empty store
-    (both serving NEW), 'plain' serving policies that read no evidence."""
+    (both serving OLD, as a fleet before the change), 'plain' serving policies that read no
+    evidence."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # the daemons' default cache dir is under it
     sets = {}
-    for name, text in (("new", NEW), ("plain", PLAIN)):
+    for name, text in (("old", OLD), ("new", NEW), ("plain", PLAIN)):
         (tmp_path / name).mkdir(mode=0o755)
         (tmp_path / name / "p.toml").write_text(text)
         sets[name] = tmp_path / name
     root = Path(f"/tmp/kp-ev-{tmp_path.name[-12:]}")  # short: a socket path holds 107 bytes
     result = {"feature": PAIR[0], "impl": PAIR[1], "status": "passed", "checks": []}
     store_evidence(load_platform(H100), [result], "2026-11-27", home / ".cache" / "kernelpolicy")
-    with serve(root / "p", H100, [sets["new"]]) as passed:
+    node = {}  # each daemon its own node: one snapshot would be one daemon given thrice
+    for name in ("p", "b", "c"):
+        node[name] = tmp_path / f"{name}.json"
+        node[name].write_text(_platform({"p": "a", "b": "b", "c": "c"}[name]).to_json())
+    with serve(root / "p", node["p"], [sets["old"]]) as passed:
         bare_home = tmp_path / "bare"
         bare_home.mkdir()
         monkeypatch.setenv("HOME", str(bare_home))
         with (
-            serve(root / "b", H100, [sets["new"]]) as bare,
-            serve(root / "c", H100, [sets["plain"]]) as plain,
+            serve(root / "b", node["b"], [sets["old"]]) as bare,
+            serve(root / "c", node["c"], [sets["plain"]]) as plain,
         ):
             yield {"passed": passed.address, "bare": bare.address, "plain": plain.address}
     for name in ("p", "b", "c"):
@@ -155,8 +160,6 @@ def daemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
 
 
 def _diff_daemons(tmp_path: Path, addresses: str, capsys: Any) -> tuple[Any, str]:
-    (tmp_path / "old").mkdir(mode=0o755)
-    (tmp_path / "old" / "p.toml").write_text(OLD)
     code = main(["diff", "--policies", str(tmp_path / "old"), "--against",
                  str(tmp_path / "new"), "--daemons", addresses, "--json"])  # fmt: skip
     out, err = capsys.readouterr()
@@ -169,12 +172,15 @@ def test_daemons_send_their_evidence(
 ) -> None:
     """diff --daemons predicts current -> fastv on the daemon whose store verified fastv (as that
     daemon answers), not on the one whose store is empty, and says that the evidence of the
-    daemon whose policies read none is unknown."""
+    daemon whose policies read none is unknown, and that it runs other policies."""
     document, err = _diff_daemons(tmp_path, ",".join(daemons.values()), capsys)
     changed = [name for cls in document["classes"] for name in cls["changed_nodes"]]
     assert changed == [daemons["passed"]]
     (change,) = document["changes"]
     assert (change["name"], change["old"], change["new"]) == ("fleet.verified", "current", "fastv")
     warned = [(w["code"], w["node_names"]) for w in document["warnings"]]
-    assert ("evidence-unknown", [daemons["plain"]]) in warned
+    assert warned == [
+        ("evidence-unknown", [daemons["plain"]]),
+        ("daemon-disagrees", [daemons["plain"]]),
+    ]
     assert "stored evidence of 1 of 3 nodes is unknown" in err

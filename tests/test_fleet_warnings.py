@@ -134,9 +134,38 @@ def test_one_daemon_given_twice_is_said(
     again = daemon.replace("/kp.sock", "/./kp.sock")
     document, err = _run(tmp_path, capsys, "--daemons", f"{daemon},{again}")
     assert document["nodes"] == 2
-    (warning,) = document["warnings"]
+    codes = [w["code"] for w in document["warnings"]]
+    assert "shared-identity" not in codes  # (it also disagrees: it serves the bundled pack)
+    (warning,) = [w for w in document["warnings"] if w["code"] == "same-daemon"]
     assert (warning["code"], warning["nodes"], warning["node_names"]) == (
         "same-daemon", 1, [daemon, again],
     )  # fmt: skip
     assert "2 addresses answered for only 1 node" in err
     assert "give each daemon once" in err
+
+
+@pytest.mark.parametrize(
+    ("answered", "expected"),
+    [
+        pytest.param(None, [], id="not-a-daemon: nothing to check"),
+        pytest.param({"fleet.attn": "current"}, [], id="the-daemon-agrees"),
+        pytest.param({"fleet.attn": "fastnv"}, ["fleet.attn: daemon fastnv, --policies current"],
+                     id="it-answers-another-kernel (a halt, other policies)"),
+        pytest.param({"fleet.attn": "current", "other": "x"},
+                     ["other: daemon x, --policies (unset)"], id="it-runs-another-feature"),
+        pytest.param({}, ["fleet.attn: daemon (unset), --policies current"],
+                     id="it-lacks-the-feature"),
+    ],
+)  # fmt: skip
+def test_a_daemon_that_answers_otherwise_is_said(
+    answered: dict[str, str] | None, expected: list[str]
+) -> None:
+    """A live daemon whose own decisions are not what --policies decides for it (it runs other
+    policies, or a halt): diff counts from --policies, and says which daemon and where."""
+    base = _node("d", "d" * 32)
+    node = Node.of("d", base.platform, answered=answered)
+    result = diff_fleet([node], load_policy_text(OLD), load_policy_text(NEW))
+    found = [w for w in result.warnings if w.concern.value == "daemon-disagrees"]
+    assert [(w.nodes, w.names) for w in found] == ([(1, ("d",))] if expected else [])
+    for what in expected:
+        assert f"d: {what}" in found[0].message

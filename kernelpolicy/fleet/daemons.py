@@ -65,8 +65,11 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
     return addresses
 
 
-def _snapshot(address: str, timeout: float, credentials: Any) -> tuple[str, Evidence | None]:
-    """The daemon's platform snapshot (JSON) and its evidence (``None``: it read none)."""
+def _snapshot(
+    address: str, timeout: float, credentials: Any
+) -> tuple[str, Evidence | None, dict[str, str]]:
+    """The daemon's platform snapshot (JSON), its evidence (``None``: it read none) and its
+    decisions (feature -> implementation, or ``error (<code>)``)."""
     from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
 
@@ -74,20 +77,25 @@ def _snapshot(address: str, timeout: float, credentials: Any) -> tuple[str, Evid
         address, timeout=timeout, connect_timeout=timeout, credentials=credentials
     ) as client:
         text = client.platform_json()
-        # The raw answer: only its inputs' evidence is wanted, not a Resolution rebuilt here.
-        inputs = client._call("Resolve", pb.ResolveRequest(include_inputs=True)).inputs
+        # The raw answer (its decisions, its inputs' evidence), not a Resolution rebuilt here.
+        answer = client._call("Resolve", pb.ResolveRequest(include_inputs=True))
+    inputs = answer.inputs
     if len(text) > MAX_PLATFORM_FILE_BYTES:
         raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")
     evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
-    return text, evidence
+    decided = {
+        d.feature: f"error ({d.error_code})" if d.error_code else (d.impl or "none")
+        for d in answer.decisions
+    }
+    return text, evidence, decided
 
 
 def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str] | str:
     """The daemon's node and its snapshot's text, or why it gave none (naming the address)."""
     try:
-        text, evidence = _snapshot(address, timeout, credentials)
+        text, evidence, decided = _snapshot(address, timeout, credentials)
         platform = Platform.from_dict(parse_json(text, address, _fail), source=address)
-        return Node.of(address, platform, evidence), text
+        return Node.of(address, platform, evidence, decided), text
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"

@@ -10,36 +10,32 @@ once per policy set, so 10,000 nodes of a dozen kinds cost a few dozen resolutio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from kernelpolicy.bridge import engine_settings
 from kernelpolicy.digest import sha256
-from kernelpolicy.engine.decide import resolve_policies
-from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.fleet.classes import class_of
 from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
+    disagreement_warning,
     evidence_warning,
     identity_warnings,
     same_daemon_warning,
 )
+from kernelpolicy.fleet.outcomes import ENGINES, Group, Outcome, Resolver, flag_options
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.rollout import Cohort, CompiledRollout
+from kernelpolicy.policy.rollout import CompiledRollout
 
-__all__ = ["ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_fleet"]
+__all__ = [
+    "ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_fleet", "flag_options",
+]  # fmt: skip
 
-ENGINES = ("vllm", "sglang")
-"""The engines whose settings are compared."""
 DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
 _UNSET = "(unset)"
-
-Outcome = dict[tuple[str, str], str]  # (kind, name) -> value, for one node kind and cohorts
-Group = tuple[int, tuple[Cohort, ...]]  # (class index, cohort of each rollout)
 
 
 @dataclass(frozen=True, order=True)
@@ -170,55 +166,6 @@ def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
     ]
 
 
-class _Resolver:
-    """One policy set's outcomes, computed once per (class, cohorts) group."""
-
-    def __init__(self, policies: PolicySet, *, engines: Sequence[str] = ENGINES) -> None:
-        self.policies = policies
-        self.engines = engines
-        self.cache: dict[Group, Outcome] = {}
-
-    def outcome(self, group: Group, platform: Platform, evidence: Evidence | None) -> Outcome:
-        """``evidence``: the group's class's (one per class, see :func:`.class_of`)."""
-        found = self.cache.get(group)
-        if found is None:
-            found = self.cache[group] = self._compute(platform, evidence)
-        return found
-
-    def _compute(self, platform: Platform, evidence: Evidence | None) -> Outcome:
-        resolution = resolve_policies(platform, platform.env, self.policies, evidence=evidence)
-        out: Outcome = {("decision", n): _decided(resolution, n) for n in resolution.decisions}
-        for engine in self.engines:
-            settings = engine_settings(resolution, engine, platform.env)
-            for variable, value in settings.env.items():
-                out[(f"{engine} env", variable)] = value
-            for option, value in flag_options(settings.flags).items():
-                out[(f"{engine} flag", option)] = value
-        return out
-
-
-def flag_options(words: Sequence[str]) -> dict[str, str]:
-    """``--a x --b=y --c`` -> ``{"--a": "x", "--b": "y", "--c": "(set)"}``: each option
-    compared on its own, so that one change is one line whatever the other flags are."""
-    options: dict[str, str] = {}
-    current: str | None = None
-    for word in words:
-        if word.startswith("--"):
-            current, sep, value = word.partition("=")
-            options[current] = value if sep else "(set)"
-        elif current is not None:
-            held = options[current]
-            options[current] = word if held == "(set)" else f"{held} {word}"
-    return options
-
-
-def _decided(resolution: Resolution, feature: str) -> str:
-    decision = resolution.decisions[feature]
-    if decision.error_code is not None:
-        return f"error ({decision.error_code.value})"
-    return decision.impl or "none"
-
-
 def _changes(old: Outcome, new: Outcome) -> list[Change]:
     keys = sorted(set(old) | set(new))
     return [
@@ -237,6 +184,7 @@ class _Fleet:
     members: list[tuple[int, str | None, Platform, str]]  # per node: class, identity, it, name
     evidence: list[Evidence | None] = field(default_factory=list)  # per class
     unknown: list[str] = field(default_factory=list)  # nodes whose evidence is unknown
+    answered: list[Mapping[str, str] | None] = field(default_factory=list)  # per node
 
     @classmethod
     def build(cls, nodes: Iterable[Node], old: PolicySet, new: PolicySet) -> _Fleet:
@@ -262,9 +210,27 @@ class _Fleet:
                 fleet.evidence.append(evidence)
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
+            fleet.answered.append(node.answered)
         return fleet
 
-    def outcome(self, resolver: _Resolver, group: Group, platform: Platform) -> Outcome:
+    def disagreeing(self, members: Sequence[int], outcome: Outcome) -> list[tuple[int, str, str]]:
+        """(index, node, ``feature: daemon X, --policies Y``) where a live daemon of ``members``
+        answers otherwise than the current policies decide for it (``outcome``)."""
+        decided = {name: value for (kind, name), value in outcome.items() if kind == "decision"}
+        found = []
+        for index in members:
+            answered = self.answered[index]
+            if answered is None:
+                continue
+            for feature in sorted(set(decided) | set(answered)):
+                daemon, ours = answered.get(feature, _UNSET), decided.get(feature, _UNSET)
+                if daemon != ours:
+                    name = self.members[index][3]
+                    found.append((index, name, f"{feature}: daemon {daemon}, --policies {ours}"))
+                    break  # one example a node
+        return found
+
+    def outcome(self, resolver: Resolver, group: Group, platform: Platform) -> Outcome:
         return resolver.outcome(group, platform, self.evidence[group[0]])
 
     def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[list[int], Platform]]:
@@ -311,13 +277,14 @@ def diff_fleet(
     """
     fleet = _Fleet.build(nodes, old, new)
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
-    before, after = _Resolver(old), _Resolver(new)
+    before, after = Resolver(old), Resolver(new)
     changed: set[int] = set()
     reached: dict[tuple[int, Change], list[int]] = {}  # (class, change) -> its nodes
+    disagree: list[tuple[int, str, str]] = []  # live daemons answering otherwise than ``old``
     for group, (members, platform) in fleet.groups(placed).items():
-        found = _changes(
-            fleet.outcome(before, group, platform), fleet.outcome(after, group, platform)
-        )
+        current = fleet.outcome(before, group, platform)
+        disagree += fleet.disagreeing(members, current)
+        found = _changes(current, fleet.outcome(after, group, platform))
         cls = fleet.summaries[group[0]]
         for change in found:
             cls.changes[change] = cls.changes.get(change, 0) + len(members)
@@ -331,9 +298,11 @@ def diff_fleet(
         names = [fleet.members[index][3] for index in sorted(indices)]
         fleet.summaries[number].reached[change] = names
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
+    total = len(fleet.members)
     return FleetDiff(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
-        counted, tuple(skipped), tuple(unreachable), _warnings(fleet, old, new, duplicates),
+        counted, tuple(skipped), tuple(unreachable),
+        (*_warnings(fleet, old, new, duplicates), *disagreement_warning(sorted(disagree), total)),
     )  # fmt: skip
 
 
@@ -363,7 +332,7 @@ def _steps(
     counted: list[tuple[float, int]] = []
     for percent in sorted({*steps, rollout.percent}):
         staged = with_percent(policies, feature, impl, percent)
-        resolver = _Resolver(staged, engines=())
+        resolver = Resolver(staged, engines=())
         groups = fleet.groups([r for _, _, r in rollouts(staged)])
         reached = sum(
             len(members)

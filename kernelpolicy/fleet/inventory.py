@@ -50,17 +50,26 @@ class Node:
 
     Nodes of one kind may share one ``platform`` (its ``machine_id`` then unset); ``identity``
     is the node's own (what its rollout cohorts are hashed from); ``evidence`` is what its
-    ``verified = true`` candidates are decided with, ``None`` where the inventory does not know.
+    ``verified = true`` candidates are decided with, ``None`` where the inventory does not know;
+    ``answered`` is what a live daemon decides now (feature -> implementation, or ``error
+    (<code>)``), for ``diff`` to check against what the current policies decide there.
     """
 
     name: str
     platform: Platform
     identity: str | None
     evidence: NodeEvidence = None
+    answered: Mapping[str, str] | None = None
 
     @classmethod
-    def of(cls, name: str, platform: Platform, evidence: NodeEvidence = None) -> Node:
-        return cls(name, platform, platform.identity, evidence)
+    def of(
+        cls,
+        name: str,
+        platform: Platform,
+        evidence: NodeEvidence = None,
+        answered: Mapping[str, str] | None = None,
+    ) -> Node:
+        return cls(name, platform, platform.identity, evidence, answered)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "Concern", "FleetWarning", "evidence_warning", "identity_warnings", "same_daemon_warning",
+    "Concern", "FleetWarning", "disagreement_warning", "evidence_warning", "identity_warnings",
+    "same_daemon_warning",
 ]  # fmt: skip
 
 _SHOWN = 3  # names and identities quoted in a message (--json has all the names)
@@ -25,6 +26,7 @@ class Concern(enum.Enum):
     SHARED_IDENTITY = "shared-identity"
     SAME_DAEMON = "same-daemon"
     EVIDENCE_UNKNOWN = "evidence-unknown"
+    DAEMON_DISAGREES = "daemon-disagrees"
 
 
 @dataclass(frozen=True)
@@ -125,4 +127,20 @@ def evidence_warning(
         f"{_some(candidates)} {'are' if plural else 'is'} counted there as not "
         "verified, which a node that passed kernelpolicy verify is not; diff --daemons, or "
         "the labels of 'kubectl get nodes -o json', carry each node's evidence"
+    ))]  # fmt: skip
+
+
+def disagreement_warning(found: Sequence[tuple[int, str, str]], total: int) -> list[FleetWarning]:
+    """Live daemons that answer otherwise than the current policies decide for them: each of
+    ``found`` is (inventory index, node, ``feature: daemon X, --policies Y``)."""
+    if not found:
+        return []
+    names = tuple(name for _, name, _ in found)
+    example = "; ".join(f"{name}: {what}" for _, name, what in found[:2])
+    return [FleetWarning(Concern.DAEMON_DISAGREES, len(names), names, (
+        f"{_of(len(names), total)} answer otherwise than --policies decides for them "
+        f"({example}{'; ...' if len(found) > 2 else ''}): they run other policies (pass the "
+        "ones they run as --policies), or resolve with what diff cannot see (a kernel halted "
+        "on the node, 'kernelpolicy explain' there says which); their changes are counted "
+        "from what --policies decides, not from what they run"
     ))]  # fmt: skip
