@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from kernelpolicy.kernels.builds import BuildFailed, Compiling
-from kernelpolicy.kernels.sampling_triton import Tuning, Variant, child
+from kernelpolicy.kernels.sampling_triton import Tuning, Variant, child, child_main
 from kernelpolicy.kernels.sampling_triton.child import CannotStart, Child, task_of, variant_of
 from kernelpolicy.kernels.sampling_triton.sampler import build_variant
 from kernelpolicy.limits import MAX_BUILD_SECONDS
@@ -224,7 +224,7 @@ def test_the_child_builds_the_task_s_variant_with_its_tuning(fails: bool) -> Non
     def make(t: Tuning) -> Sampler:
         return Sampler(t, build=fake, child=Child(CPU_CHILD, stand_in), cache=lambda: None)
 
-    said = child.build(task_of(tuning, variant), make)
+    said = child_main.build(task_of(tuning, variant), make)
     assert built == [(tuning, variant, threading.current_thread().name)]
     assert said == ("RuntimeError: planted" if fails else None)
 
@@ -236,7 +236,25 @@ def test_the_child_builds_a_real_variant() -> None:
 
     tuning = Tuning().replace(**SMALL_TRITON_TUNING)
     variant = Variant("cpu", torch.float32, torch.int64, (True, False, False), 300, 4)
-    assert child.main(["child", json.dumps(task_of(tuning, variant))]) == 0
+    assert child_main.main(["child", json.dumps(task_of(tuning, variant))]) == 0
+
+
+def test_the_child_module_runs_as_the_parent_starts_it() -> None:
+    """``python -m`` on the module the parent names (child.MODULE), as a real process,
+    interpreted: exit 0; a task it cannot read: exit non-zero, said on stderr."""
+    import subprocess
+
+    from tests.helpers import SMALL_TRITON_TUNING
+
+    tuning = Tuning().replace(**SMALL_TRITON_TUNING)
+    variant = Variant("cpu", torch.float32, torch.int64, (True, False, False), 300, 4)
+    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": ROOT}
+    for task, ok in ((json.dumps(task_of(tuning, variant)), True), ('{"x": 1}', False)):
+        done = subprocess.run(
+            [sys.executable, "-m", child.MODULE, task], env=env, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+        assert (done.returncode == 0) is ok, done.stderr[-2000:]
 
 
 def test_the_child_may_take_a_build_as_long_as_a_background_build() -> None:

@@ -94,7 +94,7 @@ def test_another_libtriton_build_changes_the_record_key(
     """libtriton's stamp (its size and modification time, as the index's key has it) is in
     the record key: a reinstalled Triton of the same version is a miss."""
     one = key_under(monkeypatch, tmp_path, {}, "a")
-    monkeypatch.setattr(preload, "_library_stamp", lambda: "libtriton.so:1:2")
+    monkeypatch.setattr(preload, "library_stamp", lambda: "libtriton.so:1:2")
     assert key_under(monkeypatch, tmp_path, {}, "a") != one
 
 

@@ -178,7 +178,7 @@ def test_another_description_or_library_is_another_index(
     record = BuiltRecord(tmp_path / "kernels")
     _built(kernels, record)
     assert preload.load(record, DESCRIPTION.replace("300", "301"), _fresh(kernels)) == []
-    monkeypatch.setattr(preload, "_library_stamp", lambda: "libtriton.so:1:2")
+    monkeypatch.setattr(preload, "library_stamp", lambda: "libtriton.so:1:2")
     assert preload.load(record, DESCRIPTION, _fresh(kernels)) == []
 
 

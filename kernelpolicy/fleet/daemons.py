@@ -70,7 +70,6 @@ def _snapshot(
 ) -> tuple[str, Evidence | None, dict[str, str]]:
     """The daemon's platform snapshot (JSON), its evidence (``None``: it read none) and its
     decisions (feature -> implementation, or ``error (<code>)``)."""
-    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
     from kernelpolicy.server.client import connect
 
     with connect(
@@ -78,7 +77,7 @@ def _snapshot(
     ) as client:
         text = client.platform_json()
         # The raw answer (its decisions, its inputs' evidence), not a Resolution rebuilt here.
-        answer = client._call("Resolve", pb.ResolveRequest(include_inputs=True))
+        answer = client.decisions(include_inputs=True)
     inputs = answer.inputs
     if len(text) > MAX_PLATFORM_FILE_BYTES:
         raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")

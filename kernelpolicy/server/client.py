@@ -132,9 +132,15 @@ class Client:
         features: list[str] | None = None,
         context: Mapping[str, Any] | None = None,
         gates: list[str] | None = None,
+        *,
+        include_inputs: bool = False,
     ) -> pb.ResolveResponse:
-        """The raw decisions message, with per-call choices and gates for ``context``."""
-        request = pb.ResolveRequest(features=features or [], gates=gates or [])
+        """The raw decisions message, with per-call choices and gates for ``context``, and with
+        ``include_inputs`` the inputs the daemon decided from (its snapshot, switches, policy
+        texts, evidence), as the daemon sent them (no Resolution rebuilt here)."""
+        request = pb.ResolveRequest(
+            features=features or [], gates=gates or [], include_inputs=include_inputs
+        )
         if context is not None:
             request.context.CopyFrom(_struct(context))
         response: pb.ResolveResponse = self._call("Resolve", request)

@@ -86,7 +86,7 @@ def triton_environment() -> dict[str, object]:
         "invalidating": _invalidating_env(),
         "options": {name: os.environ[name] for name in OPTIONS_ENV if name in os.environ},
         "files": [_stamp(file) for file in files],
-        "libtriton": preload._library_stamp(),
+        "libtriton": preload.library_stamp(),
     }
 
 

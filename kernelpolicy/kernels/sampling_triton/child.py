@@ -4,7 +4,7 @@ Triton's compiler (its frontend, MLIR and LLVM passes) holds the interpreter's l
 stretches, so a variant compiled in a thread of the serving process stalled the calls served
 meanwhile on the serving thread (review C2: up to 717 ms on an H200 during a 45 s build). A
 background build of a variant on a device where Triton compiles (CUDA) therefore runs the
-compile in a child process (``python -m kernelpolicy.kernels.sampling_triton.child TASK``, as
+compile in a child process (``python -m kernelpolicy.kernels.sampling_triton.child_main TASK``, as
 ``kernelpolicy warm``'s children do) with this process's Triton cache (``TRITON_CACHE_DIR``: the
 node's kernel cache where one is in use, else Triton's default directory), and then the
 build thread loads the variant from that cache: its eager call finds every kernel compiled.
@@ -35,20 +35,18 @@ from kernelpolicy.kernels.sampling_triton.variants import Variant
 from kernelpolicy.limits import MAX_BUILD_SECONDS
 
 if TYPE_CHECKING:
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
+    pass
 
 __all__ = [
     "CannotStart",
     "Child",
-    "build",
     "command",
     "environment",
-    "main",
     "task_of",
     "variant_of",
 ]
 
-MODULE = "kernelpolicy.kernels.sampling_triton.child"
+MODULE = "kernelpolicy.kernels.sampling_triton.child_main"
 
 
 class CannotStart(Exception):
@@ -163,27 +161,3 @@ class Child:
         if done.returncode:
             said = (done.stdout.strip() or done.stderr.strip())[-300:]
             raise RuntimeError(f"its build process failed (exit {done.returncode}): {said}")
-
-
-def build(task: dict[str, Any], make: Callable[[Tuning], Sampler] | None = None) -> str | None:
-    """Build the task's variant now, with a sampler of its tuning (``make``: the package's
-    ``Sampler``); why it failed, or None."""
-    from kernelpolicy.kernels.sampling_triton.sampler import Sampler
-
-    tuning, variant = variant_of(task)
-    failed = (make or Sampler)(tuning).warm([variant])
-    return "; ".join(failed.values())[:500] if failed else None
-
-
-def main(argv: list[str]) -> int:
-    """The child: build one variant (``argv[1]``: :func:`task_of`'s JSON); prints why and
-    returns 1 when it fails."""
-    failed = build(json.loads(argv[1]))
-    if failed is not None:
-        print(failed)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

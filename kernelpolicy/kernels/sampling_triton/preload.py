@@ -40,7 +40,7 @@ from kernelpolicy.digest import file_stamps
 from kernelpolicy.kernel_cache import BuiltRecord
 from kernelpolicy.kernels.sampling_triton.jit import Kernels, names
 
-__all__ = ["entries", "forget", "keep", "load", "recording"]
+__all__ = ["entries", "forget", "keep", "library_stamp", "load", "recording"]
 
 FORMAT = 1
 
@@ -141,14 +141,14 @@ def _plain(value: Any) -> bool:
 
 
 @functools.cache
-def _library_stamp() -> str:
+def library_stamp() -> str:
     """``libtriton``'s size and modification time (the files' hashes depend on it)."""
     folder = Path(triton.__file__).parent / "_C"
     return file_stamps(folder, sorted(folder.glob("libtriton*")))
 
 
 def _key(description: str) -> str:
-    return f"{description}\0preload {FORMAT}\0{_library_stamp()}"
+    return f"{description}\0preload {FORMAT}\0{library_stamp()}"
 
 
 def keep(record: BuiltRecord, description: str, entries: list[dict[str, Any]]) -> None:
