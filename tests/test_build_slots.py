@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kernelpolicy.kernels.builds import SLOTS, BuildFailed, Builds, BuildStats, Compiling, Slots
+from kernelpolicy.kernels.build_threads import SLOTS, Slots
+from kernelpolicy.kernels.builds import BuildFailed, Builds, BuildStats, Compiling
 from kernelpolicy.limits import MAX_BUILD_SECONDS, MAX_RUNNING_BUILDS
 
 

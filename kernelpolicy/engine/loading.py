@@ -14,7 +14,8 @@ from typing import Any
 
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.gcpause import collector_paused
-from kernelpolicy.kernels.builds import Compiling, Done, start_thread
+from kernelpolicy.kernels.build_threads import start_thread
+from kernelpolicy.kernels.builds import Compiling, Done
 from kernelpolicy.policy.entries import load_entry, load_prepared
 
 

@@ -44,22 +44,18 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from kernelpolicy.gcpause import collector_paused
-from kernelpolicy.kernels.build_threads import EXIT_WAIT_SECONDS, SLOTS, Slots, start_thread
+from kernelpolicy.kernels.build_threads import SLOTS, Slots, start_thread
 from kernelpolicy.kernels.cache_lookup import NotLookedFor, on_call_path
 from kernelpolicy.limits import MAX_BUILD_SECONDS
 
 __all__ = [
-    "EXIT_WAIT_SECONDS",
-    "SLOTS",
     "BuildFailed",
     "BuildStats",
     "Builds",
     "Cached",
     "Compiling",
     "Done",
-    "Slots",
     "nonblocking_form",
-    "start_thread",
     "stats",
 ]
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernelpolicy.kernels import transfer
-from kernelpolicy.kernels.builds import Builds, start_thread
+from kernelpolicy.kernels.build_threads import start_thread
+from kernelpolicy.kernels.builds import Builds
 from kernelpolicy.kernels.cache_lookup import kernel_cache
 from kernelpolicy.kernels.sampling_triton import choose, graphs, launch, preload, replay, variants
 from kernelpolicy.kernels.sampling_triton.cached import CachedVariants
@@ -105,7 +106,7 @@ class Sampler:
             the package's ``UPCAST``, ``WIDE_FAILED``, ...).
         build: Builds one variant (``build_variant``: one eager call on a small input of the
             variant, in its own work buffers); the tests' fake blocks on an Event.
-        start: Runs a build in the background (``builds.start_thread``; tests may run it
+        start: Runs a build in the background (``build_threads.start_thread``; tests may run it
             inline: the call that needs the variant then builds it first).
         name: The sampler's name in build notes and ``builds.stats()``.
         cache: The record of the node's kernel cache in use, or None (``builds.kernel_cache``):
