@@ -39,7 +39,7 @@ def summary(latencies: list[float]) -> dict[str, float]:
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--mode", choices=["child", "thread"], required=True)
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=64)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernelpolicy.kernels.sampling_triton import graphs
+from kernelpolicy.kernels.sampling_triton.launch import readable_in_place
 
 if TYPE_CHECKING:
     from kernelpolicy.kernels.sampling_triton.parts import GraphHost
@@ -32,7 +33,9 @@ def plan(
     ``IN_PLACE`` graph the logits' address), and k's and p's addresses as :func:`sighting` gives
     them (0 and 0 unless ``IN_PLACE``: a ``COPY`` graph reads its own buffers)."""
     nbytes = x.numel() * x.element_size()
-    dense = x.stride(-1) == 1
+    # read in place only as the variant's build read its logits (a graph captured on another
+    # alignment would compile its kernels in the capture); else the shape's COPY graph serves
+    dense = readable_in_place(x)
     sightings, at, where, params = 0, (0, 0), (0, 0), (0, 0)
     small = nbytes <= graphs.COPY_BYTES
     shape_sightings = 0

@@ -27,16 +27,21 @@ ALIGN = 16
 divisibility by 16 (and on being 1): a launch that differs there from the build compiles."""
 
 
-def servable(x: torch.Tensor) -> torch.Tensor:
-    """The logits as the kernels their variant built read them: ``x`` itself, or a contiguous
-    copy where its data pointer is not 16-byte aligned (a view from a row or column inside a
-    buffer), its rows are not contiguous, or its vocabulary is a multiple of 16 but its row
-    stride is not. A row stride is never specialised on (:func:`row_stride`), so a view of a
-    padded buffer (vLLM's ``logits[:, :vocab]``) is read in place."""
+def readable_in_place(x: torch.Tensor) -> bool:
+    """Whether the kernels a variant's build compiled read ``x`` where it is: its data pointer
+    is 16-byte aligned, its rows are contiguous, and where its vocabulary is a multiple of 16
+    so is its row stride. A row stride is never specialised on (:func:`row_stride`), so a view
+    of a padded buffer (vLLM's ``logits[:, :vocab]``) is; a view from a row or column inside a
+    buffer, or one with strided rows, is not (another specialisation: a compile)."""
     vocab = x.shape[-1]
     aligned = x.data_ptr() % ALIGN == 0
-    rows_ok = x.stride(-1) == 1 and (vocab % ALIGN != 0 or x.stride(0) % ALIGN == 0)
-    return x if aligned and rows_ok else x.clone(memory_format=torch.contiguous_format)
+    return aligned and x.stride(-1) == 1 and (vocab % ALIGN != 0 or x.stride(0) % ALIGN == 0)
+
+
+def servable(x: torch.Tensor) -> torch.Tensor:
+    """The logits as the kernels their variant built read them: ``x`` itself where
+    :func:`readable_in_place`, else a contiguous copy."""
+    return x if readable_in_place(x) else x.clone(memory_format=torch.contiguous_format)
 
 
 def row_stride(x: torch.Tensor) -> dict[str, int]:

@@ -231,7 +231,6 @@ class Sampler:
     def _run(self, call: Call, generators: Generators) -> torch.Tensor:
         """The kernels, on the logits as they are, or as float32 once their dtype failed."""
         x = call.logits.float() if call.logits.dtype in self.failures.upcast else call.logits
-        x = launch.servable(x)  # read as the build read it, with no compile of its own
         try:
             return self.pipeline(x, call, generators)
         except Exception as exc:  # the kernels do not build for this dtype here: read float32
@@ -273,7 +272,7 @@ class Sampler:
         scratch: Scratch | None = None,
     ) -> torch.Tensor:
         """One call launched kernel by kernel (``scratch``: else the cached work buffers)."""
-        x = x if x.stride(-1) == 1 else x.contiguous()
+        x = launch.servable(x)  # read as the build read it, with no compile of its own
         batch, vocab = x.shape
         device = x.device
         w = scratch or self.scratch.get(batch, vocab, call.size, device)
