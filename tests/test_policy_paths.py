@@ -7,15 +7,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kernelpolicy.errors import SettingsError
+from kernelpolicy.errors import PolicyError, SettingsError
 from kernelpolicy.inputs import existing_policy_paths
 
 
-def _message_as(uid: int, path: Path) -> str:
-    """``existing_policy_paths`` run by ``uid`` in a child process: its error, or ``ok``."""
+def _message_as(uid: int, path: Path, ask: Any = None) -> str:
+    """``ask(path)`` (default ``existing_policy_paths``) run by ``uid`` in a child process: its
+    error, or ``ok``."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: become the user, then ask
@@ -25,9 +27,12 @@ def _message_as(uid: int, path: Path) -> str:
             os.setgid(uid)
             os.setuid(uid)
             try:
-                existing_policy_paths([path], "--policies")
+                if ask is None:
+                    existing_policy_paths([path], "--policies")
+                else:
+                    ask(path)
                 said = "ok"
-            except SettingsError as exc:
+            except (SettingsError, PolicyError) as exc:
                 said = str(exc)
             os.write(write, said.encode())
         except BaseException:
@@ -98,3 +103,20 @@ def test_explain_counts_its_policy_files(tmp_path: Path, files: int, said: str) 
         )
     resolution = resolve(fixture("cpu"), env={}, policies=[tmp_path])
     assert explain_table(resolution).splitlines()[0].endswith(said)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
+def test_check_names_a_policy_directory_it_cannot_read() -> None:
+    """check lists the files under its paths (policy_files): a directory behind one the user
+    cannot enter was "cannot be loaded: PermissionError" and "1 problem in 0 files"."""
+    from kernelpolicy.policy.files import policy_files
+
+    base = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "locked" / "pol").mkdir(parents=True)
+        (base / "locked").chmod(0o700)
+        message = _message_as(1001, base / "locked" / "pol", lambda path: policy_files([path]))
+    finally:
+        shutil.rmtree(base)
+    assert f"{base}/locked/pol: cannot be read: Permission denied" in message, message

@@ -68,7 +68,7 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
                 raise PolicyError([PolicyIssue("<policies>", "an empty policy path")])
             path = Path(raw)
             cursor.at(str(path))
-            if path.is_dir():
+            if _is_dir(path):
                 files.extend(_toml_files(path, MAX_POLICY_FILES + 1 - len(files)))
             else:
                 files.append(path)
@@ -100,6 +100,20 @@ def policy_stamp(paths: Iterable[str | Path]) -> tuple[object, ...]:
             continue
         stamp.append((str(file), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
     return tuple(stamp)
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory (links followed); one this user may not look at is an
+    error naming it (``Path.is_dir`` raises PermissionError there, which reached ``check`` as
+    "cannot be loaded: PermissionError")."""
+    try:
+        return path.is_dir()
+    except OSError as exc:
+        issue = PolicyIssue(
+            str(path), f"cannot be read: {exc.strerror or exc}; expected a policy file or a "
+            "directory of *.toml files this user can read",
+        )  # fmt: skip
+        raise PolicyError([issue]) from None
 
 
 def _toml_files(directory: Path, room: int) -> list[Path]:
