@@ -136,3 +136,19 @@ def test_the_vllm_plugin_starts_them_when_it_installs(
     plugin.prefetch(FEATURE)
     _imported_in_the_background()
     plugin.prefetch("no.such.feature")  # an error decision: said by the calls, not here
+
+
+def test_torch_missing_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without torch (the daemon needs none): impl() of a torch kernel names the
+    extra (first day: a bare ModuleNotFoundError)."""
+    from kernelpolicy.engine import loading
+    from kernelpolicy.errors import ResolutionError
+
+    monkeypatch.setattr(loading, "installed", lambda name: not name.startswith("torch"))
+    with pytest.raises(ResolutionError) as caught:
+        loading.LazyEntry("kernelpolicy.kernels.torch_impl:greedy", None, ("torch",), print)
+    assert str(caught.value) == (
+        "cannot import torch: ModuleNotFoundError: No module named 'torch' (kernelpolicy's "
+        "kernels run on torch, an optional extra: pip install 'kernelpolicy[torch]', or the "
+        "torch build for your GPU first)"
+    )

@@ -18,6 +18,12 @@ from kernelpolicy.kernels.build_threads import start_thread
 from kernelpolicy.kernels.builds import Compiling, Done
 from kernelpolicy.policy.entries import load_entry, load_prepared
 
+EXTRA_HINTS = {
+    "torch": " (kernelpolicy's kernels run on torch, an optional extra: pip install "
+    "'kernelpolicy[torch]', or the torch build for your GPU first)",
+}
+"""What to install for a library an implementation requires, said where it is missing."""
+
 
 class EntryUnloadable(ResolutionError):
     """An implementation imported on its first call could not be imported or prepared."""
@@ -65,9 +71,10 @@ class LazyEntry:
     ) -> None:
         missing = [name for name in requires if not installed(name)]
         if missing:
+            top = missing[0].partition(".")[0]
+            hint = EXTRA_HINTS.get(top, "")
             raise ResolutionError(  # the caller says which entry it could not load
-                f"cannot import {missing[0]}: "
-                f"ModuleNotFoundError: No module named {missing[0].partition('.')[0]!r}"
+                f"cannot import {missing[0]}: ModuleNotFoundError: No module named {top!r}{hint}"
             )
         self.entry = entry
         self._prepare = prepare
