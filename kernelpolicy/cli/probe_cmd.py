@@ -20,6 +20,13 @@ def register(commands: Any) -> None:
             "without creating a GPU context. What could not be read is listed under probe "
             "errors; the probe itself never fails. Exits 2 when --root or --platform is wrong."
         ),
+        epilog=(
+            "examples:\n"
+            "  kernelpolicy probe\n"
+            "  kernelpolicy probe --json > node.json\n"
+            "  kernelpolicy probe --platform node.json\n"
+            "  kernelpolicy probe --root kernelpolicy/fixtures/roots/mi300x"
+        ),
         formatter_class=HelpFormatter,
     )
     parser.add_argument(

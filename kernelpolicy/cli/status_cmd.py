@@ -35,7 +35,12 @@ def register(commands: Any) -> None:
             "exit status: 0 serving and the last reload succeeded (--clear-halt: the daemon "
             "answered); 1 not serving, or the last reload failed (the last good policies keep "
             "serving); 2 no daemon answered, a daemon was refused (run by another user), an "
-            "unknown feature, or bad usage"
+            "unknown feature, or bad usage\n\n"
+            "examples:\n"
+            "  kernelpolicy status\n"
+            "  kernelpolicy status --json\n"
+            "  kernelpolicy status --address unix:/run/kernelpolicy/kernelpolicy.sock\n"
+            "  kernelpolicy status --clear-halt sampler.greedy"
         ),
         formatter_class=HelpFormatter,
         allow_abbrev=False,
