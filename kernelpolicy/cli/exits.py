@@ -61,27 +61,49 @@ def report_exit(
         policies: The policies the decisions came from (for each feature's model kind).
         decisions: (feature, decision) pairs, in the order to report them.
         model_kind: ``--model-kind`` (``mha``, ``mla`` or ``mla-sparse``).
-        where: A prefix naming the platform (``mi300x: ``) for ``matrix``.
+        where: A prefix naming the platform (``mi300x: ``).
     """
-    alike: dict[tuple[bool, str | None, str], list[str]] = {}
+    return report_platforms_exit(policies, {where: list(decisions)}, model_kind)
+
+
+def report_platforms_exit(
+    policies: PolicySet,
+    platforms: Mapping[str, list[tuple[str, Decision]]],
+    model_kind: str,
+) -> int:
+    """:func:`report_exit` over several platforms (``matrix``): a line said alike for several
+    is said once, naming them (``mi250x, mi300x: ...``), not once per platform."""
+    alike: dict[tuple[bool, str | None, str, str], list[str]] = {}
+    for where, decisions in platforms.items():
+        for key in _alike(policies, decisions, model_kind):
+            alike.setdefault(key, []).append(where.removesuffix(": "))
+    for (counts, scope, what, names), wheres in alike.items():
+        prefix = f"{', '.join(w for w in wheres if w)}: " if any(wheres) else ""
+        verb = "are errors" if ", " in names else "is an error"
+        if counts:
+            for_whom = f" for {scope} models" if scope else ""
+            print(f"kernelpolicy: exit 1: {prefix}{names} {verb}{for_whom} ({what})",
+                  file=sys.stderr)  # fmt: skip
+        else:
+            print(f"kernelpolicy: note: {prefix}{names} {verb} for {scope} models only "
+                  f"({what}); not counted in the exit status (--model-kind {scope} counts it)",
+                  file=sys.stderr)  # fmt: skip
+    return 1 if any(key[0] for key in alike) else 0
+
+
+def _alike(
+    policies: PolicySet, decisions: Iterable[tuple[str, Decision]], model_kind: str
+) -> list[tuple[bool, str | None, str, str]]:
+    """(counted, model kind, error code, feature names) for each group of errors that fail
+    alike on one platform."""
+    groups: dict[tuple[bool, str | None, str], list[str]] = {}
     for feature, decision in decisions:
         if decision.error is None:
             continue
         what = decision.error_code.value if decision.error_code else "error"
         key = (counted(policies, feature, model_kind), scope_of(policies, feature), what)
-        alike.setdefault(key, []).append(feature)
-    for (counts, scope, what), features in alike.items():
-        names = ", ".join(features)
-        verb = "is an error" if len(features) == 1 else "are errors"
-        if counts:
-            for_whom = f" for {scope} models" if scope else ""
-            print(f"kernelpolicy: exit 1: {where}{names} {verb}{for_whom} ({what})",
-                  file=sys.stderr)  # fmt: skip
-        else:
-            print(f"kernelpolicy: note: {where}{names} {verb} for {scope} models only "
-                  f"({what}); not counted in the exit status (--model-kind {scope} counts it)",
-                  file=sys.stderr)  # fmt: skip
-    return 1 if any(counts for counts, _, _ in alike) else 0
+        groups.setdefault(key, []).append(feature)
+    return [(*key, ", ".join(features)) for key, features in groups.items()]
 
 
 def scoped_errors(policies: PolicySet, decisions: Mapping[str, Decision]) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import HelpFormatter, environment, local_policies, local_settings
-from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
+from kernelpolicy.cli.exits import add_model_kind_option, report_platforms_exit, scope_of
 from kernelpolicy.errors import PlatformFileError, ResolutionError
 from kernelpolicy.suggest import did_you_mean
 
@@ -79,13 +79,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         wide = output == "wide" or bool(args.features)  # columns chosen: all of them shown
         print(matrix_table(cells, features, policies, wide=wide))
-    return max(
-        (
-            report_exit(policies, [(f, row[f]) for f in features], args.model_kind, f"{p}: ")
-            for p, row in cells.items()
-        ),
-        default=0,
-    )
+    rows = {f"{p}: ": [(f, row[f]) for f in features] for p, row in cells.items()}
+    return report_platforms_exit(policies, rows, args.model_kind)
 
 
 def _features(asked: list[str], known: list[str]) -> list[str]:
