@@ -75,18 +75,40 @@ def vllm_mhc(root: Path) -> dict[str, Any]:
 
 
 def vllm_sparse_indexer_native(root: Path) -> dict[str, Any]:
-    """The gfx architectures on which the sparse attention indexer takes its aiter-op path with
-    neither ``VLLM_ROCM_USE_AITER`` nor the aiter package (``on_gfx950()`` in the condition);
-    ``absent`` where the release has no such layer."""
+    """The arch families on which the sparse attention indexer takes its aiter-op path with
+    neither ``VLLM_ROCM_USE_AITER`` nor the aiter package: every ``or on_<family>()`` term of
+    ``SparseAttnIndexer.forward_hip``'s condition, spelled as vLLM spells the family (``gfx11``,
+    ``gfx950``); ``absent`` where the release has no such layer. ``covers`` says which GCN arch
+    names each family matches: vLLM tests ``"<pattern>" in _GCN_ARCH`` (``platforms/rocm.py``),
+    so ``gfx11`` covers every gfx11xx target (gfx1100-1103, gfx1150-1153).
+
+    The op runs there without aiter (traced, vllm 0.28.0-0.33.0): ``_aiter_ops.py``
+    ``register_ops_once`` registers ``rocm_aiter_sparse_attn_indexer`` alone when aiter is not
+    found and ``on_gfx11()`` (0.28.0 :2038, 0.30.0 :2242, 0.33.0 :3036, ``or on_gfx950()`` from
+    0.30.0), and the op (``v1/attention/ops/rocm_aiter_mla_sparse.py``) imports aiter only
+    behind ``rocm_aiter_ops.is_enabled()``, ``is_rdna_aiter_enabled()`` (gfx12 only) or
+    ``is_indexer_top_k_supported`` (needs ``VLLM_ROCM_USE_AITER``): its cache insert and gather
+    are Triton, its logits ``fp8_mqa_logits_torch``/``fp8_paged_mqa_logits_torch``, its top-k
+    ``torch.ops._C.top_k_per_row_prefill``/``_decode``."""
     relative = "vllm/model_executor/layers/sparse_attn_indexer.py"
     text = _read(root, relative)
     if text is None:
         return {"value": "absent", "file": None}
-    archs = []
-    for arch in ("gfx950", "gfx942"):
-        if re.search(rf"or\s+on_{arch}\(\)", _code(text)):
-            archs.append(arch)
-    return {"value": archs, "file": relative}
+    body = _code(text).split("def forward_hip(", 1)[-1].split("\n    def ", 1)[0]
+    archs = list(dict.fromkeys(re.findall(r"\bor\s+on_(gfx[0-9a-z]+)\(\)", body)))
+    covers = _vllm_arch_patterns(root, archs)
+    return {"value": archs, "file": relative, "covers": covers}
+
+
+def _vllm_arch_patterns(root: Path, families: list[str]) -> dict[str, list[str]]:
+    """What ``on_<family>()`` matches in ``platforms/rocm.py``: the substrings of the GCN arch
+    name its ``_ON_<FAMILY>`` flag tests (``_ON_GFX11 = "gfx11" in _GCN_ARCH``)."""
+    code = _code(_read(root, "vllm/platforms/rocm.py") or "")
+    covers: dict[str, list[str]] = {}
+    for family in families:
+        flag = re.search(rf"^_ON_{family.upper()}\s*=\s*(.+)$", code, re.MULTILINE)
+        covers[family] = re.findall(r'"(gfx[0-9a-z]+)"', flag.group(1)) if flag else []
+    return covers
 
 
 def vllm_moe_backend_flag(root: Path) -> dict[str, Any]:

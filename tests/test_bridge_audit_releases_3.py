@@ -16,7 +16,11 @@ that failed on the pack before it.
   models ("sparse not supported", v1/attention/backend.py:321-323), and the sparse indexer's
   requirement refused dense models on ROCm without aiter, which have no indexer
   (model_executor/models/deepseek_v2.py:1138) and run TRITON_MLA (platforms/rocm.py:541-551).
-  ``mla`` is now dense MLA; ``mla-sparse`` is told no attention backend and keeps the indexer.
+  ``mla`` is now dense MLA; ``mla-sparse`` is told no attention backend and keeps the indexer;
+- vLLM 0.28.0-0.33.0 run the sparse indexer's own op on gfx11 (RDNA3/3.5) without aiter
+  (model_executor/layers/sparse_attn_indexer.py ``or on_gfx11()``: 0.28.0 :859, 0.33.0 :1179;
+  the op registered alone there, _aiter_ops.py 0.28.0 :2038, 0.33.0 :3036), but the pack saw
+  only gfx950's path and refused sparse MLA on an RX 7900 XTX; before 0.28 vLLM raises there.
 """
 
 from __future__ import annotations
@@ -130,6 +134,21 @@ CASES = {
         "mi250x", "vllm", "0.15.1", "mla-sparse", feature="sparse_attn_indexer",
         status=Status.ERROR, ok=False,
     ),
+    # gfx11 without aiter: vLLM's own indexer op from 0.28.0 (forward_hip `or on_gfx11()`)
+    "vllm-0.33.0-rx7900xtx-sparse-indexer-native-gfx11": Case(
+        "rx7900xtx", "vllm", "0.33.0", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.DEFAULT, absent=("VLLM_ROCM_USE_AITER",),
+    ),
+    "vllm-0.28.0-rx7900xtx-sparse-indexer-native-gfx11": Case(
+        "rx7900xtx", "vllm", "0.28.0", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.DEFAULT, absent=("VLLM_ROCM_USE_AITER",),
+    ),
+    # 0.27.1's forward_hip raises unless rocm_aiter_ops.is_enabled() (:853-870), which is never
+    # true on gfx11 (is_aiter_found_and_supported: CDNA 3 or later)
+    "vllm-0.27.1-rx7900xtx-sparse-indexer-no-gfx11-path": Case(
+        "rx7900xtx", "vllm", "0.27.1", "mla-sparse", feature="sparse_attn_indexer",
+        status=Status.INEXPRESSIBLE, warning="no native gfx11 indexer path",
+    ),
 }  # fmt: skip
 
 
@@ -149,6 +168,7 @@ def test_what_each_release_is_told_3(case: Case) -> None:
                      id="mi300x-dense-starts"),
         pytest.param("mi300x", "mla-sparse", 1, None, "hint: set VLLM_ROCM_USE_AITER=1",
                      id="mi300x-sparse-refused-with-hint"),
+        pytest.param("rx7900xtx", "mla-sparse", 0, [], "", id="rx7900xtx-sparse-native-gfx11"),
     ],
 )  # fmt: skip
 def test_env_model_kinds_of_mla(

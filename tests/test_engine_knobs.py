@@ -93,7 +93,14 @@ def test_tables_cover_the_releases_asked_for(
         pytest.param("vllm", "fact", "mhc", "0.25.0", "ungated", id="mhc-0.25-ungated"),
         pytest.param("vllm", "fact", "mhc", "0.33.0", "ungated", id="mhc-0.33-ungated"),
         pytest.param(
-            "vllm", "fact", "sparse_indexer_native_archs", "0.33.0", ["gfx950"], id="indexer-0.33"
+            "vllm", "fact", "sparse_indexer_native_archs", "0.33.0", ["gfx11", "gfx950"],
+            id="indexer-0.33",
+        ),
+        pytest.param(  # forward_hip's `or on_gfx11()` (sparse_attn_indexer.py:859)
+            "vllm", "fact", "sparse_indexer_native_archs", "0.28.0", ["gfx11"], id="indexer-0.28"
+        ),
+        pytest.param(
+            "vllm", "fact", "sparse_indexer_native_archs", "0.27.1", [], id="indexer-0.27.1"
         ),
         pytest.param(
             "vllm", "fact", "sparse_indexer_native_archs", "0.16.0", [], id="indexer-0.16"
