@@ -301,3 +301,27 @@ def make_certificate(directory: Path, name: str = "") -> tuple[Path, Path]:
         check=True, capture_output=True,
     )  # fmt: skip
     return cert, key
+
+
+def said_as_user(uid: int, ask: Callable[[], str]) -> str:
+    """What ``ask()`` returns when run by ``uid`` (root only): in a forked child that becomes
+    that user, its answer sent back through a pipe. The child exits 3 where it could not even
+    run ``ask`` (the assertion on its status says so)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, ask().encode())
+        except BaseException:
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, f"the child of uid {uid} failed"
+    return said

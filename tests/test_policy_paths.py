@@ -13,37 +13,23 @@ import pytest
 
 from kernelpolicy.errors import PolicyError, SettingsError
 from kernelpolicy.inputs import existing_policy_paths
+from tests.helpers import said_as_user
 
 
 def _message_as(uid: int, path: Path, ask: Any = None) -> str:
-    """``ask(path)`` (default ``existing_policy_paths``) run by ``uid`` in a child process: its
-    error, or ``ok``."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: become the user, then ask
-        code = 0
+    """``ask(path)`` (default ``existing_policy_paths``) run by ``uid``: its error, or ``ok``."""
+
+    def asked() -> str:
         try:
-            os.close(read)
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                if ask is None:
-                    existing_policy_paths([path], "--policies")
-                else:
-                    ask(path)
-                said = "ok"
-            except (SettingsError, PolicyError) as exc:
-                said = str(exc)
-            os.write(write, said.encode())
-        except BaseException:
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        said = pipe.read().decode()
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    return said
+            if ask is None:
+                existing_policy_paths([path], "--policies")
+            else:
+                ask(path)
+        except (SettingsError, PolicyError) as exc:
+            return str(exc)
+        return "ok"
+
+    return said_as_user(uid, asked)
 
 
 CASES = {

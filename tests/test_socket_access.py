@@ -13,32 +13,19 @@ import pytest
 
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.server.sockets import peer_uid
+from tests.helpers import said_as_user
 
 
 def _peer_uid_as(uid: int, path: Path) -> str:
-    """``peer_uid(path)`` in a child running as ``uid``: the uid found, or the error's words."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
+    """``peer_uid(path)`` run by ``uid``: the uid found, or the error's words."""
+
+    def asked() -> str:
         try:
-            os.close(read)
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                said = str(peer_uid(path, timeout=5.0))
-            except DaemonError as exc:
-                said = str(exc)
-            os.write(write, said.encode())
-        except BaseException:
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        said = pipe.read().decode()
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    return said
+            return str(peer_uid(path, timeout=5.0))
+        except DaemonError as exc:
+            return str(exc)
+
+    return said_as_user(uid, asked)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
