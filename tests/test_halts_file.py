@@ -16,6 +16,12 @@ import pytest
 from kernelpolicy.limits import MAX_HALTS_FILE_BYTES
 from kernelpolicy.server.halts_file import read_halts, write_halts
 from kernelpolicy.server.sockets import halts_file_path
+from tests.helpers import (
+    plant_foreign_owner,
+    plant_group_writable,
+    plant_open_ancestor,
+    plant_symlink,
+)
 
 HALTS = {"sampler.greedy/aiter": "its output guard repaired 2 output(s) in this node's workers"}
 VALID = json.dumps({"format": 1, "halts": HALTS})
@@ -25,29 +31,18 @@ def _text(text: str) -> Callable[[Path], None]:
     return lambda path: path.write_text(text)
 
 
-def _foreign(path: Path) -> None:
-    path.write_text(VALID)
-    os.chown(path, 1001, 1001)
+def _planted(plant: Callable[[Path], None]) -> Callable[[Path], None]:
+    """The daemon's own file, then made untrustworthy as ``plant`` (tests.helpers) does."""
 
+    def make(path: Path) -> None:
+        path.write_text(VALID)
+        plant(path)
 
-def _group_writable(path: Path) -> None:
-    path.write_text(VALID)
-    path.chmod(0o664)
-
-
-def _link(path: Path) -> None:
-    real = path.with_name("real.json")
-    real.write_text(VALID)
-    path.symlink_to(real)
+    return make
 
 
 def _fifo(path: Path) -> None:
     os.mkfifo(path, 0o600)
-
-
-def _open_directory_above(path: Path) -> None:
-    path.write_text(VALID)
-    path.parent.chmod(0o777)
 
 
 @dataclass(frozen=True)
@@ -60,11 +55,11 @@ class Case:
 CASES = {
     "the-daemons-file": Case(_text(VALID), HALTS),
     "no-halts": Case(_text('{"format": 1, "halts": {}}'), {}),
-    "another-users-file": Case(_foreign, {}, "owned by uid 1001"),
-    "group-writable": Case(_group_writable, {}, "writable by its group"),
-    "a-link": Case(_link, {}, "a symbolic link"),
+    "another-users-file": Case(_planted(plant_foreign_owner), {}, "owned by uid 65534"),
+    "group-writable": Case(_planted(plant_group_writable), {}, "writable by its group"),
+    "a-link": Case(_planted(plant_symlink), {}, "a symbolic link"),
     "a-fifo-never-blocks": Case(_fifo, {}, "not a regular file"),
-    "a-directory-above-open-to-all": Case(_open_directory_above, {}, "writable by others"),
+    "a-directory-above-open-to-all": Case(_planted(plant_open_ancestor), {}, "writable by others"),
     "too-large": Case(_text(" " * (MAX_HALTS_FILE_BYTES + 1)), {}, "MAX_HALTS_FILE_BYTES"),
     "not-json": Case(_text("{halts"), {}, "not JSON"),
     "not-utf8": Case(lambda p: p.write_bytes(b'{"format": 1, "halts": {"\xff": 1}}'), {}, "UTF-8"),
@@ -120,7 +115,7 @@ def _planted_by_another_user(tmp_path: Path) -> str:
     """A halts file another user wrote where this node's daemon socket would be: its address."""
     directory = tmp_path / "run"
     directory.mkdir(mode=0o700)
-    _foreign(directory / "kp.halts.json")
+    _planted(plant_foreign_owner)(directory / "kp.halts.json")
     return f"unix:{directory}/kp.sock"
 
 
@@ -138,7 +133,7 @@ def test_resolve_ignores_a_planted_file_and_warns(
                              node_halts=True)  # fmt: skip
     assert resolution.decision("sampler.greedy").impl == "aiter"  # the planted halt: no effect
     assert "kernelpolicy.halts.ignored" in caplog.text
-    assert "owned by uid 1001" in caplog.text
+    assert "owned by uid 65534" in caplog.text
 
 
 def test_the_cli_on_this_node_says_it_ignored_the_file(tmp_path: Path) -> None:
@@ -155,4 +150,4 @@ def test_the_cli_on_this_node_says_it_ignored_the_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr.startswith("kernelpolicy: warning: the node's halts file is ignored: ")
-    assert "owned by uid 1001" in shown.stderr
+    assert "owned by uid 65534" in shown.stderr
