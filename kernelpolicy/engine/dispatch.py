@@ -138,8 +138,7 @@ class Serving:
             result = fallback(*args, **kwargs)
         except Exception:
             raise error from None  # the fallback fails too: the call is at fault, not the kernel
-        why = shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
-        self._give_up(impl, error, why, args)
+        self._give_up(impl, error, _when_called(error), args)
         return result
 
     def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
@@ -250,30 +249,36 @@ class Routed(Serving):
         return chosen
 
     def _give_up(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> None:
-        """An implementation imported on its first call that failed leaves the order; a
-        kernel that failed for a dtype the feature routes on stops serving that dtype; else
-        the feature switches as a whole."""
-        fallbacks, feature = self._fallbacks, self._feature
-        if isinstance(error, EntryUnloadable):
-            self._loaded.pop(impl, None)
-            fallbacks.refuse_impl(feature, impl, str(error))
-        elif fallbacks.decisions[feature].dtypes:
-            fallbacks.refuse_dtype(feature, impl, dtype_name(args[0].dtype), why)
-        else:
-            fallbacks.switch(feature, why)
+        """What failed leaves as :meth:`_leave_part` says; else the feature switches as a
+        whole."""
+        if not self._leave_part(impl, error, why, args):
+            self._fallbacks.switch(self._feature, why)
         self.reset()
 
     def _refuse(self, impl: str, error: Exception, args: tuple[Any, ...]) -> None:
+        why = _when_called(error)
+        if not self._leave_part(impl, error, why, args):
+            self._fallbacks.refuse_impl(self._feature, impl, why, how="failed at run time")
+        self.reset()
+
+    def _leave_part(self, impl: str, error: Exception, why: str, args: tuple[Any, ...]) -> bool:
+        """An implementation imported on its first call that failed leaves the order; a
+        kernel that failed for a dtype the feature routes on stops serving that dtype. Whether
+        either applied (else the caller takes out more)."""
         fallbacks, feature = self._fallbacks, self._feature
-        why = shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
         if isinstance(error, EntryUnloadable):
             self._loaded.pop(impl, None)
             fallbacks.refuse_impl(feature, impl, str(error))
-        elif fallbacks.decisions[feature].dtypes:
+            return True
+        if fallbacks.decisions[feature].dtypes:
             fallbacks.refuse_dtype(feature, impl, dtype_name(args[0].dtype), why)
-        else:
-            fallbacks.refuse_impl(feature, impl, why, how="failed at run time")
-        self.reset()
+            return True
+        return False
 
     def __repr__(self) -> str:
         return f"Routed({self._feature}: {', '.join(self._loaded)})"
+
+
+def _when_called(error: Exception) -> str:
+    """Why an implementation stops serving: the error its call raised, cut to REASON_CHARS."""
+    return shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
