@@ -27,6 +27,7 @@ __all__ = [
     "build_in_process",
     "has_device",
     "label",
+    "node_warming",
     "tasks_for",
 ]
 
@@ -77,6 +78,20 @@ def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
     except subprocess.TimeoutExpired:
         failed = f"over {TASK_SECONDS} s"
     return {**task, "seconds": round(time.monotonic() - start, 1), "failed": failed or None}
+
+
+def node_warming(
+    resolution: Any, root: os.PathLike[str] | str, *, vocabs: list[int], device: str, jobs: int
+) -> Warming | str:
+    """The warm run of a node (``kernelpolicy warm``, ``serve --warm``): every task its
+    decisions route to (:func:`tasks_for`, ``vocabs`` or :data:`DEFAULT_VOCABS`), each built on
+    ``device`` in a process of its own into the kernel cache at ``root``; or why there is
+    nothing to build (no such device here)."""
+    if not has_device(device):
+        return f"no device {device} here: nothing to build"
+    env = build_environment(root)
+    tasks = tasks_for(resolution, vocabs or list(DEFAULT_VOCABS))
+    return Warming(tasks, lambda task: build_in_process(task, device, env), jobs=jobs)
 
 
 def label(task: Task) -> str:

@@ -171,25 +171,17 @@ def _warm_start(args: argparse.Namespace, settings: Settings) -> WarmStart | Non
         from kernelpolicy.errors import KernelPolicyError
         from kernelpolicy.kernel_cache import prepare_kernel_cache
         from kernelpolicy.settings import default_cache_dir
-        from kernelpolicy.warming import (
-            Warming,
-            build_environment,
-            build_in_process,
-            has_device,
-            tasks_for,
-        )
+        from kernelpolicy.warming import has_device, node_warming
 
         device = args.warm_device
-        if not has_device(device):
+        if not has_device(device):  # before the cache: without a GPU nothing is made
             return f"no device {device} here: nothing to build"
         try:
             root = prepare_kernel_cache(settings.cache_dir or default_cache_dir())
         except KernelPolicyError as exc:
             return f"kernel cache not used, nothing built: {exc}"
-        env = build_environment(root)
-        tasks = tasks_for(resolution, args.warm_vocab or list(DEFAULT_VOCABS))
-        build = lambda task: build_in_process(task, device, env)  # noqa: E731
-        return Warming(tasks, build, jobs=args.warm_jobs)
+        vocabs = args.warm_vocab or list(DEFAULT_VOCABS)
+        return node_warming(resolution, root, vocabs=vocabs, device=device, jobs=args.warm_jobs)
 
     return start
 

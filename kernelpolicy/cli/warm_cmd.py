@@ -46,14 +46,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.kernel_cache import prepare_kernel_cache
     from kernelpolicy.settings import default_cache_dir
-    from kernelpolicy.warming import (
-        Warming,
-        build_environment,
-        build_in_process,
-        has_device,
-        label,
-        tasks_for,
-    )
+    from kernelpolicy.warming import label, node_warming, tasks_for
 
     if args.jobs < 1:
         from kernelpolicy.errors import SettingsError
@@ -63,22 +56,18 @@ def run(args: argparse.Namespace) -> int:
     # the cache is this machine's, even with --platform (as policy files and evidence are)
     cache = local_settings(args).cache_dir or default_cache_dir()
     root = prepare_kernel_cache(cache)
-    tasks = tasks_for(resolution, args.vocab or list(DEFAULT_VOCABS))
-    env = build_environment(root)
+    vocabs = args.vocab or list(DEFAULT_VOCABS)
+    warming = node_warming(resolution, root, vocabs=vocabs, device=args.device, jobs=args.jobs)
+    if isinstance(warming, str):  # no device: nothing built, the tasks there would be said
+        return _report(args, str(root), tasks_for(resolution, vocabs), [], warming)
 
     def told(result: dict[str, Any]) -> None:
         status = f"failed: {result['failed']}" if result["failed"] else "built"
         print(f"kernelpolicy warm: {label(result)}: {status} in {result['seconds']} s",
               file=sys.stderr)  # fmt: skip
 
-    if not has_device(args.device):
-        results: list[dict[str, Any]] = []
-        note = f"no device {args.device} here: nothing to build"
-    else:
-        note = None
-        build = lambda task: build_in_process(task, args.device, env)  # noqa: E731
-        results = Warming(tasks, build, jobs=args.jobs, told=told).run()
-    return _report(args, str(root), tasks, results, note)
+    warming.told = told
+    return _report(args, str(root), warming.tasks, warming.run(), None)
 
 
 def _report(
