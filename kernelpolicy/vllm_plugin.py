@@ -113,7 +113,7 @@ class _Plugin:
         self.counts = _Counts(os.environ.get(STATS))
         inputs = read_plugin_inputs(os.environ.get(INPUTS, ""))  # before the heavy imports
         self.following = Following(
-            lambda: _resolve(inputs), lambda: _watched(inputs),
+            lambda: _resolve(inputs), _watcher(inputs),
             changed=self.changed, failed=_follow_failed, prepare=self.prepare,
         )  # fmt: skip
         self.installed: set[str] = set()
@@ -252,17 +252,18 @@ def _check_fingerprint(resolution: Any, expected: str | None) -> None:
         )  # fmt: skip
 
 
-def _watched(inputs: PluginInputs) -> tuple[object, object]:
+def _watcher(inputs: PluginInputs) -> Callable[[], tuple[object, object]]:
     """What changes the decisions while vLLM runs: the node's halts file (where this machine
-    is resolved) and the policy files."""
+    is resolved) and the policy files. Where they are is read once; each look stats them."""
     from kernelpolicy.policy.files import policy_stamp
     from kernelpolicy.server.halts_file import file_stamp
     from kernelpolicy.server.node import node_halts_path
     from kernelpolicy.settings import settings_from
 
     settings = settings_from(os.environ if inputs.env is None else inputs.env)
-    halts = None if inputs.platform else file_stamp(node_halts_path(settings))
-    return halts, policy_stamp(inputs.policies or settings.policy_paths)
+    halts = None if inputs.platform else node_halts_path(settings)
+    policies = inputs.policies or settings.policy_paths
+    return lambda: (None if halts is None else file_stamp(halts), policy_stamp(policies))
 
 
 def _follow_failed(message: str) -> None:
