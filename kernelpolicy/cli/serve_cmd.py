@@ -48,6 +48,16 @@ def register(commands: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
+    _add_serving_options(serve)
+    _add_publishing_options(serve)
+    _add_warm_options(serve)
+    serve.set_defaults(run=run_serve)
+
+    status_cmd.register(commands)
+
+
+def _add_serving_options(serve: argparse.ArgumentParser) -> None:
+    """What the daemon serves, where, and how much it says: addresses, policies, platform."""
     serve.add_argument(
         "--listen", action="append", metavar="ADDR",
         help="host:port or unix:/path (repeatable; default 127.0.0.1:50151 and the unix socket "
@@ -72,6 +82,10 @@ def register(commands: Any) -> None:
         action="store_true",
         help="print only warnings and errors: no explain table, no start, reload or stop lines",
     )
+
+
+def _add_publishing_options(serve: argparse.ArgumentParser) -> None:
+    """What the daemon publishes besides gRPC: HTTP (OFREP, metrics, probes) and node labels."""
     serve.add_argument(
         "--http", metavar="ADDR",
         help="also serve HTTP on PORT or HOST:PORT (a bare port is 127.0.0.1): OFREP "
@@ -87,6 +101,10 @@ def register(commands: Any) -> None:
         help="with --http: /readyz answers 503 while the last policy reload failed (the daemon "
         "still serves the last good policies); default: ready whenever it serves",
     )  # fmt: skip
+
+
+def _add_warm_options(serve: argparse.ArgumentParser) -> None:
+    """``--warm`` and the options that go with it (``kernelpolicy warm``'s work at start)."""
     serve.add_argument(
         "--warm", action="store_true",
         help="at start, build the kernels the decisions can route to into the node's kernel "
@@ -106,9 +124,6 @@ def register(commands: Any) -> None:
         "--warm-device", default="cuda:0", metavar="DEVICE",
         help="with --warm: the device to build for (default cuda:0)",
     )  # fmt: skip
-    serve.set_defaults(run=run_serve)
-
-    status_cmd.register(commands)
 
 
 def run_serve(args: argparse.Namespace) -> int:
