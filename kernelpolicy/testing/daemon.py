@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,25 @@ def running_daemon(
     from kernelpolicy.server.state import ServingState
 
     state = ServingState(platform, env or {}, list(policy_paths), overrides or {})
+    make = functools.partial(
+        Daemon, state, list(listen), tls=tls, log_format=log_format, watch=watch,
+        reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
+        http=http, labels_dir=labels_dir,
+        ready_requires_current_policy=ready_requires_current_policy,
+        grpc_connections=grpc_connections, grpc_tcp_calls=grpc_tcp_calls, warm=warm,
+    )  # fmt: skip
+    with _serving_on_own_loop(make) as running:
+        yield running
+
+
+@contextmanager
+def _serving_on_own_loop(make: Callable[[], Daemon]) -> Iterator[RunningDaemon]:
+    """Build the daemon with ``make`` on a new event loop in its own thread, and serve until the
+    block ends; yields once every listener is bound, and stops it on the way out.
+
+    Raises:
+        BaseException: Whatever the daemon's start-up raised, in the caller's thread.
+    """
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder: dict[str, Any] = {}
@@ -81,14 +101,7 @@ def running_daemon(
         asyncio.set_event_loop(loop)
 
         async def main() -> None:
-            daemon = Daemon(
-                state, list(listen), tls=tls, log_format=log_format, watch=watch,
-                reload_debounce_ms=50, log_stream=log_stream, default_socket=default_socket,
-                http=http, labels_dir=labels_dir,
-                ready_requires_current_policy=ready_requires_current_policy,
-                grpc_connections=grpc_connections,
-                grpc_tcp_calls=grpc_tcp_calls, warm=warm,
-            )  # fmt: skip
+            daemon = make()
             holder["daemon"] = daemon
             await daemon.serve(handle_signals=False, on_started=ready.set)
 
