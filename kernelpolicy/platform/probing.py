@@ -77,16 +77,61 @@ def probe(
     env = dict(os.environ if environ is None else environ)
     root_path = Path(root)
     errors: list[str] = []
+    key, cached, nvidia, amd = _hardware_sources(
+        root_path, env, errors, nvml=nvml, amdsmi=amdsmi, cache=hardware_cache
+    )
+    software = _software(
+        root_path, env, errors, libraries=(*DEFAULT_LIBRARIES, *libraries),
+        env_patterns=DEFAULT_ENV_PATTERNS if env_patterns is None else env_patterns,
+        metadata=metadata, torch_version_file=torch_version_file,
+    )  # fmt: skip
+    fields: dict[str, Any] = {"vendor": "none", **software}  # until a vendor report says
+    if cached is not None:
+        return _from_cache(fields, cached, errors)
+    return _with_hardware(fields, nvidia, amd, errors, cache=hardware_cache, key=key)
+
+
+def _hardware_sources(
+    root: Path,
+    env: dict[str, str],
+    errors: list[str],
+    *,
+    nvml: Any,
+    amdsmi: Any,
+    cache: Path | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, NvidiaReport | None, AmdReport | None]:
+    """Where the vendor, devices and driver come from: the hardware cache's facts for this
+    machine, else the vendor probes (neither where the machine shows no sign of a GPU).
+
+    Returns:
+        The cache key (``None``: nothing to cache), the cached facts (``None``: not cached),
+        and the NVIDIA and AMD reports (``None``: not probed, or nothing found).
+    """
     auto = nvml is _AUTO and amdsmi is _AUTO
-    on_bus = pci_gpus(root_path, NVIDIA_VENDOR, AMD_VENDOR) if auto or hardware_cache else []
-    bare = auto and _no_gpu(root_path, on_bus)
-    key = hardware_key(root_path, env, on_bus) if hardware_cache and not bare else None
-    cached = load_hardware(hardware_cache, key) if hardware_cache and key else None
-    nvidia = amd = None
-    if cached is None and not bare:
-        nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root_path, nvml, env), None)
-        amd = _guard("amd", errors, lambda: _probe_amd(root_path, amdsmi, env, nvidia), None)
-    libs = read_libraries((*DEFAULT_LIBRARIES, *libraries), metadata)
+    on_bus = pci_gpus(root, NVIDIA_VENDOR, AMD_VENDOR) if auto or cache else []
+    bare = auto and _no_gpu(root, on_bus)
+    key = hardware_key(root, env, on_bus) if cache and not bare else None
+    cached = load_hardware(cache, key) if cache and key else None
+    if cached is not None or bare:
+        return key, cached, None, None
+    nvidia = _guard("nvidia", errors, lambda: _probe_nvidia(root, nvml, env), None)
+    amd = _guard("amd", errors, lambda: _probe_amd(root, amdsmi, env, nvidia), None)
+    return key, cached, nvidia, amd
+
+
+def _software(
+    root: Path,
+    env: dict[str, str],
+    errors: list[str],
+    *,
+    libraries: Iterable[str],
+    env_patterns: Iterable[str],
+    metadata: MetadataVersion,
+    torch_version_file: Path | None,
+) -> dict[str, Any]:
+    """The snapshot's fields that need no GPU: the libraries' versions, the variables the
+    policies read, the torch build and the machine id; what cannot be read goes to ``errors``."""
+    libs = read_libraries(libraries, metadata)
     errors.extend(libs.errors)
     torch = _guard(
         "torch build",
@@ -94,23 +139,31 @@ def probe(
         lambda: torch_build(libs.versions.get("torch"), errors, torch_version_file),
         None,
     )
-    fields: dict[str, Any] = {
-        "vendor": "none",
-        "libraries": libs.versions,
-        "env": capture_env(env, DEFAULT_ENV_PATTERNS if env_patterns is None else env_patterns),
-    }
+    fields: dict[str, Any] = {"libraries": libs.versions, "env": capture_env(env, env_patterns)}
     if torch is not None:
         fields["torch"] = torch
-    machine_id = read_machine_id(root_path)
+    machine_id = read_machine_id(root)
     if machine_id is not None:
         fields["machine_id"] = machine_id
-    if cached is not None:
-        return _from_cache(fields, cached, errors)
+    return fields
+
+
+def _with_hardware(
+    fields: dict[str, Any],
+    nvidia: NvidiaReport | None,
+    amd: AmdReport | None,
+    errors: list[str],
+    *,
+    cache: Path | None,
+    key: dict[str, Any] | None,
+) -> Platform:
+    """The snapshot with the vendor reports' hardware, written to the hardware cache only
+    where the hardware came out without a probe error."""
     hardware_errors = len(errors)
     fields.update(_hardware(nvidia, amd, errors))
     platform = _assemble(fields, errors)
-    if hardware_cache is not None and key is not None and len(errors) == hardware_errors:
-        store_hardware(hardware_cache, key, platform.to_dict())  # best effort: never raises
+    if cache is not None and key is not None and len(errors) == hardware_errors:
+        store_hardware(cache, key, platform.to_dict())  # best effort: never raises
     return platform
 
 
