@@ -24,6 +24,7 @@ from kernelpolicy.engine.model import (
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.routing import route
 from kernelpolicy.engine.switches import (
+    SwitchOutcome,
     evaluate_switches,
     force_variable,
     over_limit_message,
@@ -33,7 +34,7 @@ from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.envvars import carried, carried_env
 from kernelpolicy.platform.model import Platform
-from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
+from kernelpolicy.policy.compiled import CompiledCandidate, CompiledFeature, PolicySet
 from kernelpolicy.suggest import did_you_mean
 
 
@@ -61,6 +62,35 @@ def resolve_policies(
             ``halted`` check. Pairs the policies do not have are ignored.
         host: What the calling process gives the Resolution (its log, the node's daemon).
     """
+    relevant_env, forced, halted = _engine_inputs(env, policies, overrides, halts)
+    decisions = {
+        name: decide(
+            feature, platform, relevant_env, policies, forced.get(name),
+            evidence=evidence, halts=halted,
+        )
+        for name, feature in policies.features.items()
+    }  # fmt: skip
+    return Resolution(
+        platform=platform, policies=policies, decisions=decisions,
+        fingerprint=fingerprint(
+            platform, relevant_env, policies, forced,
+            # No entries is no evidence: the bundled pack reads the store for its dtype
+            # routing, and a machine with nothing stored keeps the fingerprint it had.
+            evidence.digest() if evidence is not None and evidence.entries else None,
+            cohorts=cohorts_of(decisions), halted=halted,
+        ),
+        env=relevant_env, overrides=forced, host=host,
+    )  # fmt: skip
+
+
+def _engine_inputs(
+    env: Mapping[str, str],
+    policies: PolicySet,
+    overrides: Mapping[str, str] | None,
+    halts: Mapping[str, str] | None,
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """What the engine reads of its inputs: the variables the policies read, what is forced
+    (overrides, the environment's forces winning) and the halts of the policies' candidates."""
     # Only the variables the policies read, each in its carried form (cut, or not carried at
     # all over MAX_ENV_VALUE_CHARS): the engine never sees more, so no decision, error, log or
     # answer built from it can show more, and a client rebuilding this from the answer's inputs
@@ -72,32 +102,7 @@ def resolve_policies(
         if value:
             forced[name] = value
     halted = {key: why for key, why in (halts or {}).items() if _is_candidate(policies, key)}
-    decisions = {
-        name: decide(
-            feature, platform, relevant_env, policies, forced.get(name),
-            evidence=evidence, halts=halted,
-        )
-        for name, feature in policies.features.items()
-    }  # fmt: skip
-    return Resolution(
-        platform=platform,
-        policies=policies,
-        decisions=decisions,
-        fingerprint=fingerprint(
-            platform,
-            relevant_env,
-            policies,
-            forced,
-            # No entries is no evidence: the bundled pack reads the store for its dtype
-            # routing, and a machine with nothing stored keeps the fingerprint it had.
-            evidence.digest() if evidence is not None and evidence.entries else None,
-            cohorts=cohorts_of(decisions),
-            halted=halted,
-        ),
-        env=relevant_env,
-        overrides=forced,
-        host=host,
-    )
+    return relevant_env, forced, halted
 
 
 def cohorts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
@@ -148,46 +153,63 @@ def decide(
     results: list[CandidateResult] = []
     env_problem: tuple[ErrorCode, str] | None = None
     for candidate in feature.candidates:
-        checked = check_candidate(
-            candidate, platform, policies.disables, evidence,
-            by_dtype=bool(feature.spec.dtypes), same_draws=feature.spec.same_draws,
-        )  # fmt: skip
-        switch = evaluate_switches(candidate.spec.switches, env)
-        if switch.error and env_problem is None:
-            env_problem = (ErrorCode.BAD_ENVIRONMENT, switch.error)
-        elif switch.conflict and env_problem is None:
-            env_problem = (
-                ErrorCode.SWITCH_CONFLICT,
-                f"{candidate.impl}: switches disagree ({switch.source}): one says on, one says off",
-            )
-        failures = list(checked.failures)
-        notes = list(checked.notes)
-        if switch.state == "off":
-            failures.append(Check(CheckKind.SWITCH_OFF, f"switched off ({switch.source})"))
-        rollout = place(candidate.rollout, platform) if candidate.rollout is not None else None
-        said = rollout_check(rollout) if rollout is not None else None
-        if isinstance(said, Check):
-            failures.append(said)
-        elif said is not None:
-            notes.append(said)
-        why = (halts or {}).get(f"{feature.name}/{candidate.impl}")
-        if why is not None:
-            failures.append(_halted_check(feature.name, why))
-        results.append(
-            CandidateResult(
-                impl=candidate.impl,
-                switch=switch.state,
-                switch_source=switch.source,
-                failures=tuple(failures),
-                notes=tuple(notes),
-                when=candidate.spec.when,
-                guards=tuple(checked.guards),
-                rollout=rollout,
-            )
+        result, problem = _candidate_result(
+            feature, candidate, platform, env, policies, evidence=evidence, halts=halts
         )
+        results.append(result)
+        if env_problem is None:
+            env_problem = problem  # the first candidate's problem is the one reported
     if env_problem is not None:
         return _error(feature, results, env_problem[0], env_problem[1], ())
     return route(feature, _choose(feature, results, platform, forced), evidence)
+
+
+def _candidate_result(
+    feature: CompiledFeature,
+    candidate: CompiledCandidate,
+    platform: Platform,
+    env: Mapping[str, str],
+    policies: PolicySet,
+    *,
+    evidence: Evidence | None,
+    halts: Mapping[str, str] | None,
+) -> tuple[CandidateResult, tuple[ErrorCode, str] | None]:
+    """One candidate's checks, switches, rollout and halt; and what its switches find wrong
+    with the environment (``None``: nothing)."""
+    checked = check_candidate(
+        candidate, platform, policies.disables, evidence,
+        by_dtype=bool(feature.spec.dtypes), same_draws=feature.spec.same_draws,
+    )  # fmt: skip
+    switch = evaluate_switches(candidate.spec.switches, env)
+    failures = list(checked.failures)
+    notes = list(checked.notes)
+    if switch.state == "off":
+        failures.append(Check(CheckKind.SWITCH_OFF, f"switched off ({switch.source})"))
+    rollout = place(candidate.rollout, platform) if candidate.rollout is not None else None
+    said = rollout_check(rollout) if rollout is not None else None
+    if isinstance(said, Check):
+        failures.append(said)
+    elif said is not None:
+        notes.append(said)
+    why = (halts or {}).get(f"{feature.name}/{candidate.impl}")
+    if why is not None:
+        failures.append(_halted_check(feature.name, why))
+    result = CandidateResult(
+        impl=candidate.impl, switch=switch.state, switch_source=switch.source,
+        failures=tuple(failures), notes=tuple(notes), when=candidate.spec.when,
+        guards=tuple(checked.guards), rollout=rollout,
+    )  # fmt: skip
+    return result, _switch_problem(candidate.impl, switch)
+
+
+def _switch_problem(impl: str, switch: SwitchOutcome) -> tuple[ErrorCode, str] | None:
+    """A switch variable with a bad value, else switches that disagree, else ``None``."""
+    if switch.error:
+        return ErrorCode.BAD_ENVIRONMENT, switch.error
+    if switch.conflict:
+        disagree = f"{impl}: switches disagree ({switch.source}): one says on, one says off"
+        return ErrorCode.SWITCH_CONFLICT, disagree
+    return None
 
 
 def _choose(
