@@ -83,7 +83,7 @@ def test_a_daemons_text_cannot_drive_the_terminal(
     from kernelpolicy.engine import resolve_policies
     from kernelpolicy.policy.loader import load_policy_sources
     from kernelpolicy.server.convert import inputs_message, resolve_response
-    from tests.test_client_hostile import FakeDaemon, serving
+    from tests.hostile_daemon import FakeDaemon, serving
 
     sources = [(str(p), p.read_text()) for p in sorted((ROOT / "policies").glob("*.toml"))]
     if reason is not None:
