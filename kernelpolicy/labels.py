@@ -32,6 +32,7 @@ from kernelpolicy.versions import StackVersion, parse_version
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.evidence.store import Evidence
+    from kernelpolicy.platform.model import Platform
 
 PREFIX = "kernelpolicy.feature.node.kubernetes.io"
 """The label prefix: a sub-namespace of NFD's own, allowed by every nfd-master by default."""
@@ -153,8 +154,26 @@ def node_labels(
             f"label prefix {prefix[:80]!r} is not a DNS subdomain of at most {MAX_PREFIX_CHARS} "
             "characters (lower-case letters, digits, '-' and '.')"
         )
-    facts: dict[str, str | None] = {}
     platform = resolution.platform
+    facts = _platform_facts(platform)
+    facts.update(_switch_facts(resolution))
+    facts.update(_decision_facts(resolution))
+    facts["node.identity"] = platform.identity  # what rollout cohorts are hashed from
+    if evidence is not None:
+        for (feature, impl), entry in sorted(evidence.entries.items()):
+            facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"
+    facts["policy.fingerprint"] = resolution.fingerprint
+    return {
+        f"{prefix}/{label_name(name)}": label_value(value)
+        for name, value in facts.items()
+        if value is not None
+    }
+
+
+def _platform_facts(platform: Platform) -> dict[str, str | None]:
+    """``gpu.*``, ``driver.*``, ``torch.version`` and ``lib.<dist>``: the node's GPU and the
+    versions of its driver and libraries."""
+    facts: dict[str, str | None] = {}
     device = platform.primary
     facts["gpu.vendor"] = platform.vendor
     facts["gpu.count"] = str(len(platform.devices))
@@ -175,7 +194,13 @@ def node_labels(
     facts["torch.version"] = None if torch is None else version_value(torch)
     for dist, version in sorted(platform.libraries.items()):
         facts[f"lib.{dist}"] = version_value(version)
-    facts.update(_switch_facts(resolution))
+    return facts
+
+
+def _decision_facts(resolution: Resolution) -> dict[str, str | None]:
+    """``impl.<feature>`` for each decision, and ``rollout.*`` and ``halted.*`` for its
+    candidates with a rollout or halted on this node."""
+    facts: dict[str, str | None] = {}
     for feature, decision in resolution.decisions.items():
         facts[f"impl.{feature}"] = decision.impl or (
             "error" if decision.error is not None else "none"
@@ -185,16 +210,7 @@ def node_labels(
                 facts[f"rollout.{feature}.{candidate.impl}"] = candidate.rollout.cohort.value
             if any(f.kind.value == "halted" for f in candidate.failures):  # halt_on, on this node
                 facts[f"halted.{feature}.{candidate.impl}"] = "true"
-    facts["node.identity"] = platform.identity  # what rollout cohorts are hashed from
-    if evidence is not None:
-        for (feature, impl), entry in sorted(evidence.entries.items()):
-            facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"
-    facts["policy.fingerprint"] = resolution.fingerprint
-    return {
-        f"{prefix}/{label_name(name)}": label_value(value)
-        for name, value in facts.items()
-        if value is not None
-    }
+    return facts
 
 
 def _switch_facts(resolution: Resolution) -> dict[str, str | None]:
