@@ -53,14 +53,7 @@ def read_bytes_bounded(
         KernelPolicyError: Whatever ``fail`` builds, naming the file and what was wrong.
     """
     source = str(path)
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        _raise(fail, f"{source}: no such file")
-    except OSError as exc:
-        _raise(fail, f"{source}: cannot open: {exc.strerror or exc}")
-    except ValueError:  # a NUL character: no such path can exist
-        _raise(fail, f"{source!r}: not a usable path (it contains a NUL character)")
+    fd = _open_nonblocking(source, fail)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -83,6 +76,19 @@ def read_bytes_bounded(
         _raise(fail, f"{source}: cannot read: {exc.strerror or exc}")
     finally:
         os.close(fd)
+
+
+def _open_nonblocking(source: str, fail: Fail) -> int:
+    """A read-only descriptor of ``source`` (non-blocking: a FIFO never hangs the open), or
+    ``fail``'s error saying why it cannot be opened."""
+    try:
+        return os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        _raise(fail, f"{source}: no such file")
+    except OSError as exc:
+        _raise(fail, f"{source}: cannot open: {exc.strerror or exc}")
+    except ValueError:  # a NUL character: no such path can exist
+        _raise(fail, f"{source!r}: not a usable path (it contains a NUL character)")
 
 
 def _kind(mode: int) -> str:
