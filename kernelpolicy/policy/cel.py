@@ -193,6 +193,19 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
             f"CEL expression uses undeclared variable {shown(str(unknown[0]))!r}; declared: "
             f"{', '.join(sorted(known))} (declare call-context variables under 'context')"
         )
+    _run_on_sample(program, source, known, declared)
+    return program
+
+
+def _run_on_sample(
+    program: Any, source: str, known: Mapping[str, str], declared: Mapping[str, str]
+) -> None:
+    """Run ``program`` once on a sample of each variable's type: what the CEL library checks
+    only when it runs (a type error, a division by zero, a result that is not a boolean).
+
+    Raises:
+        ValueError: Which of those it was, with the sample context the declared variables had.
+    """
     sample = {name: _SAMPLES[kind] for name, kind in known.items()}
     if declared.get("dtype") == "string":
         sample["dtype"] = "bfloat16"  # dtype_size() rejects "", so try a real dtype
@@ -209,7 +222,6 @@ def compile_expression(source: str, declared: Mapping[str, str]) -> Any:
         ) from None
     if not isinstance(result, bool):
         raise ValueError(f"CEL expression must be a boolean, got {type(result).__name__}")
-    return program
 
 
 class LazyProgram:
