@@ -2,8 +2,9 @@
 kernel cache (:mod:`kernelpolicy.kernel_cache`): the work of ``kernelpolicy warm`` and of
 ``serve --warm`` (the daemon at start, before ``/readyz`` says ready).
 
-Each build runs in a process of its own (``python -m kernelpolicy.cli.warm_child``), so that a
-compiler holding its interpreter never holds the caller's; at most ``jobs`` at once. Without a
+Each build runs in a process of its own (``python -P -m kernelpolicy.cli.warm_child``, started
+where nobody else's code can be imported: :mod:`kernelpolicy.kernels.build_process`), so that
+a compiler holding its interpreter never holds the caller's; at most ``jobs`` at once. Without a
 CUDA device there is nothing to build. Importing it costs every command nothing much (the CLI
 names its defaults in ``--help``): subprocess and the thread pool are imported when used.
 """
@@ -67,14 +68,14 @@ def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
     """Build ``task``'s variants in a child process (at most ``TASK_SECONDS``)."""
     import subprocess
 
+    from kernelpolicy.kernels.build_process import child_environment, python_command, run_build
+
     start = time.monotonic()
     payload = json.dumps({**task, "device": device})
+    argv = [*python_command(sys.executable, "kernelpolicy.cli.warm_child"), payload]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "kernelpolicy.cli.warm_child", payload], env=dict(env),
-            capture_output=True, text=True, timeout=TASK_SECONDS, check=False,
-        )  # fmt: skip
-        failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.returncode else ""
+        done = run_build(argv, child_environment(env), TASK_SECONDS)
+        failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.code else ""
     except subprocess.TimeoutExpired:
         failed = f"over {TASK_SECONDS} s"
     return {**task, "seconds": round(time.monotonic() - start, 1), "failed": failed or None}

@@ -4,10 +4,11 @@ Triton's compiler (its frontend, MLIR and LLVM passes) holds the interpreter's l
 stretches, so a variant compiled in a thread of the serving process stalled the calls served
 meanwhile on the serving thread (review C2: up to 717 ms on an H200 during a 45 s build). A
 background build of a variant on a device where Triton compiles (CUDA) therefore runs the
-compile in a child process (``python -m kernelpolicy.kernels.sampling_triton.child_main TASK``, as
-``kernelpolicy warm``'s children do) with this process's Triton cache (``TRITON_CACHE_DIR``: the
-node's kernel cache where one is in use, else Triton's default directory), and then the
-build thread loads the variant from that cache: its eager call finds every kernel compiled.
+compile in a child process (``python -P -m kernelpolicy.kernels.sampling_triton.child_main
+TASK``, started as ``kernelpolicy warm``'s children are: :mod:`kernelpolicy.kernels.
+build_process`) with this process's Triton cache (``TRITON_CACHE_DIR``: the node's kernel
+cache where one is in use, else Triton's default directory), and then the build thread loads
+the variant from that cache: its eager call finds every kernel compiled.
 
 A child that fails, or outlasts its seconds (it is killed), fails the variant; one that cannot
 be started (no ``sys.executable``, no process to be had) leaves the compile to the thread, as
@@ -24,12 +25,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kernelpolicy.dtypes import dtype_name
+from kernelpolicy.kernels.build_process import child_environment, python_command, run_build
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Variant
 from kernelpolicy.limits import MAX_BUILD_SECONDS
@@ -61,7 +62,7 @@ def command() -> list[str]:
     """
     if not sys.executable:
         raise CannotStart("sys.executable is empty")
-    return [sys.executable, "-m", MODULE]
+    return python_command(sys.executable, MODULE)
 
 
 def triton_cache_dir() -> str:
@@ -79,14 +80,8 @@ def triton_cache_dir() -> str:
 def environment() -> dict[str, str]:
     """This process's environment, with its Triton cache named (the child compiles into the
     cache this process then reads) and this kernelpolicy first on the path (the child builds
-    the same kernel sources)."""
-    root = str(Path(__file__).resolve().parents[3])
-    path = os.environ.get("PYTHONPATH", "")
-    return {
-        **os.environ,
-        "TRITON_CACHE_DIR": triton_cache_dir(),
-        "PYTHONPATH": root + (os.pathsep + path if path else ""),
-    }
+    the same kernel sources; :func:`~kernelpolicy.kernels.build_process.child_environment`)."""
+    return child_environment({**os.environ, "TRITON_CACHE_DIR": triton_cache_dir()})
 
 
 def task_of(tuning: Tuning, variant: Variant) -> dict[str, Any]:
@@ -148,16 +143,13 @@ class Child:
             RuntimeError: The child failed (its last words) or outlasted :attr:`seconds`.
         """
         try:
-            done = subprocess.run(
-                [*self.command(), json.dumps(task)], env=self.environment(),
-                capture_output=True, text=True, timeout=self.seconds, check=False,
-            )  # fmt: skip
+            done = run_build([*self.command(), json.dumps(task)], self.environment(), self.seconds)
         except subprocess.TimeoutExpired:
             raise RuntimeError(
                 f"its build process did not end within {self.seconds:g} s (killed)"
             ) from None
         except OSError as exc:  # fork or exec refused (EAGAIN, ENOMEM, a missing binary)
             raise CannotStart(f"{type(exc).__name__}: {exc}") from exc
-        if done.returncode:
+        if done.code:
             said = (done.stdout.strip() or done.stderr.strip())[-300:]
-            raise RuntimeError(f"its build process failed (exit {done.returncode}): {said}")
+            raise RuntimeError(f"its build process failed (exit {done.code}): {said}")

@@ -1,0 +1,155 @@
+"""A kernel build's own process (kernelpolicy/kernels/build_process.py): started where nobody
+else's code can be imported (review: ``python -m`` put the current directory first on the
+child's path, so a build started from /tmp ran another user's planted ``kernelpolicy/``), with
+no standard input, finding kernelpolicy where its parent did."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.kernels.build_process import (
+    WORKING_DIRECTORY,
+    child_environment,
+    python_command,
+    run_build,
+)
+from tests.helpers import said_as_user
+
+OTHER = 65534  # nobody
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting as another user needs root")
+
+
+@pytest.fixture
+def shared_cwd(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The current directory is one every user may write (mode 1777, as /tmp is); pytest's own
+    temporary directories are 0700, so it is made under /tmp."""
+    directory = Path(tempfile.mkdtemp(prefix="kp-shared-", dir="/tmp"))
+    directory.chmod(0o1777)
+    monkeypatch.chdir(directory)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _plant(directory: Path, marker: Path) -> Callable[[], str]:
+    """What the other user plants: a ``kernelpolicy`` package and a ``json`` module whose
+    import writes ``marker``."""
+    code = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+
+    def plant() -> str:
+        (directory / "kernelpolicy").mkdir()
+        (directory / "kernelpolicy" / "__init__.py").write_text(code)
+        (directory / "json.py").write_text(code)
+        return "planted"
+
+    return plant
+
+
+def _background_build() -> str:
+    from kernelpolicy.kernels.sampling_triton.child import Child
+
+    with pytest.raises(RuntimeError) as failed:  # its task lacks every key: exit 1
+        Child(seconds=300).compile({})
+    return str(failed.value)
+
+
+def _warm_build() -> str:
+    from kernelpolicy.warming import build_in_process
+
+    task = {"feature": "sampler.top_k_top_p", "impl": "triton", "vocab": 32000}  # no dtype
+    return str(build_in_process(task, "cpu", dict(os.environ))["failed"])
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        pytest.param(_background_build, "KeyError: 'k_dtype'", id="background-build-child"),
+        pytest.param(_warm_build, "KeyError: 'dtype'", id="warm-build-child"),
+    ],
+)
+def test_a_build_child_never_imports_what_another_user_planted_in_the_current_directory(
+    build: Callable[[], str], said: str, shared_cwd: Path, tmp_path: Path
+) -> None:
+    """Started from a directory another user planted ``kernelpolicy/`` and ``json.py`` in, the
+    child runs the real kernelpolicy (its own error about the empty task says so) and imports
+    nothing of theirs."""
+    marker = tmp_path / "planted-code-ran"
+    assert said_as_user(OTHER, _plant(shared_cwd, marker)) == "planted"
+    assert said in build()
+    assert not marker.exists(), marker.read_text()
+
+
+def test_a_build_child_runs_in_a_fixed_directory_with_no_input(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its current directory is WORKING_DIRECTORY whatever the parent's, and its standard input
+    is empty (a child never reads the parent's terminal)."""
+    monkeypatch.chdir(tmp_path)
+    script = "import os, sys; print(os.getcwd(), repr(sys.stdin.read()), sys.path[0])"
+    ended = run_build([sys.executable, "-P", "-c", script], dict(os.environ), 60)
+    cwd, stdin, first = ended.stdout.split()
+    assert (ended.code, cwd, stdin) == (0, WORKING_DIRECTORY, "''")
+    assert first != str(tmp_path)
+
+
+def test_the_build_command_keeps_the_current_directory_off_the_path() -> None:
+    """``-P`` before ``-m``: the module, never a file of the current directory."""
+    assert python_command("/usr/bin/python3", "a.b") == ["/usr/bin/python3", "-P", "-m", "a.b"]
+
+
+@pytest.mark.parametrize(
+    ("env", "root", "sites", "expected"),
+    [
+        pytest.param({}, "/src/checkout", frozenset(), "/src/checkout", id="checkout-first"),
+        pytest.param(
+            {"PYTHONPATH": "/a:/b"},
+            "/src/checkout",
+            frozenset(),
+            "/src/checkout:/a:/b",
+            id="checkout-before-the-given-path",
+        ),
+        pytest.param(
+            {"PYTHONPATH": "/a"},
+            "/usr/lib/site-packages",
+            frozenset({"/usr/lib/site-packages"}),
+            "/a",
+            id="installed-found-by-site",
+        ),
+        pytest.param(
+            {},
+            "/usr/lib/site-packages",
+            frozenset({"/usr/lib/site-packages"}),
+            None,
+            id="installed-no-path-added",
+        ),
+    ],
+)
+def test_the_child_finds_kernelpolicy_where_its_parent_did(
+    env: dict[str, str], root: str, sites: frozenset[str], expected: str | None
+) -> None:
+    """The directory kernelpolicy was imported from comes first on PYTHONPATH (a checkout, an
+    editable install), except a site-packages directory, which the child's start-up adds after
+    the standard library as for its parent."""
+    made = child_environment({"KEEP": "1", **env}, root=root, site_directories=sites)
+    assert made.get("PYTHONPATH") == expected
+    assert made["KEEP"] == "1"
+
+
+def test_this_kernelpolicy_is_the_one_a_child_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run as its parent starts it (``-P``, from ``/``): the child imports this checkout's
+    kernelpolicy, whether installed or only on PYTHONPATH."""
+    import kernelpolicy
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    script = "import kernelpolicy; print(kernelpolicy.__file__)"
+    ended = run_build([sys.executable, "-P", "-c", script], child_environment(os.environ), 60)
+    assert ended.stdout.strip() == kernelpolicy.__file__
