@@ -88,20 +88,8 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "kernelpolicy") -> 
         "        return",
         "    fi",
         '    case "$cmd:$prev" in',
+        *_bash_value_arms(commands),
     ]
-    for command in commands:
-        for option, choices in command.choices.items():
-            words = " ".join(choices)
-            lines.append(
-                f'        {command.name}:{option}) COMPREPLY=($(compgen -W "{words}" -- "$cur")); '
-                "return ;;"
-            )
-        for option in command.paths:
-            lines.append(
-                f'        {command.name}:{option}) COMPREPLY=($(compgen -f -- "$cur")); return ;;'
-            )
-        for option in command.valued:
-            lines.append(f"        {command.name}:{option}) COMPREPLY=(); return ;;")
     lines += ["    esac", '    local opts="" words=""', '    case "$cmd" in']
     for command in commands:
         words = " ".join(command.positional)
@@ -121,6 +109,26 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "kernelpolicy") -> 
         f"complete -o filenames -F {func} {prog}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bash_value_arms(commands: list[Command]) -> list[str]:
+    """The ``case "$cmd:$prev"`` arms, for the word after an option: its choices, file names,
+    or nothing (an option that takes any value)."""
+    arms = []
+    for command in commands:
+        for option, choices in command.choices.items():
+            words = " ".join(choices)
+            arms.append(
+                f'        {command.name}:{option}) COMPREPLY=($(compgen -W "{words}" -- "$cur")); '
+                "return ;;"
+            )
+        for option in command.paths:
+            arms.append(
+                f'        {command.name}:{option}) COMPREPLY=($(compgen -f -- "$cur")); return ;;'
+            )
+        for option in command.valued:
+            arms.append(f"        {command.name}:{option}) COMPREPLY=(); return ;;")
+    return arms
 
 
 def _zsh_text(text: str) -> str:
