@@ -275,24 +275,33 @@ def store_evidence(
     """
     path = evidence_path(platform, cache_dir)
     _prepare_store(path.parent, allow_untrusted)
+    key = platform_key(platform)
+    document = {
+        "schema": EVIDENCE_SCHEMA,
+        "key": key,
+        "created": created,
+        "libraries": dict(sorted(platform.libraries.items())),
+        "results": _merged_results(path, key, results, allow_untrusted),
+    }
+    _write_file(path, (json.dumps(document, indent=2) + "\n").encode())
+    return path
+
+
+def _merged_results(
+    path: Path, key: str, results: list[dict[str, Any]], allow_untrusted: bool
+) -> list[dict[str, Any]]:
+    """The stored results at ``path`` with ``results`` in place of those of the same feature
+    and implementation (a result of a new pair after the stored ones)."""
     previous: dict[tuple[str, str], dict[str, Any]] = {}
     try:
-        old = _trusted_document(path, platform_key(platform), allow_untrusted)
+        old = _trusted_document(path, key, allow_untrusted)
     except KernelPolicyError:
         old = None  # only a valid, trusted document is merged; anything else is replaced
     if old is not None:
         previous = {(r["feature"], r["impl"]): r for r in old["results"]}
     for result in results:
         previous[(result["feature"], result["impl"])] = result
-    document = {
-        "schema": EVIDENCE_SCHEMA,
-        "key": platform_key(platform),
-        "created": created,
-        "libraries": dict(sorted(platform.libraries.items())),
-        "results": list(previous.values()),
-    }
-    _write_file(path, (json.dumps(document, indent=2) + "\n").encode())
-    return path
+    return list(previous.values())
 
 
 def _prepare_store(directory: Path, allow_untrusted: bool) -> None:
