@@ -1,28 +1,26 @@
-"""kernelpolicy diff: inventories (snapshots, kubectl nodes), classes, changes, rollout steps."""
+"""kernelpolicy diff: the changes a new policy set makes across a fleet (its classes, the nodes
+named, the engine settings that follow), its rollout steps, and its output. A node rebuilt from
+its labels: tests/test_fleet_diff_labels.py; inventories: tests/test_fleet_diff_inventory.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kernelpolicy.bridge import engine_settings
 from kernelpolicy.cli import main
 from kernelpolicy.cli.diff_cmd import nodes_in_words, parse_steps
 from kernelpolicy.engine import resolve_policies
-from kernelpolicy.errors import InventoryError, PlatformFileError, SettingsError
-from kernelpolicy.fleet import diff_fleet, load_inventory, platform_from_labels
+from kernelpolicy.errors import SettingsError
+from kernelpolicy.fleet import diff_fleet, load_inventory
 from kernelpolicy.fleet.diff import flag_options
-from kernelpolicy.labels import PREFIX, node_labels, render_nfd
+from kernelpolicy.labels import node_labels
 from kernelpolicy.platform.model import Platform
-from kernelpolicy.policy import PolicySet, load_policies, load_policy_text
+from kernelpolicy.policy import PolicySet, load_policies
+from tests.fleet_helpers import NAMES
 from tests.helpers import FIXTURES, ROOT, bundled
-
-NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 
 
 def rolled_out(tmp_path: Path, percent: float = 50) -> Path:
@@ -56,105 +54,6 @@ def inventory(tmp_path: Path, count: int) -> tuple[Path, Path]:
     kubectl = tmp_path / "nodes.json"
     kubectl.write_text(json.dumps({"kind": "List", "items": items}))
     return snapshots, kubectl
-
-
-@pytest.mark.parametrize("switches", [
-    pytest.param({}, id="plain"),
-    pytest.param({"VLLM_ROCM_USE_AITER": "1"}, id="aiter-on"),  # amd-aiter's version is read
-])  # fmt: skip
-@pytest.mark.parametrize("name", NAMES)
-def test_labels_carry_every_fact_a_decision_reads(name: str, switches: dict[str, str]) -> None:
-    """A node rebuilt from its labels gets the same decisions and engine settings as its
-    snapshot, and its labels are valid Kubernetes labels."""
-    platform = Platform.from_dict(
-        {**json.loads((FIXTURES / f"{name}.json").read_text()), "machine_id": "ab" * 16}
-    )
-    env = {**platform.env, "VLLM_USE_FLASHINFER_SAMPLER": "0", **switches}
-    original = resolve_policies(platform, env, bundled())
-    labels = node_labels(original)
-    render_nfd(labels)
-    rebuilt = platform_from_labels(labels)
-    assert rebuilt is not None
-    again = resolve_policies(rebuilt, rebuilt.env, bundled())
-    assert {f: (d.impl, d.error_code) for f, d in again.decisions.items()} == {
-        f: (d.impl, d.error_code) for f, d in original.decisions.items()
-    }
-    assert rebuilt.identity == platform.identity
-    for engine in ("vllm", "sglang"):
-        before, after = (
-            engine_settings(original, engine, env),
-            engine_settings(again, engine, rebuilt.env),
-        )
-        assert (after.env, after.flags) == (before.env, before.flags)
-
-
-def test_an_aiter_dev_build_decides_the_same_from_its_labels() -> None:
-    """The MI355X fixture's amd-aiter 0.1.16.post3.dev0+g1a2b3c4 with aiter on: rebuilt from
-    its labels (what ``diff --platforms nodes.json`` reads), it keeps the version and aiter."""
-    platform = Platform.from_dict(
-        {**json.loads((FIXTURES / "mi355x.json").read_text()), "machine_id": "ab" * 16}
-    )
-    original = resolve_policies(platform, {"VLLM_ROCM_USE_AITER": "1"}, bundled())
-    rebuilt = platform_from_labels(node_labels(original))
-    assert rebuilt is not None
-    again = resolve_policies(rebuilt, rebuilt.env, bundled())
-    assert rebuilt.libraries["amd-aiter"] == "0.1.16.post3.dev0+g1a2b3c4"
-    decided = (
-        original.decision("sampler.top_k_top_p").impl,
-        again.decision("sampler.top_k_top_p").impl,
-    )
-    assert decided == ("aiter", "aiter")
-
-
-STAGED = """
-schema = "kernelpolicy.policy/v1"
-[features."fleet.attn"]
-description = "staged"
-fallback = "current"
-in_process = false
-[[features."fleet.attn".candidates]]
-impl = "fastnv"
-vendor = "nvidia"
-rollout = { percent = 10 }
-[[features."fleet.attn".candidates]]
-impl = "slownv"
-vendor = "nvidia"
-[[features."fleet.attn".candidates]]
-impl = "current"
-"""
-
-
-@pytest.mark.parametrize(
-    ("overrides", "env", "impl"),
-    [
-        pytest.param({}, {}, "slownv", id="none"),
-        pytest.param({"fleet.attn": "fastnv"}, {}, "fastnv", id="settings-override"),
-        pytest.param({}, {"KERNELPOLICY_FORCE_FLEET_ATTN": "fastnv"}, "fastnv", id="variable"),
-        pytest.param({"fleet.attn": "current"}, {"KERNELPOLICY_FORCE_FLEET_ATTN": "fastnv"},
-                     "fastnv", id="the-variable-wins"),
-        pytest.param({"fleet.attn": "nope"}, {}, None, id="unknown-override"),
-        pytest.param({"no.such": "x"}, {}, "slownv", id="override-of-no-feature"),
-    ],
-)  # fmt: skip
-def test_labels_carry_the_forces_a_node_decides_with(
-    overrides: dict[str, str], env: dict[str, str], impl: str | None
-) -> None:
-    """A node forced through settings (KERNELPOLICY_OVERRIDES) or a variable: rebuilt from its
-    labels, it decides as it did (a settings override is labelled as its force variable)."""
-    policies = load_policy_text(STAGED)
-    platform = Platform.from_dict(
-        {**json.loads((FIXTURES / "h100-sxm.json").read_text()), "machine_id": "cd" * 16}
-    )
-    original = resolve_policies(platform, env, policies, overrides=overrides)
-    labels = node_labels(original)
-    rebuilt = platform_from_labels(labels)
-    assert rebuilt is not None
-    again = resolve_policies(rebuilt, rebuilt.env, policies)
-    decided = [(r.decision("fleet.attn").impl, r.decision("fleet.attn").error_code)
-               for r in (original, again)]  # fmt: skip
-    assert decided[0] == decided[1]
-    assert decided[0][0] == impl
-    assert not any("NO_SUCH" in key for key in labels)
 
 
 def test_same_policies_change_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -248,106 +147,6 @@ def test_text_output_names_classes_and_shares(
     assert "  0%: 0 nodes  (the policy)" in out
     assert "  100%: 3 nodes" in out
     assert "unchanged classes" in out
-
-
-def bad(tmp_path: Path, kind: str) -> Path:
-    if kind == "bad-snapshot":
-        shutil.copytree(FIXTURES, tmp_path / "d")
-        (tmp_path / "d/zz-broken.json").write_text('{"schema": "kernelpolicy.platform/v1"}')
-        return tmp_path / "d"
-    path = tmp_path / "x.json"
-    texts: dict[str, Any] = {
-        "empty-dir": None,
-        "not-json": "{nope",
-        "neither": json.dumps({"hello": 1}),
-        "no-items": json.dumps({"kind": "List"}),
-        "not-a-node": json.dumps({"kind": "List", "items": [3]}),
-        "bad-count": json.dumps({"kind": "List", "items": [{"metadata": {"name": "g", "labels": {
-            f"{PREFIX}/gpu.vendor": "nvidia", f"{PREFIX}/gpu.count": "many"}}}]}),
-    }  # fmt: skip
-    if texts[kind] is None:
-        (tmp_path / "e").mkdir()
-        return tmp_path / "e"
-    path.write_text(texts[kind])
-    return path
-
-
-@pytest.mark.parametrize(
-    ("kind", "error", "message"),
-    [
-        pytest.param("bad-snapshot", PlatformFileError, "zz-broken.json", id="bad-snapshot"),
-        pytest.param("empty-dir", InventoryError, "no \\*.json snapshots", id="empty-dir"),
-        pytest.param("not-json", InventoryError, "x.json", id="not-json"),
-        pytest.param("neither", InventoryError, "kubectl get nodes", id="neither"),
-        pytest.param("no-items", InventoryError, "items", id="no-items"),
-        pytest.param("not-a-node", InventoryError, "not a Node object", id="not-a-node"),
-        pytest.param("bad-count", PlatformFileError, "gpu.count", id="bad-count"),
-    ],
-)
-def test_bad_inventory_is_one_clear_error(
-    tmp_path: Path, kind: str, error: type[Exception], message: str
-) -> None:
-    """Each bad inventory raises one KernelPolicyError naming the file or node."""
-    with pytest.raises(error, match=message):
-        load_inventory(bad(tmp_path, kind))
-
-
-def test_bad_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """On the command line a bad snapshot is one line naming it, exit 2."""
-    argv = [
-        "diff",
-        "--against",
-        str(ROOT / "policies"),
-        "--platforms",
-        str(bad(tmp_path, "bad-snapshot")),
-    ]
-    assert main(argv) == 2
-    assert "zz-broken.json" in capsys.readouterr().err
-
-
-def test_too_many_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over MAX_INVENTORY_NODES nodes is refused before any is read."""
-    import kernelpolicy.fleet.inventory as module
-
-    monkeypatch.setattr(module, "MAX_INVENTORY_NODES", 3)
-    with pytest.raises(InventoryError, match="MAX_INVENTORY_NODES"):
-        load_inventory(FIXTURES)
-
-
-def test_nodes_without_labels_are_skipped(tmp_path: Path) -> None:
-    """A Node kernelpolicy never labelled is skipped and named, not guessed at."""
-    path = tmp_path / "n.json"
-    path.write_text(json.dumps({"kind": "NodeList", "items": [{"metadata": {"name": "cpu-1"}}]}))
-    found = load_inventory(path)
-    assert (found.nodes, found.skipped) == ((), ("cpu-1",))
-
-
-IDENTITIES = [
-    pytest.param("cda9f4ad802221e153fb5fcc18229d05", "cda9f4ad802221e153fb5fcc18229d05",
-                 id="the label's identity"),
-    pytest.param(None, None, id="no label: none, as its daemon had none"),
-    pytest.param("not-an-identity", None, id="a malformed label: none"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("label", "identity"), IDENTITIES)
-def test_kubectl_identity_is_the_labels(
-    tmp_path: Path, label: str | None, identity: str | None
-) -> None:
-    """A node's identity is its node.identity label, never status.nodeInfo.machineID: a node
-    labelled without one was probed without a machine ID or GPU UUIDs, its daemon put it in no
-    partial rollout, and the diff must predict that (it counted such a node in before)."""
-    labels = {f"{PREFIX}/gpu.vendor": "none", f"{PREFIX}/gpu.count": "0"}
-    if label is not None:
-        labels[f"{PREFIX}/node.identity"] = label
-    item = {
-        "metadata": {"name": "a", "labels": labels},
-        "status": {"nodeInfo": {"machineID": "5a2b" * 8}},
-    }
-    path = tmp_path / "n.json"
-    path.write_text(json.dumps({"kind": "List", "items": [item]}))
-    (node,) = load_inventory(path).nodes
-    assert node.identity == identity
 
 
 @pytest.mark.parametrize(
