@@ -17,25 +17,13 @@ from kernelpolicy.cli import main
 from kernelpolicy.fleet import Node, diff_fleet
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy import load_policy_text
+from tests.fleet_helpers import staged_policy
 from tests.helpers import FIXTURES, ROOT
 from tests.serve_process import serve
 
-STAGED = """
-schema = "kernelpolicy.policy/v1"
-[features."fleet.attn"]
-description = "staged"
-fallback = "current"
-in_process = false
-[[features."fleet.attn".candidates]]
-impl = "fastnv"
-vendor = "nvidia"
-{rollout}
-[[features."fleet.attn".candidates]]
-impl = "current"
-"""
-OLD = STAGED.format(rollout="rollout = { percent = 0 }")
-NEW = STAGED.format(rollout="rollout = { percent = 10 }")
-UNSTAGED = STAGED.format(rollout="")
+OLD = staged_policy(0)
+NEW = staged_policy(10)
+UNSTAGED = staged_policy(None)
 BASE = json.loads((FIXTURES / "h100-sxm.json").read_text())
 
 
