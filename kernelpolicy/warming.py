@@ -65,7 +65,9 @@ def has_device(device: str) -> bool:
 
 
 def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
-    """Build ``task``'s variants in a child process (at most ``TASK_SECONDS``)."""
+    """Build ``task``'s variants in a child process (at most ``TASK_SECONDS``); a process that
+    fails, outlasts them or cannot start fails the task with why (its output read whatever
+    bytes it wrote)."""
     import subprocess
 
     from kernelpolicy.kernels.build_process import child_environment, python_command, run_build
@@ -78,6 +80,8 @@ def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
         failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.code else ""
     except subprocess.TimeoutExpired:
         failed = f"over {TASK_SECONDS} s"
+    except OSError as exc:  # fork or exec refused (EAGAIN, ENOMEM, a missing interpreter)
+        failed = f"its build process could not start: {type(exc).__name__}: {exc}"
     return {**task, "seconds": round(time.monotonic() - start, 1), "failed": failed or None}
 
 
@@ -104,6 +108,8 @@ class Warming:
     """One warm run: its tasks, built ``jobs`` at a time by ``build``; what is done so far.
 
     Thread-safe: :meth:`run` in one thread, :meth:`progress` from any (the daemon's ``/readyz``).
+    A build that raises fails its task with the reason (the others go on, and the run's report
+    and ``/readyz`` count it), as a build process that failed does.
 
     Args:
         tasks: What to build (:func:`tasks_for`).
@@ -140,7 +146,12 @@ class Warming:
             self.finished.set()
 
     def _one(self, task: Task) -> Result:
-        result = self._build(task)
+        start = time.monotonic()
+        try:
+            result = self._build(task)
+        except Exception as exc:  # a build that crashed fails its task, never the run
+            seconds = round(time.monotonic() - start, 1)
+            result = {**task, "seconds": seconds, "failed": f"{type(exc).__name__}: {exc}"}
         with self._lock:
             self.results.append(result)
         self.told(result)

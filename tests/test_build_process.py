@@ -153,3 +153,34 @@ def test_this_kernelpolicy_is_the_one_a_child_imports(monkeypatch: pytest.Monkey
     script = "import kernelpolicy; print(kernelpolicy.__file__)"
     ended = run_build([sys.executable, "-P", "-c", script], child_environment(os.environ), 60)
     assert ended.stdout.strip() == kernelpolicy.__file__
+
+
+@pytest.mark.parametrize(
+    ("printed", "stdout"),
+    [
+        pytest.param(b"ok", "ok", id="utf-8"),
+        pytest.param(b"mod\xe8le", "mod\ufffdle", id="latin-1-replaced"),
+        pytest.param(b"\xff\xfe", "\ufffd\ufffd", id="no-text-at-all"),
+    ],
+)
+def test_a_build_s_output_is_read_whatever_bytes_it_writes(printed: bytes, stdout: str) -> None:
+    """Output that is not UTF-8 (a compiler naming a Latin-1 path) is read with the bytes
+    replaced, never a codec error."""
+    script = (
+        f"import sys; sys.stdout.buffer.write({printed!r}); sys.stderr.buffer.write({printed!r})"
+    )
+    ended = run_build([sys.executable, "-P", "-c", script], dict(os.environ), 60)
+    assert (ended.code, ended.stdout, ended.stderr) == (0, stdout, stdout)
+
+
+def test_a_background_build_whose_child_says_latin_1_fails_with_its_words(
+    tmp_path: Path,
+) -> None:
+    """The background build's child failing with a Latin-1 message fails the variant with that
+    message (bytes replaced), not with a codec error."""
+    from kernelpolicy.kernels.sampling_triton.child import Child
+
+    script = "import sys; sys.stdout.buffer.write(b'ptxas: /mod\\xe8le: error'); sys.exit(1)"
+    child = Child(command=lambda: [sys.executable, "-c", script], environment=dict, seconds=60)
+    with pytest.raises(RuntimeError, match="exit 1\\): ptxas: /mod\ufffdle: error"):
+        child.compile({})

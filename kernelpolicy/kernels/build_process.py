@@ -73,8 +73,14 @@ class Ended:
     stderr: str
 
 
+def _text(data: bytes) -> str:
+    """A build's output as text, whatever bytes it wrote (a compiler naming a Latin-1 path)."""
+    return data.decode("utf-8", errors="replace")
+
+
 def run_build(argv: Sequence[str], env: Mapping[str, str], seconds: float) -> Ended:
-    """Run ``argv`` in :data:`WORKING_DIRECTORY` with no standard input and wait for it.
+    """Run ``argv`` in :data:`WORKING_DIRECTORY` with no standard input and wait for it; its
+    output is read as UTF-8, a byte that is not replaced (never an error).
 
     Raises:
         subprocess.TimeoutExpired: It outlasted ``seconds`` (it is killed).
@@ -82,6 +88,6 @@ def run_build(argv: Sequence[str], env: Mapping[str, str], seconds: float) -> En
     """
     done = subprocess.run(
         list(argv), env=dict(env), cwd=WORKING_DIRECTORY, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=seconds, check=False,
+        capture_output=True, timeout=seconds, check=False,
     )  # fmt: skip
-    return Ended(done.returncode, done.stdout, done.stderr)
+    return Ended(done.returncode, _text(done.stdout), _text(done.stderr))
