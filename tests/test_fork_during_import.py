@@ -2,8 +2,8 @@
 resolved) leaves a child that works (kernelpolicy/engine/loading.py, gcpause.py): the import in
 flight on the parent's thread, which the child has not, is dropped there with its locks and its
 collector pause, so the child's first call imports on its own and its collector is on. The
-planted import blocks on an Event; the child reports through a pipe, under an alarm that only
-keeps a regression from hanging the run."""
+planted import blocks on an Event (tests/planted_import.py); the child reports through a pipe,
+under an alarm that only keeps a regression from hanging the run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import importlib
 import json
 import os
 import signal
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,37 +19,22 @@ from typing import Any
 import pytest
 
 from kernelpolicy.engine.loading import LazyEntry
+from tests.planted_import import IMPORT_BEGAN, IMPORT_RELEASE, planted_import
 
 MODULE = "kp_fork_import"
-IMPORT_BEGAN = threading.Event()
-IMPORT_RELEASE = threading.Event()
-SLOW = f"""\
-import sys
-gate = sys.modules[{__name__!r}]
-gate.IMPORT_BEGAN.set()
-assert gate.IMPORT_RELEASE.wait(60), "the test never released the import"
-def kernel(x):
-    return x + 1
-"""
+KERNEL = "def kernel(x):\n    return x + 1\n"
+"""The planted module's kernel, defined once its import is released."""
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
 @pytest.fixture
 def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    (tmp_path / f"{MODULE}.py").write_text(SLOW)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    IMPORT_BEGAN.clear()
-    IMPORT_RELEASE.clear()
     was = gc.isenabled()
     try:
-        yield
+        with planted_import(tmp_path, monkeypatch, MODULE, KERNEL):
+            yield
     finally:
-        IMPORT_RELEASE.set()
-        for thread in threading.enumerate():
-            if thread.name.startswith("kernelpolicy-import"):
-                thread.join(60)
-        sys.modules.pop(MODULE, None)
         (gc.enable if was else gc.disable)()
 
 

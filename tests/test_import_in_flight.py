@@ -2,11 +2,11 @@
 that finds the accelerated implementation still importing on impl()'s prefetch thread is served
 by the next candidate (LazyEntry raises Importing, which the engine treats as Compiling), and
 the calls after the import run it. The planted module's import blocks on an Event the test
-sets: no sleeps, no timings (a join's timeout only keeps a regression from hanging the run)."""
+sets (tests/planted_import.py): no sleeps, no timings (a join's timeout only keeps a regression
+from hanging the run)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,20 +18,16 @@ import torch
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.policy import load_policy_text, names
 from tests.helpers import fixture
+from tests.planted_import import IMPORT_BEGAN, IMPORT_RELEASE, join_imports, planted_import
 
 FEATURE = "sampler.top_k_top_p"
 MODULE = "kp_slow_import"
-IMPORT_BEGAN = threading.Event()
-IMPORT_RELEASE = threading.Event()
-SLOW = f"""\
-import sys
-gate = sys.modules[{__name__!r}]
-gate.IMPORT_BEGAN.set()
-assert gate.IMPORT_RELEASE.wait(60), "the test never released the import"
+SOURCE = """\
 import torch
 def kernel(logits, k, p, generators=None, *, k_max=None):
     return torch.full((logits.shape[0],), -1)
 """
+"""The planted module's kernel, defined once its import is released."""
 KERNEL = [-1] * 4
 """What the planted kernel answers (torch, k=1, answers the argmax)."""
 
@@ -52,24 +48,10 @@ impl = "torch"
 
 @pytest.fixture
 def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    (tmp_path / f"{MODULE}.py").write_text(SLOW)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(names.BUILTIN_ENTRIES, (FEATURE, "triton"), f"{MODULE}:kernel")
     monkeypatch.setitem(names.REQUIRES, "triton", (MODULE,))
-    IMPORT_BEGAN.clear()
-    IMPORT_RELEASE.clear()
-    try:
+    with planted_import(tmp_path, monkeypatch, MODULE, SOURCE):
         yield
-    finally:
-        IMPORT_RELEASE.set()
-        _join_imports()
-        sys.modules.pop(MODULE, None)
-
-
-def _join_imports() -> None:
-    for thread in threading.enumerate():
-        if thread.name.startswith("kernelpolicy-import"):
-            thread.join(60)
 
 
 def _call_in_a_thread(kernel: Any, logits: torch.Tensor) -> tuple[threading.Event, list[Any]]:
@@ -102,7 +84,7 @@ def test_a_call_during_the_import_is_served_by_the_fallback(planted: None, route
         "ready candidate until it is imported"
     )
     IMPORT_RELEASE.set()
-    _join_imports()
+    join_imports()
     assert kernel(logits, torch.full((4,), 1), None).tolist() == KERNEL
     assert f"triton imported {MODULE}:kernel" in resolution.runtime_fallbacks[FEATURE]
     assert resolution.decision(FEATURE).impl == "triton"
