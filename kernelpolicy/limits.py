@@ -178,6 +178,14 @@ MAX_GRPC_TCP_CALLS = MAX_WATCH_STREAMS + 64
 RESOURCE_EXHAUSTED past it, before the request is read, so that requests being received hold at
 most this many times ``MAX_TCP_REQUEST_BYTES`` (80 MiB); the unix socket has a server of its own
 and is never refused for what TCP clients hold."""
+MAX_GRPC_CALLS_PER_PEER = MAX_WATCH_STREAMS_PER_PEER + 32
+"""gRPC calls in flight on the TCP listeners from one peer address (its streams and 32 more):
+RESOURCE_EXHAUSTED past it, before the request is read, so that no one client holds all of
+``MAX_GRPC_TCP_CALLS`` (five addresses are needed to fill them)."""
+MAX_GRPC_UNREAD_BYTES = 8 * KIB
+"""What a gRPC client may send on a call before the daemon asks for its request (HTTP/2 stream
+window, never grown by BDP probing): all that a call refused at once makes the daemon buffer.
+A request the daemon reads gets a window of its whole announced size."""
 MAX_TCP_REQUEST_BYTES = 256 * KIB
 """One gRPC request message over TCP (``MAX_REQUEST_BYTES`` on the unix socket): a hypothetical
 request's platform_json is about 3 KiB, a whole environment rarely 100 KiB."""

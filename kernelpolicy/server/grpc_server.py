@@ -9,9 +9,11 @@ closed after ``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshak
 clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight with requests of
 ``MAX_TCP_REQUEST_BYTES`` at most, so half-sent requests cannot grow the daemon's memory past a
 bound, and what they hold (connections, calls, hypothetical requests' places) is never taken
-from the workers' unix socket. Every service, health and reflection included, goes through
-:class:`~kernelpolicy.server.rpc_boundary.Boundary`: no answer is UNKNOWN or names a Python
-class, and every server stream holds a stream slot.
+from the workers' unix socket. One TCP peer holds at most ``MAX_GRPC_CALLS_PER_PEER`` of those
+calls (:mod:`.peer_calls`), and a call sends at most ``MAX_GRPC_UNREAD_BYTES`` before the daemon
+asks for its request, so a call refused at once costs no more than that. Every service, health
+and reflection included, goes through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no
+answer is UNKNOWN or names a Python class, and every server stream holds a stream slot.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kernelpolicy.limits import (
     MAX_GRPC_HANDSHAKE_SECONDS,
     MAX_GRPC_IDLE_SECONDS,
     MAX_GRPC_STREAMS_PER_CONNECTION,
+    MAX_GRPC_UNREAD_BYTES,
     MAX_REQUEST_BYTES,
     MAX_TCP_REQUEST_BYTES,
 )
@@ -37,6 +40,7 @@ from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server.hypothetical import Hypotheticals
+from kernelpolicy.server.peer_calls import PeerCalls
 from kernelpolicy.server.rpc_boundary import Boundary, decoder
 from kernelpolicy.server.services import FlagdV1, FlagdV2, KernelPolicyService
 from kernelpolicy.server.state import ServingState
@@ -46,6 +50,12 @@ SERVICES = (
     f1.DESCRIPTOR.services_by_name["Service"].full_name,
     f2.DESCRIPTOR.services_by_name["Service"].full_name,
 )
+
+TCP_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", MAX_GRPC_UNREAD_BYTES)]
+"""The TCP server's HTTP/2 stream window: ``MAX_GRPC_UNREAD_BYTES`` until the daemon reads the
+request (then its announced size), never grown by BDP probing. With grpc's default, which BDP
+probing grows, a client that opened a new call each time one was refused made the daemon buffer
+up to a window of data per refused call, and its memory grew by hundreds of MiB and stayed."""
 
 
 def grpc_connection_cap() -> int:
@@ -70,13 +80,18 @@ def grpc_server(
     """An unstarted ``grpc.aio`` server with every service registered, ``connections`` per
     listener; ``health`` is the daemon's health servicer, ``hypotheticals`` where its
     hypothetical answers are worked out. ``tcp_calls``: a server for TCP listeners, which
-    refuses a call past that many in flight and a request over ``MAX_TCP_REQUEST_BYTES``;
-    None: one for unix sockets (requests up to ``MAX_REQUEST_BYTES``, no call cap)."""
+    refuses a call past that many in flight, past ``MAX_GRPC_CALLS_PER_PEER`` from one peer,
+    and a request over ``MAX_TCP_REQUEST_BYTES``; None: one for unix sockets (requests up to
+    ``MAX_REQUEST_BYTES``, no call cap)."""
     request_bytes = MAX_REQUEST_BYTES if tcp_calls is None else MAX_TCP_REQUEST_BYTES
+    tcp_options = [] if tcp_calls is None else TCP_WINDOW
+    if tcp_calls is not None:  # outermost: its slot is taken before any request is read
+        interceptors = [PeerCalls(boundary.emit), *interceptors]
     server = grpc.aio.server(
         interceptors=interceptors,
         maximum_concurrent_rpcs=tcp_calls,
         options=[
+            *tcp_options,
             ("grpc.max_receive_message_length", request_bytes),
             ("grpc.so_reuseport", 0),
             ("grpc.max_allowed_incoming_connections", connections),
