@@ -10,6 +10,11 @@ compile in the build's thread (``Sampler(child=None)``, as before the child). Pr
 the switch (the variant built), the child's share of it, and the first calls on the variant.
 
 Run each mode in a fresh process: ``python3 benchmarks/bench_build_stall.py --mode thread``.
+``--trace-ms MS`` also records, on the threads the build starts, every C call (a builtin or an
+extension's function) that lasted MS or more, with when it began: the calls that hold the
+interpreter's lock, or a lock of the CUDA driver, while the serving thread waits (and the
+Python functions, imports by name, of four times that). ``--triton-first`` launches a kernel of
+its own first, as an inference engine that uses Triton has before it serves.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +51,49 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--trace-ms", type=float, default=0.0, help="record C calls this long")
+    parser.add_argument(
+        "--triton-first",
+        action="store_true",
+        help="launch a Triton kernel of the benchmark's own first, as an engine that uses "
+        "Triton has done before it serves (Triton's imports and its own key paid then)",
+    )
     return parser.parse_args()
+
+
+class CCalls:
+    """A profile function for other threads: the C calls of at least ``ms`` milliseconds, and
+    the Python functions (an import: with the module's name) of at least four times that."""
+
+    def __init__(self, ms: float) -> None:
+        self.seconds = ms / 1e3
+        self.open: dict[int, list[float]] = {}
+        self.long: list[tuple[float, float, str]] = []  # (began, seconds, name)
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event in ("c_call", "call"):
+            self.open.setdefault(id(frame) * 2 + (event == "call"), []).append(time.perf_counter())
+            return
+        python = event == "return"
+        began = self.open.get(id(frame) * 2 + python, [])
+        if not began:
+            return
+        start = began.pop()
+        took = time.perf_counter() - start
+        if took < self.seconds * (4 if python else 1):
+            return
+        where = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno}"
+        if python:
+            name = frame.f_code.co_name
+            if name == "_find_and_load":
+                name = f"import {frame.f_locals.get('name')}"
+        else:
+            name = getattr(arg, "__qualname__", None) or repr(arg)[:60]
+        self.long.append((start, took, f"{name} ({where})"))
+
+    def rows(self, first: float) -> list[list[object]]:
+        """Each long call: when it began (seconds from ``first``), its milliseconds, what."""
+        return [[round(at - first, 3), round(took * 1e3, 1), name] for at, took, name in self.long]
 
 
 def write(result: dict[str, Any], out: Path | None) -> None:
@@ -54,6 +102,22 @@ def write(result: dict[str, Any], out: Path | None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         with (out / "build_stall.jsonl").open("a") as f:
             f.write(json.dumps(result) + "\n")
+
+
+def engine_kernel() -> None:
+    """One Triton kernel launched, as an inference engine launches its own before serving."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def double(x_ptr, n, block: tl.constexpr):  # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * block + tl.arange(0, block)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+    x = torch.ones(1000, device="cuda:0")
+    double[(1,)](x, 1000, block=1024)
+    torch.cuda.synchronize()
 
 
 def main() -> int:
@@ -67,6 +131,8 @@ def main() -> int:
     from kernelpolicy.kernels.sampling_triton import Sampler
     from kernelpolicy.kernels.sampling_triton.child import Child
 
+    if args.triton_first:
+        engine_kernel()
     marks: dict[str, float] = {}
 
     class Timed(Child):
@@ -84,6 +150,7 @@ def main() -> int:
     k, p = torch.full((args.batch,), 50), torch.full((args.batch,), 0.9)
 
     slow: list[tuple[float, float]] = []  # calls over 20 ms: (when, from the first call; ms)
+    traced = CCalls(args.trace_ms) if args.trace_ms else None
 
     def serve(going: Callable[[], bool]) -> list[float]:
         latencies = []
@@ -103,6 +170,7 @@ def main() -> int:
     idle = serve(lambda: time.perf_counter() - began < args.idle)
     variant = sampler.variant(x, k, p)
     assert variant is not None  # k 50 is within the kernels' max_k
+    threading.setprofile(traced)  # the build's threads, started from here on (None: off)
     first = time.perf_counter()
     with contextlib.suppress(Compiling):  # the first call starts the build
         sampler.nonblocking(x, k, p)
@@ -119,6 +187,7 @@ def main() -> int:
             on_variant.append(round((time.perf_counter() - began) * 1e3, 2))
     result = {
         "mode": args.mode,
+        "triton_first": args.triton_first,
         "device": torch.cuda.get_device_name(0),
         "variant": variant.describe(),
         "failed": failed,
@@ -136,6 +205,7 @@ def main() -> int:
             if marks
             else None
         ),
+        "long_c_calls_s_ms": traced.rows(first) if traced is not None else None,
     }
     write(result, args.out)
     return 0 if failed is None else 1
