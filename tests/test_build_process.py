@@ -5,10 +5,12 @@ no standard input, finding kernelpolicy where its parent did."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -184,3 +186,77 @@ def test_a_background_build_whose_child_says_latin_1_fails_with_its_words(
     child = Child(command=lambda: [sys.executable, "-c", script], environment=dict, seconds=60)
     with pytest.raises(RuntimeError, match="exit 1\\): ptxas: /mod\ufffdle: error"):
         child.compile({})
+
+
+def _hangs_with_a_grandchild(tmp_path: Path) -> tuple[str, Path]:
+    """A build process that starts a compiler of its own (a ``sleep`` that does not hold the
+    output pipes), notes its pid, and hangs."""
+    pid_file = tmp_path / "grandchild.pid"
+    script = tmp_path / "build"
+    script.write_text(f"#!/bin/sh\nsleep 600 >/dev/null 2>&1 &\necho $! > {pid_file}\nsleep 600\n")
+    script.chmod(0o755)
+    return str(script), pid_file
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _by_run_build(script: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    import subprocess
+
+    with pytest.raises(subprocess.TimeoutExpired) as ended:
+        run_build([script], dict(os.environ), 3)
+    return str(ended.value)
+
+
+def _by_background_build(script: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    from kernelpolicy.kernels.sampling_triton.child import Child
+
+    with pytest.raises(RuntimeError) as failed:
+        Child(command=lambda: [script], environment=lambda: dict(os.environ), seconds=3).compile({})
+    return str(failed.value)
+
+
+def _by_warm(script: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    from kernelpolicy import warming
+
+    monkeypatch.setattr(sys, "executable", script)
+    monkeypatch.setattr(warming, "TASK_SECONDS", 3)
+    task = {"feature": "sampler.top_k_top_p", "impl": "triton", "dtype": "float32", "vocab": 1}
+    return str(warming.build_in_process(task, "cuda:0", dict(os.environ))["failed"])
+
+
+@pytest.mark.parametrize(
+    ("run", "said"),
+    [
+        pytest.param(_by_run_build, "timed out after 3 seconds", id="run-build"),
+        pytest.param(_by_background_build, "did not end within 3 s (killed)", id="background"),
+        pytest.param(_by_warm, "over 3 s", id="warm"),
+    ],
+)
+def test_a_build_past_its_seconds_is_killed_with_all_it_started(
+    run: Callable[[str, pytest.MonkeyPatch], str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time limit kills the build's whole process group: a compiler it started (here a
+    ``sleep``) does not outlive it."""
+    script, pid_file = _hangs_with_a_grandchild(tmp_path)
+    assert said in run(script, monkeypatch)
+    grandchild = int(pid_file.read_text())
+    try:
+        for _ in range(600):  # SIGKILL is sent; its delivery is the scheduler's
+            if not _alive(grandchild):
+                break
+            time.sleep(0.05)
+        assert not _alive(grandchild), "the build's own process outlived its time limit"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, 9)

@@ -11,13 +11,19 @@ it from comes first on ``PYTHONPATH`` (a checkout run with ``PYTHONPATH`` or an 
 install alike), unless that is a site-packages directory, which the child's own start-up adds
 after the standard library as it did for the parent.
 
+Its time limit holds for all it started: it leads a session of its own, and past its seconds
+the whole process group is killed (a compiler it ran, ``ptxas`` or ``ninja``, would otherwise
+outlive the limit); its output is read whatever bytes it writes.
+
 Used by the Triton sampler's background build (:mod:`.sampling_triton.child`) and by
 ``kernelpolicy warm``'s builds (:mod:`kernelpolicy.warming`). It imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +32,7 @@ from pathlib import Path
 __all__ = ["WORKING_DIRECTORY", "Ended", "child_environment", "python_command", "run_build"]
 
 WORKING_DIRECTORY = "/"  # root's own: nobody else can put a module there
+_REAP_SECONDS = 5.0  # after the kill: the pipes' last bytes, unless a process left the group
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding kernelpolicy/
 
 
@@ -79,15 +86,36 @@ def _text(data: bytes) -> str:
 
 
 def run_build(argv: Sequence[str], env: Mapping[str, str], seconds: float) -> Ended:
-    """Run ``argv`` in :data:`WORKING_DIRECTORY` with no standard input and wait for it; its
-    output is read as UTF-8, a byte that is not replaced (never an error).
+    """Run ``argv`` in :data:`WORKING_DIRECTORY` with no standard input, in a session of its
+    own, and wait for it; its output is read as UTF-8, a byte that is not replaced (never an
+    error). Past ``seconds`` (or when this thread is interrupted) its whole process group is
+    killed: the compilers it started (``ptxas``, ``ninja``, ``nvcc``) end with it.
 
     Raises:
-        subprocess.TimeoutExpired: It outlasted ``seconds`` (it is killed).
+        subprocess.TimeoutExpired: It outlasted ``seconds`` (it is killed, with its group).
         OSError: It could not be started (fork or exec refused, a missing binary).
     """
-    done = subprocess.run(
+    process = subprocess.Popen(
         list(argv), env=dict(env), cwd=WORKING_DIRECTORY, stdin=subprocess.DEVNULL,
-        capture_output=True, timeout=seconds, check=False,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
-    return Ended(done.returncode, _text(done.stdout), _text(done.stderr))
+    try:
+        stdout, stderr = process.communicate(timeout=seconds)
+    except BaseException:
+        _kill_group(process)
+        raise
+    return Ended(process.returncode, _text(stdout), _text(stderr))
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill the group ``process`` leads (not yet reaped, so its group id is still its own),
+    then reap it; a process that left the group and holds its pipes does not hold us."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        process.communicate(timeout=_REAP_SECONDS)
+    except subprocess.TimeoutExpired:
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.wait()
