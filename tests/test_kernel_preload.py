@@ -241,3 +241,43 @@ def test_no_launch_keeps_no_index(kernels: jit.Kernels, tmp_path: Path) -> None:
         pass
     preload.keep(record, DESCRIPTION, preload.entries(kernels, used))
     assert not (record.root / "index").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("hash", "../../../escaped", id="hash-climbs-out"),
+        pytest.param("hash", "/abs/elsewhere", id="hash-absolute"),
+        pytest.param("hash", "a" * 129, id="hash-too-long"),
+        pytest.param("hash", "", id="hash-empty"),
+        pytest.param("hash", "abc\n", id="hash-trailing-newline"),
+        pytest.param("hash", 123, id="hash-not-a-string"),
+        pytest.param("function", "../group_kernel_fn", id="function-climbs-out"),
+        pytest.param("function", "a/b", id="function-with-a-separator"),
+        pytest.param("function", None, id="function-not-a-string"),
+    ],
+)
+def test_an_entry_not_named_as_triton_names_is_left_out(
+    field: str, value: Any, kernels: jit.Kernels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose hash or function name could lead Triton's cache manager (which creates
+    the directory it is given) out of its cache is ignored before the manager sees it; the
+    index's other entries load."""
+    import triton.runtime.cache
+
+    record = BuiltRecord(tmp_path / "kernels")
+    good = _built(kernels, record)
+    bad = {**next(e for e in good if e["kernel"] == "group_kernel"), field: value}
+    preload.keep(record, DESCRIPTION, [bad, *(e for e in good if e["kernel"] != "group_kernel")])
+    asked: list[Any] = []
+    real = triton.runtime.cache.get_cache_manager
+
+    def spy(key: Any) -> Any:
+        asked.append(key)
+        return real(key)
+
+    monkeypatch.setattr(triton.runtime.cache, "get_cache_manager", spy)
+    fresh = _fresh(kernels)
+    assert preload.load(record, DESCRIPTION, fresh) == [("finish_kernel", "key-b")]
+    assert asked == ["b" * 64]
+    assert _memory(fresh, "group_kernel") == {}

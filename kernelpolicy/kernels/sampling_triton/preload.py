@@ -21,7 +21,9 @@ The index is kept under the variant's description and the size and modification 
 ``libtriton.so`` (the compiled files' hash depends on it); an entry whose files are gone, a
 Triton whose in-memory caches differ from the form read here, or anything unreadable loads
 nothing, and Triton's own lookup does the work as before. A key Triton never computes for a
-call is never used.
+call is never used. An entry whose hash or function name is not of the form Triton makes
+(letters, digits, ``_`` and ``-``; bounded) is left out before Triton's cache manager, which
+creates the directory of the hash it is given, sees it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +164,23 @@ def keep(record: BuiltRecord, description: str, entries: list[dict[str, Any]]) -
         return
 
 
+_HASH = re.compile(r"[0-9A-Za-z_-]{1,128}")  # Triton's: 64 hex digits, or base32 of them
+_FUNCTION = re.compile(r"[A-Za-z_][0-9A-Za-z_]{0,255}")  # a kernel's name, as Python's
+
+
+def _named_safely(entry: dict[str, Any]) -> bool:
+    """Whether an entry's hash and function name are what Triton makes, so that its cache
+    manager (which creates the directory it is given) and the group's file name stay inside
+    Triton's cache: no separator, no ``..``, bounded."""
+    hash_, function = entry.get("hash"), entry.get("function")
+    return (
+        isinstance(hash_, str)
+        and _HASH.fullmatch(hash_) is not None
+        and isinstance(function, str)
+        and _FUNCTION.fullmatch(function) is not None
+    )
+
+
 def load(record: BuiltRecord, description: str, kernels: Kernels) -> list[tuple[str, str]]:
     """Put the variant's kept kernels into the kernels' in-memory caches on the current
     device; returns the (kernel, key) of each (none: none kept, or none usable: Triton looks
@@ -174,6 +194,8 @@ def load(record: BuiltRecord, description: str, kernels: Kernels) -> list[tuple[
 
         device = _device()
         for entry in entries:
+            if not _named_safely(entry):
+                continue  # Triton's own lookup finds it, if it is anything
             memory = _memory(kernels, entry["kernel"], device)
             if entry["key"] in memory:
                 continue
