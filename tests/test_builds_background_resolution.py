@@ -1,8 +1,10 @@
-"""No call waits on a compiler (kernelpolicy/kernels/builds.py, engine/runtime.py): a call whose
-kernel variant is not built yet is served by the next ready candidate while the variant builds
-in a background thread, and counted; later calls switch to the kernel once built; a build that
-fails sends that variant's calls to the fallback for the process. The builds here are fakes
-that block on an Event the test sets: no sleeps, no timings."""
+"""No call waits on a compiler (kernelpolicy/kernels/builds.py, engine/runtime.py), through a
+Resolution: a call whose kernel variant is not built yet is served by the next ready candidate
+while the variant builds in a background thread, and counted; later calls switch to the kernel
+once built; a build that fails sends that variant's calls to the fallback for the process;
+FlashInfer's JIT build is made the same way; a variant in the kernel cache's record runs its
+first call on Triton. The builds are fakes that block on an Event the test sets: no sleeps, no
+timings."""
 
 from __future__ import annotations
 
@@ -25,80 +27,15 @@ from kernelpolicy.engine import Reason, resolve_policies
 from kernelpolicy.engine.dispatch import Routed
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.kernels import adapters
-from kernelpolicy.kernels.builds import BuildFailed, Builds, BuildStats, Compiling
+from kernelpolicy.kernels.builds import Builds, BuildStats
 from kernelpolicy.kernels.sampling_triton import Kernels, Variant
 from kernelpolicy.policy import load_policy_text
+from tests.build_helpers import SlowBuild
 from tests.helpers import TritonSampler, fixture
 
 FEATURE = "sampler.top_k_top_p"
 ENTRY: object = None
 """The sampler a test's Resolution loads (its policy's entry point names it)."""
-
-
-class SlowBuild:
-    """A build that blocks until the test releases it (or fails, when told to)."""
-
-    def __init__(self, fails: bool = False) -> None:
-        self.release = threading.Event()
-        self.began = threading.Event()  # the background thread has entered the build
-        self.fails = fails
-        self.started: list[object] = []
-
-    def __call__(self, *args: Any) -> None:
-        self.started.append(args[-1])
-        self.began.set()
-        assert self.release.wait(timeout=60), "the test never released the build"
-        if self.fails:
-            raise RuntimeError("PassManager::run failed (planted)")
-
-
-@pytest.mark.parametrize(
-    ("fails", "after", "stats"),
-    [
-        pytest.param(False, None, BuildStats(1, 0, 0, 2), id="built"),
-        pytest.param(True, BuildFailed, BuildStats(0, 0, 1, 2), id="failed-for-good"),
-    ],
-)
-def test_require_starts_one_build_and_raises_until_it_ends(
-    fails: bool, after: type[Exception] | None, stats: BuildStats
-) -> None:
-    """Two calls while building: one build started, both told Compiling; once it ends, a built
-    variant returns at once and a failed one raises BuildFailed every time."""
-    build = SlowBuild(fails)
-    builds: Builds[str] = Builds("demo", build)
-    for _ in range(2):
-        with pytest.raises(Compiling, match="demo: v is compiling"):
-            builds.require("v")
-    heard: list[str | None] = []
-    try:
-        builds.require("v")
-    except Compiling as compiling:
-        compiling.when_built(heard.append)
-    build.release.set()
-    assert builds.wait("v", timeout=60)
-    assert build.started == ["v"]
-    for _ in range(2):
-        if after is None:
-            builds.require("v")
-        else:
-            with pytest.raises(after, match="failed to build: RuntimeError"):
-                builds.require("v")
-    assert heard == [None] if not fails else heard[0] is not None and "planted" in heard[0]
-    assert builds.stats() == BuildStats(stats.built, 0, stats.failed, 3)
-
-
-def test_warm_builds_now_and_reports_failures() -> None:
-    """warm() builds each variant in the caller's thread; a failure is returned and stays."""
-
-    def build(key: str) -> None:
-        if key == "bad":
-            raise ValueError("planted")
-
-    builds: Builds[str] = Builds("warm-demo", build)
-    assert builds.warm(["a", "bad", "a"]) == {"bad": "ValueError: planted"}
-    builds.require("a")
-    with pytest.raises(BuildFailed):
-        builds.require("bad")
 
 
 # Through a Resolution, with the Triton sampler (its build a fake, its kernels interpreted).
@@ -285,97 +222,6 @@ def test_flashinfer_builds_in_the_background(
     call(kernel)
     assert calls == ["top_k_sampling_from_probs"]
     assert resolution.decision(FEATURE).impl == "flashinfer"
-
-
-# The kernel cache: a variant it holds is loaded in the calling thread, not in the background.
-
-
-class FakeCache:
-    """A kernel cache that holds ``held`` and records what is added."""
-
-    def __init__(self, *held: str) -> None:
-        self.held = set(held)
-        self.added: list[str] = []
-
-    def has(self, key: str) -> bool:
-        return key in self.held
-
-    def add(self, key: str) -> None:
-        self.added.append(key)
-
-
-class ThreadOf:
-    """A build that records which thread ran it (and fails for ``bad``)."""
-
-    def __init__(self) -> None:
-        self.threads: dict[str, str] = {}
-
-    def __call__(self, key: str) -> None:
-        self.threads[key] = threading.current_thread().name
-        if key == "bad":
-            raise RuntimeError("planted")
-
-
-@pytest.mark.parametrize(
-    ("key", "held", "raises", "thread", "stats", "added"),
-    [
-        pytest.param("v", {"v"}, None, "MainThread", BuildStats(1, 0, 0, 0, 1), [], id="hit"),
-        pytest.param(
-            "v",
-            set(),
-            Compiling,
-            "kernelpolicy build: c",
-            BuildStats(1, 0, 0, 1),
-            ["v"],
-            id="miss-background-then-recorded",
-        ),
-        pytest.param(
-            "bad",
-            {"bad"},
-            BuildFailed,
-            "MainThread",
-            BuildStats(0, 0, 1, 0),
-            [],
-            id="hit-that-fails",
-        ),
-    ],
-)
-def test_a_cached_variant_is_loaded_in_the_calling_thread(
-    key: str,
-    held: set[str],
-    raises: type[Exception] | None,
-    thread: str,
-    stats: BuildStats,
-    added: list[str],
-) -> None:
-    """A variant the cache holds is built by require() itself and returned (no Compiling: no
-    call goes to a fallback); one it lacks builds in a thread and is recorded once built."""
-    build, cache = ThreadOf(), FakeCache(*held)
-    later: list[tuple[Any, str]] = []  # the background builds, started once require() is done
-    builds: Builds[str] = Builds(
-        "c", build, cache=cache, start=lambda run, name: later.append((run, name))
-    )
-    if raises is None:
-        builds.require(key)
-    else:
-        with pytest.raises(raises):
-            builds.require(key)
-    for run, name in later:
-        threading.Thread(target=run, name=name).start()
-    assert builds.wait(key, timeout=60)
-    assert build.threads == {key: thread}
-    assert builds.stats() == stats
-    assert cache.added == added
-
-
-def test_what_a_process_builds_is_recorded_once() -> None:
-    """warm() and a direct call's mark_built() record their variant; a second mark is free."""
-    cache = FakeCache()
-    builds: Builds[str] = Builds("rec", ThreadOf(), cache=cache)
-    builds.warm(["a"])
-    builds.mark_built("b")
-    builds.mark_built("b")
-    assert cache.added == ["a", "b"]
 
 
 def _cached_sampler(build: Any, cache: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
