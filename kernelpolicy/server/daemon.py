@@ -120,6 +120,11 @@ class Daemon:
                 "kernelpolicy_report_connections", "Open worker connections to the report socket.",
                 lambda: sum(listener.connections for listener in self.reports),
             )  # fmt: skip
+            self.fleet.metrics.count_open(
+                "kernelpolicy_halts_unpublished",
+                "Report sockets whose halts file the last write failed (workers miss halts).",
+                lambda: sum(listener.unpublished is not None for listener in self.reports),
+            )  # fmt: skip
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:

@@ -54,6 +54,7 @@ class ReportListener:
         self.max_connections = max_connections
         self.path: Path | None = None
         self.halts_file: Path | None = None  # the node's halts, for workers (.halts_file)
+        self.unpublished: str | None = None  # why the last write of it failed, or None
         self._server: asyncio.AbstractServer | None = None
         self._open: dict[asyncio.StreamWriter, None] = {}  # in the order they came
 
@@ -79,14 +80,19 @@ class ReportListener:
 
     def publish(self, halts: Mapping[str, str]) -> None:
         """Write the halts the daemon's answers use where this socket's workers read them
-        (:mod:`kernelpolicy.server.halts_file`); a write that fails is logged."""
+        (:mod:`kernelpolicy.server.halts_file`); a write that fails is logged and kept in
+        :attr:`unpublished` until one succeeds (the daemon's metric
+        ``kernelpolicy_halts_unpublished`` counts such sockets)."""
         if self.halts_file is None:
             return
         try:
             write_halts(self.halts_file, halts)
         except OSError as exc:
+            self.unpublished = exc.strerror or str(exc)
             self.log("warning", "kernelpolicy.halts.unpublished", path=str(self.halts_file),
-                     error=exc.strerror or str(exc))  # fmt: skip
+                     error=self.unpublished)  # fmt: skip
+        else:
+            self.unpublished = None
 
     async def stop(self) -> None:
         if self.halts_file is not None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernelpolicy.errors import DaemonError, UntrustedFileError
-from kernelpolicy.trust import owner_mode_problem, owner_ok, private_dir
+from kernelpolicy.trust import owner_ok, private_dir
 
 SOCKET_NAME = "kernelpolicy.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, with the terminating NUL
@@ -182,18 +182,22 @@ def prepare_socket(address: str, *, default: bool) -> Path:
 
 
 def _check_directory(directory: Path, where: str) -> None:
-    """The socket's directory, under the trust rule of policies (:func:`kernelpolicy.trust.
-    owner_mode_problem`): owned by root or us, and not writable by others (a sticky root-owned
-    directory such as /tmp is fine: nobody else can remove our socket there)."""
+    """The socket's directory: owned by root or us, and writable by nobody else, the sticky
+    bit notwithstanding. In a sticky world-writable directory such as /tmp nobody else can
+    remove our socket, but anyone can take the names beside it first: the report socket, and
+    the halts file and its temporary name (``x.halts.json``, ``.x.halts.json.<pid>.tmp``),
+    which would block every publication of the node's halts to its workers."""
     try:
         info = directory.stat()
     except OSError as exc:
         raise DaemonError(f"{where}: {directory}: {exc.strerror or exc}") from None
-    if owner_mode_problem(info) is not None:
+    mode = stat.S_IMODE(info.st_mode)
+    if not owner_ok(info.st_uid) or mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise DaemonError(
-            f"{where}: its directory {directory} (owner uid {info.st_uid}, mode "
-            f"{stat.S_IMODE(info.st_mode):04o}) may be written by another user, who could replace "
-            "the socket; use a private directory"
+            f"{where}: its directory {directory} (owner uid {info.st_uid}, mode {mode:04o}) may "
+            "be written by another user, who could replace the socket or take the names of the "
+            "files kept beside it (the halts file); use a directory only you (or root) can "
+            "write, such as $XDG_RUNTIME_DIR/kernelpolicy/ or one you made with mode 0700"
         )
 
 

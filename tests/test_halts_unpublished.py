@@ -1,0 +1,105 @@
+"""The node's halts file cannot be blocked by another user, and a write that fails shows
+(review: a non-root daemon's explicit socket in /tmp was accepted, its halts file and the
+guessable temporary name ``.x.halts.json.<pid>.tmp`` lived there, and a name another user took
+first made every publication fail, only logged as ``kernelpolicy.halts.unpublished``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.errors import DaemonError
+from kernelpolicy.server.sockets import halts_file_path, prepare_socket
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture, said_as_user
+from tests.http_helpers import call
+
+OTHER = 65534  # nobody
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as another user needs root")
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A root-owned directory under /tmp (a socket path holds 107 bytes; pytest's own are long
+    and 0700, so another user could not enter them)."""
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _prepare(address: str) -> str:
+    try:
+        prepare_socket(address, default=False)
+    except DaemonError as exc:
+        return f"refused: {exc}"
+    return "ok"
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("mode", "uid", "refused"),
+    [
+        pytest.param(0o1777, OTHER, True, id="sticky-like-tmp-non-root-daemon"),
+        pytest.param(0o1777, 0, True, id="sticky-like-tmp-root-daemon"),
+        pytest.param(0o1770, 0, True, id="sticky-group-writable"),
+        pytest.param(0o0777, 0, True, id="world-writable"),
+        pytest.param(0o0755, OTHER, False, id="root-owned-0755"),
+        pytest.param(0o0700, 0, False, id="private-0700"),
+    ],
+)
+def test_a_socket_whose_directory_others_may_write_is_refused(
+    mode: int, uid: int, refused: bool, short_dir: Path
+) -> None:
+    """Others may take the names beside the socket in such a directory, the sticky bit
+    notwithstanding (the report socket, the halts file and its temporary name): the daemon
+    refuses it in one line that says what to use instead."""
+    short_dir.chmod(mode)
+    address = f"unix:{short_dir / 'kp.sock'}"
+    said = said_as_user(uid, lambda: _prepare(address)) if uid else _prepare(address)
+    if not refused:
+        assert said == "ok"
+        return
+    assert said.startswith(f"refused: cannot listen on {address}: its directory {short_dir} ")
+    assert f"mode {mode:04o}) may be written by another user" in said
+    assert "the halts file" in said
+    assert "$XDG_RUNTIME_DIR/kernelpolicy/" in said
+    assert "\n" not in said
+
+
+def test_a_failed_publication_is_counted_until_one_succeeds(short_dir: Path) -> None:
+    """A halts file the daemon cannot write (here its name is taken by a directory) is counted
+    in kernelpolicy_halts_unpublished, and not any more once a write succeeds."""
+    address = f"unix:{short_dir / 'kp.sock'}"
+    halts_file = halts_file_path(short_dir / "kp.sock")
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], listen=[address], watch=False, http="127.0.0.1:0"
+    ) as running:
+        url = running.daemon.fleet.url
+        assert url is not None
+        [listener] = running.daemon.reports
+
+        async def publish() -> None:
+            listener.publish({})
+
+        def unpublished() -> str:
+            text = call(url, "GET", "/metrics").body.decode()
+            return next(line for line in text.splitlines()
+                        if line.startswith("kernelpolicy_halts_unpublished "))  # fmt: skip
+
+        assert unpublished() == "kernelpolicy_halts_unpublished 0.0"
+        halts_file.unlink()
+        (halts_file / "taken").mkdir(parents=True)
+        running.call(publish())
+        assert listener.unpublished is not None
+        assert unpublished() == "kernelpolicy_halts_unpublished 1.0"
+        shutil.rmtree(halts_file)
+        running.call(publish())
+        assert listener.unpublished is None
+        assert unpublished() == "kernelpolicy_halts_unpublished 0.0"
