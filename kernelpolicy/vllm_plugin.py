@@ -15,6 +15,10 @@ fingerprint (a disagreement is a warning), and installs:
   batch, dtype, seeded rows, top-k/top-p presence and logprobs mode, and runs that
   implementation (its output guards included); processed-logprobs calls stay on vLLM's path.
 * ``sampler.greedy``: ``Sampler.greedy_sample`` runs the policy's greedy implementation.
+* both, under Model Runner V2 (vLLM's default on a GPU where Triton runs): its
+  ``Sampler._sample_random`` (``vllm/v1/worker/gpu/sample/sampler.py``, 0.32.0-0.33.0) samples
+  each call's rows as the V1 hooks do, its temperature-0 rows with the greedy choice
+  (:mod:`kernelpolicy.vllm_sampling` holds every sampler route).
 * ``rmsnorm`` (where a policy defines it): a provider named ``kernelpolicy`` for vLLM's IR ops
   ``rms_norm`` and ``fused_add_rms_norm`` (``vllm/ir/op.py`` ``register_impl``), chosen with
   ``--ir-op-priority`` (the bridge emits it).
@@ -44,7 +48,6 @@ from kernelpolicy.safeio import write_atomic
 from kernelpolicy.settings import parse_bool
 
 STATS = "KERNELPOLICY_VLLM_PLUGIN_STATS"
-PROCESSED = ("processed_logits", "processed_logprobs")
 IR_PROVIDER = "kernelpolicy"
 IR_OPS = ("rms_norm", "fused_add_rms_norm")
 
@@ -128,8 +131,10 @@ class _Plugin:
     def prepare(self, new: Any) -> None:
         """Load what the installed parts call on a new Resolution before it serves a call."""
         for part, feature in (("sampler.top_k_top_p", "sampler.top_k_top_p"),
-                              ("sampler.greedy", "sampler.greedy"), ("IR", "rmsnorm")):  # fmt: skip
-            if part in self.installed:
+                              ("sampler.greedy", "sampler.greedy"), ("IR", "rmsnorm"),
+                              ("runner_v2", "sampler.top_k_top_p"),
+                              ("runner_v2", "sampler.greedy")):  # fmt: skip
+            if part in self.installed and feature in new.decisions:
                 try:
                     new.impl(feature)
                 except Exception as exc:  # the calls say it (an error decision, say)
@@ -172,7 +177,9 @@ class _Plugin:
             steps.append(("sampler.top_k_top_p", "sampler.top_k_top_p routed per call",
                           self.sampler))  # fmt: skip
         if "sampler.greedy" in decisions:
-            steps.append(("sampler.greedy", "sampler.greedy routed", lambda: _patch_greedy(self)))
+            steps.append(("sampler.greedy", "sampler.greedy routed", self.greedy))
+        if {"sampler.top_k_top_p", "sampler.greedy"} & decisions.keys():
+            steps.append(("runner_v2", "Model Runner V2's sampler routed", self.runner_v2))
         parts = [f"fingerprint {self.resolution.fingerprint}"]
         installed: set[str] = set()
         failed: list[str] = []
@@ -196,9 +203,23 @@ class _Plugin:
         return text, bool(failed)
 
     def sampler(self) -> None:
+        from kernelpolicy.vllm_sampling import route_v1_sampler
+
         self.sampler_context = self.context_names("sampler.top_k_top_p")
-        _patch_sampler(self)
+        route_v1_sampler(self, _logger)
         self.prefetch("sampler.top_k_top_p")
+
+    def greedy(self) -> None:
+        from kernelpolicy.vllm_sampling import route_v1_greedy
+
+        route_v1_greedy(self, _logger)
+
+    def runner_v2(self) -> None:
+        from kernelpolicy.vllm_sampling import route_runner_v2
+
+        if "sampler.top_k_top_p" in self.resolution.decisions:
+            self.sampler_context = self.context_names("sampler.top_k_top_p")
+        route_runner_v2(self, _logger)
 
     def prefetch(self, feature: str) -> None:
         """Start now, in the background, the imports and set-up of what ``feature``'s calls
@@ -271,60 +292,6 @@ def _follow_failed(message: str) -> None:
         "kernelpolicy: the node's policies changed but cannot be used; this process keeps "
         "its decisions: %s", message,
     )  # fmt: skip
-
-
-def _patch_sampler(plugin: _Plugin) -> None:
-    from vllm.v1.sample.ops import topk_topp_sampler
-
-    cls = topk_topp_sampler.TopKTopPSampler
-    for name in ("forward_native", "forward_cpu", "forward_cuda", "forward_hip"):
-        original = getattr(cls, name, None)
-        if original is not None:
-            setattr(cls, name, _routed(plugin, original))
-
-
-def _routed(plugin: _Plugin, original: Callable[..., Any]) -> Callable[..., Any]:
-    failed: list[str] = []
-
-    def forward(self: Any, logits: Any, generators: Any, k: Any, p: Any) -> Any:
-        mode = getattr(self, "logprobs_mode", "raw_logprobs")
-        if mode in PROCESSED or failed:
-            return original(self, logits, generators, k, p)
-        try:
-            return plugin.sample(logits, generators, k, p, mode), None
-        except Exception as exc:  # never take vLLM down: its own sampler from now on
-            failed.append(str(exc))
-            _logger().warning(
-                "kernelpolicy: routing the sampler failed (%s); vLLM's own sampler serves "
-                "every call of this process from now on", exc,
-            )  # fmt: skip
-            plugin.counts.add("sampler.top_k_top_p/failed")
-            return original(self, logits, generators, k, p)
-
-    forward.__wrapped__ = original  # type: ignore[attr-defined]
-    return forward
-
-
-def _patch_greedy(plugin: _Plugin) -> None:
-    from vllm.v1.sample import sampler
-
-    plugin.resolution.impl("sampler.greedy")  # loads now: a failure leaves vLLM's own
-    original = sampler.Sampler.greedy_sample
-    failed: list[str] = []
-
-    def greedy_sample(logits: Any) -> Any:
-        if failed:
-            return original(logits)
-        try:
-            ids = plugin.resolution.impl("sampler.greedy")(logits)
-        except Exception as exc:  # never take vLLM down: its own argmax from now on
-            failed.append(str(exc))
-            _logger().warning("kernelpolicy: greedy sampling failed (%s); vLLM's own from now", exc)
-            return original(logits)
-        plugin.counts.add("sampler.greedy")
-        return ids
-
-    sampler.Sampler.greedy_sample = staticmethod(greedy_sample)
 
 
 def _register_ir_ops(plugin: _Plugin) -> None:
