@@ -126,24 +126,26 @@ V2 = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 @pytest.mark.parametrize(
-    ("fixture", "env", "warned"),
+    ("fixture", "env", "status"),
     [
-        pytest.param("h100-real", {}, True, id="gpu-v2-by-default"),
-        pytest.param("h100-real", {V2: "1"}, True, id="gpu-v2-asked-for"),
-        pytest.param("h100-real", {V2: "0"}, False, id="gpu-v1-runner"),
-        pytest.param("cpu", {}, False, id="no-gpu-v1-runner"),
+        pytest.param("h100-real", {}, Status.PLUGIN, id="gpu-v2-by-default"),
+        pytest.param("h100-real", {V2: "1"}, Status.PLUGIN, id="gpu-v2-asked-for"),
+        pytest.param("h100-real", {V2: "0"}, Status.PLUGIN, id="gpu-v1-runner"),
+        pytest.param("cpu", {}, Status.DEFAULT, id="no-gpu-vllms-own-torch"),
     ],
 )  # fmt: skip
-def test_the_model_runner_that_bypasses_the_plugin_is_named(
-    fixture: str, env: dict[str, str], warned: bool
+def test_no_model_runner_bypasses_the_plugin(
+    fixture: str, env: dict[str, str], status: Status
 ) -> None:
     """vLLM 0.32's Model Runner V2 (its default on a GPU where Triton runs) samples without
-    TopKTopPSampler and Sampler.greedy_sample, the hooks the plugin routes
-    (v1/worker/gpu/sample/sampler.py): where it would serve, env/exec say the choice needs
-    VLLM_USE_V2_MODEL_RUNNER=0 (the CPU build runs the V1 runner, which the e2e test drives)."""
+    TopKTopPSampler and Sampler.greedy_sample (v1/worker/gpu/sample/sampler.py); the plugin
+    routes its Sampler._sample_random too (kernelpolicy/vllm_sampling.py), so env/exec no longer
+    say that the choice needs VLLM_USE_V2_MODEL_RUNNER=0 (they did, on a GPU), and still carry
+    it through the plugin where the GPU's choice (Triton) needs it."""
     settings = engine_settings(resolve_on(fixture, **env), "vllm", env, engine_version="0.32.0")
     said = [w for f, w in settings.feature_warnings if f == "sampler.top_k_top_p"]
-    assert any(f"only with {V2}=0" in w for w in said) is warned, said
+    assert not any(V2 in w or "model runner" in w for w in said), said
+    assert settings.decisions["sampler.top_k_top_p"].status is status
 
 
 def _exec_child_env(version: str, **env: str) -> dict[str, str]:

@@ -259,7 +259,8 @@ class _Teller:
 
     def bypass_warning(self, feature: str) -> None:
         """Where the engine on a GPU samples by default without the hooks the plugin routes
-        (vLLM's Model Runner V2), say how the choice is carried."""
+        (``PLUGIN_BYPASS``; none since the plugin routes vLLM's Model Runner V2 too), say how
+        the choice is carried."""
         variable, off = PLUGIN_BYPASS.get(self.engine, ("", ""))
         if not variable or self.context.platform.primary is None:
             return  # no GPU: vLLM's CPU build runs the V1 runner, whose hooks the plugin routes
@@ -267,9 +268,9 @@ class _Teller:
             return
         self.warn(
             feature,
-            f"{feature}: {self.engine}'s Model Runner V2, its default on a GPU where Triton runs, "
-            "samples with its own sampler and never calls the hooks kernelpolicy's plugin "
-            f"routes: the choice reaches {self.engine} only with {variable}={off}",
+            f"{feature}: {self.engine}'s default model runner on a GPU samples with its own "
+            "sampler and never calls the hooks kernelpolicy's plugin routes: the choice "
+            f"reaches {self.engine} only with {variable}={off}",
         )
 
     def plugin_blocked(self) -> str | None:

@@ -35,11 +35,12 @@ PLUGIN_FEATURES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"sampler.top_k_top_p", "sampler.greedy"}),
 }
 # A model runner that samples without the hooks kernelpolicy's plugin routes, and the value of
-# its variable that turns it off: vLLM's Model Runner V2, its default on GPUs where Triton runs
-# (vllm/config/vllm.py use_v2_model_runner, 0.28.0-0.33.0), samples in
-# v1/worker/gpu/sample/sampler.py, never through TopKTopPSampler or Sampler.greedy_sample
-# (gpu/model_runner.py: "V2 bypasses TopKTopPSampler", 0.32.0).
-PLUGIN_BYPASS: dict[str, tuple[str, str]] = {"vllm": ("VLLM_USE_V2_MODEL_RUNNER", "0")}
+# its variable that turns it off (env and exec warn where it would serve). None now: vLLM's
+# Model Runner V2, its default on GPUs where Triton runs (vllm/config/vllm.py
+# use_v2_model_runner, 0.28.0-0.33.0), samples in v1/worker/gpu/sample/sampler.py without
+# TopKTopPSampler, and the plugin routes its Sampler._sample_random too (0.32.0-0.33.0;
+# kernelpolicy/vllm_sampling.py).
+PLUGIN_BYPASS: dict[str, tuple[str, str]] = {}
 # The variable that, when set, lists the only plugins the engine loads (split on ",": unset
 # loads all; vllm/envs.py VLLM_PLUGINS, vllm/plugins/__init__.py load_plugins_by_group, 0.24.0).
 PLUGIN_ALLOWLIST: dict[str, str] = {"vllm": "VLLM_PLUGINS"}
