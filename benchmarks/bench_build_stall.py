@@ -14,7 +14,8 @@ Run each mode in a fresh process: ``python3 benchmarks/bench_build_stall.py --mo
 extension's function) that lasted MS or more, with when it began: the calls that hold the
 interpreter's lock, or a lock of the CUDA driver, while the serving thread waits (and the
 Python functions, imports by name, of four times that). ``--triton-first`` launches a kernel of
-its own first, as an inference engine that uses Triton has before it serves.
+its own first, as an inference engine that uses Triton has before it serves; ``--prefetch``
+makes the sampler's prefetch first, as ``impl()`` does.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--trace-ms", type=float, default=0.0, help="record C calls this long")
+    parser.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="make the sampler's prefetch first, as impl() does on its background thread",
+    )
     parser.add_argument(
         "--triton-first",
         action="store_true",
@@ -120,6 +126,17 @@ def engine_kernel() -> None:
     torch.cuda.synchronize()
 
 
+def before_serving(args: argparse.Namespace) -> None:
+    """What the process did before it served: an engine's own Triton kernel, ``impl()``'s
+    prefetch."""
+    if args.triton_first:
+        engine_kernel()
+    if args.prefetch:
+        from kernelpolicy.kernels.sampling_triton import prefetch
+
+        prefetch()
+
+
 def main() -> int:
     args = arguments()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kp-stall-")  # cold: nothing built
@@ -131,8 +148,7 @@ def main() -> int:
     from kernelpolicy.kernels.sampling_triton import Sampler
     from kernelpolicy.kernels.sampling_triton.child import Child
 
-    if args.triton_first:
-        engine_kernel()
+    before_serving(args)
     marks: dict[str, float] = {}
 
     class Timed(Child):
@@ -188,6 +204,7 @@ def main() -> int:
     result = {
         "mode": args.mode,
         "triton_first": args.triton_first,
+        "prefetch": args.prefetch,
         "device": torch.cuda.get_device_name(0),
         "variant": variant.describe(),
         "failed": failed,

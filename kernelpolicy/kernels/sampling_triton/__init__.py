@@ -50,6 +50,8 @@ the batch (not the same token as the torch implementation).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from kernelpolicy.kernels.sampling_triton import jit, variants
@@ -119,7 +121,7 @@ def prefetch() -> None:
     walk of its syntax tree, cached per kernel; 44 ms for the five of a call); and the look
     for the kernel cache (``cache_lookup.kernel_cache``, a walk of up to
     ``MAX_KERNEL_CACHE_ENTRIES`` entries), which no call makes: a call that finds it not made
-    yet is served elsewhere."""
+    yet is served elsewhere; and Triton's first specialisation of an argument."""
     import importlib
 
     from kernelpolicy.kernels.cache_lookup import kernel_cache
@@ -136,6 +138,20 @@ def prefetch() -> None:
             break
     for name in jit.names():
         getattr(getattr(DEFAULT.kernels, name), "cache_key", None)  # computed once, kept
+    _first_specialisation()
+
+
+def _first_specialisation() -> None:
+    """Triton's first specialisation of a launch's tensor argument, which imports its Gluon
+    language modules and its code generator (159 ms in a first launch on the H100, 2026-11-27,
+    benchmarks/README.md "The stall at the load, broken down"): made here on a CPU tensor, so
+    that a build's load does not make it while calls are served. No CUDA is initialised."""
+    try:
+        from triton.runtime.jit import mangle_type
+    except ImportError:  # another Triton: its first launch pays whatever it pays
+        return
+    with contextlib.suppress(Exception):  # an optimisation only: a failure changes no call
+        mangle_type(torch.empty(16))
 
 
 top_k_top_p.prefetch = prefetch  # type: ignore[attr-defined]  # read by getattr
