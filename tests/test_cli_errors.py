@@ -1,59 +1,16 @@
-"""Every CLI mistake is one line on stderr with exit 2, never a traceback or a silent success."""
+"""Every CLI mistake is one line on stderr with exit 2, never a traceback or a silent success;
+a decision that is an error is exit 1; the lines name what was wrong (the verify command's
+mistakes: tests/test_cli_errors_verify.py; abbreviations and the error boundary: their own)."""
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import os
-import re
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from kernelpolicy.cli import build_parser, main
-from kernelpolicy.cli.common import run_guarded
-from kernelpolicy.errors import KernelPolicyError
-from tests.helpers import FIXTURES, ROOT
-
-CPU = str(FIXTURES / "cpu.json")
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="verify needs torch")
-
-
-def _cuda() -> bool:
-    if not HAS_TORCH:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def kernelpolicy(
-    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python3 -m kernelpolicy ARGV`` as a user runs it, with this checkout on PYTHONPATH."""
-    full = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("KERNELPOLICY_") or k == "KERNELPOLICY_CACHE_DIR"
-    }
-    full.update({"PYTHONPATH": str(ROOT), "KERNELPOLICY_LOG_FORMAT": "off", **(env or {})})
-    return subprocess.run(
-        [sys.executable, "-m", "kernelpolicy", *argv],
-        capture_output=True, text=True, env=full, cwd=cwd, check=False, timeout=300,
-    )  # fmt: skip
-
-
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("kernelpolicy: error: ")
-    return lines[0]
-
+from kernelpolicy.cli import main
+from tests.cli_error_helpers import CPU, kernelpolicy, one_line
+from tests.helpers import ROOT
 
 USAGE_ERRORS = [
     pytest.param(
@@ -171,7 +128,7 @@ def test_mistakes_are_one_line_and_exit_2(
     """What was wrong and what is accepted, on one line; exit 2; nothing on stdout."""
     done = kernelpolicy(*argv, env=env)
     assert done.returncode == 2, done.stderr
-    line = _one_line(done)
+    line = one_line(done)
     for part in expected:
         assert part in line
     assert done.stdout == ""
@@ -213,124 +170,12 @@ def test_usage_mistakes_name_the_command(argv: list[str], usage_of: str, expecte
     assert done.stdout == ""
 
 
-# verify imports torch: these run in this process (torch imported once) through the same
-# main() and error boundary; the first also runs as a process below.
-VERIFY_ERRORS = [
-    pytest.param(
-        ["verify", "--device", "cuda", "--feature", "sampler.greedy", "--no-store"],
-        ["--device cuda: torch", "sees no CUDA or ROCm device",
-         "accepted on this machine: --device cpu"],
-        marks=[needs_torch, pytest.mark.skipif(_cuda(), reason="this machine has a GPU")],
-        id="verify-device-cuda-on-cpu-torch",
-    ),
-    pytest.param(
-        ["verify", "--device", "tpu", "--no-store"],
-        ["--device 'tpu': expected cpu or cuda"], marks=needs_torch, id="verify-device-unknown",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry", "mypkg.kernels:greedy",
-         "--guard", "bogus"],
-        ["--guard 'bogus': unknown guard; known: clamp_token_ids"],
-        marks=needs_torch, id="verify-guard-unknown",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry", "nomod:fn"],
-        ["--entry nomod:fn: cannot import module 'nomod'", "No module named 'nomod'"],
-        marks=needs_torch, id="verify-entry-not-importable",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry", "kernelpolicy.cli:nofn"],
-        ["--entry kernelpolicy.cli:nofn: module 'kernelpolicy.cli' has no 'nofn'"],
-        marks=needs_torch, id="verify-entry-no-function",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry", "tests.entry_raises:fn"],
-        ["--entry tests.entry_raises:fn: importing 'tests.entry_raises' failed: RuntimeError: "
-         "boom at import"],
-        marks=needs_torch, id="verify-entry-import-raises",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry",
-         "kernelpolicy.limits:MAX_NESTING_DEPTH"],
-        ["--entry kernelpolicy.limits:MAX_NESTING_DEPTH: 'MAX_NESTING_DEPTH' is not callable"],
-        marks=needs_torch, id="verify-entry-not-callable",
-    ),
-    pytest.param(
-        ["verify", "--feature", "sampler.greedy", "--entry", "nocolon"],
-        ["--entry 'nocolon': expected MODULE:FUNCTION"],
-        marks=needs_torch, id="verify-entry-malformed",
-    ),
-    pytest.param(
-        ["verify", "--impl", "nope", "--no-store"],
-        ["--impl 'nope': no built-in implementation has that name; known: ", "torch"],
-        marks=needs_torch, id="verify-impl-unknown",
-    ),
-    pytest.param(
-        ["verify", "--feature", "rmsnorm", "--impl", "flashinfer", "--no-store"],
-        ["--impl 'flashinfer': no built-in implementation of rmsnorm has that name; known: torch"],
-        marks=needs_torch, id="verify-impl-not-of-feature",
-    ),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("argv", "expected"), VERIFY_ERRORS)
-def test_verify_mistakes_exit_2(
-    argv: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """verify refuses what would crash (a bad --device or --guard) or pass in silence (an
-    --entry that cannot be imported, an --impl that selects nothing): one line, exit 2."""
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    for part in expected:
-        assert part in lines[0]
-    assert captured.out == ""
-
-
-@needs_torch
-@pytest.mark.skipif(_cuda(), reason="this machine has a GPU")
-def test_verify_device_cuda_as_a_process() -> None:
-    """The AssertionError traceback of `verify --device cuda` on CPU torch is one line now."""
-    done = kernelpolicy("verify", "--device", "cuda", "--feature", "sampler.greedy", "--no-store")
-    assert done.returncode == 2
-    assert "--device cuda: torch" in _one_line(done)
-
-
 def test_overrides_error_names_the_overrides_variable() -> None:
     """A bad KERNELPOLICY_OVERRIDES entry is not reported as a KERNELPOLICY_FORCE_* variable."""
     done = kernelpolicy(
         "explain", "--platform", CPU, "--env", 'KERNELPOLICY_OVERRIDES={"mhc": "nope"}'
     )
     assert "KERNELPOLICY_FORCE" not in done.stderr
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        pytest.param(["matrix", "--platform", "a100.json"], id="matrix-platform-for-platforms"),
-        pytest.param(["explain", "--plat", CPU], id="explain-prefix-of-platform"),
-        pytest.param(["check", "--js"], id="check-prefix-of-json"),
-        pytest.param(["probe", "--no-nv"], id="probe-prefix-of-no-nvml"),
-    ],
-)
-def test_abbreviations_are_refused(argv: list[str]) -> None:
-    """argparse abbreviations are off: a near-miss option is an error, not another option."""
-    done = kernelpolicy(*argv)
-    assert done.returncode == 2
-    assert f"unrecognized arguments: {argv[1]}" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_every_parser_refuses_abbreviations() -> None:
-    """allow_abbrev=False on the top parser and every sub-command, however registered."""
-    parser = build_parser()
-    seen = [parser]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            seen.extend(action.choices.values())
-    assert len(seen) > 5
-    assert all(p.allow_abbrev is False for p in seen)
 
 
 @pytest.mark.parametrize(
@@ -361,85 +206,6 @@ def test_probe_root_that_exists_is_probed(tmp_path: Path) -> None:
     done = kernelpolicy("probe", "--root", str(tmp_path), "--no-nvml", "--json")
     assert done.returncode == 0, done.stderr
     assert '"vendor": "none"' in done.stdout
-
-
-@needs_torch
-@pytest.mark.parametrize(
-    ("blocked", "missing"),
-    [
-        pytest.param(["scipy"], "missing here: scipy.", id="scipy"),
-        pytest.param(["torch"], "missing here: torch.", id="torch"),
-        pytest.param(["torch", "scipy"], "missing here: torch, scipy.", id="torch-and-scipy"),
-    ],
-)
-def test_verify_names_every_missing_package(blocked: list[str], missing: str) -> None:
-    """Without the verify extra, verify names each missing package and the extra to install."""
-    code = (
-        "import sys\n"
-        f"for name in {blocked!r}: sys.modules[name] = None\n"
-        "from kernelpolicy.cli import main\n"
-        "sys.exit(main(['verify', '--no-store']))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
-    )
-    assert done.returncode == 2
-    line = _one_line(done)
-    assert "kernelpolicy verify needs torch, scipy, numpy; " + missing in line
-    assert "pip install 'kernelpolicy[verify]'" in line
-
-
-def _raise(exc: BaseException) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        raise exc
-
-    return run
-
-
-@pytest.mark.parametrize(
-    ("exc", "code", "message"),
-    [
-        pytest.param(KernelPolicyError("bad input"), 2, "kernelpolicy: error: bad input",
-                     id="kernelpolicy-error"),
-        pytest.param(FileNotFoundError(2, "No such file or directory", "/x/y"), 2,
-                     "kernelpolicy: error: FileNotFoundError (/x/y): No such file or directory",
-                     id="os-error-with-file"),
-        pytest.param(PermissionError(13, "Permission denied"), 2,
-                     "kernelpolicy: error: PermissionError: Permission denied", id="os-error"),
-        pytest.param(ValueError("x" * 5000), 2, "kernelpolicy: error: ValueError: xxx",
-                     id="value-error-cut"),
-        pytest.param(RecursionError("deep"), 2, "kernelpolicy: error: RecursionError: deep",
-                     id="recursion-error"),
-        pytest.param(RuntimeError("bug"), 2,
-                     "kernelpolicy: error: internal error, please report it: RuntimeError: bug",
-                     id="any-other-exception"),
-    ],
-)  # fmt: skip
-def test_boundary_is_total(
-    exc: BaseException, code: int, message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Whatever a command raises becomes an exit code and at most one line on stderr."""
-    assert run_guarded(argparse.Namespace(run=_raise(exc))) == code
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert err.startswith(message)
-    assert len(err) < 600
-
-
-def test_closed_pipe_is_not_an_error() -> None:
-    """`kernelpolicy explain --json | true` (the reader is gone first): no traceback."""
-    script = (
-        f"{sys.executable} -m kernelpolicy explain --platform {CPU} --json | true; "
-        "echo ${PIPESTATUS[0]}"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELPOLICY_LOG_FORMAT": "off"}
-    done = subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, env=env, check=False
-    )
-    assert done.stdout.strip() == "0"
-    assert "Traceback" not in done.stderr
-    assert "BrokenPipe" not in done.stderr
 
 
 def test_unreadable_version_is_worded_once(capsys: pytest.CaptureFixture[str]) -> None:
@@ -491,27 +257,3 @@ def test_cel_type_error_names_the_operands(
     assert "CEL expression does not type-check: " in out
     assert operands in out
     assert "convert explicitly with int(x), uint(x), double(x) or string(x)" in out
-
-
-def _call_text(text: str, start: int) -> str:
-    """The argument text of the call whose "(" ends at ``start``, brackets balanced."""
-    depth = 1
-    for index in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[index], 0)
-        if depth == 0:
-            return text[start:index]
-    return text[start:]
-
-
-def test_no_parser_in_the_repository_allows_abbreviations() -> None:
-    """Every ArgumentParser in the package, scripts and benchmarks is built with
-    allow_abbrev=False (sub-commands get it from disable_abbreviations, checked above)."""
-    offenders = [
-        f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
-        for folder in ("kernelpolicy", "scripts", "benchmarks")
-        for path in sorted((ROOT / folder).rglob("*.py"))
-        for text in [path.read_text()]
-        for match in re.finditer(r"ArgumentParser\(", text)
-        if "allow_abbrev=False" not in _call_text(text, match.end())
-    ]
-    assert offenders == []
