@@ -106,7 +106,7 @@ class Daemon:
             warn=lambda event, message: self._log("warning", event, message=message),
             client_log=self.client_log,
             ready_requires_current_policy=self.ready_requires_current_policy,
-            warm=self.warm, log=self._log,
+            warm=self.warm, log=self._log, unpublished_halts=self._unpublished_halts,
         )  # fmt: skip
         self.reports: list[ReportListener] = []  # one beside each unix socket
         self._halts_pending = False
@@ -217,6 +217,22 @@ class Daemon:
         halts = halts_of(self.state.snapshot.resolution.decisions)
         for listener in self.reports:
             listener.publish(halts)
+
+    def _unpublished_halts(self) -> list[str]:
+        """``/readyz``: the halts files whose last write failed, after one more try each (so
+        that a node whose cause went away, a full disk or a name taken, is ready at the next
+        probe); each ``"path: why"``. Only a failed file is written again: a ready node's probe
+        writes nothing."""
+        failed = [listener for listener in self.reports if listener.unpublished is not None]
+        if failed:
+            halts = halts_of(self.state.snapshot.resolution.decisions)
+            for listener in failed:
+                listener.publish(halts)
+        return [
+            f"{listener.halts_file}: {listener.unpublished}"
+            for listener in failed
+            if listener.unpublished is not None
+        ]
 
     async def _stop_reports(self) -> None:
         for listener in self.reports:

@@ -41,6 +41,10 @@ class Fleet:
         warm: ``serve --warm``: build the kernels the decisions can route to at start
             (:mod:`kernelpolicy.warming`); ``/readyz`` says not ready until they are built.
         log: Logs an event of the daemon's own (``log(level, event, **fields)``).
+        unpublished_halts: The node's halts files that the daemon's last write failed (the
+            daemon tries each once more when asked), each ``"path: why"``; ``/readyz`` says
+            not ready while there is one, since the workers that read it run kernels the
+            daemon halted.
         url: The bound ``http://host:port`` once started.
     """
 
@@ -55,6 +59,7 @@ class Fleet:
     ready_requires_current_policy: bool = False
     warm: WarmStart | None = None
     log: Callable[..., None] = lambda level, event, **fields: None
+    unpublished_halts: Callable[[], list[str]] = lambda: []
     warming: Warming | None = field(default=None, init=False)
     metrics: DaemonMetrics | None = field(default=None, init=False)
     listener: HttpListener | None = field(default=None, init=False)
@@ -118,9 +123,17 @@ class Fleet:
         """Why /readyz says no, or ``None``. By default a failed reload keeps the daemon ready:
         it serves the last good policies, which is what every worker on the node should keep
         using; with ``ready_requires_current_policy`` it is not ready until a reload succeeds
-        (flagd's and Kubernetes' reading of "serving stale configuration")."""
+        (flagd's and Kubernetes' reading of "serving stale configuration"). A halts file the
+        daemon could not write makes it not ready whatever the options: the node's workers
+        follow what they last read, so they may run a kernel the daemon halted."""
         if not self.ready:
             return "not serving (starting or shutting down)"
+        unpublished = self.unpublished_halts()
+        if unpublished:
+            return (
+                "halts not published to the node's workers, which may run a kernel the daemon "
+                f"halted: {'; '.join(unpublished)}"
+            )
         warming = self.warming
         if warming is not None and not warming.finished.is_set():
             built, total = warming.progress()

@@ -1,0 +1,80 @@
+"""/readyz says not ready while the node's halts file is unpublished: its workers follow what
+they last read, so they may run a kernel the daemon halted (before, a failed write showed only
+in the kernelpolicy_halts_unpublished gauge and a log line, and the pod stayed Ready)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpolicy.server.sockets import halts_file_path
+from kernelpolicy.testing.daemon import running_daemon
+from tests.helpers import ROOT, fixture
+from tests.http_helpers import call
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory under /tmp for the socket (a socket path holds 107 bytes)."""
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def gauge(url: str) -> str:
+    text = call(url, "GET", "/metrics").body.decode()
+    return next(line for line in text.splitlines()
+                if line.startswith("kernelpolicy_halts_unpublished "))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("blocked", "freed_before_probe", "status", "metric"),
+    [
+        pytest.param(False, False, 200, "0.0", id="published"),
+        pytest.param(True, False, 503, "1.0", id="name-taken-by-a-directory"),
+        pytest.param(True, True, 200, "0.0", id="cause-gone-by-the-next-probe"),
+    ],
+)
+def test_readyz_reports_an_unpublished_halts_file(
+    blocked: bool, freed_before_probe: bool, status: int, metric: str, short_dir: Path
+) -> None:
+    """A halts file the daemon could not write (its name taken by a directory) makes /readyz
+    answer 503 naming the file, why and what it means, and the gauge count it; /readyz tries
+    the write once more, so once the cause is gone the next probe is ready and the gauge 0."""
+    address = f"unix:{short_dir / 'kp.sock'}"
+    halts_file = halts_file_path(short_dir / "kp.sock")
+    with running_daemon(
+        fixture("cpu"), [ROOT / "policies"], listen=[address], watch=False, http="127.0.0.1:0"
+    ) as running:
+        url = running.daemon.fleet.url
+        assert url is not None
+        [listener] = running.daemon.reports
+
+        async def publish() -> None:
+            listener.publish({})
+
+        assert call(url, "GET", "/readyz").status == 200
+        if blocked:
+            halts_file.unlink()
+            (halts_file / "taken").mkdir(parents=True)
+            running.call(publish())
+            assert listener.unpublished is not None
+        if freed_before_probe:
+            shutil.rmtree(halts_file)
+        ready = call(url, "GET", "/readyz")
+        assert ready.status == status
+        if status == 503:
+            why = ready.json()["why"]
+            assert why.startswith("halts not published to the node's workers, which may run a ")
+            assert f"{halts_file}: {listener.unpublished}" in why
+            assert "\n" not in why
+        else:
+            assert ready.json()["status"] == "ready"
+            assert halts_file.is_file()  # written again by the probe where it had failed
+        assert gauge(url) == f"kernelpolicy_halts_unpublished {metric}"
