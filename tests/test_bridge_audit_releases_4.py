@@ -1,0 +1,66 @@
+"""The fourth audit of what the bridge tells real engine releases (vLLM 0.8.5.post1, 0.9.2,
+0.19.1-0.33.0; SGLang 0.4.5-0.4.9.post6, 0.5.3-0.5.23, read from their release code): each
+finding fixed a named case that failed on the pack before it.
+
+- vLLM >= 0.19 on MI300X/MI325X/MI355X with aiter: ``--attention-backend ROCM_AITER_FA`` must
+  stay pinned (vLLM's own order puts ROCM_ATTN first: 0.19.1 platforms/rocm.py:329-338, 0.33.0
+  :553-564), and a pin is checked alone: its warning now names every model AITER FA refuses
+  (attention sinks before 0.23, head sizes other than 64/128/256, non-decoder attention,
+  float32, mm_prefix), not only the multimodal ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tests.test_bridge_audit_releases as first
+from kernelpolicy.bridge import Status
+from tests.test_bridge_audit_releases import AITER, Case, told
+
+AITER_FA = ("--attention-backend", "ROCM_AITER_FA")
+CASES = {
+    "vllm-0.19.1-mi300x-aiter-fa-pin-warns-sinks": Case(
+        "mi300x", "vllm", "0.19.1", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, flags=AITER_FA, warning="attention sinks (gpt-oss)",
+    ),
+    "vllm-0.22.1-mi325x-aiter-fa-pin-warns-sinks": Case(
+        "mi325x", "vllm", "0.22.1", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, flags=AITER_FA, warning="attention sinks (gpt-oss)",
+    ),
+    "vllm-0.19.1-mi355x-aiter-fa-pin-warns-head-sizes": Case(
+        "mi355x", "vllm", "0.19.1", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, flags=AITER_FA,
+        warning="head sizes other than 64, 128 and 256 (Phi-3 96, Phi-2 80)",
+    ),
+    "vllm-0.33.0-mi300x-aiter-fa-pin-warns-encoder-only": Case(
+        "mi300x", "vllm", "0.33.0", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, flags=AITER_FA,
+        warning="encoder-only embedding and rerank models, Whisper",
+    ),
+    "vllm-0.33.0-mi355x-aiter-fa-pin-warns-float32": Case(
+        "mi355x", "vllm", "0.33.0", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, flags=AITER_FA, warning="and float32",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_release_is_told_4(case: Case) -> None:
+    """What each release is told, by the first audit's check."""
+    first.test_what_each_release_is_told(case)
+
+
+@pytest.mark.parametrize(
+    ("version", "sinks"),
+    [
+        pytest.param("0.22.1", True, id="0.22.1-refuses-sinks"),
+        pytest.param("0.23.0", False, id="0.23.0-supports-sinks"),
+        pytest.param("0.33.0", False, id="0.33.0-supports-sinks"),
+    ],
+)
+def test_aiter_fa_sinks_named_only_where_refused(version: str, sinks: bool) -> None:
+    """AITER FA's supports_sink arrives in vLLM 0.23.0 (rocm_aiter_fa.py:714): from there gpt-oss
+    runs with the pin, and the warning stops naming it."""
+    settings = told(Case("mi300x", "vllm", version, env=AITER))
+    said = " ".join(w for f, w in settings.feature_warnings if f == "attention.backend")
+    assert ("gpt-oss" in said) is sinks, said
