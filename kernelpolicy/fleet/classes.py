@@ -7,7 +7,9 @@ messages, so one resolution decides for both (within one rollout cohort).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable
 
+from kernelpolicy.engine.switches import FORCE_PREFIX, force_variable
 from kernelpolicy.evidence.store import Evidence, EvidenceEntry
 from kernelpolicy.fleet.evidence import evidence_summary
 from kernelpolicy.platform.model import Platform
@@ -29,8 +31,14 @@ def class_key(platform: Platform) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def summary(platform: Platform) -> str:
-    """``nvidia sm_90 NVIDIA H100 80GB HBM3 x8, driver 570.133.20, torch 2.9.1+cu128``."""
+def summary(
+    platform: Platform, features: Iterable[str] = (), switches: Collection[str] = ()
+) -> str:
+    """``nvidia sm_90 NVIDIA H100 80GB HBM3 x8, driver 570.133.20, torch 2.9.1+cu128``, then
+    each force the node decides with (``; forced fleet.attn=current``, by its feature where
+    ``features`` has it) and each of ``switches`` (variables the policies read) set there
+    (``; VLLM_ROCM_USE_AITER=1``): two classes apart only by an operator's force or switch
+    read differently."""
     device = platform.primary
     parts: list[str] = [platform.vendor]
     if device is not None:
@@ -40,13 +48,25 @@ def summary(platform: Platform) -> str:
         text += f", driver {platform.driver.version}"
     if platform.torch.version:
         text += f", torch {platform.torch.version}"
+    named = {force_variable(feature): feature for feature in features}
+    for variable, value in sorted(platform.env.items()):
+        if variable.startswith(FORCE_PREFIX):
+            text += f"; forced {named.get(variable, variable)}={value}"
+        elif variable in switches:
+            text += f"; {variable}={value}"
     return text
 
 
-def class_of(platform: Platform, evidence: Evidence | None) -> tuple[str, str]:
+def class_of(
+    platform: Platform,
+    evidence: Evidence | None,
+    features: Iterable[str] = (),
+    switches: Collection[str] = (),
+) -> tuple[str, str]:
     """The class key and summary of a node: its platform's, and the evidence it decides with
-    where that has entries (evidence without any decides as none, and keeps the key)."""
-    key, text = class_key(platform), summary(platform)
+    where that has entries (evidence without any decides as none, and keeps the key);
+    ``features`` and ``switches`` as :func:`summary` takes them."""
+    key, text = class_key(platform), summary(platform, features, switches)
     if evidence is not None and evidence.entries:
         key += json.dumps(sorted(_decides(f, i, e) for (f, i), e in evidence.entries.items()))
         text += f"; {evidence_summary(evidence)}"

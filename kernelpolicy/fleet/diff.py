@@ -191,6 +191,8 @@ class _Fleet:
         index: dict[str, int] = {}
         fleet = cls([], [])
         labelled: dict[LabelEvidence, Evidence | None] = {}  # nodes of a kind share their labels
+        features = [*old.features, *new.features]  # forces named by their feature
+        switches = old.env_names | new.env_names
         for node in nodes:
             found = node.evidence
             if isinstance(found, LabelEvidence):
@@ -201,7 +203,7 @@ class _Fleet:
                 evidence = resolve_evidence(found, old, new)
             if evidence is None:
                 fleet.unknown.append(node.name)
-            key, text = class_of(node.platform, evidence)
+            key, text = class_of(node.platform, evidence, features, switches)
             number = index.get(key)
             if number is None:
                 number = index[key] = len(fleet.summaries)
