@@ -1,0 +1,79 @@
+"""The fourth audit's SGLang findings (0.4.3-0.5.23, read from their release code): each fixed a
+named case that failed on the pack before it.
+
+- SGLang's per-model attention-backend lists refuse a pinned ``--attention-backend``; where
+  SGLang's own default picks the chosen backend nothing is sent (the third audit's rule), else
+  the pin stays with a warning naming the models it stops: ``flashinfer`` on B200 (SGLang's
+  default until 0.5.6.post1, trtllm_mha after: gpt-oss, Llama 4, Gemma 4, Exaone 4 SWA,
+  Olmo2/3), ``fa3`` on H100 (the default for every architecture from 0.5.8; Gemma 4's list
+  lacks it), ``aiter`` on ROCm (the MHA default there from 0.4.10; gpt-oss's list lacked it in
+  0.5.3-0.5.7), ``triton`` (NemotronH from 0.5.7, Lfm2 from 0.5.9 refuse it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tests.test_bridge_audit_releases as first
+from kernelpolicy.bridge import Status
+from tests.test_bridge_audit_releases import Case
+
+PINNED = ("--attention-backend",)
+SGL_AITER = {"SGLANG_USE_AITER": "1"}
+ATTN = "attention.backend"
+CASES = {
+    "sglang-0.5.3-b200-flashinfer-not-pinned-gpt-oss": Case(
+        "b200", "sglang", "0.5.3", feature=ATTN, status=Status.DEFAULT, absent=PINNED,
+    ),
+    "sglang-0.5.6-b200-flashinfer-not-pinned-llama4": Case(
+        "b200", "sglang", "0.5.6", feature=ATTN, status=Status.DEFAULT, absent=PINNED,
+    ),
+    "sglang-0.5.6.post2-b200-flashinfer-pin-warns": Case(
+        "b200", "sglang", "0.5.6.post2", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=("--attention-backend", "flashinfer"), warning="gpt-oss, Llama 4, Gemma 4",
+    ),
+    "sglang-0.5.23-b200-flashinfer-pin-warns-olmo": Case(
+        "b200", "sglang", "0.5.23", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=("--attention-backend", "flashinfer"), warning="Exaone 4 with sliding window",
+    ),
+    "sglang-0.5.23-h100-fa3-not-pinned-gemma4": Case(
+        "h100-sxm", "sglang", "0.5.23", feature=ATTN, status=Status.DEFAULT, absent=PINNED,
+    ),
+    "sglang-0.5.8.post1-h100-fa3-not-pinned": Case(
+        "h100-sxm", "sglang", "0.5.8.post1", feature=ATTN, status=Status.DEFAULT, absent=PINNED,
+    ),
+    # unchanged: before 0.5.8 SGLang's default picks fa3 only for a list of architectures
+    "sglang-0.5.7-h100-fa3-still-pinned": Case(
+        "h100-sxm", "sglang", "0.5.7", feature=ATTN, flags=("--attention-backend", "fa3"),
+    ),
+    "sglang-0.5.3-mi300x-aiter-not-pinned-gpt-oss": Case(
+        "mi300x", "sglang", "0.5.3", env=SGL_AITER, feature=ATTN, absent=PINNED,
+        present=SGL_AITER,
+    ),
+    "sglang-0.5.6-mi355x-aiter-not-pinned-gpt-oss": Case(
+        "mi355x", "sglang", "0.5.6", env=SGL_AITER, feature=ATTN, absent=PINNED,
+        present=SGL_AITER,
+    ),
+    "sglang-0.5.23-mi300x-aiter-not-pinned": Case(
+        "mi300x", "sglang", "0.5.23", env=SGL_AITER, feature=ATTN, absent=PINNED,
+        present=SGL_AITER,
+    ),
+    "sglang-0.5.23-mi300x-triton-pin-warns-lfm2": Case(
+        "mi300x", "sglang", "0.5.23", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=("--attention-backend", "triton"), warning="Lfm2/Lfm2-MoE",
+    ),
+    "sglang-0.5.7-mi250x-triton-pin-warns-nemotron-h": Case(
+        "mi250x", "sglang", "0.5.7", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=("--attention-backend", "triton"), warning="NemotronH",
+    ),
+    # unchanged: no release before 0.5.7 refuses the triton pin
+    "sglang-0.5.6-mi300x-triton-still-pinned": Case(
+        "mi300x", "sglang", "0.5.6", feature=ATTN, flags=("--attention-backend", "triton"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_sglang_release_is_told_4(case: Case) -> None:
+    """What each SGLang release is told, by the first audit's check."""
+    first.test_what_each_release_is_told(case)
