@@ -7,7 +7,10 @@ named case that failed on the pack before it.
   default until 0.5.6.post1, trtllm_mha after: gpt-oss, Llama 4, Gemma 4, Exaone 4 SWA,
   Olmo2/3), ``fa3`` on H100 (the default for every architecture from 0.5.8; Gemma 4's list
   lacks it), ``aiter`` on ROCm (the MHA default there from 0.4.10; gpt-oss's list lacked it in
-  0.5.3-0.5.7), ``triton`` (NemotronH from 0.5.7, Lfm2 from 0.5.9 refuse it).
+  0.5.3-0.5.7), ``triton`` (NemotronH from 0.5.7, Lfm2 from 0.5.9 refuse it);
+- dense MLA on ROCm with SGLANG_USE_AITER=1: ``--attention-backend aiter`` asserts for head
+  counts per rank outside aiter MLA's (0.5.13 aiter_backend.py:289-297, 0.5.23 :580-607), and
+  SGLang's default picks aiter for 16 or 128 heads per rank: only SGLANG_USE_AITER=1 is sent.
 """
 
 from __future__ import annotations
@@ -69,6 +72,14 @@ CASES = {
     # unchanged: no release before 0.5.7 refuses the triton pin
     "sglang-0.5.6-mi300x-triton-still-pinned": Case(
         "mi300x", "sglang", "0.5.6", feature=ATTN, flags=("--attention-backend", "triton"),
+    ),
+    "sglang-0.5.23-mi300x-dense-mla-aiter-not-pinned": Case(
+        "mi300x", "sglang", "0.5.23", "mla", SGL_AITER, feature="attention.mla",
+        absent=PINNED, present=SGL_AITER,
+    ),
+    "sglang-0.5.13-mi355x-dense-mla-aiter-not-pinned": Case(
+        "mi355x", "sglang", "0.5.13", "mla", SGL_AITER, feature="attention.mla",
+        absent=PINNED, present=SGL_AITER,
     ),
 }  # fmt: skip
 
