@@ -216,4 +216,5 @@ def test_the_served_snapshot_carries_the_daemons_values() -> None:
     ):
         served = json.loads(client.platform_json())
     assert served["env"] == {"VLLM_ROCM_USE_AITER": "0", "NCCL_DEBUG": "INFO"}
+    assert set(served.pop("daemon")) == {"instance", "host"}  # tests/test_fleet_daemon_instances
     assert {**served, "env": snapshot["env"]} == snapshot  # nothing else changed

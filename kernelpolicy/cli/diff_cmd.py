@@ -194,6 +194,14 @@ def render(result: Any, source: str) -> str:
         f"{source}: {counted(result.nodes, 'node')} in {classes}; "
         f"{_count(result.changed_nodes, result.nodes)} change"
     ]
+    if result.instances:  # daemons started apart, though from one snapshot file
+        hosts = result.hosts()
+        lines.append(
+            f"answered: {counted(len(result.instances), 'daemon instance')} on "
+            f"{counted(len(hosts), 'host')}"
+        )
+        lines += [f"  {host}: {counted(len(names), 'daemon')} ({nodes_in_words(names)})"
+                  for host, names in hosts.items() if len(names) > 1]  # fmt: skip
     if result.skipped:
         lines.append(f"skipped {counted(len(result.skipped), 'node')} without kernelpolicy labels")
     if result.unreachable:

@@ -10,11 +10,13 @@ reported with its address and counted, not fatal, unless none answers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.encoding import escaped
 from kernelpolicy.errors import InventoryError, KernelPolicyError
 from kernelpolicy.evidence.store import Evidence, evidence_from_json
 from kernelpolicy.fleet.inventory import Inventory, Node
@@ -29,6 +31,7 @@ from kernelpolicy.safeio import parse_json, read_bytes_bounded
 __all__ = ["daemon_addresses", "load_daemons"]
 
 _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
+_INSTANCE = re.compile(r"[0-9a-f]{1,64}")
 
 
 def _fail(message: str) -> InventoryError:
@@ -89,25 +92,43 @@ def _snapshot(
     return text, evidence, decided
 
 
+def instance_of(value: object) -> str | None:
+    """``HOST/ID`` of the ``daemon`` a snapshot carries (``{"instance": hex, "host": name}``,
+    as :func:`~kernelpolicy.server.node.daemon_instance` makes it), or ``None``: a daemon of
+    before, or anything not of that shape (the host name shown escaped, at most 253 chars)."""
+    if not isinstance(value, dict):
+        return None
+    instance, host = value.get("instance"), value.get("host")
+    if not (isinstance(instance, str) and _INSTANCE.fullmatch(instance)):
+        return None
+    return f"{escaped(host[:253]) if isinstance(host, str) else '?'}/{instance}"
+
+
 def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str] | str:
     """The daemon's node and its snapshot's text, or why it gave none (naming the address)."""
     try:
         text, evidence, decided = _snapshot(address, timeout, credentials)
-        platform = Platform.from_dict(parse_json(text, address, _fail), source=address)
-        return Node.of(address, platform, evidence, decided), text
+        data = parse_json(text, address, _fail)
+        instance = instance_of(data.pop("daemon", None)) if isinstance(data, dict) else None
+        platform = Platform.from_dict(data, source=address)
+        return Node.of(address, platform, evidence, decided, instance), platform.to_json()
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"
 
 
 def same_daemons(answers: Sequence[tuple[Node, str]]) -> tuple[tuple[str, ...], ...]:
-    """Addresses that answered with one snapshot, identity and GPU UUIDs included: one daemon
-    given twice (by its unix socket and TCP port, or two names of one host)."""
-    by_snapshot: dict[str, list[str]] = {}
+    """Addresses that answered for one daemon: one instance (its start), or, from daemons that
+    publish none, one snapshot, identity and GPU UUIDs included (by its unix socket and TCP
+    port, or two names of one host). Two daemons started from one ``--platform`` file are two
+    instances, not one daemon."""
+    by_daemon: dict[str, list[str]] = {}
     for node, text in answers:
-        if node.identity is not None:  # without one, two bare nodes can look alike
-            by_snapshot.setdefault(text, []).append(node.name)
-    return tuple(tuple(names) for names in by_snapshot.values() if len(names) > 1)
+        if node.instance is not None:
+            by_daemon.setdefault(f"instance {node.instance}", []).append(node.name)
+        elif node.identity is not None:  # without one, two bare nodes can look alike
+            by_daemon.setdefault(text, []).append(node.name)
+    return tuple(tuple(names) for names in by_daemon.values() if len(names) > 1)
 
 
 def load_daemons(

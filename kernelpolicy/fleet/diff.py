@@ -93,6 +93,14 @@ class FleetDiff:
     skipped: tuple[str, ...] = ()
     unreachable: tuple[str, ...] = ()  # daemons that did not answer, each message names it
     warnings: tuple[FleetWarning, ...] = ()  # where the counts may not be what the fleet does
+    instances: tuple[tuple[str, str], ...] = ()  # (address, HOST/ID) of each live daemon
+
+    def hosts(self) -> dict[str, list[str]]:
+        """Each host of the live daemons -> the addresses of its daemons, in inventory order."""
+        found: dict[str, list[str]] = {}
+        for address, instance in self.instances:
+            found.setdefault(instance.rsplit("/", 1)[0], []).append(address)
+        return found
 
     @property
     def changed(self) -> bool:
@@ -121,6 +129,10 @@ class FleetDiff:
             "changed_nodes": self.changed_nodes,
             "skipped_nodes": list(self.skipped),
             "unreachable_daemons": list(self.unreachable),
+            "daemons": [
+                dict(zip(("address", "host", "instance"), (a, *i.rsplit("/", 1)), strict=True))
+                for a, i in self.instances
+            ],
             "warnings": [w.to_dict() for w in self.warnings],
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
             "nodes_by_change": [{**c.to_dict(), "node_names": reached[c]} for c, _ in totals],
@@ -185,6 +197,7 @@ class _Fleet:
     evidence: list[Evidence | None] = field(default_factory=list)  # per class
     unknown: list[str] = field(default_factory=list)  # nodes whose evidence is unknown
     answered: list[Mapping[str, str] | None] = field(default_factory=list)  # per node
+    instances: list[tuple[str, str]] = field(default_factory=list)  # live daemons' starts
 
     @classmethod
     def build(cls, nodes: Iterable[Node], old: PolicySet, new: PolicySet) -> _Fleet:
@@ -213,6 +226,8 @@ class _Fleet:
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
             fleet.answered.append(node.answered)
+            if node.instance is not None:
+                fleet.instances.append((node.name, node.instance))
         return fleet
 
     def disagreeing(self, members: Sequence[int], outcome: Outcome) -> list[tuple[int, str, str]]:
@@ -305,6 +320,7 @@ def diff_fleet(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
         (*_warnings(fleet, old, new, duplicates), *disagreement_warning(sorted(disagree), total)),
+        tuple(fleet.instances),
     )  # fmt: skip
 
 
@@ -314,7 +330,7 @@ def _warnings(
     """Where the counts may not be what the fleet does: identities matter only to a rollout,
     evidence only to a ``verified = true`` candidate."""
     total = len(fleet.members)
-    found = same_daemon_warning(duplicates)
+    found = same_daemon_warning(duplicates, dict(fleet.instances))
     if rollouts(old) or rollouts(new):
         again = {name for group in duplicates for name in group[1:]}  # counted once here
         members = [(name, identity) for _, identity, _, name in fleet.members if name not in again]

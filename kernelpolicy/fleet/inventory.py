@@ -52,7 +52,9 @@ class Node:
     is the node's own (what its rollout cohorts are hashed from); ``evidence`` is what its
     ``verified = true`` candidates are decided with, ``None`` where the inventory does not know;
     ``answered`` is what a live daemon decides now (feature -> implementation, or ``error
-    (<code>)``), for ``diff`` to check against what the current policies decide there.
+    (<code>)``), for ``diff`` to check against what the current policies decide there;
+    ``instance`` the live daemon's start (``HOST/ID``, see
+    :func:`~kernelpolicy.server.node.daemon_instance`), ``None`` for any other node.
     """
 
     name: str
@@ -60,6 +62,7 @@ class Node:
     identity: str | None
     evidence: NodeEvidence = None
     answered: Mapping[str, str] | None = None
+    instance: str | None = None
 
     @classmethod
     def of(
@@ -68,8 +71,9 @@ class Node:
         platform: Platform,
         evidence: NodeEvidence = None,
         answered: Mapping[str, str] | None = None,
+        instance: str | None = None,
     ) -> Node:
-        return cls(name, platform, platform.identity, evidence, answered)
+        return cls(name, platform, platform.identity, evidence, answered, instance)
 
 
 @dataclass(frozen=True)

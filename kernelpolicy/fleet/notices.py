@@ -8,7 +8,7 @@ puts the warnings in ``--json``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -98,18 +98,26 @@ def identity_warnings(members: Sequence[tuple[str, str | None]], total: int) -> 
     return found
 
 
-def same_daemon_warning(groups: Sequence[Sequence[str]]) -> list[FleetWarning]:
-    """Addresses that answered for one node (one snapshot, identity and GPU UUIDs included)."""
+def same_daemon_warning(
+    groups: Sequence[Sequence[str]], instances: Mapping[str, str] | None = None
+) -> list[FleetWarning]:
+    """Addresses that answered for one daemon: one instance (``instances``: address ->
+    ``HOST/ID``), or from daemons that publish none, one snapshot, identity and GPU UUIDs
+    included."""
     if not groups:
         return []
     extra = sum(len(group) - 1 for group in groups)
     names = tuple(name for group in groups for name in group)
     example = " and ".join(groups[0][:2])
+    instance = (instances or {}).get(groups[0][0])
+    why = (
+        f"one daemon, instance {instance}" if instance is not None
+        else "one snapshot, identity and GPU UUIDs included"
+    )  # fmt: skip
     return [FleetWarning(Concern.SAME_DAEMON, extra, names, (
         f"{len(names):,} addresses answered for only {len(groups):,} "
-        f"node{'' if len(groups) == 1 else 's'} ({example}: one snapshot, identity and GPU "
-        f"UUIDs included), so {_nodes(extra)} too many are counted; give each daemon once "
-        "(by its unix socket or by TCP, not both)"
+        f"node{'' if len(groups) == 1 else 's'} ({example}: {why}), so {_nodes(extra)} too "
+        "many are counted; give each daemon once (by its unix socket or by TCP, not both)"
     ))]  # fmt: skip
 
 

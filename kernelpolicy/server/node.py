@@ -1,9 +1,12 @@
 """The node's daemon as a worker finds it: where a Resolution's run-time events go, and the
-candidates the daemon halted on this node."""
+candidates the daemon halted on this node; and as a fleet tells it apart (its instance)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import secrets
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,3 +66,17 @@ def halts_for_node(settings: Settings) -> dict[str, str]:
 
         log_warning("kernelpolicy.halts.ignored", settings.log_format, problem=found.problem)
     return found.halts
+
+
+@functools.cache
+def _instance() -> tuple[str, str]:
+    return secrets.token_hex(8), socket.gethostname()[:253]
+
+
+def daemon_instance() -> dict[str, str]:
+    """This daemon's start among a fleet's daemons: ``{"instance": <16 hex>, "host": <name>}``,
+    a random ID drawn once per process and the host name. ``GetPlatform`` publishes it beside
+    the snapshot (key ``daemon``), so that ``diff --daemons`` tells two daemons started from one
+    ``--platform`` file apart, and one daemon given by two addresses from them."""
+    instance, host = _instance()
+    return {"instance": instance, "host": host}
