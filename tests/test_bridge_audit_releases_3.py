@@ -80,11 +80,11 @@ CASES = {
         "cpu", "sglang", "0.5.23", feature="moe.experts", status=Status.DEFAULT,
         absent=("--moe-runner-backend",),
     ),
-    # unchanged (passes before the fix too): on ROCm the flag keeps the aiter MoE off and
-    # SGLang honours it for MXFP8
-    "sglang-0.5.23-mi300x-triton-moe-still-told": Case(
-        "mi300x", "sglang", "0.5.23", feature="moe.experts",
-        flags=("--moe-runner-backend", "triton"),
+    # on ROCm the flag stopped Quark MXFP4 MoE from 0.5.11 (the fourth audit): not sent;
+    # without SGLANG_USE_AITER SGLang's auto runs triton for unquantized MoE
+    "sglang-0.5.23-mi300x-triton-moe-not-sent": Case(
+        "mi300x", "sglang", "0.5.23", feature="moe.experts", status=Status.DEFAULT,
+        absent=("--moe-runner-backend",),
     ),
     # sparse MLA (DeepSeek V3.2/V4, GLM-5): no dense MLA backend, vLLM and SGLang pick theirs
     "vllm-0.33.0-h100-flashmla-refuses-sparse-mla": Case(

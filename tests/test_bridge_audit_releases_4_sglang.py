@@ -10,7 +10,11 @@ named case that failed on the pack before it.
   0.5.3-0.5.7), ``triton`` (NemotronH from 0.5.7, Lfm2 from 0.5.9 refuse it);
 - dense MLA on ROCm with SGLANG_USE_AITER=1: ``--attention-backend aiter`` asserts for head
   counts per rank outside aiter MLA's (0.5.13 aiter_backend.py:289-297, 0.5.23 :580-607), and
-  SGLang's default picks aiter for 16 or 128 heads per rank: only SGLANG_USE_AITER=1 is sent.
+  SGLang's default picks aiter for 16 or 128 heads per rank: only SGLANG_USE_AITER=1 is sent;
+- ``--moe-runner-backend triton`` on ROCm stops Quark MXFP4 MoE (AMD's amd/*-MXFP4) from 0.5.11
+  (quark_w4a4_mxfp4_moe.py: 0.5.11-0.5.20 fail at the first forward, 0.5.21-0.5.23 raise
+  NotImplementedError; auto picks AITER): not sent from 0.5.11, with a warning where the aiter
+  switch is on (SGLang's auto then runs the aiter MoE for unquantized models too).
 """
 
 from __future__ import annotations
@@ -80,6 +84,24 @@ CASES = {
     "sglang-0.5.13-mi355x-dense-mla-aiter-not-pinned": Case(
         "mi355x", "sglang", "0.5.13", "mla", SGL_AITER, feature="attention.mla",
         absent=PINNED, present=SGL_AITER,
+    ),
+    "sglang-0.5.11-mi300x-triton-moe-not-sent-quark-mxfp4": Case(
+        "mi300x", "sglang", "0.5.11", feature="moe.experts", status=Status.DEFAULT,
+        absent=("--moe-runner-backend",),
+    ),
+    "sglang-0.5.21-mi250x-aiter-switch-triton-moe-warns": Case(
+        "mi250x", "sglang", "0.5.21", env=SGL_AITER, feature="moe.experts",
+        status=Status.INEXPRESSIBLE, absent=("--moe-runner-backend",), warning="Quark MXFP4 MoE",
+    ),
+    "sglang-0.5.23-mi355x-forced-triton-moe-warns": Case(
+        "mi355x", "sglang", "0.5.23", env={**SGL_AITER, "KERNELPOLICY_FORCE_MOE_EXPERTS": "triton"},
+        feature="moe.experts", status=Status.INEXPRESSIBLE, absent=("--moe-runner-backend",),
+        warning="pass --moe-runner-backend triton yourself",
+    ),
+    # unchanged: before 0.5.11 Quark MXFP4 MoE takes no runner, and the flag keeps aiter off
+    "sglang-0.5.10.post1-mi300x-triton-moe-still-told": Case(
+        "mi300x", "sglang", "0.5.10.post1", feature="moe.experts",
+        flags=("--moe-runner-backend", "triton"),
     ),
 }  # fmt: skip
 
