@@ -207,6 +207,15 @@ def render(result: Any, source: str) -> str:
     if result.unreachable:
         lines.append(f"unreachable: {counted(len(result.unreachable), 'daemon')}, not counted")
         lines += [f"  {why}" for why in result.unreachable]
+    if result.halted:
+        lines += ["", "halted kernels (as the daemons resolve; diff decides with them):"]
+        for kernel in result.halted:
+            fate = "keep" if kernel.kept else "lift (the feature's policy changes)"
+            lines.append(f"  {kernel.key}: halted on {_count(len(kernel.nodes), result.nodes)}; "
+                         f"the new policies {fate} the halt")  # fmt: skip
+            lines += [
+                f"    {why} ({nodes_in_words(names)})" for why, names in kernel.reasons.items()
+            ]
     totals = result.totals()
     if totals:
         lines += ["", "changes across the fleet:"]

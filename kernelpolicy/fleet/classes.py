@@ -62,11 +62,16 @@ def class_of(
     evidence: Evidence | None,
     features: Iterable[str] = (),
     switches: Collection[str] = (),
+    halted: Collection[str] = (),
 ) -> tuple[str, str]:
     """The class key and summary of a node: its platform's, and the evidence it decides with
     where that has entries (evidence without any decides as none, and keeps the key);
-    ``features`` and ``switches`` as :func:`summary` takes them."""
+    ``features`` and ``switches`` as :func:`summary` takes them; ``halted``: the
+    ``feature/impl`` its daemon halted (``; halted sampler.greedy/aiter``)."""
     key, text = class_key(platform), summary(platform, features, switches)
+    if halted:
+        key += json.dumps(["halted", sorted(halted)])
+        text += f"; halted {', '.join(sorted(halted))}"
     if evidence is not None and evidence.entries:
         key += json.dumps(sorted(_decides(f, i, e) for (f, i), e in evidence.entries.items()))
         text += f"; {evidence_summary(evidence)}"

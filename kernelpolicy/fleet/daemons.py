@@ -24,6 +24,7 @@ from kernelpolicy.limits import (
     DAEMON_TIMEOUT_SECONDS,
     MAX_INVENTORY_NODES,
     MAX_PLATFORM_FILE_BYTES,
+    shown,
 )
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json, read_bytes_bounded
@@ -32,6 +33,8 @@ __all__ = ["daemon_addresses", "load_daemons"]
 
 _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
 _INSTANCE = re.compile(r"[0-9a-f]{1,64}")
+_HALT_KEY_CHARS = 300  # feature/impl: names of the policy set, bounded there
+_HALT_WHY_CHARS = 400  # the daemon's reason, a worker's failure message included
 
 
 def _fail(message: str) -> InventoryError:
@@ -70,9 +73,10 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
 
 def _snapshot(
     address: str, timeout: float, credentials: Any
-) -> tuple[str, Evidence | None, dict[str, str]]:
-    """The daemon's platform snapshot (JSON), its evidence (``None``: it read none) and its
-    decisions (feature -> implementation, or ``error (<code>)``)."""
+) -> tuple[str, Evidence | None, dict[str, str], dict[str, str]]:
+    """The daemon's platform snapshot (JSON), its evidence (``None``: it read none), its
+    decisions (feature -> implementation, or ``error (<code>)``) and its halts (``feature/impl``
+    -> why, each cut and escaped)."""
     from kernelpolicy.server.client import connect
 
     with connect(
@@ -89,7 +93,11 @@ def _snapshot(
         d.feature: f"error ({d.error_code})" if d.error_code else (d.impl or "none")
         for d in answer.decisions
     }
-    return text, evidence, decided
+    halts = {
+        escaped(shown(key, _HALT_KEY_CHARS)): escaped(shown(why, _HALT_WHY_CHARS))
+        for key, why in inputs.halted.items()
+    }
+    return text, evidence, decided, halts
 
 
 def instance_of(value: object) -> str | None:
@@ -107,11 +115,12 @@ def instance_of(value: object) -> str | None:
 def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str] | str:
     """The daemon's node and its snapshot's text, or why it gave none (naming the address)."""
     try:
-        text, evidence, decided = _snapshot(address, timeout, credentials)
+        text, evidence, decided, halts = _snapshot(address, timeout, credentials)
         data = parse_json(text, address, _fail)
         instance = instance_of(data.pop("daemon", None)) if isinstance(data, dict) else None
         platform = Platform.from_dict(data, source=address)
-        return Node.of(address, platform, evidence, decided, instance), platform.to_json()
+        node = Node.of(address, platform, evidence, decided, instance=instance, halts=halts)
+        return node, platform.to_json()
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"

@@ -17,6 +17,7 @@ from kernelpolicy.digest import sha256
 from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.fleet.classes import class_of
 from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
+from kernelpolicy.fleet.halted import HaltedKernel, halted_kernels, kept_halts
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
@@ -94,6 +95,7 @@ class FleetDiff:
     unreachable: tuple[str, ...] = ()  # daemons that did not answer, each message names it
     warnings: tuple[FleetWarning, ...] = ()  # where the counts may not be what the fleet does
     instances: tuple[tuple[str, str], ...] = ()  # (address, HOST/ID) of each live daemon
+    halted: tuple[HaltedKernel, ...] = ()  # kernels the live daemons halted, and where
 
     def hosts(self) -> dict[str, list[str]]:
         """Each host of the live daemons -> the addresses of its daemons, in inventory order."""
@@ -134,6 +136,7 @@ class FleetDiff:
                 for a, i in self.instances
             ],
             "warnings": [w.to_dict() for w in self.warnings],
+            "halted": [h.to_dict() for h in self.halted],
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
             "nodes_by_change": [{**c.to_dict(), "node_names": reached[c]} for c, _ in totals],
             "classes": [_class_dict(cls) for cls in self.classes],
@@ -198,6 +201,8 @@ class _Fleet:
     unknown: list[str] = field(default_factory=list)  # nodes whose evidence is unknown
     answered: list[Mapping[str, str] | None] = field(default_factory=list)  # per node
     instances: list[tuple[str, str]] = field(default_factory=list)  # live daemons' starts
+    halts: list[tuple[Mapping[str, str], Mapping[str, str]]] = field(default_factory=list)
+    # per class: the halts its daemons resolve with now, and those they keep under ``new``
 
     @classmethod
     def build(cls, nodes: Iterable[Node], old: PolicySet, new: PolicySet) -> _Fleet:
@@ -216,19 +221,24 @@ class _Fleet:
                 evidence = resolve_evidence(found, old, new)
             if evidence is None:
                 fleet.unknown.append(node.name)
-            key, text = class_of(node.platform, evidence, features, switches)
+            key, text = class_of(node.platform, evidence, features, switches, node.halts)
             number = index.get(key)
             if number is None:
                 number = index[key] = len(fleet.summaries)
                 digest = sha256(key.encode()).hexdigest()[:10]
                 fleet.summaries.append(ClassDiff(digest, text))
                 fleet.evidence.append(evidence)
+                fleet.halts.append((node.halts, kept_halts(node.halts, old, new)))
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
             fleet.answered.append(node.answered)
             if node.instance is not None:
                 fleet.instances.append((node.name, node.instance))
         return fleet
+
+    def node_halts(self) -> list[tuple[str, Mapping[str, str]]]:
+        """(name, halts) of each node, in inventory order (a class's nodes share its halts)."""
+        return [(name, self.halts[number][0]) for number, _, _, name in self.members]
 
     def disagreeing(self, members: Sequence[int], outcome: Outcome) -> list[tuple[int, str, str]]:
         """(index, node, ``feature: daemon X, --policies Y``) where a live daemon of ``members``
@@ -247,8 +257,15 @@ class _Fleet:
                     break  # one example a node
         return found
 
-    def outcome(self, resolver: Resolver, group: Group, platform: Platform) -> Outcome:
-        return resolver.outcome(group, platform, self.evidence[group[0]])
+    def outcome(
+        self, resolver: Resolver, group: Group, platform: Platform, *, after: bool = False
+    ) -> Outcome:
+        """What ``resolver`` decides for ``group`` with its class's evidence and halts (those
+        kept under the new policies where ``after``)."""
+        number = group[0]
+        return resolver.outcome(
+            group, platform, self.evidence[number], self.halts[number][1 if after else 0]
+        )
 
     def groups(self, placed: Sequence[CompiledRollout]) -> dict[Group, tuple[list[int], Platform]]:
         """(class, cohorts) -> its nodes (indices into ``members``) and one of them as a
@@ -301,7 +318,7 @@ def diff_fleet(
     for group, (members, platform) in fleet.groups(placed).items():
         current = fleet.outcome(before, group, platform)
         disagree += fleet.disagreeing(members, current)
-        found = _changes(current, fleet.outcome(after, group, platform))
+        found = _changes(current, fleet.outcome(after, group, platform, after=True))
         cls = fleet.summaries[group[0]]
         for change in found:
             cls.changes[change] = cls.changes.get(change, 0) + len(members)
@@ -320,7 +337,7 @@ def diff_fleet(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
         (*_warnings(fleet, old, new, duplicates), *disagreement_warning(sorted(disagree), total)),
-        tuple(fleet.instances),
+        tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
     )  # fmt: skip
 
 
@@ -355,7 +372,7 @@ def _steps(
         reached = sum(
             len(members)
             for group, (members, platform) in groups.items()
-            if fleet.outcome(resolver, group, platform)[("decision", feature)] == impl
+            if fleet.outcome(resolver, group, platform, after=True)[("decision", feature)] == impl
         )
         counted.append((percent, reached))
     return RolloutSteps(feature, impl, rollout.percent, tuple(counted))

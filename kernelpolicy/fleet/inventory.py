@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,8 @@ class Node:
     ``answered`` is what a live daemon decides now (feature -> implementation, or ``error
     (<code>)``), for ``diff`` to check against what the current policies decide there;
     ``instance`` the live daemon's start (``HOST/ID``, see
-    :func:`~kernelpolicy.server.node.daemon_instance`), ``None`` for any other node.
+    :func:`~kernelpolicy.server.node.daemon_instance`), ``None`` for any other node;
+    ``halts`` the candidates the live daemon halted on its node (``feature/impl`` -> why).
     """
 
     name: str
@@ -63,6 +64,7 @@ class Node:
     evidence: NodeEvidence = None
     answered: Mapping[str, str] | None = None
     instance: str | None = None
+    halts: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -71,9 +73,13 @@ class Node:
         platform: Platform,
         evidence: NodeEvidence = None,
         answered: Mapping[str, str] | None = None,
+        *,
         instance: str | None = None,
+        halts: Mapping[str, str] | None = None,
     ) -> Node:
-        return cls(name, platform, platform.identity, evidence, answered, instance)
+        return cls(
+            name, platform, platform.identity, evidence, answered, instance, dict(halts or {})
+        )
 
 
 @dataclass(frozen=True)

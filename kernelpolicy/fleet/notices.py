@@ -148,7 +148,7 @@ def disagreement_warning(found: Sequence[tuple[int, str, str]], total: int) -> l
     return [FleetWarning(Concern.DAEMON_DISAGREES, len(names), names, (
         f"{_of(len(names), total)} answer otherwise than --policies decides for them "
         f"({example}{'; ...' if len(found) > 2 else ''}): they run other policies (pass the "
-        "ones they run as --policies), or resolve with what diff cannot see (a kernel halted "
-        "on the node, 'kernelpolicy explain' there says which); their changes are counted "
-        "from what --policies decides, not from what they run"
+        "ones they run as --policies), or resolve with what diff cannot see ('kernelpolicy "
+        "explain' there says what; their halts are seen and decided with); their changes are "
+        "counted from what --policies decides, not from what they run"
     ))]  # fmt: skip

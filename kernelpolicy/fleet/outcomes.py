@@ -3,7 +3,7 @@ decision and each engine setting (variable or flag option), computed once per gr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kernelpolicy.bridge import engine_settings
 from kernelpolicy.engine.decide import resolve_policies
@@ -30,15 +30,26 @@ class Resolver:
         self.engines = engines
         self.cache: dict[Group, Outcome] = {}
 
-    def outcome(self, group: Group, platform: Platform, evidence: Evidence | None) -> Outcome:
-        """``evidence``: the group's class's (one per class, see :func:`.class_of`)."""
+    def outcome(
+        self,
+        group: Group,
+        platform: Platform,
+        evidence: Evidence | None,
+        halts: Mapping[str, str] | None = None,
+    ) -> Outcome:
+        """``evidence`` and ``halts`` (``feature/impl`` -> why, as the daemon resolves with
+        them): the group's class's (one per class, see :func:`.class_of`)."""
         found = self.cache.get(group)
         if found is None:
-            found = self.cache[group] = self._compute(platform, evidence)
+            found = self.cache[group] = self._compute(platform, evidence, halts)
         return found
 
-    def _compute(self, platform: Platform, evidence: Evidence | None) -> Outcome:
-        resolution = resolve_policies(platform, platform.env, self.policies, evidence=evidence)
+    def _compute(
+        self, platform: Platform, evidence: Evidence | None, halts: Mapping[str, str] | None
+    ) -> Outcome:
+        resolution = resolve_policies(
+            platform, platform.env, self.policies, evidence=evidence, halts=halts
+        )
         out: Outcome = {("decision", n): _decided(resolution, n) for n in resolution.decisions}
         for engine in self.engines:
             settings = engine_settings(resolution, engine, platform.env)
