@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import SettingsError
+from kernelpolicy.knobs import CARRIED_TO_WORKERS
 from kernelpolicy.limits import MAX_INPUTS_BYTES, MAX_NESTING_DEPTH, shown
 from kernelpolicy.safeio import parse_json
 
@@ -55,6 +56,31 @@ def plugin_environment(
         inputs["env"] = {k: v for k, v in env.items() if k.startswith(_KEPT_PREFIXES)}
         text = json.dumps(inputs, sort_keys=True)
     return {ENABLE: "1", INPUTS: text}
+
+
+def carried_to_workers(
+    engine: str, told: Mapping[str, str], env: Mapping[str, str], reads: bool
+) -> dict[str, str]:
+    """Where ``told`` turns the plugin on: the engine's variable that names what its workers on
+    other nodes get (:data:`~kernelpolicy.knobs.CARRIED_TO_WORKERS`), the operator's list in
+    ``env`` with the plugin's variables added; ``{}`` elsewhere, or where the release does not
+    ``reads`` that variable.
+
+    vLLM's Ray actors on other nodes get only vLLM's own variables and a few prefixes
+    (``vllm/ray/ray_env.py``), so without this the plugin stays off there.
+    """
+    variable = CARRIED_TO_WORKERS.get(engine)
+    if variable is None or not reads or told.get(ENABLE, "").strip() != "1":
+        return {}
+    return {variable: merged_names(env.get(variable, ""), (ENABLE, INPUTS))}
+
+
+def merged_names(value: str, names: Sequence[str]) -> str:
+    """A comma-separated list of names (split as vLLM's ``_parse_csv`` does) with ``names``
+    added where missing; ``value`` itself where it names them all."""
+    present = [name.strip() for name in value.split(",") if name.strip()]
+    missing = [name for name in names if name not in present]
+    return ",".join([*present, *missing]) if missing else value
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,22 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 
 from kernelpolicy.bridge.model import EngineSettings
-from kernelpolicy.knobs import CONFIG_FIELDS, UNDERSCORE_OPTIONS, knob_table
+from kernelpolicy.bridge.plugin import merged_names
+from kernelpolicy.knobs import CARRIED_TO_WORKERS, CONFIG_FIELDS, UNDERSCORE_OPTIONS, knob_table
 from kernelpolicy.policy.schema.bridge import flag_options
 
 
 def child_environment(environ: Mapping[str, str], settings: EngineSettings) -> dict[str, str]:
-    """``environ`` plus the settings' variables; a variable already set keeps its value."""
+    """``environ`` plus the settings' variables; a variable already set keeps its value, except
+    the list of variables the engine's workers get (``CARRIED_TO_WORKERS``), to which the
+    settings' names are added."""
     child = dict(environ)
+    carried = CARRIED_TO_WORKERS.get(settings.engine)
     for key, value in settings.env.items():
-        if not child.get(key, "").strip():
+        if key == carried:
+            names = [name.strip() for name in value.split(",") if name.strip()]
+            child[key] = merged_names(child.get(key, ""), names)
+        elif not child.get(key, "").strip():
             child[key] = value
     return child
 

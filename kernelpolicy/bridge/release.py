@@ -58,6 +58,19 @@ class MatchedRelease:
                 "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
             )
 
+    def reads(self, name: str) -> bool:
+        """The release the rules are matched for defines and reads variable ``name``: the
+        table's release, or for a version between known releases the newest known below it."""
+        table = self.table
+        if table is None:
+            return False
+        release = self.known
+        if release is None and self.matched is not None:
+            below = [r for r in table.releases if Version(r) <= self.matched]
+            release = below[-1] if below else None
+        knob = table.env(name, release) if release is not None else None
+        return knob is not None and knob.defined and knob.read_in is not None
+
     def unread(self, env: Mapping[str, str]) -> list[str]:
         """One warning per variable of this engine set in ``env`` that the release does not
         define, or defines and reads nowhere, with its replacement where the tables know it."""

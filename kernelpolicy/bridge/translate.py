@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from packaging.version import Version
 
+from kernelpolicy.bridge.merging import kept_variables, merged
 from kernelpolicy.bridge.model import (
     EngineSettings,
     Status,
@@ -21,16 +22,17 @@ from kernelpolicy.bridge.model import (
 from kernelpolicy.bridge.per_call import per_batch, per_dtype
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
 from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
+from kernelpolicy.bridge.plugin import carried_to_workers
 from kernelpolicy.bridge.release import MatchedRelease
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
+from kernelpolicy.knobs import CARRIED_TO_WORKERS as CARRIED
 from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
-from kernelpolicy.policy.schema.bridge import flag_options
 from kernelpolicy.policy.schema.model import MODEL_KINDS
 from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import LazySpecifierSet
@@ -113,13 +115,9 @@ def engine_settings(
     if versioned and release.note:
         warnings.insert(0, release.note)
     warnings += release.unread(env)
-    kept = {k: env[k] for k, v in merged_env.items() if env.get(k, "").strip() and env[k] != v}
-    for key, value in kept.items():
-        warnings.append(
-            f"{key}={shown(value)} is set in the environment and kept (never overwritten); the "
-            "policy "
-            f"would set {key}={merged_env[key]}, a value {engine} is known to accept"
-        )
+    carried = carried_to_workers(engine, merged_env, env, release.reads(CARRIED.get(engine, "")))
+    merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
+    kept = kept_variables(engine, env, merged_env, carried, warnings)
     merged_env.update(kept)
     return EngineSettings(
         engine=engine, version=version, release=release.known, fingerprint=resolution.fingerprint,
@@ -154,7 +152,7 @@ def _tell_until_settled(
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
             for name, decision in resolution.decisions.items()
         }
-        told_env, flags = _merge(told, teller.errors)
+        told_env, flags = merged(told, teller.errors)
         sees = {**env, **told_env, **{k: v for k, v in env.items() if v.strip()}}
         if sees == seen:
             return teller, told, told_env, flags
@@ -358,29 +356,3 @@ def _inexpressible_warning(engine: str, told: Told) -> str:
     if told.gives_up:
         text += f" Setting {told.shared_switch}=0 would also give up: {', '.join(told.gives_up)}."
     return text
-
-
-def _merge(told: Mapping[str, Told], errors: list[str]) -> tuple[dict[str, str], list[str]]:
-    """One environment and one flag list; two decisions disagreeing is an error."""
-    env: dict[str, tuple[str, str]] = {}
-    options: dict[str, tuple[tuple[str, ...], str]] = {}
-    flags: list[str] = []
-    for name, item in told.items():
-        for key, value in item.env:
-            if key in env and env[key][0] != value:
-                errors.append(
-                    f"{name}: needs {key}={value}, but {env[key][1]} needs {key}={env[key][0]}"
-                )
-                continue
-            env.setdefault(key, (value, name))
-        for option, values in flag_options(item.flags):
-            if option in options:
-                if options[option][0] != values:
-                    errors.append(
-                        f"{name}: needs {' '.join((option, *values))}, but {options[option][1]} "
-                        f"needs {' '.join((option, *options[option][0]))}"
-                    )
-                continue
-            options[option] = (values, name)
-            flags += [option, *values]
-    return {k: v for k, (v, _) in env.items()}, flags

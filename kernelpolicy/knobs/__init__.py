@@ -44,6 +44,12 @@ PLUGIN_BYPASS: dict[str, tuple[str, str]] = {}
 # The variable that, when set, lists the only plugins the engine loads (split on ",": unset
 # loads all; vllm/envs.py VLLM_PLUGINS, vllm/plugins/__init__.py load_plugins_by_group, 0.24.0).
 PLUGIN_ALLOWLIST: dict[str, str] = {"vllm": "VLLM_PLUGINS"}
+# The variable that lists, beside the engine's own prefixes, the variables its workers on other
+# nodes are given; kernelpolicy adds the plugin's to the operator's list rather than setting it:
+# vLLM's Ray executor copies to its actors only vLLM's registered variables, those with a listed
+# prefix (VLLM_, NCCL_, HF_, ...) and the names this lists (vllm/ray/ray_env.py
+# get_env_vars_to_copy, 0.33.0 :36-48, :81-96; the tables say which releases read it).
+CARRIED_TO_WORKERS: dict[str, str] = {"vllm": "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"}
 # How an engine's parser spells an option, for telling whether a command line already gives
 # one: vLLM reads ``--a_b`` as ``--a-b`` (the name up to its first "."; FlexibleArgumentParser,
 # vllm/utils/argparse_utils.py, 0.18.1-0.33.0), and takes some options as a field of a JSON
