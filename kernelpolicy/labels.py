@@ -31,7 +31,7 @@ from kernelpolicy.versions import StackVersion, parse_version
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
-    from kernelpolicy.evidence.store import Evidence
+    from kernelpolicy.evidence.store import Evidence, EvidenceEntry
     from kernelpolicy.platform.model import Platform
 
 PREFIX = "kernelpolicy.feature.node.kubernetes.io"
@@ -162,12 +162,67 @@ def node_labels(
     if evidence is not None:
         for (feature, impl), entry in sorted(evidence.entries.items()):
             facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"
+            facts[f"dtypes.{feature}.{impl}"] = dtype_results_value(entry)
     facts["policy.fingerprint"] = resolution.fingerprint
     return {
         f"{prefix}/{label_name(name)}": label_value(value)
         for name, value in facts.items()
         if value is not None
     }
+
+
+DtypeResults = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[str, ...], bool]
+"""(dtypes passed, dtypes failed, a check naming none failed, dtypes differing by a
+convention, some check differs by a convention): what per-dtype routing reads of a result."""
+_STATES = {"": (False, False), "f": (True, False), "d": (False, True), "fd": (True, True)}
+
+
+def dtype_results_value(entry: EvidenceEntry) -> str | None:
+    """The ``dtypes.<feature>.<impl>`` label of a verify result: per dtype it named, in
+    ``DTYPE_NAMES`` order, ``bfloat16`` (passed), ``bfloat16-f`` (failed), with ``d`` where a
+    check of it only differs by a convention (``bfloat16-d``, ``bfloat16-fd``); then ``g`` where
+    a check naming no dtype failed, ``c`` where one differs (and no dtype says ``d``). At most
+    37 characters. ``None`` where the result says nothing of the kind (the label is left out)."""
+    from kernelpolicy.dtypes import DTYPE_NAMES
+
+    tokens = []
+    for name in DTYPE_NAMES:
+        if name in entry.dtypes_passed or name in entry.dtypes_failed:
+            state = ("f" if name in entry.dtypes_failed else "") + (
+                "d" if name in entry.dtypes_differ else ""
+            )
+            tokens.append(f"{name}-{state}" if state else name)
+    if entry.general_failed:
+        tokens.append("g")
+    if entry.conventions and not entry.dtypes_differ:
+        tokens.append("c")
+    return ".".join(tokens) or None
+
+
+def dtype_results_of_value(value: str) -> DtypeResults | None:
+    """What a :func:`dtype_results_value` label says, or ``None`` for any other value."""
+    from kernelpolicy.dtypes import DTYPE_NAMES
+
+    passed: list[str] = []
+    failed: list[str] = []
+    differ: list[str] = []
+    flags: set[str] = set()
+    for token in value.split("."):
+        name, _, state = token.partition("-")
+        if token in ("g", "c") and token not in flags:
+            flags.add(token)
+        elif name in DTYPE_NAMES and state in _STATES and name not in passed + failed:
+            is_failed, differs = _STATES[state]
+            (failed if is_failed else passed).append(name)
+            if differs:
+                differ.append(name)
+        else:
+            return None
+    ordered = [d for d in DTYPE_NAMES if d in passed + failed]  # as verify stores them
+    return (
+        tuple(d for d in ordered if d in passed), tuple(d for d in ordered if d in failed),
+        "g" in flags, tuple(d for d in ordered if d in differ), "c" in flags or bool(differ),
+    )  # fmt: skip
 
 
 def _platform_facts(platform: Platform) -> dict[str, str | None]:

@@ -15,13 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kernelpolicy.encoding import described
+from kernelpolicy.errors import InventoryError
 from kernelpolicy.evidence.store import Evidence, EvidenceEntry
-from kernelpolicy.labels import PREFIX, label_name
+from kernelpolicy.labels import PREFIX, dtype_results_of_value, label_name
 from kernelpolicy.policy.compiled import PolicySet
 
 __all__ = ["LabelEvidence", "NodeEvidence", "evidence_summary", "resolve_evidence", "verified"]
 
 _VERIFIED = "verified."
+_DTYPES = "dtypes."  # verify's result per dtype (kernelpolicy.labels.dtype_results_value)
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,23 @@ class LabelEvidence:
     labels: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, labels: Mapping[str, str], prefix: str = PREFIX) -> LabelEvidence:
-        start = f"{prefix}/{_VERIFIED}"
-        found = ((k[len(prefix) + 1 :], v) for k, v in labels.items() if k.startswith(start))
-        return cls(tuple(sorted(found)))
+    def of(
+        cls, labels: Mapping[str, str], prefix: str = PREFIX, source: str = "<labels>"
+    ) -> LabelEvidence:
+        """The ``verified.*`` and ``dtypes.*`` labels of a Node.
+
+        Raises:
+            InventoryError: A ``dtypes.*`` label is not what :func:`dtype_results_value` writes.
+        """
+        starts = (f"{prefix}/{_VERIFIED}", f"{prefix}/{_DTYPES}")
+        found = sorted((k[len(prefix) + 1 :], v) for k, v in labels.items() if k.startswith(starts))
+        for name, value in found:
+            if name.startswith(_DTYPES) and dtype_results_of_value(value) is None:
+                raise InventoryError(
+                    f"{source}: label {prefix}/{name}={described(value, 80)}: expected dtypes "
+                    "as kernelpolicy writes them, such as float32.bfloat16-f.g"
+                )
+        return cls(tuple(found))
 
     def evidence(self, pairs: Iterable[tuple[str, str]]) -> Evidence:
         """The entries of the (feature, impl) ``pairs`` these labels name."""
@@ -48,9 +64,13 @@ class LabelEvidence:
             name = label_name(f"{_VERIFIED}{feature}.{impl}")
             if name in values:
                 passed = values[name] == "true"
+                dtypes = values.get(label_name(f"{_DTYPES}{feature}.{impl}"))
+                read = dtype_results_of_value(dtypes) if dtypes is not None else None
+                p, f, general, differ, conventions = read or ((), (), False, (), False)
                 entries[(feature, impl)] = EvidenceEntry(
-                    passed, "", "as the node's label says", f"label {PREFIX}/{name}"
-                )
+                    passed, "", "as the node's label says", f"label {PREFIX}/{name}",
+                    p, f, general, differ, ("as the node's label says",) if conventions else (),
+                )  # fmt: skip
         return Evidence("labels", entries)
 
 

@@ -168,7 +168,7 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
             kinds[key] = platform_from_labels(
                 dict(key), source=f"{source}: items[{index}] ({name})"
             )
-            evidence[key] = LabelEvidence.of(labels)
+            evidence[key] = LabelEvidence.of(labels, source=f"{source}: items[{index}] ({name})")
         platform = kinds[key]
         if platform is None:
             skipped.append(name)
