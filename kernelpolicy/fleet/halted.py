@@ -1,7 +1,7 @@
 """Kernels halted on live daemons' nodes (``halt_on``), as ``diff --daemons`` shows them: which
 candidate, on how many nodes and which, by which failure, and whether the new policies keep the
-halt (the daemon's own rule: a change of the feature's policy other than in rollout percents
-lifts it, :mod:`kernelpolicy.server.halts`)."""
+halt (the daemon's own rule, :func:`kernelpolicy.server.halts.halt_survives`: a change of the
+feature's policy other than in rollout percents lifts it)."""
 
 from __future__ import annotations
 
@@ -9,31 +9,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.server.halts import Halts
-from kernelpolicy.server.reports import Event, EventKind
+from kernelpolicy.server.halts import halt_survives
 
 __all__ = ["HaltedKernel", "halted_kernels", "kept_halts"]
 
 
 def kept_halts(halts: Mapping[str, str], old: PolicySet, new: PolicySet) -> dict[str, str]:
-    """The halts (``feature/impl`` -> why) a daemon running ``old`` keeps when it loads ``new``:
-    the daemon's own account (:class:`~kernelpolicy.server.halts.Halts`) is brought to those
-    halts under ``old`` by the reports that reach each threshold, then adopts ``new`` (its
-    rule, not a copy of it). A halt of a candidate ``old`` has no ``halt_on`` for is not kept."""
-    account = Halts()
-    account.adopt(old)
-    for key in halts:
+    """The halts (``feature/impl`` -> why) a daemon running ``old`` keeps when it loads ``new``,
+    by the daemon's own rule (:func:`~kernelpolicy.server.halts.halt_survives`). A halt of a
+    candidate that has no ``halt_on`` under ``old`` is not one that daemon could have made: not
+    kept."""
+    rules: dict[str, bool] = {}
+    kept = {}
+    for key, why in halts.items():
         feature, _, impl = key.rpartition("/")
         compiled = old.features.get(feature)
         candidate = compiled.candidate(impl) if compiled is not None else None
-        halt_on = candidate.spec.halt_on if candidate is not None else None
-        if halt_on is None:
+        if candidate is None or candidate.spec.halt_on is None:
             continue
-        trips = halt_on.guard_trips
-        kind = EventKind.RUNTIME_FAILURE if trips is None else EventKind.GUARD_TRIP
-        count = trips if trips is not None else halt_on.runtime_failures or 1
-        account.record([Event(kind, feature, impl, count)])
-    return {key: halts[key] for key in account.adopt(new) if key in halts}
+        if halt_survives(old, new, feature, impl, rules):
+            kept[key] = why
+    return kept
 
 
 @dataclass

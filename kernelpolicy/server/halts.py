@@ -25,7 +25,7 @@ from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.record import encode
 from kernelpolicy.server.reports import Event, EventKind, Rejection
 
-__all__ = ["Halts", "Tally"]
+__all__ = ["Halts", "Tally", "halt_survives"]
 
 _DETAIL_CHARS = 200  # of a worker's failure message kept in the halt's reason
 
@@ -119,7 +119,7 @@ class Halts:
             if old is not policies:
                 rules: dict[str, bool] = {}
                 for store in (self._tally, self._halted):
-                    for key in [k for k in store if not _same(old, policies, *k, rules)]:
+                    for key in [k for k in store if not halt_survives(old, policies, *k, rules)]:
                         del store[key]
                 for total in [t for t in self.totals if _candidate(policies, *t[:2]) is None]:
                     del self.totals[total]
@@ -155,11 +155,17 @@ def _candidate(policies: PolicySet | None, feature: str, impl: str) -> Any:
     return compiled.candidate(impl) if compiled is not None else None
 
 
-def _same(
-    old: PolicySet | None, new: PolicySet, feature: str, impl: str, rules: dict[str, bool]
+def halt_survives(
+    old: PolicySet | None,
+    new: PolicySet,
+    feature: str,
+    impl: str,
+    rules: dict[str, bool] | None = None,
 ) -> bool:
-    """The candidate keeps its halt: it still has ``halt_on`` and its feature's policy is the
-    same but for rollout percents (``rules`` holds each feature's answer, worked out once)."""
+    """Whether the candidate's halt (and its counts) under ``old`` survive a change to ``new``:
+    it still has ``halt_on`` and its feature's policy is the same but for rollout percents
+    (``rules``, where given, holds each feature's answer, worked out once for many keys)."""
+    rules = {} if rules is None else rules
     before, after = _candidate(old, feature, impl), _candidate(new, feature, impl)
     if old is None or before is None or after is None or after.spec.halt_on is None:
         return False
