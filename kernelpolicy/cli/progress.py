@@ -24,13 +24,14 @@ LOG_EVERY_SECONDS = 30.0
 
 class _Tally:
     """Checks done of the total, and the ETA: the time per check that ran so far times the
-    checks left; the checks of a skipped implementation count as done but not as time spent,
-    so they do not speed it up."""
+    checks left. The checks of an implementation that will not run here are taken off the
+    total (and said at the end, with why), so neither the count nor the ETA claims them."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._start = clock()
-        self._total = self._done = self._ran = 0
+        self._total = self._done = self._skipped = 0
+        self._why: dict[str, list[str]] = {}  # why -> the implementations skipped for it
         self._label = ""
 
     def begin(self, total: int) -> None:
@@ -41,23 +42,32 @@ class _Tally:
 
     def check(self, outcome: Outcome) -> None:
         self._done += 1
-        self._ran += 1
 
-    def skipped(self, checks: int) -> None:
-        self._done += checks
+    def skipped(self, checks: int, impl: str, why: str) -> None:
+        self._total -= checks
+        self._skipped += checks
+        impls = self._why.setdefault(why, [])
+        if impl not in impls:
+            impls.append(impl)
 
     def eta(self) -> str:
-        if not self._ran:
+        if not self._done:
             return "-:--"
-        per_check = (self._clock() - self._start) / self._ran
+        per_check = (self._clock() - self._start) / self._done
         return _clock_time(per_check * (self._total - self._done))
 
     def counts(self) -> str:
         return f"[{self._done}/{self._total}] {self._label}  ETA {self.eta()}"
 
     def summary(self) -> str:
+        """``N/M checks done in m:ss``, then the checks that did not run here and why:
+        ``; 375 skipped (flashinfer, triton: needs a CUDA device; aiter: needs a ROCm device)``."""
         elapsed = _clock_time(self._clock() - self._start)
-        return f"{self._done}/{self._total} checks done in {elapsed}"
+        line = f"{self._done}/{self._total} checks done in {elapsed}"
+        if not self._skipped:
+            return line
+        why = "; ".join(f"{', '.join(impls)}: {why}" for why, impls in self._why.items())
+        return f"{line}; {self._skipped} skipped ({why})"
 
 
 class LineProgress(_Tally):
@@ -115,8 +125,8 @@ class TerminalProgress(_Tally):
         super().check(outcome)
         self._draw()
 
-    def skipped(self, checks: int) -> None:
-        super().skipped(checks)
+    def skipped(self, checks: int, impl: str, why: str) -> None:
+        super().skipped(checks, impl, why)
         self._draw()
 
     def close(self) -> None:

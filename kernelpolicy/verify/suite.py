@@ -72,8 +72,10 @@ CHECKS: dict[str, FeatureChecks] = {
 
 class Progress(Protocol):
     """What a run reports as it goes (the CLI draws it): the total number of checks first, then
-    each implementation as it starts, each check as it ends, and the checks of an
-    implementation skipped here (which count as done)."""
+    each implementation as it starts and each check as it ends. The checks of an implementation
+    that will not run here are reported with why (``skipped``) and taken off the total: before
+    anything runs for those known to need what this machine lacks, when its load fails for the
+    others."""
 
     def begin(self, total: int) -> None: ...
 
@@ -81,7 +83,7 @@ class Progress(Protocol):
 
     def check(self, outcome: Outcome) -> None: ...
 
-    def skipped(self, checks: int) -> None: ...
+    def skipped(self, checks: int, impl: str, why: str) -> None: ...
 
 
 def _cuda() -> bool:
@@ -98,6 +100,16 @@ _NEEDS: dict[str, tuple[str, Callable[[], bool]]] = {
     "aiter": ("a ROCm device", _rocm),
     "triton": ("a CUDA device", _cuda),
 }
+
+
+def unavailable(impl: str) -> str | None:
+    """Why ``impl`` cannot run here, known without loading it (its library needs a device this
+    machine lacks), or None when it may run."""
+    if impl in _NEEDS:
+        what, available = _NEEDS[impl]
+        if not available():
+            return f"needs {what}"
+    return None
 
 
 def default_device() -> str:
@@ -139,11 +151,10 @@ def run_one(
     sized by ``profile``; ``on_check`` is called as each check ends."""
     report = ImplReport(feature, impl)
     device = device or default_device()
-    if impl in _NEEDS:
-        what, available = _NEEDS[impl]
-        if not available():
-            report.skipped = f"needs {what}"
-            return report
+    why = unavailable(impl)
+    if why is not None:
+        report.skipped = why
+        return report
     try:
         function = load_prepared(entry, PREPARE.get(impl), serving=False).function
     except Exception as exc:  # cannot run here: say why, do not fail the suite
@@ -188,11 +199,14 @@ def iter_run(
             yield run_one(feature, impl, entry, device=device, profile=profile)
         return
     progress.begin(sum(CHECKS[feature].count(profile) for feature, _, _ in selected))
+    known = {(f, i): why for f, i, _ in selected if (why := unavailable(i)) is not None}
+    for (feature, impl), why in known.items():  # off the total before any ETA is worked out
+        progress.skipped(CHECKS[feature].count(profile), impl, why)
     for feature, impl, entry in selected:
         progress.target(feature, impl)
         report = run_one(
             feature, impl, entry, device=device, profile=profile, on_check=progress.check
         )
-        if report.skipped:
-            progress.skipped(CHECKS[feature].count(profile))
+        if report.skipped and (feature, impl) not in known:  # its load failed
+            progress.skipped(CHECKS[feature].count(profile), impl, report.skipped)
         yield report
