@@ -64,3 +64,25 @@ def test_aiter_fa_sinks_named_only_where_refused(version: str, sinks: bool) -> N
     settings = told(Case("mi300x", "vllm", version, env=AITER))
     said = " ".join(w for f, w in settings.feature_warnings if f == "attention.backend")
     assert ("gpt-oss" in said) is sinks, said
+
+
+@pytest.mark.parametrize(
+    ("fixture", "version", "works"),
+    [
+        pytest.param("rx7900xtx", "0.15.1", "vllm 0.28.0", id="rx7900xtx-0.15.1-refused"),
+        pytest.param("rx7900xtx", "0.27.1", "vllm 0.28.0", id="rx7900xtx-0.27.1-refused"),
+        pytest.param("mi355x", "0.16.0", "vllm 0.30.0", id="mi355x-0.16.0-refused"),
+        pytest.param("mi355x", "0.29.0", "vllm 0.30.0", id="mi355x-0.29.0-refused"),
+    ],
+)
+def test_a_required_choice_a_release_cannot_run_is_refused(
+    fixture: str, version: str, works: str
+) -> None:
+    """Sparse MLA without aiter: the indexer is required (vLLM >= 0.15 raises without a path),
+    and this release has no native path for the GPU: env/exec stop, naming the first release
+    that runs it, where before it was only a warning (the fourth audit's finding 8)."""
+    settings = told(Case(fixture, "vllm", version, "mla-sparse"))
+    assert not settings.ok
+    assert settings.decisions["sparse_attn_indexer"].status is Status.ERROR
+    said = " ".join(settings.errors)
+    assert f"{works} is the first release kernelpolicy knows to run it" in said, said

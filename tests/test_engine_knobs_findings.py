@@ -86,12 +86,12 @@ def test_finding_4_mhc_torch_cannot_be_told_where_vllm_runs_aiter_ungated(
     ("version", "ok", "status"),
     [
         pytest.param("0.33.0", True, Status.DEFAULT, id="0.33-native-gfx950"),
-        pytest.param("0.16.0", True, Status.INEXPRESSIBLE, id="0.16-needs-aiter"),
+        pytest.param("0.16.0", False, Status.ERROR, id="0.16-needs-aiter"),
     ],
 )
 def test_finding_5_vllm_runs_its_own_gfx950_indexer(version: str, ok: bool, status: Status) -> None:
     """mi355x, sparse MLA, no VLLM_ROCM_USE_AITER: 0.33 takes its native gfx950 path (no
-    error); 0.16 cannot, and says so."""
+    error); 0.16 cannot, and is refused (the indexer is required: the fourth audit)."""
     settings = told("mi355x", "vllm", version, "mla-sparse")
     assert settings.ok is ok
     indexer = settings.decisions["sparse_attn_indexer"]

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from packaging.version import Version
 
+from kernelpolicy.bridge.context import RuleContext
 from kernelpolicy.bridge.merging import kept_variables, merged
 from kernelpolicy.bridge.model import (
     EngineSettings,
@@ -29,44 +30,19 @@ from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
 from kernelpolicy.knobs import CARRIED_TO_WORKERS as CARRIED
-from kernelpolicy.knobs import PLUGIN_ALLOWLIST, PLUGIN_BYPASS, PLUGIN_FEATURES, PLUGIN_SINCE
+from kernelpolicy.knobs import (
+    PLUGIN_ALLOWLIST,
+    PLUGIN_BYPASS,
+    PLUGIN_FEATURES,
+    PLUGIN_SINCE,
+    knob_table,
+)
 from kernelpolicy.limits import shown
-from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.model import MODEL_KINDS
-from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import LazySpecifierSet
 
 __all__ = ["MODEL_KINDS", "engine_settings"]
-
-
-class _Context:
-    """The facts rules are matched against, read once per translation."""
-
-    def __init__(self, platform: Platform, env: Mapping[str, str], version: Version | None) -> None:
-        self.platform = platform
-        self.env = env
-        self.version = version
-        self.arch = platform.primary.arch if platform.primary else None
-
-    def on(self, variable: str) -> bool:
-        return switched_on(self.env, variable)
-
-    def matches(self, rule: CompiledEngineRule) -> bool:
-        spec = rule.spec
-        if (
-            rule.versions is not None
-            and self.version is not None
-            and not rule.versions.contains(self.version, prereleases=True)
-        ):
-            return False
-        if spec.vendor is not None and spec.vendor != self.platform.vendor:
-            return False
-        if spec.arch is not None and self.arch not in spec.arch:
-            return False
-        if not all(check.satisfied(self.platform.libraries) for check in rule.libraries):
-            return False
-        return all(self.on(variable) for variable in spec.if_on)
 
 
 def engine_settings(
@@ -147,7 +123,8 @@ def _tell_until_settled(
     seen: Mapping[str, str] = env
     unsettled: set[str] = set()  # what kept changing after the first pass
     for attempt in range(len(features) + 2):
-        teller = _Teller(engine, _Context(resolution.platform, seen, release.matched), model_kind)
+        context = RuleContext(resolution.platform, seen, release.matched)
+        teller = _Teller(engine, context, model_kind)
         told = {
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
             for name, decision in resolution.decisions.items()
@@ -184,7 +161,7 @@ def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule
 class _Teller:
     """Works out one decision at a time, collecting the errors and warnings on the way."""
 
-    def __init__(self, engine: str, context: _Context, model_kind: str) -> None:
+    def __init__(self, engine: str, context: RuleContext, model_kind: str) -> None:
         self.engine = engine
         self.context = context
         self.model_kind = model_kind
@@ -210,6 +187,8 @@ class _Teller:
             return Told(name, None, Status.NOT_APPLICABLE)
         by_batch, conditions = per_batch(feature, decision)
         told = self._by_rule(feature, impl)
+        if told.status is Status.INEXPRESSIBLE and self.required_here(feature):
+            return self.refused(feature, told)
         by_dtype = per_dtype(decision, impl)
         told = replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
         if (told.per_batch or told.per_dtype) and told.plugin is None and self.plugin_routes(name):
@@ -243,6 +222,47 @@ class _Teller:
                 "anything about it: not blocking",
             )
         return Told(name, None, Status.NOT_FOR_ENGINE, note=error)
+
+    def required_here(self, feature: CompiledFeature) -> bool:
+        """The feature must not fall back on this platform and this engine release."""
+        required = feature.spec.required
+        return (
+            required is not None
+            and required.vendor in (None, self.context.platform.vendor)
+            and self.requirement_elsewhere(feature) is None
+        )
+
+    def refused(self, feature: CompiledFeature, told: Told) -> Told:
+        """A required feature whose choice this release cannot run stops the engine (it would
+        fail at the first call), naming the first known release that runs it."""
+        name, engine, impl = feature.name, self.engine, told.impl or ""
+        first = self.first_release_running(feature, impl)
+        works = (
+            f"{engine} {first} is the first release kernelpolicy knows to run it"
+            if first else "no release kernelpolicy knows runs it here"
+        )  # fmt: skip
+        error = (
+            f"{name} is required here, and {engine} {self.context.version} cannot run "
+            f"{impl}: {told.inexpressible}; {works}"
+        )
+        self.errors.append(error)
+        return Told(name, impl, Status.ERROR, note=error, reference=told.reference)
+
+    def first_release_running(self, feature: CompiledFeature, impl: str) -> str | None:
+        """The oldest release of the knob tables, newer than this one, whose rule for ``impl``
+        on this platform is expressible."""
+        table = knob_table(self.engine)
+        candidate = feature.candidate(impl)
+        rules = (candidate.engines.get(self.engine) if candidate else None) or ()
+        for release in table.releases if table is not None else ():
+            version = Version(release)
+            if self.context.version is not None and version <= self.context.version:
+                continue
+            later = RuleContext(self.context.platform, self.context.env, version)
+            rule = next((r for r in rules if later.matches(r)), None)
+            if rule is not None and not rule.spec.inexpressible:
+                return release
+        return None
 
     def requirement_elsewhere(self, feature: CompiledFeature) -> str | None:
         """The releases the feature's requirement holds for, where this engine release is not
