@@ -42,7 +42,8 @@ class MatchedRelease:
 
     def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
         newest = Version(table.newest)
-        if given is not None and given <= newest:
+        # a local label (0.33.0+rocm711, 0.32.0+cpu) names a build of that release, not a newer one
+        if given is not None and Version(given.public) <= newest:
             self.known = table.known_release(given)  # None: between known releases, no check
             return
         self.matched, self.known = newest, table.newest

@@ -167,9 +167,9 @@ class KnobTable:
         return tuple(sorted(self._data["facts"]))
 
     def known_release(self, version: Version) -> str | None:
-        """The release of the tables that ``version`` is (``0.32.0+cpu`` is 0.32.0); None
-        where the tables do not list it."""
-        base = Version(version.base_version)
+        """The release of the tables that ``version`` is (``0.32.0+cpu`` is 0.32.0: the local
+        label aside, a post release stays itself); None where the tables do not list it."""
+        base = Version(version.public)
         return next(
             (r for r, v in zip(self.releases, self._versions, strict=True) if v == base), None
         )
