@@ -21,6 +21,7 @@ from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 from kernelpolicy.warming import DEFAULT_VOCABS
 
 if TYPE_CHECKING:
+    from kernelpolicy.errors import DaemonError
     from kernelpolicy.server.fleet import WarmStart
     from kernelpolicy.server.state import ServingState
     from kernelpolicy.settings import Settings
@@ -161,19 +162,27 @@ def _serve(args: argparse.Namespace) -> int:
         warm=_warm_start(args, settings),
     )  # fmt: skip
 
+    failed: list[Exception] = []
+
     def started() -> None:
         # Only once every address is bound: an address in use is exit 2 with nothing on stdout.
         addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
-        if args.port_file:
-            args.port_file.write_text("\n".join(addresses) + "\n")
-        if not args.quiet:
-            print(explain_table(state.snapshot.resolution), flush=True)
-            print(flush=True)
-            print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+        try:
+            if args.port_file:
+                write_port_file(args.port_file, addresses)
+            if not args.quiet:
+                print(explain_table(state.snapshot.resolution), flush=True)
+                print(flush=True)
+                print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+        except Exception as exc:  # the daemon listens already: it stops as on SIGTERM
+            failed.append(exc)  # (its sockets and halts files removed), then this is said
+            daemon.stop()
 
     import asyncio  # here, not at the top: every other command would pay ~20 ms for it
 
     asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
+    if failed:
+        raise failed[0]
     return 0
 
 
@@ -237,8 +246,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
     Raises:
         DaemonError: ``--http`` is no address, ``--labels-dir`` no directory,
-            ``--ready-requires-current-policy`` without ``--http``, or the directory of
-            ``--port-file`` does not exist.
+            ``--ready-requires-current-policy`` without ``--http``, or ``--port-file``
+            cannot be written.
     """
     from kernelpolicy.errors import DaemonError
 
@@ -260,8 +269,56 @@ def _check_options(args: argparse.Namespace) -> None:
         raise DaemonError(f"--warm-jobs {args.warm_jobs}: expected 1 or more")
     if not args.warm and (args.warm_vocab or args.warm_device != "cuda:0"):
         raise DaemonError("--warm-vocab and --warm-device go with --warm; give --warm too")
-    if args.port_file is not None and not args.port_file.parent.is_dir():
-        raise DaemonError(f"--port-file {args.port_file}: no directory {args.port_file.parent}")
+    if args.port_file is not None:
+        check_port_file(args.port_file)
+
+
+def _port_file_error(path: Path, exc: OSError) -> DaemonError:
+    from kernelpolicy.errors import DaemonError
+
+    return DaemonError(
+        f"--port-file {path}: cannot write ({exc.strerror or exc}); expected a file path in a "
+        "writable directory"
+    )
+
+
+def check_port_file(path: Path) -> None:
+    """That this user can write ``path``, tried before anything is bound (a daemon that
+    listens already would have to stop again), leaving it as it was: a new file is removed, an
+    existing one is opened for appending and not changed.
+
+    Raises:
+        DaemonError: Its directory does not exist, or it cannot be written (a directory, a
+            directory where no file can be made, a file this user may not write).
+    """
+    from kernelpolicy.errors import DaemonError
+
+    if not path.parent.is_dir():
+        raise DaemonError(f"--port-file {path}: no directory {path.parent}")
+    created = True
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:  # a FIFO with no reader: an error, not a wait
+            created = False
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _port_file_error(path, exc) from None
+    os.close(fd)
+    if created:
+        path.unlink()  # watchers wait for the file: it appears only once the daemon listens
+
+
+def write_port_file(path: Path, addresses: list[str]) -> None:
+    """The bound addresses, one a line.
+
+    Raises:
+        DaemonError: It cannot be written after all (see :func:`check_port_file`).
+    """
+    try:
+        path.write_text("\n".join(addresses) + "\n")
+    except OSError as exc:
+        raise _port_file_error(path, exc) from None
 
 
 def raise_descriptor_limit(ceiling: int = 1 << 20) -> None:
