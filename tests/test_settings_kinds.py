@@ -17,6 +17,7 @@ from kernelpolicy.settings.readers import KINDS, Kind, read_value, variable
 TYPES: dict[Kind, object] = {
     "boolean": bool,
     "path": Path | None,
+    "directory": Path | None,
     "paths": tuple[Path, ...],
     "overrides": Mapping[str, str],
     "log_format": Literal["console", "json", "off"],
@@ -27,6 +28,7 @@ TYPES: dict[Kind, object] = {
 SAMPLES: dict[Kind, str] = {
     "boolean": "yes",
     "path": "/etc/kp/file.pem",
+    "directory": "/var/cache/kernelpolicy",
     "paths": "+/etc/kp/policies.d:/opt/a.toml",
     "overrides": '{"sampler.greedy": "torch"}',
     "log_format": "json",

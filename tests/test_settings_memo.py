@@ -134,11 +134,17 @@ def test_a_relative_or_missing_cache_directory_gets_no_memo(
 ) -> None:
     """KERNELPOLICY_CACHE_DIR=relative (or empty: the working directory) would put the memo
     wherever the process runs, and one that does not exist would be made by reading settings:
-    nothing is written, and the values are the model's."""
+    nothing is written; a relative one is refused by the model, a missing one's values are
+    the model's."""
+    from kernelpolicy.errors import SettingsError
+
     monkeypatch.chdir(tmp_path)
-    for relative in ("", "cache", "[", "0.0", str(tmp_path / "not" / "there")):
+    for relative in ("", "cache", "[", "0.0"):
         env = {"KERNELPOLICY_CACHE_DIR": relative, "KERNELPOLICY_LOG_FORMAT": "off"}
-        assert settings_from(env).log_format == "off"
+        with pytest.raises(SettingsError, match="expected an absolute path to a directory"):
+            settings_from(env)
+    missing = {"KERNELPOLICY_CACHE_DIR": str(tmp_path / "not" / "there")}
+    assert settings_from({**missing, "KERNELPOLICY_LOG_FORMAT": "off"}).log_format == "off"
     assert list(tmp_path.iterdir()) == []
 
 

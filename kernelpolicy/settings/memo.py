@@ -141,7 +141,9 @@ def _encode(name: str, value: object) -> Any:
     raise TypeError(f"setting {name}: a value of type {type(value).__name__}")
 
 
-_TAGS: dict[Kind, str] = {"path": "path", "paths": "paths", "overrides": "map"}
+_TAGS: dict[Kind, str] = {
+    "path": "path", "directory": "path", "paths": "paths", "overrides": "map",
+}  # fmt: skip
 """The key under which a value of each kind that JSON has no type for is stored."""
 
 
@@ -151,7 +153,7 @@ def _decode(name: str, value: Any) -> object:
     kind = KINDS.get(name)
     tag = _TAGS.get(kind) if kind is not None else None
     inner = value.get(tag) if tag is not None and isinstance(value, dict) else None
-    if kind == "path" and isinstance(inner, str):
+    if kind in ("path", "directory") and isinstance(inner, str):
         return Path(inner)
     if kind == "paths" and isinstance(inner, list) and _all_str(inner):
         return tuple(Path(item) for item in inner)

@@ -80,6 +80,20 @@ def _path(name: str, value: str) -> Path:
     return Path(value)
 
 
+def _directory(name: str, value: str) -> Path:
+    """An absolute path to a directory: a relative one is another place in each directory a
+    command runs in, and would be made there in silence (the XDG base directory specification
+    says the same of ``XDG_CACHE_HOME``)."""
+    path = _path(name, value)
+    if not path.is_absolute():
+        what = "an empty value" if not value.strip() else "a relative path"
+        raise SettingsError(
+            f"{name}={shown(value)!r}: {what}; expected an absolute path to a directory, "
+            "such as /var/cache/kernelpolicy"
+        )
+    return path
+
+
 def _read_overrides(name: str, value: str) -> dict[str, str]:
     def fail(message: str) -> SettingsError:
         return SettingsError(
@@ -112,14 +126,14 @@ def _socket(name: str, value: str) -> str:
     return f"unix:{path}"
 
 
-Kind = Literal["boolean", "path", "paths", "overrides", "log_format", "socket"]
+Kind = Literal["boolean", "path", "directory", "paths", "overrides", "log_format", "socket"]
 """The form of a setting's value, each read by one reader (:data:`KINDS` says each field's)."""
 
 KINDS: dict[str, Kind] = {
     "policy_paths": "paths",
     "overrides": "overrides",
     "log_format": "log_format",
-    "cache_dir": "path",
+    "cache_dir": "directory",
     "tls_cert_file": "path",
     "tls_key_file": "path",
     "tls_client_ca_file": "path",
@@ -138,6 +152,7 @@ _READERS: dict[Kind, Callable[[str, str], Any]] = {
     "overrides": _read_overrides,
     "log_format": _read_log_format,
     "path": _path,
+    "directory": _directory,
     "boolean": parse_bool,
     "socket": _socket,
 }
@@ -152,9 +167,9 @@ def validated_cache_dir(given: Mapping[str, str], *, create: bool) -> Path | Non
     """The cache directory of the validated caches (the settings memo, the compiled code)
     for the variables ``given``, or None where there is none: ``KERNELPOLICY_PACK_CACHE``
     turns them off, the variables that name the place do not read (the settings model says
-    what is wrong with them), the directory is relative (it would land wherever the process
-    runs), or ``KERNELPOLICY_CACHE_DIR`` names it and it is not a directory while ``create`` is
-    False (reading settings never makes the directory a variable names)."""
+    what is wrong with them, a relative directory among them), or ``KERNELPOLICY_CACHE_DIR``
+    names it and it is not a directory while ``create`` is False (reading settings never makes
+    the directory a variable names)."""
     try:
         switch = given.get(variable("pack_cache"))
         if switch is not None and not read_value("pack_cache", switch):
@@ -163,9 +178,7 @@ def validated_cache_dir(given: Mapping[str, str], *, create: bool) -> Path | Non
         base = read_value("cache_dir", raw) if raw is not None else default_cache_dir()
     except SettingsError:
         return None
-    assert isinstance(base, Path)  # the cache_dir reader's value
-    if not base.is_absolute():
-        return None
+    assert isinstance(base, Path)  # the cache_dir reader's value: absolute
     if raw is not None and not create and not _is_dir(base):
         return None
     return base
@@ -206,8 +219,8 @@ def read_value(name: str, value: Any) -> object:
     if kind == "paths" and isinstance(value, Path | Iterable):
         paths = (value,) if isinstance(value, Path) else tuple(value)
         return tuple(_path(variable(name), str(p)) for p in paths)
-    if kind == "path":
-        return None if value is None else _path(variable(name), str(value))
+    if kind in ("path", "directory"):
+        return None if value is None else _READERS[kind](variable(name), str(value))
     if kind == "overrides" and isinstance(value, Mapping):
         return _read(name, json.dumps(dict(value)))
     if kind == "boolean" and isinstance(value, bool):
