@@ -69,7 +69,7 @@ def test_a_directory_without_policy_files_is_named(tmp_path: Path, command: list
         [sys.executable, "-m", "kernelpolicy", *command, str(tmp_path / "policies")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    said = f"{tmp_path / 'policies'}: no policy files found; expected *.toml files"
+    said = f"{tmp_path / 'policies'}: a directory with no *.toml files; expected policy files"
     assert said in done.stdout + done.stderr, done.stdout + done.stderr
     assert done.returncode != 0
 

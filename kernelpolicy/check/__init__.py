@@ -23,19 +23,22 @@ from kernelpolicy.errors import PolicyError, PolicyIssue, UntrustedFileError
 from kernelpolicy.platform.fixtures import fixture_platforms
 from kernelpolicy.platform.model import Platform, load_platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.loader import load_policies, policy_files
+from kernelpolicy.policy.files import EMPTY_DIRECTORY, list_policy_paths
+from kernelpolicy.policy.loader import load_policies
 
 __all__ = ["CheckReport", "check_policies", "lint"]
 
 
 @dataclass(frozen=True)
 class CheckReport:
-    """What ``check`` found: the files it read, the set (None where it did not load) and every
-    issue (none: the set is fine)."""
+    """What ``check`` found: the files it read, the set (None where it did not load), every
+    issue (none: the set is fine) and notes that are no mistake (a directory given that holds
+    no policy file, while other paths do: an empty ``+DIR`` adds nothing)."""
 
     files: list[str]
     policies: PolicySet | None
     issues: list[PolicyIssue]
+    notes: list[str]
 
 
 def check_policies(
@@ -54,8 +57,11 @@ def check_policies(
     """
     policies = None
     files: list[str] = []
+    notes: list[str] = []
     try:
-        files = [str(f) for f in policy_files(paths)]
+        listing = list_policy_paths(paths)
+        files = [str(f) for f in listing.files]
+        notes = [f"{d}: {EMPTY_DIRECTORY}; it adds no policies" for d in listing.empty_directories]
         policies = load_policies(paths, allow_untrusted=allow_untrusted)
         given = [(str(p), load_platform(p)) for p in platforms]
         issues = lint(policies, given)
@@ -64,7 +70,7 @@ def check_policies(
         issues = exc.issues
     except UntrustedFileError as exc:  # a line for each path refused
         issues = list(exc.issues) or [PolicyIssue("<policies>", str(exc))]
-    return CheckReport(files, policies, issues)
+    return CheckReport(files, policies, issues, notes)
 
 
 def lint(policies: PolicySet, platforms: Iterable[tuple[str, Platform]] = ()) -> list[PolicyIssue]:

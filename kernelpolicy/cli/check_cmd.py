@@ -47,7 +47,7 @@ def register(commands: Any) -> None:
         help="also report workarounds that may be lifted on this platform (repeatable)",
     )  # fmt: skip
     parser.add_argument(
-        "--json", action="store_true", help="print {ok, files, features, issues} as JSON"
+        "--json", action="store_true", help="print {ok, files, features, issues, notes} as JSON"
     )
     parser.set_defaults(run=run)
 
@@ -69,8 +69,12 @@ def run(args: argparse.Namespace) -> int:
             "files": files,
             "features": sorted(policies.features) if policies else [],
             "issues": [issue.__dict__ for issue in issues],
+            "notes": report.notes,
         }, indent=2))  # fmt: skip
-    elif issues:
+        return 1 if issues else 0
+    for note in report.notes:
+        print(f"note: {note}")
+    if issues:
         for issue in issues:
             print(issue)
         print(f"{counted(len(issues), 'problem')} in {counted(len(files), 'file')}")

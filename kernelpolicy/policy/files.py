@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue, UntrustedFileError
@@ -52,34 +53,60 @@ def expand_policy_paths(paths: Iterable[str | Path]) -> list[str]:
     return [str(bundled_policy_dir()), *(entry.removeprefix("+") for entry in entries)]
 
 
-def policy_files(paths: Iterable[str | Path]) -> list[Path]:
+EMPTY_DIRECTORY = "a directory with no *.toml files"
+"""What a policy directory that holds no policy file is called, wherever it is named."""
+
+
+@dataclass(frozen=True)
+class PolicyListing:
+    """The policy files a set of paths means, and the directories among the paths that hold
+    none (an empty ``+/etc/kernelpolicy/policies.d`` from a ConfigMap adds nothing, which is
+    fine; ``check`` says so)."""
+
+    files: list[Path]
+    empty_directories: list[Path]
+
+
+def list_policy_paths(paths: Iterable[str | Path]) -> PolicyListing:
     """Expand directories to their ``*.toml`` files (sorted); keep files as given.
 
     A ``+PATH`` entry adds to the bundled pack (see :func:`expand_policy_paths`).
 
     Raises:
-        PolicyError: More than ``MAX_POLICY_FILES`` files, none at all (naming the paths), or
-            a directory cannot be listed.
+        PolicyError: More than ``MAX_POLICY_FILES`` files, none at all (each empty directory
+            named as one, or no path given), or a directory cannot be listed.
     """
     with boundary() as cursor:
         files: list[Path] = []
+        empty: list[Path] = []
         for raw in expand_policy_paths(paths):
             if not raw.strip():  # Path("") is the current directory: never what was meant
                 raise PolicyError([PolicyIssue("<policies>", "an empty policy path")])
             path = Path(raw)
             cursor.at(str(path))
             if _is_dir(path):
-                files.extend(_toml_files(path, MAX_POLICY_FILES + 1 - len(files)))
+                found = _toml_files(path, MAX_POLICY_FILES + 1 - len(files))
+                files.extend(found)
+                if not found:
+                    empty.append(path)
             else:
                 files.append(path)
             if len(files) > MAX_POLICY_FILES:
                 raise _too_many(len(files))
-        if not files:
-            given = [str(p) for p in expand_policy_paths(paths)]
-            where = ", ".join(given[:3]) + (", ..." if len(given) > 3 else "")
-            message = "no policy files found; expected *.toml files (a directory's are read)"
-            raise PolicyError([PolicyIssue(where or "<policies>", message)])
-        return files
+        if not files:  # every path given is a directory, and none holds a policy file
+            message = f"{EMPTY_DIRECTORY}; expected policy files there"
+            issues = [PolicyIssue(str(directory), message) for directory in empty]
+            raise PolicyError(issues or [PolicyIssue("<policies>", "no policy paths given")])
+        return PolicyListing(files, empty)
+
+
+def policy_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The policy files under ``paths`` (:func:`list_policy_paths`).
+
+    Raises:
+        PolicyError: As :func:`list_policy_paths` does.
+    """
+    return list_policy_paths(paths).files
 
 
 def policy_stamp(paths: Iterable[str | Path]) -> tuple[object, ...]:
@@ -150,10 +177,6 @@ def read_policy_sources(
     with boundary():
         given = expand_policy_paths(paths)
         files = policy_files(given)  # refuses an empty path before Path("") means "."
-        if not files:
-            where = ", ".join(given[:3]) + (", ..." if len(given) > 3 else "")
-            message = "no policy files found; expected *.toml files (a directory's are read)"
-            raise PolicyError([PolicyIssue(where or "<policies>", message)])
         check_policy_trust(given, files, allow_untrusted=allow_untrusted)
     return read_listed_sources(files, trusted=not allow_untrusted)
 
