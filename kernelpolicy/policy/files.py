@@ -265,7 +265,18 @@ def _note(problems: dict[str, str], what: str, path: Path, seen: Seen) -> None:
     if problem is not None and _bundled(path):  # (a resolve() a path: only where refused)
         problem = trust_problem(path, shipped=True, seen=seen)
     if problem is not None:
-        problems.setdefault(problem, what)
+        problems.setdefault(problem, _what_failed(problem, what))
+
+
+def _what_failed(problem: str, what: str) -> str:
+    """What ``problem`` is about: a policy file's own directory fails for the file, and is
+    named as the policy directory it is (the one wording of ``explain``'s error and
+    ``check``'s issue, both made from this); a file is ``what`` says."""
+    named = Path(problem.partition(": ")[0])
+    try:
+        return "policy directory" if named.is_dir() else what
+    except OSError:  # cannot look (trust_problem's message says why): as given
+        return what
 
 
 def _bundled(path: Path) -> bool:
