@@ -14,7 +14,10 @@ named case that failed on the pack before it.
 - ``--moe-runner-backend triton`` on ROCm stops Quark MXFP4 MoE (AMD's amd/*-MXFP4) from 0.5.11
   (quark_w4a4_mxfp4_moe.py: 0.5.11-0.5.20 fail at the first forward, 0.5.21-0.5.23 raise
   NotImplementedError; auto picks AITER): not sent from 0.5.11, with a warning where the aiter
-  switch is on (SGLang's auto then runs the aiter MoE for unquantized models too).
+  switch is on (SGLang's auto then runs the aiter MoE for unquantized models too);
+- SGLang >= 0.5.13 imports aiter at start whenever SGLANG_USE_AITER is set on an AMD GPU
+  (layers/sampler.py, 0.5.23 :63-65): an operator's switch on an RX 7900 XTX, where amd-aiter is
+  absent, stops it, and a warning says so.
 """
 
 from __future__ import annotations
@@ -102,6 +105,19 @@ CASES = {
     "sglang-0.5.10.post1-mi300x-triton-moe-still-told": Case(
         "mi300x", "sglang", "0.5.10.post1", feature="moe.experts",
         flags=("--moe-runner-backend", "triton"),
+    ),
+    "sglang-0.5.23-rx7900xtx-aiter-switch-warns-import": Case(
+        "rx7900xtx", "sglang", "0.5.23", env=SGL_AITER, feature="sampler.greedy",
+        status=Status.INEXPRESSIBLE, warning="unset SGLANG_USE_AITER",
+    ),
+    "sglang-0.5.13-rx7900xtx-aiter-switch-warns-import": Case(
+        "rx7900xtx", "sglang", "0.5.13", env=SGL_AITER, feature="sampler.greedy",
+        status=Status.INEXPRESSIBLE, warning="fails to start with ImportError",
+    ),
+    # unchanged: 0.5.12 has no aiter greedy sampler, and imports no aiter for it
+    "sglang-0.5.12-rx7900xtx-aiter-switch-no-import": Case(
+        "rx7900xtx", "sglang", "0.5.12", env=SGL_AITER, feature="sampler.greedy",
+        status=Status.DEFAULT,
     ),
 }  # fmt: skip
 
