@@ -23,6 +23,7 @@ import argparse
 import ast
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -38,6 +39,8 @@ PROBE_VALUES = ("", "0", "1", "2", "3", "4", "true", "false", "x")
 REAL = {"msgspec", "typing_extensions", "pydantic", "pydantic_core", "annotated_types"}
 REAL |= {"typing_inspection", "packaging", "engine_stubs", "engine_knobs_probe"}
 ABSENT = {"torch_npu", "habana_frameworks", "intel_extension_for_pytorch", "torch_xla"}
+# vLLM 0.8.5-0.9.2 detect TPU and Neuron machines by importing these (platforms/__init__.py)
+ABSENT |= {"libtpu", "transformers_neuronx"}
 PREFIXES = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
 
 
@@ -90,12 +93,53 @@ def vllm_env(root: Path) -> tuple[dict[str, Any], str]:
 
 
 def _sglang_bool_reader(root: Path) -> Callable[[str], bool] | None:
+    """The release's own ``get_bool_env_var``: imported where its module imports, else its
+    definition run alone (0.5.17-0.5.23's ``srt.utils`` does not import under the stubs, and
+    a stub object is no parser)."""
     for module in ("sglang.srt.utils.common", "sglang.srt.utils"):
         with contextlib.suppress(Exception):
             found = getattr(importlib.import_module(module), "get_bool_env_var", None)
-            if callable(found):
-                return found  # type: ignore[no-any-return]
+            if inspect.isfunction(found) and found.__module__.startswith("sglang."):
+                return found
+    for path in (root / "sglang/srt/utils/common.py", root / "sglang/srt/utils.py"):
+        if path.exists():
+            return _defined_alone(path, "get_bool_env_var")
     return None
+
+
+def _defined_alone(path: Path, name: str) -> Callable[[str], bool] | None:
+    """Function ``name`` of ``path``, compiled alone with ``os`` and a silent ``logger``."""
+    tree = ast.parse(path.read_text(errors="replace"))
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not nodes:
+        return None
+    body: list[ast.stmt] = [
+        ast.Assign(
+            targets=[ast.Name(t, ast.Store())],
+            value=ast.Call(ast.Name("set", ast.Load()), [], []),
+            lineno=0,
+        )
+        for t in _warned_sets(tree)
+    ]
+    module = ast.Module(body=[*body, *nodes], type_ignores=[])
+    ast.fix_missing_locations(module)
+    space: dict[str, Any] = {"os": os, "logger": _Silent()}
+    exec(compile(module, str(path), "exec"), space)  # the release's own parser, nothing else
+    return space[name]  # type: ignore[no-any-return]
+
+
+def _warned_sets(tree: ast.Module) -> list[str]:
+    """Module-level ``x = set()`` names (the warned-once sets the parser updates)."""
+    return [
+        t.id for n in tree.body if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == "set"
+        for t in n.targets if isinstance(t, ast.Name)
+    ]  # fmt: skip
+
+
+class _Silent:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
 
 
 def sglang_env(root: Path) -> tuple[dict[str, Any], str]:

@@ -12,7 +12,7 @@ engine is never imported by kernelpolicy. Consecutive releases that agree on a k
 span, so the tables stay small. Needs ``msgspec`` and ``packaging`` (newer SGLang builds its
 argparse from msgspec structs); about 20 GB of downloads, kept only as ``.py`` files (~1 GB).
 
-Probing all 63 releases takes about 25 minutes on 2 cores; ``--reuse-probes`` rebuilds the tables
+Probing all 68 releases takes about 25 minutes on 2 cores; ``--reuse-probes`` rebuilds the tables
 from the probes' outputs kept in ``--cache`` where they are newer than the probe scripts (a
 change to this script alone).
 
@@ -45,16 +45,20 @@ SCRIPTS = (
 SCHEMA = "kernelpolicy.engine-knobs/v1"
 
 # Every minor release from vLLM 0.10 and SGLang 0.4.10 (its newest patch, and the first where a
-# boundary needs it), the releases the bundled fixtures name, and the ones the review checked.
+# boundary needs it), the releases the bundled fixtures name, and the ones the reviews checked
+# (vLLM 0.8.5.post1 and 0.9.2 read VLLM_ROCM_USE_AITER before 0.10; SGLang 0.4.5-0.4.9 hold the
+# FlashInfer sampler API's and aiter's boundaries).
 RELEASES: dict[str, tuple[str, ...]] = {
     "vllm": (
-        "0.7.3", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0",
-        "0.13.0", "0.14.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.1", "0.19.1",
+        "0.7.3", "0.8.5.post1", "0.9.2", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1",
+        "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
+        "0.18.1", "0.19.1",
         "0.20.0", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
         "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
     ),
     "sglang": (
-        "0.4.3", "0.4.10.post2", "0.5.1.post3", "0.5.2", "0.5.3", "0.5.3.post3",
+        "0.4.3", "0.4.5", "0.4.6.post5", "0.4.9.post6", "0.4.10.post2", "0.5.1.post3", "0.5.2",
+        "0.5.3", "0.5.3.post3",
         "0.5.4.post3", "0.5.5", "0.5.5.post3", "0.5.6", "0.5.6.post2", "0.5.7",
         "0.5.8.post1", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13",
         "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",

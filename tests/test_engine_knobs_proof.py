@@ -63,7 +63,7 @@ engines.vllm = [{}]
         ),
         pytest.param(
             '{ versions = ">=0.12", facts = { aiter_sampler = true } }',
-            "vllm 0.7.3, ..., 0.11.2 (7 releases): no rule's versions cover it",
+            "vllm 0.7.3, ..., 0.11.2 (9 releases): no rule's versions cover it",
             id="uncovered-releases",
         ),
         pytest.param(
