@@ -6,7 +6,11 @@ finding fixed a named case that failed on the pack before it.
   stay pinned (vLLM's own order puts ROCM_ATTN first: 0.19.1 platforms/rocm.py:329-338, 0.33.0
   :553-564), and a pin is checked alone: its warning now names every model AITER FA refuses
   (attention sinks before 0.23, head sizes other than 64/128/256, non-decoder attention,
-  float32, mm_prefix), not only the multimodal ones.
+  float32, mm_prefix), not only the multimodal ones;
+- vLLM 0.8.5.post1 and 0.9.2 (now in the knob tables) read VLLM_ROCM_USE_AITER and select AITER
+  MLA by it, refusing any block size but 1 (0.9.2 platforms/rocm.py:183-214, :305-306): dense
+  MLA there needs ``--block-size 1`` as in 0.10.0-0.11.0, and "no VLLM_ROCM_USE_AITER before
+  0.10.0" was false for them.
 """
 
 from __future__ import annotations
@@ -40,6 +44,23 @@ CASES = {
     "vllm-0.33.0-mi355x-aiter-fa-pin-warns-float32": Case(
         "mi355x", "vllm", "0.33.0", env=AITER, feature="attention.backend",
         status=Status.INEXPRESSIBLE, flags=AITER_FA, warning="and float32",
+    ),
+    "vllm-0.9.2-mi300x-aiter-mla-block-size-1": Case(
+        "mi300x", "vllm", "0.9.2", "mla", AITER, feature="attention.mla",
+        present={"VLLM_ROCM_USE_AITER_MLA": "1"}, flags=("--block-size", "1"),
+    ),
+    "vllm-0.8.5.post1-mi355x-aiter-mla-block-size-1": Case(
+        "mi355x", "vllm", "0.8.5.post1", "mla", AITER, feature="attention.mla",
+        present={"VLLM_ROCM_USE_AITER_MLA": "1"}, flags=("--block-size", "1"),
+    ),
+    "vllm-0.7.3-mi300x-no-aiter-switch": Case(
+        "mi300x", "vllm", "0.7.3", "mla", AITER, feature="attention.mla",
+        status=Status.INEXPRESSIBLE, absent=("--block-size",),
+        warning="defines no VLLM_ROCM_USE_AITER in 0.7.3",
+    ),
+    "vllm-0.9.2-mi300x-aiter-fa-not-encoded-not-absent": Case(
+        "mi300x", "vllm", "0.9.2", env=AITER, feature="attention.backend",
+        status=Status.INEXPRESSIBLE, warning="they read VLLM_ROCM_USE_AITER from 0.8.5",
     ),
 }  # fmt: skip
 
