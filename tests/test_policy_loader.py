@@ -140,7 +140,7 @@ def test_good_policy_loads(tmp_path: Path) -> None:
             10,
             "sampler.greedy",
             "candidates.0.vendor",
-            "Input should be 'nvidia' or 'amd'",
+            'expected "nvidia" or "amd", got "intel"',
             id="bad-vendor",
         ),
         pytest.param(
@@ -194,7 +194,7 @@ def test_good_policy_loads(tmp_path: Path) -> None:
             6,
             "sampler.greedy",
             "context.vocab_size",
-            "Input should be 'bool', 'int', 'double' or 'string'",
+            'expected "bool", "int", "double" or "string", got "long"',
             id="bad-context-type",
         ),
         pytest.param(

@@ -76,10 +76,12 @@ def policy(feature: str = "", *rows: str) -> str:
             policy("", 'prefer = ["fast"]\nminimum = 3'), "unknown key", 15, id="unknown-key"
         ),
         pytest.param(
-            policy("", 'prefer = ["fast"]\nmax = true'), "valid integer", 15, id="bool-bound"
+            policy("", 'prefer = ["fast"]\nmax = true'), "an integer, got the boolean", 15,
+            id="bool-bound",
         ),
         pytest.param(
-            policy("", 'prefer = ["fast"]\nmax = "32"'), "valid integer", 15, id="string-bound"
+            policy("", 'prefer = ["fast"]\nmax = "32"'), "an integer, got the string", 15,
+            id="string-bound",
         ),
     ],
 )  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.encoding import escaped_lines
-from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.errors import KernelPolicyError, PolicyError
 from kernelpolicy.limits import shown
 from kernelpolicy.platform.model import Platform, load_platform, load_platform_stream
 
@@ -230,7 +230,7 @@ def run_guarded(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
     except KernelPolicyError as exc:
-        _error(str(exc))
+        _error(policy_problems(exc) if isinstance(exc, PolicyError) else str(exc))
         return 2
     except BrokenPipeError:  # `kernelpolicy probe | head` is not an error
         _silence_stdout()
@@ -250,6 +250,19 @@ def run_guarded(args: argparse.Namespace) -> int:
         _error(f"internal error, please report it: {type(exc).__name__}: {shown(str(exc), 400)}")
         code = 2
     return code
+
+
+def policy_problems(error: PolicyError) -> str:
+    """A policy error as the error line says it: one issue as it is; several under a header
+    line that counts them, one indented line each (as the refusal of several untrusted paths
+    reads), so that none is taken for the error line's own."""
+    issues = error.issues
+    if len(issues) < 2:
+        return str(error)
+    files = counted(len({issue.file for issue in issues}), "policy file")
+    return "\n".join(
+        [f"{counted(len(issues), 'problem')} in {files}:", *(f"  {i}" for i in issues)]
+    )
 
 
 def caused_by_interrupt(exc: BaseException) -> bool:

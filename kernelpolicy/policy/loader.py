@@ -40,6 +40,7 @@ from kernelpolicy.policy.load_boundary import Cursor, boundary
 from kernelpolicy.policy.locate import locate
 from kernelpolicy.policy.names import check_names
 from kernelpolicy.policy.schema import Feature, PolicyFile
+from kernelpolicy.policy.schema_messages import plain_loc, schema_errors
 from kernelpolicy.safeio import parse_toml
 
 __all__ = [
@@ -141,8 +142,9 @@ def _validate(
     try:
         model = PolicyFile.model_validate(data)
     except ValidationError as exc:
-        found = [_issue(name, text, tuple(e["loc"]), e["msg"], e["type"]) for e in exc.errors()]
-        issues += _in_line_order(_misspelt_required(found, exc.errors()))
+        errors = schema_errors(exc.errors())  # in the project's words, a union's merged
+        found = [_issue(name, text, tuple(e["loc"]), e["msg"], e["type"]) for e in errors]
+        issues += _in_line_order(_misspelt_required(found, errors))
         return None
     found = []
     programs = _compile_expressions(name, text, model, found, cursor)
@@ -187,12 +189,11 @@ def _local(name: str, message: str) -> str:
 
 
 def _issue(name: str, text: str, loc: tuple[Any, ...], msg: str, kind: str) -> PolicyIssue:
-    # pydantic puts union-member names (str, LibraryRequirement) into the path; drop them.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or p == "str")))
+    loc = plain_loc(loc)  # pydantic puts union-member names (str, LibraryRequirement) in it
     feature = str(loc[1]) if len(loc) > 1 and loc[0] in {"features", "gates"} else None
     key_parts = loc[2:] if feature else loc
     key = ".".join(str(p) for p in key_parts) or None
-    message = msg.removeprefix("Value error, ")
+    message = msg
     if kind == "extra_forbidden":
         message = _unknown_key(loc)
     elif kind == "missing":
