@@ -13,6 +13,8 @@ from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted,
 from kernelpolicy.cli.resolving import resolve_args
 from kernelpolicy.warming import DEFAULT_VOCABS
 
+DEFAULT_DEVICE = "cuda:0"
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -31,16 +33,34 @@ def register(commands: Any) -> None:
     )
     add_resolve_options(parser)
     parser.add_argument(
-        "--vocab", type=int, action="append", metavar="N",
-        help=f"vocabulary sizes of the models served (repeatable; default {DEFAULT_VOCABS})",
+        "--vocab", type=vocab_sizes, action="extend", metavar="N[,N...]",
+        help="vocabulary sizes of the models served (repeatable, or comma-separated; default "
+        f"{','.join(map(str, DEFAULT_VOCABS))})",
     )  # fmt: skip
     parser.add_argument(
         "--jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
         help="build processes at once (default: the CPUs, at most 8)",
     )  # fmt: skip
-    parser.add_argument("--device", default="cuda:0", help="the device to build for")
+    parser.add_argument(
+        "--device", default=DEFAULT_DEVICE,
+        help=f"the device to build for (default {DEFAULT_DEVICE}: the first GPU this process sees)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(run=run)
+
+
+def vocab_sizes(text: str) -> list[int]:
+    """``--vocab``'s value: one vocabulary size, or several separated by commas (as the help
+    shows the default)."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected vocabulary sizes, such as 128256 or 32000,128256"
+        )
+    return sizes
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,70 @@
+"""``warm --help`` shows its defaults as a value one could type (``32000,128256,151936``, which
+``--vocab`` takes), not a Python tuple, and says the device it builds for by default."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpolicy.cli import build_parser, main
+from kernelpolicy.warming import DEFAULT_VOCABS
+
+
+def _help(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("COLUMNS", "200")  # one line per option: the phrases are not wrapped
+    with pytest.raises(SystemExit):
+        main(["warm", "--help"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("shown", "absent"),
+    [
+        pytest.param("default 32000,128256,151936)", "(32000, 128256, 151936)", id="vocab"),
+        pytest.param("(default cuda:0: the first GPU this process sees)", None, id="device"),
+    ],
+)
+def test_help_shows_the_defaults_as_values(
+    shown: str,
+    absent: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = _help(capsys, monkeypatch)
+    assert shown in text
+    assert absent is None or absent not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "vocabs"),
+    [
+        pytest.param([], None, id="none-given"),
+        pytest.param(["--vocab", "128256"], [128256], id="one"),
+        pytest.param(["--vocab", "32000,128256"], [32000, 128256], id="comma-separated"),
+        pytest.param(["--vocab", "1", "--vocab", "2,3"], [1, 2, 3], id="repeated-and-commas"),
+        pytest.param(
+            ["--vocab", ",".join(map(str, DEFAULT_VOCABS))], list(DEFAULT_VOCABS),
+            id="the-default-as-shown",
+        ),
+    ],
+)  # fmt: skip
+def test_vocab_takes_sizes(argv: list[str], vocabs: list[int] | None) -> None:
+    assert build_parser().parse_args(["warm", *argv]).vocab == vocabs
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("12x", id="not-a-number"),
+        pytest.param("0", id="zero"),
+        pytest.param("1,,2", id="empty-item"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_a_bad_vocab_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["warm", "--vocab", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"error: argument --vocab: {value!r}: expected vocabulary sizes, such as 128256 or "
+        "32000,128256\n"
+    )
