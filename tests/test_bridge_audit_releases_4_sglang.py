@@ -17,7 +17,11 @@ named case that failed on the pack before it.
   switch is on (SGLang's auto then runs the aiter MoE for unquantized models too);
 - SGLang >= 0.5.13 imports aiter at start whenever SGLANG_USE_AITER is set on an AMD GPU
   (layers/sampler.py, 0.5.23 :63-65): an operator's switch on an RX 7900 XTX, where amd-aiter is
-  absent, stops it, and a warning says so.
+  absent, stops it, and a warning says so;
+- SGLang 0.4.6-0.4.9 (now in the knob tables) call FlashInfer's 0.2.3 sampling API (0.4.6.post5
+  and 0.4.9.post6 sampler.py, no uniform_samples), so ``--sampling-backend pytorch`` is forced
+  only before 0.4.6 (0.4.5 the old API); 0.4.9.post6 already reads SGLANG_USE_AITER, 0.4.6.post5
+  takes --attention-backend aiter/flashmla/cutlass_mla and 0.4.5 fa3, which the pack dated 0.4.10.
 """
 
 from __future__ import annotations
@@ -118,6 +122,35 @@ CASES = {
     "sglang-0.5.12-rx7900xtx-aiter-switch-no-import": Case(
         "rx7900xtx", "sglang", "0.5.12", env=SGL_AITER, feature="sampler.greedy",
         status=Status.DEFAULT,
+    ),
+    "sglang-0.4.6.post5-h100-flashinfer-sampler": Case(
+        "h100-sxm", "sglang", "0.4.6.post5", feature="sampler.top_k_top_p",
+        flags=("--sampling-backend", "flashinfer"),
+    ),
+    "sglang-0.4.9.post6-b200-flashinfer-sampler": Case(
+        "b200", "sglang", "0.4.9.post6", feature="sampler.top_k_top_p",
+        flags=("--sampling-backend", "flashinfer"),
+    ),
+    # unchanged: 0.4.5 still calls the API of before FlashInfer 0.2.3
+    "sglang-0.4.5-h100-old-api-samples-with-pytorch": Case(
+        "h100-sxm", "sglang", "0.4.5", feature="sampler.top_k_top_p",
+        status=Status.INEXPRESSIBLE, flags=("--sampling-backend", "pytorch"),
+    ),
+    "sglang-0.4.9.post6-mi300x-aiter-switch-read": Case(
+        "mi300x", "sglang", "0.4.9.post6", env=SGL_AITER, feature="attention.backend",
+        absent=PINNED, present=SGL_AITER,
+    ),
+    "sglang-0.4.9.post6-mi355x-aiter-moe-switch-read": Case(
+        "mi355x", "sglang", "0.4.9.post6", env=SGL_AITER, feature="moe.experts",
+        present=SGL_AITER,
+    ),
+    "sglang-0.4.6.post5-mi300x-aiter-attention-default": Case(
+        "mi300x", "sglang", "0.4.6.post5", env=SGL_AITER, feature="attention.backend",
+        status=Status.DEFAULT, absent=PINNED,
+    ),
+    "sglang-0.4.5-h100-fa3-pinned": Case(
+        "h100-sxm", "sglang", "0.4.5", feature="attention.backend",
+        flags=("--attention-backend", "fa3"),
     ),
 }  # fmt: skip
 
