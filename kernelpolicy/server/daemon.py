@@ -20,6 +20,7 @@ from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_GRPC_TCP_CALLS, shown
 from kernelpolicy.logs import get_logger
 from kernelpolicy.server.addresses import check_address, split_address, with_port
+from kernelpolicy.server.bind_failure import why_not_bound
 from kernelpolicy.server.fleet import Fleet, WarmStart
 from kernelpolicy.server.grpc_server import SERVICES, grpc_connection_cap, grpc_server
 from kernelpolicy.server.hypothetical import Hypotheticals
@@ -163,11 +164,8 @@ class Daemon:
                 port = server.add_secure_port(address, self.tls.credentials())
             else:
                 port = server.add_insecure_port(address)
-        except RuntimeError:
-            raise DaemonError(
-                f"cannot listen on {address}: the address is in use (another kernelpolicy "
-                "serve?) or not valid here; pick another with --listen"
-            ) from None
+        except RuntimeError:  # gRPC names no cause: a plain socket bound there finds it
+            raise DaemonError(f"cannot listen on {address}: {why_not_bound(address)}") from None
         finally:
             if old_umask is not None:
                 os.umask(old_umask)
