@@ -144,6 +144,30 @@ def test_check_reports_located_mistakes(tmp_path: Path, capsys: pytest.CaptureFi
     assert doc["issues"][0]["line"] == 7
 
 
+CHECK_DEFAULTS = {
+    # KERNELPOLICY_POLICY_PATHS value (DIR: a directory holding one bad file) -> exit code
+    "unset: the bundled pack": (None, 0),
+    "+DIR: the pack and the bad file": ("+{dir}", 1),
+    "DIR alone: the bad file": ("{dir}", 1),
+}
+
+
+@pytest.mark.parametrize(("value", "code"), list(CHECK_DEFAULTS.values()), ids=list(CHECK_DEFAULTS))
+def test_check_without_paths_checks_what_workers_load(
+    value: str | None, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no PATH, check reads KERNELPOLICY_POLICY_PATHS as every other command does (it
+    checked the bundled pack whatever the variable said)."""
+    policies = tmp_path / "policies.d"
+    policies.mkdir(mode=0o755)
+    (policies / "10-bad.toml").write_text('schema = "kernelpolicy.policy/v9"\n')
+    if value is None:
+        monkeypatch.delenv("KERNELPOLICY_POLICY_PATHS", raising=False)
+    else:
+        monkeypatch.setenv("KERNELPOLICY_POLICY_PATHS", value.format(dir=policies))
+    assert main(["check"]) == code
+
+
 def test_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     """One row per platform fixture, one column per feature."""
     # mi250x cannot run the required sparse_attn_indexer: an ERROR cell, and for sparse-MLA

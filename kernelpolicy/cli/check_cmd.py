@@ -39,8 +39,9 @@ def register(commands: Any) -> None:
         nargs="*",
         type=Path,
         metavar="PATH",
-        help="files or directories (default: the bundled pack); +DIR adds DIR to the bundled "
-        "pack, as --policies +DIR does for the other commands",
+        help="files or directories (default: KERNELPOLICY_POLICY_PATHS, else the bundled "
+        "pack); +DIR adds DIR to the bundled pack, as --policies +DIR does for the other "
+        "commands",
     )
     parser.add_argument(
         "--platform", metavar="FILE", type=Path, action="append", default=[],
@@ -55,12 +56,14 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from kernelpolicy.check import check_policies
     from kernelpolicy.cli.common import counted, local_settings
-    from kernelpolicy.settings import bundled_policy_dir
 
-    # The trust opt-out of whoever runs check, as every command reads it (check has no --env).
-    trust = local_settings(args).allow_untrusted_files
+    # The policy paths and the trust opt-out of whoever runs check, as every command reads
+    # them (check has no --env): with no PATH, what this user's workers would load.
+    settings = local_settings(args)
     report = check_policies(
-        args.paths or [bundled_policy_dir()], args.platform, allow_untrusted=trust
+        args.paths or list(settings.policy_paths),
+        args.platform,
+        allow_untrusted=settings.allow_untrusted_files,
     )
     files, policies, issues = report.files, report.policies, report.issues
     if args.json:
