@@ -33,9 +33,11 @@ def test_the_first_variable_set_is_read(env: dict[str, str], state: str, source:
 
 def test_sglangs_own_aiter_switch_is_honoured() -> None:
     """An SGLang operator who sets only SGLANG_USE_AITER=1 is told aiter attention (they were
-    told --attention-backend triton, overriding their own switch)."""
+    told --attention-backend triton, overriding their own switch): no --attention-backend,
+    since aiter is SGLang's own MHA default on ROCm (a pin stops models whose lists lack it)."""
     env = {"SGLANG_USE_AITER": "1"}
     settings = engine_settings(resolve_on("mi300x", **env), "sglang", env, engine_version="0.5.23")
-    assert settings.flags[settings.flags.index("--attention-backend") + 1] == "aiter"
+    assert "--attention-backend" not in settings.flags
+    assert settings.decisions["attention.backend"].env == (("SGLANG_USE_AITER", "1"),)
     assert "--moe-runner-backend" not in settings.flags
     assert settings.decisions["attention.backend"].impl == "rocm_aiter_fa"
