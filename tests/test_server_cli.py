@@ -143,18 +143,23 @@ def test_listening_beyond_loopback_warns_at_warning_level() -> None:
 
 
 def test_connect_to_nothing_fails_fast_and_says_so() -> None:
-    """connect('127.0.0.1:1').resolve(): 'not answering' after the connect timeout, not after
-    the whole request timeout."""
-    with connect("127.0.0.1:1", connect_timeout=0.5) as client:
-        with pytest.raises(DaemonError, match=r"127\.0\.0\.1:1: not answering \(no connection"):
+    """connect() to a port that accepts and never speaks gRPC: 'not answering' after the
+    connect timeout, not after the whole request timeout (a refused port is said at once:
+    tests/test_client_connect_errors.py)."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        address = f"127.0.0.1:{mute.getsockname()[1]}"
+        with connect(address, connect_timeout=0.5) as client:
+            with pytest.raises(DaemonError, match=rf"{address}: not answering \(no connection"):
+                client.resolve()
+            assert client.timeout == 10.0  # the request timeout was not what ended it
+        plain = "this client speaks plain gRPC; a daemon with TLS"  # and what such a daemon needs
+        with (
+            connect(address, connect_timeout=0.2) as client,
+            pytest.raises(DaemonError, match=plain),
+        ):
             client.resolve()
-        assert client.timeout == 10.0  # the request timeout was not what ended it
-    plain = "this client speaks plain gRPC; a daemon with TLS"  # and what such a daemon needs
-    with (
-        connect("127.0.0.1:1", connect_timeout=0.2) as client,
-        pytest.raises(DaemonError, match=plain),
-    ):
-        client.resolve()
 
 
 def test_connect_to_a_missing_socket_says_so(tmp_path: Path) -> None:

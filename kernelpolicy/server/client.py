@@ -31,6 +31,7 @@ from kernelpolicy.server.convert import rebuild
 
 CONNECT_TIMEOUT = 2.0
 """Seconds a client waits for the daemon to accept a connection before saying it is not there."""
+_FAILED = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
 class Client:
@@ -64,28 +65,50 @@ class Client:
         """Wait (at most ``connect_timeout`` seconds) until the daemon accepts a connection.
 
         Raises:
-            DaemonError: Nothing answered in time, saying so at once rather than after the
-                whole request timeout.
+            DaemonError: The connection was refused (said at once: nothing listens there), or
+                nothing answered in time, saying so rather than after the whole request
+                timeout.
         """
         if self._ready:
             return
+        import threading
+        import time
+
+        attempts = threading.Event()  # set at each READY or TRANSIENT_FAILURE
+        states: list[grpc.ChannelConnectivity] = []
+
+        def changed(state: grpc.ChannelConnectivity) -> None:
+            states.append(state)
+            if state in (grpc.ChannelConnectivity.READY, _FAILED):
+                attempts.set()
+
+        deadline = time.monotonic() + self.connect_timeout
+        self.channel.subscribe(changed, try_to_connect=True)
         try:
-            grpc.channel_ready_future(self.channel).result(timeout=self.connect_timeout)
-        except grpc.FutureTimeoutError:
-            tls = (
-                "with TLS, as this client is? Is its certificate signed by the CA given "
-                "(--tls-ca), and does it require a client certificate (--tls-cert/--tls-key)?"
-                if self._tls
-                else "without TLS? (this client speaks plain gRPC; a daemon with TLS is asked "
-                "on its unix socket, with --tls-ca FILE (status, explain, diff), or with "
-                "connect(credentials=...))"
-            )
-            raise DaemonError(
-                f"{self.address}: not answering (no connection within {self.connect_timeout:g} "
-                f"s: is kernelpolicy serve running there, {tls})",
-                grpc.StatusCode.UNAVAILABLE,
-            ) from None
+            while grpc.ChannelConnectivity.READY not in states:
+                if not attempts.wait(max(0.0, deadline - time.monotonic())):
+                    raise self._not_answering()
+                attempts.clear()
+                if grpc.ChannelConnectivity.READY not in states:
+                    _raise_if_refused(self.address)  # else a handshake failed: wait on
+        finally:
+            self.channel.unsubscribe(changed)
         self._ready = True
+
+    def _not_answering(self) -> DaemonError:
+        tls = (
+            "with TLS, as this client is? Is its certificate signed by the CA given "
+            "(--tls-ca), and does it require a client certificate (--tls-cert/--tls-key)?"
+            if self._tls
+            else "without TLS? Note: this client speaks plain gRPC; a daemon with TLS is asked "
+            "on its unix socket, with --tls-ca FILE (status, explain, diff), or with connect() "
+            "given credentials"
+        )
+        return DaemonError(
+            f"{self.address}: not answering (no connection within {self.connect_timeout:g} s); "
+            f"is kernelpolicy serve running there, {tls}",
+            grpc.StatusCode.UNAVAILABLE,
+        )
 
     def _call(self, method: str, request: Any) -> Any:
         self.wait_ready()
@@ -228,6 +251,32 @@ def failure_details(exc: grpc.RpcError) -> str:
             "clients cannot fill)"
         )
     return details
+
+
+def _raise_if_refused(address: str) -> None:
+    """After gRPC failed to connect to a TCP ``address``: a plain connection there, refused,
+    means nothing listens (gRPC would retry until the connect timeout without saying so).
+
+    Raises:
+        DaemonError: The connection was refused.
+    """
+    if address.startswith("unix:"):  # a missing or dead socket was said before gRPC (check_peer)
+        return
+    import socket
+
+    from kernelpolicy.server.addresses import split_address
+
+    split = split_address(address)
+    try:
+        socket.create_connection((split.host or "localhost", int(split.port)), timeout=1.0).close()
+    except ConnectionRefusedError:
+        raise DaemonError(
+            f"{address}: not answering: connection refused, nothing listens on {address}; is "
+            "kernelpolicy serve running, and on this address?",
+            grpc.StatusCode.UNAVAILABLE,
+        ) from None
+    except OSError:  # unreachable, or slow: gRPC keeps trying until the connect timeout
+        return
 
 
 def _checked(
