@@ -220,3 +220,34 @@ def test_the_exit_codes_are_documented(code: int, said: str) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     assert said in " ".join(help_text.split())
+
+
+def _on_path_not_executable(tmp_path: Path) -> str:
+    _not_executable(tmp_path)
+    return "engine"
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"),
+    [
+        pytest.param(_not_executable, 126, "permission denied", id="not-executable"),
+        pytest.param(str, 126, "permission denied", id="a-directory"),
+        pytest.param(_on_path_not_executable, 126, "permission denied",
+                     id="on-path-not-executable"),
+        pytest.param(lambda _: MISSING, 127, "command not found", id="not-found"),
+    ],
+)  # fmt: skip
+def test_a_command_that_cannot_run_is_the_only_line(
+    tmp_path: Path, command: Callable[[Path], str], code: int, message: str
+) -> None:
+    """exec checks the command can be run before it resolves, as a shell would: a command
+    found but not executable is one line and 126, as one not found is one line and 127, with
+    no warning or decisions' log above it."""
+    argv0 = command(tmp_path)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelpolicy", "exec", "--engine", "vllm", "--", argv0],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout) == (code, "")
+    assert out.stderr.splitlines() == [f"kernelpolicy: error: {argv0}: {message}"]

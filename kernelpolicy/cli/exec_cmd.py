@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
             "exec: no command given; expected: kernelpolicy exec --engine vllm -- COMMAND"
         )
     environ = dict(os.environ)
+    unstartable = _unstartable(command[0], environ)
+    if unstartable is not None:  # first, as a shell: the decisions' log would bury it
+        code, why = unstartable
+        print(f"kernelpolicy: error: {command[0]}: {why}", file=sys.stderr)
+        return code
     resolution, env = resolve_args(args, env=environ)
     check_engine(resolution, args.engine)
     settings = engine_settings(
@@ -86,9 +91,6 @@ def run(args: argparse.Namespace) -> int:
         engine_version=args.engine_version or _local_engine(args), model_kind=args.model_kind,
     )  # fmt: skip
     argv, flag_warnings = child_command(command, settings)
-    if not _on_path(argv[0], environ):  # before the log: its decisions would bury the error
-        print(f"kernelpolicy: error: {argv[0]}: command not found", file=sys.stderr)
-        return 127
     warnings = _warnings(args, resolution.platform.libraries, settings, flag_warnings)
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
@@ -133,12 +135,22 @@ def _warnings(
     return warnings
 
 
-def _on_path(name: str, environ: Mapping[str, str]) -> bool:
-    """Whether ``os.execvpe`` finds ``name`` (a path as given, or a file of that name in a
-    directory of PATH); one that is found but cannot be run is for :func:`_exec` to say (126)."""
-    if os.sep in name:
-        return os.path.lexists(name)
-    return any(os.path.lexists(os.path.join(d, name)) for d in os.get_exec_path(dict(environ)))
+def _unstartable(name: str, environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """None where ``os.execvpe`` can start ``name`` (a path as given, or a file of that name
+    in a directory of PATH, executable by this user); else the shell's exit code and words:
+    127 ``command not found``, 126 ``permission denied`` (found, but no such file is
+    executable: a directory, a file without its x bit)."""
+    paths = (
+        [name]
+        if os.sep in name
+        else [os.path.join(d, name) for d in os.get_exec_path(dict(environ))]
+    )
+    found = [path for path in paths if os.path.exists(path)]  # a dangling link: not found
+    if not found:
+        return 127, "command not found"
+    if any(os.path.isfile(path) and os.access(path, os.X_OK) for path in found):
+        return None
+    return 126, "permission denied"
 
 
 def _exec(argv: list[str], child: dict[str, str]) -> int:
