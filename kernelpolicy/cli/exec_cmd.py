@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelpolicy.bridge.model import Status
 from kernelpolicy.cli.common import HelpFormatter, add_platform_option
 from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
 
@@ -26,12 +27,13 @@ def register(commands: Any) -> None:
         "exec",
         help="run an engine (vllm serve ...) with the settings that make it follow the policies",
         description=(
-            "Resolve the policies on this node, log the decisions with their fingerprint, set "
+            "Resolve the policies on this node, log what the engine is told with the "
+            "fingerprint (one line; KERNELPOLICY_LOG_FORMAT=json logs every decision), set "
             "the engine's variables (never overwriting one you set) and append its flags (never "
-            "one you gave), then replace this process with COMMAND. Exits 1 before starting "
-            "anything when a decision is an error or two decisions need different values; "
+            "one you gave), then replace this process with COMMAND. COMMAND is looked up first: "
             "127 when COMMAND is not found and 126 when it cannot be run (the shell's codes). "
-            "Once started, the exit status is the engine's."
+            "Exits 1 before starting anything when a decision is an error or two decisions need "
+            "different values. Once started, the exit status is the engine's."
         ),
         epilog=(
             "examples:\n"
@@ -193,27 +195,70 @@ def _local_engine(args: argparse.Namespace) -> str | None:
 def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str]) -> None:
     """The one ``kernelpolicy.exec`` event: the engine's version (where none is installed or
     given, the knob tables' release the rules were matched as, with ``engine_version_assumed``),
-    each decision as explain words it, and the warnings said on stderr above it: each one in
-    JSON, for whoever reads the logs; their number on the console, under the lines that say
-    them (a warning is said once there)."""
+    what it is told, and the warnings said on stderr above it. In JSON, for whoever reads the
+    logs, every decision as explain words it and each warning; on the console one short line:
+    the decisions told to the engine (those that change what it runs), the variables and flags,
+    and the number of warnings and errors said in their own lines.
+
+    Its level is error where a decision is, warning where a warning concerns what the engine is
+    told; the release note alone (the engine is not installed where exec runs, so the rules
+    were matched as a release) is said on its own warning line and leaves the event at info,
+    so that a first run on a machine without the engine is not one long warning."""
     if fmt == "off":
         return
     from kernelpolicy.logs import get_logger
 
+    told_warnings = [warning for warning in warnings if warning != settings.release_note]
     log = get_logger(fmt)
-    emit = log.error if settings.errors else log.warning if warnings else log.info
+    emit = log.error if settings.errors else log.warning if told_warnings else log.info
+    fields = (
+        _json_fields(settings, warnings) if fmt == "json" else _console_fields(settings, warnings)
+    )
     emit(
         "kernelpolicy.exec",
         fingerprint=settings.fingerprint,
         engine=settings.engine,
         engine_version=settings.matched_version,
         engine_version_assumed=settings.version_assumed,
-        decisions={n: t.outcome() for n, t in settings.decisions.items()},
-        env=settings.env,
-        flags=list(settings.flags),
         command=argv[0],
-        errors=list(settings.errors) or None,
-        warnings=(warnings if fmt == "json" else len(warnings)) or None,
-        per_batch=list(settings.per_batch) or None,
-        per_dtype=list(settings.per_dtype) or None,
+        **fields,
     )
+
+
+def _json_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, Any]:
+    """Everything: each decision in explain's words, the settings, each warning and error."""
+    return {
+        "decisions": {n: t.outcome() for n, t in settings.decisions.items()},
+        "env": settings.env,
+        "flags": list(settings.flags),
+        "errors": list(settings.errors) or None,
+        "warnings": warnings or None,
+        "per_batch": list(settings.per_batch) or None,
+        "per_dtype": list(settings.per_dtype) or None,
+    }
+
+
+_TELLS = frozenset({Status.TOLD, Status.PLUGIN, Status.INEXPRESSIBLE, Status.ERROR})
+"""The decisions the console line names: those the engine is told (or fails to be)."""
+
+
+def _console_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, Any]:
+    """One short line of words: ``told=feature:impl,...`` for the decisions that change what
+    the engine runs (``none``: it runs its defaults), out of ``decisions=N``; the variables
+    and flags as a shell would write them; counts of what is said in lines of its own."""
+    told = [
+        f"{name}:{told.impl or 'ERROR'}"
+        for name, told in settings.decisions.items()
+        if told.status in _TELLS
+    ]
+    fields: dict[str, Any] = {
+        "decisions": len(settings.decisions),
+        "told": ",".join(told) or "none",
+        "env": " ".join(f"{k}={v}" for k, v in settings.env.items()) or None,
+        "flags": " ".join(settings.flags) or None,
+        "errors": len(settings.errors) or None,
+        "warnings": len(warnings) or None,
+        "per_batch": ",".join(settings.per_batch) or None,
+        "per_dtype": ",".join(settings.per_dtype) or None,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
