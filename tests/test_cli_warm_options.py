@@ -68,3 +68,21 @@ def test_a_bad_vocab_is_refused(value: str, capsys: pytest.CaptureFixture[str]) 
         f"error: argument --vocab: {value!r}: expected vocabulary sizes, such as 128256 or "
         "32000,128256\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "vocabs"),
+    [
+        pytest.param(["--warm"], None, id="none-given"),
+        pytest.param(["--warm", "--warm-vocab", "32000,128256"], [32000, 128256], id="comma"),
+        pytest.param(
+            ["--warm", "--warm-vocab", "1", "--warm-vocab", "2,3"], [1, 2, 3], id="repeated"
+        ),
+    ],
+)
+def test_serve_warm_vocab_takes_what_warm_vocab_takes(
+    argv: list[str], vocabs: list[int] | None
+) -> None:
+    """serve --warm's --warm-vocab reads sizes as warm's --vocab does (it took only one
+    integer per option and showed its default as "32000, 128256, 151936")."""
+    assert build_parser().parse_args(["serve", *argv]).warm_vocab == vocabs

@@ -18,6 +18,7 @@ from kernelpolicy.cli.common import (
     obtain_platform,
 )
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
+from kernelpolicy.cli.warm_cmd import vocab_sizes
 from kernelpolicy.warming import DEFAULT_VOCABS
 
 if TYPE_CHECKING:
@@ -113,9 +114,9 @@ def _add_warm_options(serve: argparse.ArgumentParser) -> None:
         "answers are served meanwhile)",
     )  # fmt: skip
     serve.add_argument(
-        "--warm-vocab", type=int, action="append", metavar="N",
-        help=f"with --warm: vocabulary sizes of the models served (repeatable; default "
-        f"{', '.join(map(str, DEFAULT_VOCABS))})",
+        "--warm-vocab", type=vocab_sizes, action="extend", metavar="N[,N...]",
+        help="with --warm: vocabulary sizes of the models served (repeatable, or "
+        f"comma-separated, as warm's --vocab; default {','.join(map(str, DEFAULT_VOCABS))})",
     )  # fmt: skip
     serve.add_argument(
         "--warm-jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
