@@ -191,7 +191,7 @@ WARM_ONE = r"""
 import json, sys, time
 import torch
 from kernelpolicy.kernels import sampling_triton
-from kernelpolicy.kernels.builds import kernel_cache
+from kernelpolicy.kernels.cache_lookup import kernel_cache
 from kernelpolicy.kernels.sampling_triton.variants import prepare
 logits = torch.zeros(32, 128256, device="cuda")
 k, p = torch.full((32,), 50), torch.full((32,), 0.9)
