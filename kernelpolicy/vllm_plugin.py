@@ -109,6 +109,11 @@ class _Counts:
                 self.path = None  # the directory went away: stop writing, keep serving
 
 
+class _NothingToRoute(Exception):
+    """A part of the plugin this vLLM does not have (no Model Runner V2): not installed, and
+    nothing to warn of."""
+
+
 class _Plugin:
     def __init__(self) -> None:
         from kernelpolicy.following import Following
@@ -186,6 +191,8 @@ class _Plugin:
         for name, part, step in steps:
             try:
                 step()
+            except _NothingToRoute:  # this vLLM has no such part (no Model Runner V2)
+                continue
             except Exception as exc:  # never take vLLM down: its own path for this part
                 failed.append(f"{name}: {exc}")
                 continue
@@ -219,7 +226,8 @@ class _Plugin:
 
         if "sampler.top_k_top_p" in self.resolution.decisions:
             self.sampler_context = self.context_names("sampler.top_k_top_p")
-        route_runner_v2(self, _logger)
+        if not route_runner_v2(self, _logger):
+            raise _NothingToRoute
 
     def prefetch(self, feature: str) -> None:
         """Start now, in the background, the imports and set-up of what ``feature``'s calls

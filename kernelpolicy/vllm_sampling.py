@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -122,23 +123,38 @@ def route_v1_greedy(plugin: Routes, log: Callable[[], logging.Logger]) -> None:
     sampler.Sampler.greedy_sample = staticmethod(greedy_sample)
 
 
-def route_runner_v2(plugin: Routes, log: Callable[[], logging.Logger]) -> None:
+def route_runner_v2(plugin: Routes, log: Callable[[], logging.Logger]) -> bool:
     """Route ``Sampler._sample_random`` of Model Runner V2 through the plugin's decisions.
 
+    Returns:
+        False where this vLLM has no Model Runner V2: nothing to route.
+
     Raises:
-        ModuleNotFoundError: This vLLM has no Model Runner V2.
-        RuntimeError: Its ``_sample_random`` lacks a parameter the route reads (a release it
-            was not written for): vLLM keeps its own sampler.
+        RuntimeError: A release whose V2 sampler was not read (outside
+            ``knobs.PLUGIN_RUNNER_V2``), or a ``_sample_random`` that lacks a parameter the
+            route reads: vLLM keeps its own sampler there.
     """
     import importlib
 
-    cls = importlib.import_module(MODULE).Sampler
+    from kernelpolicy.knobs import PLUGIN_RUNNER_V2, runner_v2_routed
+
+    try:
+        cls = importlib.import_module(MODULE).Sampler
+    except ModuleNotFoundError:
+        return False
+    release = str(getattr(sys.modules.get("vllm"), "__version__", "") or "")
+    if not runner_v2_routed("vllm", release):
+        raise RuntimeError(
+            f"Model Runner V2's sampler is routed in vLLM {PLUGIN_RUNNER_V2['vllm']} (read "
+            f"from their code), not in {release or 'this release'}"
+        )
     original = cls._sample_random
     names = tuple(inspect.signature(original).parameters)[1:]  # after self
     missing = [name for name in NEEDED if name not in names]
     if missing:
         raise RuntimeError(f"{MODULE}.Sampler._sample_random has no {', '.join(missing)}")
     cls._sample_random = _routed_v2(plugin, original, names, log)
+    return True
 
 
 def _routed_v2(

@@ -105,11 +105,18 @@ def _sampler_class(method: Any = _own_032) -> type:
 
 @pytest.fixture
 def install(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def installed(plugin: Plugin, cls: type) -> None:
-        module = types.ModuleType(MODULE)
-        module.Sampler = cls  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, MODULE, module)
-        route_runner_v2(plugin, lambda: logging.getLogger("test"))
+    def installed(plugin: Plugin, cls: type | None, release: str = "0.32.0") -> bool:
+        """``cls`` as V2's Sampler in a vLLM of ``release`` (None: no Model Runner V2)."""
+        vllm = types.ModuleType("vllm")
+        vllm.__version__ = release  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "vllm", vllm)
+        if cls is None:
+            monkeypatch.setitem(sys.modules, MODULE, None)  # importing it: ModuleNotFoundError
+        else:
+            module = types.ModuleType(MODULE)
+            module.Sampler = cls  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, MODULE, module)
+        return route_runner_v2(plugin, lambda: logging.getLogger("test"))
 
     return installed
 
@@ -267,3 +274,34 @@ def test_a_failing_call_leaves_vllms_sampler_for_the_process(
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1
     assert "routing Model Runner V2's sampler failed (kernel exploded)" in said[0]
+
+
+RELEASES = {
+    # release -> routed (True), refused naming the releases read (RuntimeError)
+    "0.32.0, read": ("0.32.0", True),
+    "0.33.0, read": ("0.33.0", True),
+    "a local build of 0.33.0": ("0.33.0+rocm711", True),
+    "0.31.0, not read": ("0.31.0", RuntimeError),
+    "0.34.0, not read yet": ("0.34.0", RuntimeError),
+    "no version": ("", RuntimeError),
+}
+
+
+@pytest.mark.parametrize(("release", "routed"), list(RELEASES.values()), ids=list(RELEASES))
+def test_only_the_releases_read_are_routed(install: Any, release: str, routed: object) -> None:
+    """V2's sampler is routed only in the releases whose code was read (knobs.PLUGIN_RUNNER_V2):
+    a release with the same parameter names could still return another shape."""
+    cls = _sampler_class()
+    original = cls.__dict__["_sample_random"]
+    if routed is True:
+        assert install(Plugin(), cls, release) is True
+        assert cls.__dict__["_sample_random"] is not original
+        return
+    with pytest.raises(RuntimeError, match=r"routed in vLLM >=0\.32\.0,<0\.34"):
+        install(Plugin(), cls, release)
+    assert cls.__dict__["_sample_random"] is original
+
+
+def test_a_vllm_without_model_runner_v2_has_nothing_to_route(install: Any) -> None:
+    """No v1/worker/gpu/sample/sampler.py (a release before V2): nothing routed, no error."""
+    assert install(Plugin(), None) is False

@@ -36,6 +36,7 @@ from kernelpolicy.knobs import (
     PLUGIN_FEATURES,
     PLUGIN_SINCE,
     knob_table,
+    runner_v2_routed,
 )
 from kernelpolicy.limits import shown
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
@@ -277,11 +278,13 @@ class _Teller:
 
     def bypass_warning(self, feature: str) -> None:
         """Where the engine on a GPU samples by default without the hooks the plugin routes
-        (``PLUGIN_BYPASS``; none since the plugin routes vLLM's Model Runner V2 too), say how
-        the choice is carried."""
+        (``PLUGIN_BYPASS``: vLLM's Model Runner V2 in a release whose V2 sampler the plugin does
+        not route, outside ``PLUGIN_RUNNER_V2``), say how the choice is carried."""
         variable, off = PLUGIN_BYPASS.get(self.engine, ("", ""))
         if not variable or self.context.platform.primary is None:
             return  # no GPU: vLLM's CPU build runs the V1 runner, whose hooks the plugin routes
+        if runner_v2_routed(self.engine, self.context.version):
+            return  # the plugin routes V2's sampler in this release too
         if self.context.env.get(variable, "").strip() == off:
             return
         self.warn(

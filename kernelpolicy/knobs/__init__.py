@@ -34,16 +34,34 @@ PLUGIN_SINCE: dict[str, str] = {"vllm": "0.32.0"}
 PLUGIN_FEATURES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"sampler.top_k_top_p", "sampler.greedy"}),
 }
-# A model runner that samples without the hooks kernelpolicy's plugin routes, and the value of
-# its variable that turns it off (env and exec warn where it would serve). None now: vLLM's
-# Model Runner V2, its default on GPUs where Triton runs (vllm/config/vllm.py
-# use_v2_model_runner, 0.28.0-0.33.0), samples in v1/worker/gpu/sample/sampler.py without
-# TopKTopPSampler, and the plugin routes its Sampler._sample_random too (0.32.0-0.33.0;
-# kernelpolicy/vllm_sampling.py).
-PLUGIN_BYPASS: dict[str, tuple[str, str]] = {}
+# A model runner that samples without the hooks kernelpolicy's plugin routes for V1, and the
+# value of its variable that turns it off: vLLM's Model Runner V2, its default on GPUs where
+# Triton runs (vllm/config/vllm.py use_v2_model_runner, 0.28.0-0.33.0), samples in
+# v1/worker/gpu/sample/sampler.py without TopKTopPSampler (gpu/model_runner.py: "V2 bypasses
+# TopKTopPSampler", 0.32.0). The plugin routes V2's Sampler._sample_random too, in the releases
+# of PLUGIN_RUNNER_V2 (read from their code: 0.32.0, 0.33.0; kernelpolicy/vllm_sampling.py);
+# env and exec warn for a release outside them, where vLLM keeps V2's sampler its own.
+PLUGIN_BYPASS: dict[str, tuple[str, str]] = {"vllm": ("VLLM_USE_V2_MODEL_RUNNER", "0")}
+PLUGIN_RUNNER_V2: dict[str, str] = {"vllm": ">=0.32.0,<0.34"}
 # The variable that, when set, lists the only plugins the engine loads (split on ",": unset
 # loads all; vllm/envs.py VLLM_PLUGINS, vllm/plugins/__init__.py load_plugins_by_group, 0.24.0).
 PLUGIN_ALLOWLIST: dict[str, str] = {"vllm": "VLLM_PLUGINS"}
+
+
+def runner_v2_routed(engine: str, release: str | Version | None) -> bool:
+    """Whether kernelpolicy's plugin routes ``engine``'s Model Runner V2 sampler in ``release``
+    (``PLUGIN_RUNNER_V2``; an unreadable release: no)."""
+    from kernelpolicy.versions import LazySpecifierSet
+
+    spec = PLUGIN_RUNNER_V2.get(engine)
+    if spec is None or not release:
+        return False
+    try:
+        return bool(LazySpecifierSet(spec).contains(str(release), prereleases=True))
+    except Exception:  # an unreadable release (a local build's odd string): not one we read
+        return False
+
+
 # The variable that lists, beside the engine's own prefixes, the variables its workers on other
 # nodes are given; kernelpolicy adds the plugin's to the operator's list rather than setting it:
 # vLLM's Ray executor copies to its actors only vLLM's registered variables, those with a listed
