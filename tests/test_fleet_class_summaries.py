@@ -97,3 +97,25 @@ def test_classes_apart_by_a_force_say_so(
     shown = [line.split(": ", 1)[1].rsplit(" (", 1)[0] for line in text.splitlines()
              if line.startswith("class ")]  # fmt: skip
     assert shown == summaries
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "shown"),
+    [
+        pytest.param("FLEET_FAST", "\x1b[2J\nclass x: fake", r"FLEET_FAST=\x1b[2J\nclass x: fake",
+                     id="a-switch-with-an-escape-and-a-line-break"),
+        pytest.param("KERNELPOLICY_FORCE_FLEET_ATTN", "cur\rrent",
+                     r"forced fleet.attn=cur\rrent", id="a-force-with-a-carriage-return"),
+        pytest.param("FLEET_FAST", "1" * 100, "FLEET_FAST=" + "1" * 60, id="a-long-value-cut"),
+    ],
+)  # fmt: skip
+def test_a_nodes_values_reach_the_summary_escaped(variable: str, value: str, shown: str) -> None:
+    """A value as an inventory or a daemon gave it is cut and escaped in the summary: no line
+    break or terminal escape reaches diff's output (one came through raw)."""
+    from kernelpolicy.fleet.classes import summary
+
+    snapshot = json.loads((FIXTURES / "h100-sxm.json").read_text())
+    platform = Platform.from_dict({**snapshot, "env": {variable: value}})
+    text = summary(platform, ["fleet.attn"], ["FLEET_FAST"])
+    assert shown in text
+    assert text.isprintable()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable
 
+from kernelpolicy.encoding import escaped, one_line
 from kernelpolicy.engine.switches import FORCE_PREFIX, force_variable
 from kernelpolicy.evidence.store import Evidence, EvidenceEntry
 from kernelpolicy.fleet.evidence import evidence_summary
@@ -50,11 +51,13 @@ def summary(
         text += f", torch {platform.torch.version}"
     named = {force_variable(feature): feature for feature in features}
     for variable, value in sorted(platform.env.items()):
+        # a node's value as it came (an inventory, a daemon's answer): cut and escaped, so
+        # that no line break or terminal escape reaches diff's output
         if variable.startswith(FORCE_PREFIX):
-            text += f"; forced {named.get(variable, variable)}={value}"
+            text += f"; forced {named.get(variable, variable)}={one_line(value, 64)}"
         elif variable in switches:
-            text += f"; {variable}={value}"
-    return text
+            text += f"; {variable}={one_line(value, 64)}"
+    return escaped(text)
 
 
 def class_of(
