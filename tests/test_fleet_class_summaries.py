@@ -119,3 +119,16 @@ def test_a_nodes_values_reach_the_summary_escaped(variable: str, value: str, sho
     text = summary(platform, ["fleet.attn"], ["FLEET_FAST"])
     assert shown in text
     assert text.isprintable()
+
+
+def test_a_saved_getplatform_answer_is_in_its_nodes_class() -> None:
+    """A GetPlatform answer saved and given as a --platforms snapshot carries its daemon's
+    instance beside the document; two copies from two daemons are one class, as the snapshot."""
+    from kernelpolicy.fleet.classes import class_key
+
+    snapshot = json.loads((FIXTURES / "h100-sxm.json").read_text())
+    keys = {
+        class_key(Platform.from_dict({**snapshot, "daemon": {"instance": i, "host": "h"}}))
+        for i in ("0123456789abcdef", "fedcba9876543210")
+    }
+    assert keys == {class_key(Platform.from_dict(snapshot))}

@@ -22,10 +22,12 @@ _PER_NODE_KEYS = frozenset({"uuid", "unique_id", "pci_bus_id", "physical_index",
 
 def class_key(platform: Platform) -> str:
     """Everything about ``platform`` that a decision can read, as canonical JSON: two nodes of
-    one key differ only in identity (machine ID, GPU UUIDs, bus addresses) and probe messages."""
+    one key differ only in identity (machine ID, GPU UUIDs, bus addresses, the daemon instance
+    of a saved GetPlatform answer) and probe messages."""
     data = platform.to_dict()
     data.pop("machine_id", None)
     data.pop("probe_errors", None)
+    data.pop("daemon", None)  # a saved GetPlatform answer's daemon instance: identity too
     data["devices"] = [
         {k: v for k, v in device.items() if k not in _PER_NODE_KEYS} for device in data["devices"]
     ]

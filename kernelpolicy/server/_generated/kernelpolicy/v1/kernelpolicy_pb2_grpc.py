@@ -67,7 +67,8 @@ class KernelPolicyServicer:
 
     def GetPlatform(self, request, context):
         """The node's platform snapshot (kernelpolicy.platform/v1 JSON) as the daemon resolves it: its
-        env has the daemon's value of each variable its policies read, and each force it applies.
+        env has the daemon's value of each variable its policies read, and each force it applies;
+        beside the document's keys, "daemon": {instance, host}, this daemon's start and host.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
