@@ -243,7 +243,8 @@ class _Teller:
             if first else "no release kernelpolicy knows runs it here"
         )  # fmt: skip
         error = (
-            f"{name} is required here, and {engine} {self.context.version} cannot run "
+            f"{name} is required here, and {engine} {self.context.version or '(this release)'} "
+            "cannot run "
             f"{impl}: {told.inexpressible}; {works}"
         )
         self.errors.append(error)

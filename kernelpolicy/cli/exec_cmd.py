@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -254,8 +255,8 @@ def _console_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, 
     fields: dict[str, Any] = {
         "decisions": len(settings.decisions),
         "told": ",".join(told) or "none",
-        "env": " ".join(f"{k}={v}" for k, v in settings.env.items()) or None,
-        "flags": " ".join(settings.flags) or None,
+        "env": " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.env.items()) or None,
+        "flags": " ".join(shlex.quote(flag) for flag in settings.flags) or None,
         "errors": len(settings.errors) or None,
         "warnings": len(warnings) or None,
         "per_batch": ",".join(settings.per_batch) or None,

@@ -4,6 +4,7 @@ the system's answer (in use, permission denied, not this machine's address)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -37,7 +38,8 @@ def _unix(path: Path) -> str:
         return _unix_reason(path, exc)
     finally:
         probe.close()
-    path.unlink()  # the probe's own socket file
+    with contextlib.suppress(OSError):  # the probe's own socket file; gone is as good
+        path.unlink()
     return UNKNOWN
 
 
