@@ -70,13 +70,13 @@ def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
     bytes it wrote)."""
     import subprocess
 
-    from kernelpolicy.kernels.build_process import child_environment, python_command, run_build
+    from kernelpolicy.kernels.build_process import build_environment, python_command, run_build
 
     start = time.monotonic()
     payload = json.dumps({**task, "device": device})
     argv = [*python_command(sys.executable, "kernelpolicy.cli.warm_child"), payload]
     try:
-        done = run_build(argv, child_environment(env), TASK_SECONDS)
+        done = run_build(argv, build_environment(env), TASK_SECONDS)
         failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.code else ""
     except subprocess.TimeoutExpired:
         failed = f"over {TASK_SECONDS} s"

@@ -18,7 +18,7 @@ import pytest
 
 from kernelpolicy.kernels.build_process import (
     WORKING_DIRECTORY,
-    child_environment,
+    build_environment,
     python_command,
     run_build,
 )
@@ -141,7 +141,7 @@ def test_the_child_finds_kernelpolicy_where_its_parent_did(
     """The directory kernelpolicy was imported from comes first on PYTHONPATH (a checkout, an
     editable install), except a site-packages directory, which the child's start-up adds after
     the standard library as for its parent."""
-    made = child_environment({"KEEP": "1", **env}, root=root, site_directories=sites)
+    made = build_environment({"KEEP": "1", **env}, root=root, site_directories=sites)
     assert made.get("PYTHONPATH") == expected
     assert made["KEEP"] == "1"
 
@@ -153,7 +153,7 @@ def test_this_kernelpolicy_is_the_one_a_child_imports(monkeypatch: pytest.Monkey
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     script = "import kernelpolicy; print(kernelpolicy.__file__)"
-    ended = run_build([sys.executable, "-P", "-c", script], child_environment(os.environ), 60)
+    ended = run_build([sys.executable, "-P", "-c", script], build_environment(os.environ), 60)
     assert ended.stdout.strip() == kernelpolicy.__file__
 
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["WORKING_DIRECTORY", "Ended", "child_environment", "python_command", "run_build"]
+__all__ = ["WORKING_DIRECTORY", "Ended", "build_environment", "python_command", "run_build"]
 
 WORKING_DIRECTORY = "/"  # root's own: nobody else can put a module there
 _REAP_SECONDS = 5.0  # after the kill: the pipes' last bytes, unless a process left the group
@@ -48,7 +48,7 @@ def _site_directories() -> frozenset[str]:
     return frozenset(os.path.realpath(path) for path in found)
 
 
-def child_environment(
+def build_environment(
     env: Mapping[str, str],
     *,
     root: str = _PACKAGE_ROOT,

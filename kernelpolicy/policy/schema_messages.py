@@ -19,7 +19,7 @@ from typing import Any
 from kernelpolicy.limits import shown
 from kernelpolicy.policy.schema.model import POLICY_SCHEMA
 
-__all__ = ["described", "plain_loc", "schema_errors"]
+__all__ = ["plain_loc", "schema_errors"]
 
 Error = Mapping[str, Any]
 """One pydantic error as ``ValidationError.errors()`` gives it: type, loc, msg, input, ctx."""
@@ -79,7 +79,7 @@ def plain_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or p == "str")))
 
 
-def described(value: Any) -> str:
+def _described(value: Any) -> str:
     """A value found in a file, as a message names it: ``the integer 3``, ``the string "x"``,
     ``a table``, ``an empty list``."""
     for kind, say in _DESCRIPTIONS:
@@ -123,23 +123,23 @@ def message(error: Error) -> str:
     kind, loc, value = error["type"], plain_loc(error["loc"]), error.get("input")
     ctx = error.get("ctx") or {}
     if _MERGED in error:  # a union's members: each one's expectation
-        return f"expected {error[_MERGED]}, got {described(value)}"
+        return f"expected {error[_MERGED]}, got {_described(value)}"
     if kind == "literal_error":
         return _literal(loc, value, ctx)
     if kind in ("too_short", "too_long"):
         return _length(kind, ctx, value)
     if kind in _BOUNDS:
         name, words = _BOUNDS[kind]
-        return f"expected {words} {ctx.get(name)}, got {described(value)}"
+        return f"expected {words} {ctx.get(name)}, got {_described(value)}"
     expected = _expected(error)
     if expected is not None:
-        return f"expected {expected}, got {described(value)}"
+        return f"expected {expected}, got {_described(value)}"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def _literal(loc: tuple[Any, ...], value: Any, ctx: Mapping[str, Any]) -> str:
     """A value that is none of those allowed: the schema line names the one schema known."""
-    found = _quoted(value) if isinstance(value, str) else described(value)
+    found = _quoted(value) if isinstance(value, str) else _described(value)
     if loc == ("schema",):
         return f'{found} is not a known schema; expected "{POLICY_SCHEMA}"'
     return f"expected {_double_quoted(str(ctx.get('expected', '')))}, got {found}"
@@ -165,7 +165,7 @@ def _length(kind: str, ctx: Mapping[str, Any], value: Any) -> str:
     words = "at least" if kind == "too_short" else "at most"
     unit = "item" if ctx.get("field_type") == "List" else "entry"
     unit = unit if bound == 1 else ("items" if unit == "item" else "entries")
-    return f"expected {words} {bound} {unit}, got {described(value)}"
+    return f"expected {words} {bound} {unit}, got {_described(value)}"
 
 
 def _unions_merged(errors: Sequence[Error]) -> list[Error]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernelpolicy.dtypes import dtype_name
-from kernelpolicy.kernels.build_process import child_environment, python_command, run_build
+from kernelpolicy.kernels.build_process import build_environment, python_command, run_build
 from kernelpolicy.kernels.sampling_triton.tuning import Tuning
 from kernelpolicy.kernels.sampling_triton.variants import Variant
 from kernelpolicy.limits import MAX_BUILD_SECONDS
@@ -80,8 +80,8 @@ def triton_cache_dir() -> str:
 def environment() -> dict[str, str]:
     """This process's environment, with its Triton cache named (the child compiles into the
     cache this process then reads) and this kernelpolicy first on the path (the child builds
-    the same kernel sources; :func:`~kernelpolicy.kernels.build_process.child_environment`)."""
-    return child_environment({**os.environ, "TRITON_CACHE_DIR": triton_cache_dir()})
+    the same kernel sources; :func:`~kernelpolicy.kernels.build_process.build_environment`)."""
+    return build_environment({**os.environ, "TRITON_CACHE_DIR": triton_cache_dir()})
 
 
 def task_of(tuning: Tuning, variant: Variant) -> dict[str, Any]:
