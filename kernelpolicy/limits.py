@@ -240,3 +240,9 @@ sampler's variants, FlashInfer's JIT): the others wait their turn and start, in 
 first calls asked, as running ones end; their calls are served elsewhere meanwhile, as any
 call during a build is. A mixed batch can ask for a dozen variants at once, each a compiler
 that takes a core (and, built in-thread, the interpreter's lock) for about 45 s."""
+MAX_WARM_VOCABS = 16
+"""Vocabulary sizes one ``--vocab`` (or ``--warm-vocab``) value may list: each is a group of
+Triton sampler variants per dtype, about a minute of compile each on an H100."""
+MAX_VOCAB_SIZE = 1 << 22
+"""The largest vocabulary size ``warm`` takes (4,194,304; today's largest models have about
+262,000 tokens): a size past it is a typo, not a model."""

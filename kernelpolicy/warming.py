@@ -42,7 +42,8 @@ Result = dict[str, Any]  # the task, seconds, failed (None, or why)
 
 
 def tasks_for(resolution: Any, vocabs: list[int]) -> list[Task]:
-    """One build task per (implementation, dtype[, vocabulary]) the decisions can route to."""
+    """One build task per (implementation, dtype[, vocabulary]) the decisions can route to
+    (a vocabulary given twice builds once)."""
     tasks = []
     for name, decision in resolution.decisions.items():
         spec = resolution.policies.features[name].spec
@@ -50,7 +51,7 @@ def tasks_for(resolution: Any, vocabs: list[int]) -> list[Task]:
         builders = BUILDERS.get(name, ())
         for impl in dict.fromkeys(i for i in decision.order if i in builders):
             for dtype in dtypes:
-                for vocab in vocabs if impl == "triton" else [None]:
+                for vocab in dict.fromkeys(vocabs) if impl == "triton" else [None]:
                     tasks.append({"feature": name, "impl": impl, "dtype": dtype, "vocab": vocab})
     return tasks
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kernelpolicy.cli import build_parser, main
+from kernelpolicy.limits import MAX_VOCAB_SIZE, MAX_WARM_VOCABS, shown
 from kernelpolicy.warming import DEFAULT_VOCABS
+from tests.helpers import FIXTURES
 
 
 def _help(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
@@ -58,6 +60,8 @@ def test_vocab_takes_sizes(argv: list[str], vocabs: list[int] | None) -> None:
         pytest.param("0", id="zero"),
         pytest.param("1,,2", id="empty-item"),
         pytest.param("", id="empty"),
+        pytest.param(str(MAX_VOCAB_SIZE + 1), id="past-the-largest"),
+        pytest.param(",".join(["32000"] * (MAX_WARM_VOCABS + 1)), id="too-many"),
     ],
 )
 def test_a_bad_vocab_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,9 +69,19 @@ def test_a_bad_vocab_is_refused(value: str, capsys: pytest.CaptureFixture[str]) 
         main(["warm", "--vocab", value])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.endswith(
-        f"error: argument --vocab: {value!r}: expected vocabulary sizes, such as 128256 or "
-        "32000,128256\n"
+        f"error: argument --vocab: {shown(value, 64)!r}: expected up to {MAX_WARM_VOCABS} "
+        f"vocabulary sizes from 1 to {MAX_VOCAB_SIZE}, such as 128256 or 32000,128256\n"
     )
+
+
+def test_a_vocabulary_given_twice_builds_once() -> None:
+    """warm (and serve --warm) build one task per vocabulary, however often it is given."""
+    import kernelpolicy
+    from kernelpolicy.warming import tasks_for
+
+    h100 = kernelpolicy.load_platform(FIXTURES / "h100-sxm.json")
+    resolution = kernelpolicy.resolve(h100, {"KERNELPOLICY_LOG_FORMAT": "off"})
+    assert tasks_for(resolution, [32000, 32000]) == tasks_for(resolution, [32000])
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted, local_settings
 from kernelpolicy.cli.resolving import resolve_args
+from kernelpolicy.limits import MAX_VOCAB_SIZE, MAX_WARM_VOCABS, shown
 from kernelpolicy.warming import DEFAULT_VOCABS
 
 DEFAULT_DEVICE = "cuda:0"
@@ -51,14 +52,15 @@ def register(commands: Any) -> None:
 
 def vocab_sizes(text: str) -> list[int]:
     """``--vocab``'s value: one vocabulary size, or several separated by commas (as the help
-    shows the default)."""
+    shows the default), each from 1 to ``MAX_VOCAB_SIZE``, at most ``MAX_WARM_VOCABS``."""
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:
         sizes = []
-    if not sizes or min(sizes) < 1:
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_VOCAB_SIZE or len(sizes) > MAX_WARM_VOCABS:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected vocabulary sizes, such as 128256 or 32000,128256"
+            f"{shown(text, 64)!r}: expected up to {MAX_WARM_VOCABS} vocabulary sizes from 1 to "
+            f"{MAX_VOCAB_SIZE}, such as 128256 or 32000,128256"
         )
     return sizes
 
