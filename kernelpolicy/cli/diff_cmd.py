@@ -188,34 +188,14 @@ def _count(n: int, total: int, noun: str = "node") -> str:
 
 
 def render(result: Any, source: str) -> str:
-    """The comparison as text: the fleet's totals, each changed class, each rollout's steps."""
+    """The comparison as text: the fleet's totals, who answered, the halted kernels, each
+    changed class, each rollout's steps."""
     classes = counted(len(result.classes), "class", "classes")
     lines = [
         f"{source}: {counted(result.nodes, 'node')} in {classes}; "
         f"{_count(result.changed_nodes, result.nodes)} change"
     ]
-    if result.instances:  # daemons started apart, though from one snapshot file
-        hosts = result.hosts()
-        lines.append(
-            f"answered: {counted(len(result.instances), 'daemon instance')} on "
-            f"{counted(len(hosts), 'host')}"
-        )
-        lines += [f"  {host}: {counted(len(names), 'daemon')} ({nodes_in_words(names)})"
-                  for host, names in hosts.items() if len(names) > 1]  # fmt: skip
-    if result.skipped:
-        lines.append(f"skipped {counted(len(result.skipped), 'node')} without kernelpolicy labels")
-    if result.unreachable:
-        lines.append(f"unreachable: {counted(len(result.unreachable), 'daemon')}, not counted")
-        lines += [f"  {why}" for why in result.unreachable]
-    if result.halted:
-        lines += ["", "halted kernels (as the daemons resolve; diff decides with them):"]
-        for kernel in result.halted:
-            fate = "keep" if kernel.kept else "lift (the feature's policy changes)"
-            lines.append(f"  {kernel.key}: halted on {_count(len(kernel.nodes), result.nodes)}; "
-                         f"the new policies {fate} the halt")  # fmt: skip
-            lines += [
-                f"    {why} ({nodes_in_words(names)})" for why, names in kernel.reasons.items()
-            ]
+    lines += _who_answered(result) + _halted(result)
     totals = result.totals()
     if totals:
         lines += ["", "changes across the fleet:"]
@@ -238,6 +218,40 @@ def render(result: Any, source: str) -> str:
     if unchanged:
         lines += ["", counted(unchanged, "unchanged class", "unchanged classes")]
     return "\n".join(lines) + "\n"
+
+
+def _who_answered(result: Any) -> list[str]:
+    """The daemons that answered (several on one host named), the nodes skipped, the daemons
+    that did not answer."""
+    lines = []
+    if result.instances:  # daemons started apart, though from one snapshot file
+        hosts = result.hosts()
+        lines.append(
+            f"answered: {counted(len(result.instances), 'daemon instance')} on "
+            f"{counted(len(hosts), 'host')}"
+        )
+        lines += [f"  {host}: {counted(len(names), 'daemon')} ({nodes_in_words(names)})"
+                  for host, names in hosts.items() if len(names) > 1]  # fmt: skip
+    if result.skipped:
+        lines.append(f"skipped {counted(len(result.skipped), 'node')} without kernelpolicy labels")
+    if result.unreachable:
+        lines.append(f"unreachable: {counted(len(result.unreachable), 'daemon')}, not counted")
+        lines += [f"  {why}" for why in result.unreachable]
+    return lines
+
+
+def _halted(result: Any) -> list[str]:
+    """The kernels halted on the daemons' nodes, each failure with its nodes, and whether the
+    new policies keep each halt."""
+    lines = []
+    if result.halted:
+        lines += ["", "halted kernels (as the daemons resolve; diff decides with them):"]
+    for kernel in result.halted:
+        fate = "keep" if kernel.kept else "lift (the feature's policy changes)"
+        lines.append(f"  {kernel.key}: halted on {_count(len(kernel.nodes), result.nodes)}; "
+                     f"the new policies {fate} the halt")  # fmt: skip
+        lines += [f"    {why} ({nodes_in_words(names)})" for why, names in kernel.reasons.items()]
+    return lines
 
 
 def nodes_in_words(names: list[str], shown: int = 3) -> str:
