@@ -325,12 +325,7 @@ def diff_fleet(
             reached.setdefault((group[0], change), []).extend(members)
         if found:
             changed.update(members)
-    for index in sorted(changed):  # in inventory order
-        number, _, _, name = fleet.members[index]
-        fleet.summaries[number].changed.append(name)
-    for (number, change), indices in reached.items():
-        names = [fleet.members[index][3] for index in sorted(indices)]
-        fleet.summaries[number].reached[change] = names
+    _name_nodes(fleet, changed, reached)
     counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
     total = len(fleet.members)
     return FleetDiff(
@@ -339,6 +334,19 @@ def diff_fleet(
         (*_warnings(fleet, old, new, duplicates), *disagreement_warning(sorted(disagree), total)),
         tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
     )  # fmt: skip
+
+
+def _name_nodes(
+    fleet: _Fleet, changed: set[int], reached: dict[tuple[int, Change], list[int]]
+) -> None:
+    """Each class's changed nodes, and the nodes each of its changes reaches, by name, in
+    inventory order."""
+    for index in sorted(changed):
+        number, _, _, name = fleet.members[index]
+        fleet.summaries[number].changed.append(name)
+    for (number, change), indices in reached.items():
+        names = [fleet.members[index][3] for index in sorted(indices)]
+        fleet.summaries[number].reached[change] = names
 
 
 def _warnings(
