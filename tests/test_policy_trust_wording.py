@@ -63,3 +63,23 @@ def test_explain_names_it_alike(
     err = capsys.readouterr().err
     said = f"kernelpolicy: error: refusing policy {what} {layout / named}: {WHY}"
     assert err.startswith(said), err
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        pytest.param("pol", "directory above the policies {layout}: " + WHY, id="a-directory"),
+        pytest.param("pol/10.toml", "a directory above it can be written by another user",
+                     id="a-file"),
+    ],
+)  # fmt: skip
+def test_a_directory_further_up_is_named_as_one_above(
+    given: str, said: str, layout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A group-writable directory above the policy directory is not "policy directory" (the
+    final read saw ``explain`` call a group-writable ``/etc`` above the pack that)."""
+    layout.chmod(layout.stat().st_mode | 0o020)
+    assert main(["explain", "--policies", str(layout / given), "sampler.greedy"]) == 2
+    err = capsys.readouterr().err
+    assert said.format(layout=layout) in err, err
+    assert f"policy directory {layout}:" not in err

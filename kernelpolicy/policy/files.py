@@ -265,18 +265,24 @@ def _note(problems: dict[str, str], what: str, path: Path, seen: Seen) -> None:
     if problem is not None and _bundled(path):  # (a resolve() a path: only where refused)
         problem = trust_problem(path, shipped=True, seen=seen)
     if problem is not None:
-        problems.setdefault(problem, _what_failed(problem, what))
+        problems.setdefault(problem, _what_failed(problem, what, path))
 
 
-def _what_failed(problem: str, what: str) -> str:
-    """What ``problem`` is about: a policy file's own directory fails for the file, and is
-    named as the policy directory it is (the one wording of ``explain``'s error and
-    ``check``'s issue, both made from this); a file is ``what`` says."""
+def _what_failed(problem: str, what: str, path: Path) -> str:
+    """What ``problem`` (about ``path``, a ``what``) is about: ``path`` itself; a policy
+    file's own directory, named as the policy directory it is (the one wording of
+    ``explain``'s error and ``check``'s issue, both made from this); or a directory further up,
+    named as one above the policies."""
     named = Path(problem.partition(": ")[0])
     try:
-        return "policy directory" if named.is_dir() else what
-    except OSError:  # cannot look (trust_problem's message says why): as given
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links (trust_problem's message says why)
         return what
+    if named in (path, real):
+        return what
+    if what == "policy file" and named == real.parent:
+        return "policy directory"
+    return "directory above the policies" if named in real.parents else what
 
 
 def _bundled(path: Path) -> bool:
