@@ -178,7 +178,7 @@ def _routed_v2(
                 "kernelpolicy: routing Model Runner V2's sampler failed (%s); vLLM's own "
                 "sampler serves every call of this process from now on", exc,
             )  # fmt: skip
-            plugin.counts.add("sampler.top_k_top_p/failed")
+            plugin.counts.add("runner_v2/failed")  # its sampler or its greedy rows: the route
             return original(self, *args, **kwargs)
         if sampled is None:
             return original(self, *args, **kwargs)

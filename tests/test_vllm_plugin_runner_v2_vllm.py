@@ -85,7 +85,7 @@ def test_each_call_went_to_the_implementation_the_policy_chose(
     written = json.loads(worker.read_text())  # at powers of two: 1, 2, 4, ...
     assert written["sampler.top_k_top_p/torch"] == 1
     assert written["sampler.greedy"] == 1
-    assert "sampler.top_k_top_p/failed" not in written
+    assert "runner_v2/failed" not in written
 
 
 def test_a_seed_draws_from_its_own_generator(calls: tuple[dict[str, Any], Path, Path]) -> None:
