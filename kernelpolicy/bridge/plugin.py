@@ -6,7 +6,7 @@ on, and the inputs ``exec`` resolved with, so that each engine process resolves 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,18 +59,18 @@ def plugin_environment(
 
 
 def carried_to_workers(
-    engine: str, told: Mapping[str, str], env: Mapping[str, str], reads: bool
+    engine: str, told: Mapping[str, str], env: Mapping[str, str], reads: Callable[[str], bool]
 ) -> dict[str, str]:
     """Where ``told`` turns the plugin on: the engine's variable that names what its workers on
     other nodes get (:data:`~kernelpolicy.knobs.CARRIED_TO_WORKERS`), the operator's list in
     ``env`` with the plugin's variables added; ``{}`` elsewhere, or where the release does not
-    ``reads`` that variable.
+    read that variable (``reads``: the release's answer for a variable).
 
     vLLM's Ray actors on other nodes get only vLLM's own variables and a few prefixes
     (``vllm/ray/ray_env.py``), so without this the plugin stays off there.
     """
     variable = CARRIED_TO_WORKERS.get(engine)
-    if variable is None or not reads or told.get(ENABLE, "").strip() != "1":
+    if variable is None or told.get(ENABLE, "").strip() != "1" or not reads(variable):
         return {}
     return {variable: merged_names(env.get(variable, ""), (ENABLE, INPUTS))}
 

@@ -29,7 +29,6 @@ from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
-from kernelpolicy.knobs import CARRIED_TO_WORKERS as CARRIED
 from kernelpolicy.knobs import (
     PLUGIN_ALLOWLIST,
     PLUGIN_BYPASS,
@@ -92,7 +91,7 @@ def engine_settings(
     if versioned and release.note:
         warnings.insert(0, release.note)
     warnings += release.unread(env)
-    carried = carried_to_workers(engine, merged_env, env, release.reads(CARRIED.get(engine, "")))
+    carried = carried_to_workers(engine, merged_env, env, release.reads)
     merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
     kept = kept_variables(engine, env, merged_env, carried, warnings)
     merged_env.update(kept)
