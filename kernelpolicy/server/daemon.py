@@ -210,11 +210,14 @@ class Daemon:
             self.bound, self.default_socket, self.state.halts, self._halts_changed, self.client_log
         )
 
-    def _publish_halts(self) -> None:
-        """The halts of the answer now served, where the node's workers read them."""
-        halts = halts_of(self.state.snapshot.resolution.decisions)
-        for listener in self.reports:
-            listener.publish(halts)
+    def _publish_halts(self, listeners: Sequence[ReportListener] | None = None) -> None:
+        """The halts of the answer now served, where the node's workers read them (in the
+        files of ``listeners``, by default every report listener's)."""
+        listeners = self.reports if listeners is None else listeners
+        if listeners:
+            halts = halts_of(self.state.snapshot.resolution.decisions)
+            for listener in listeners:
+                listener.publish(halts)
 
     def _unpublished_halts(self) -> list[str]:
         """``/readyz``: the halts files whose last write failed, after one more try each (so
@@ -222,10 +225,7 @@ class Daemon:
         probe); each ``"path: why"``. Only a failed file is written again: a ready node's probe
         writes nothing."""
         failed = [listener for listener in self.reports if listener.unpublished is not None]
-        if failed:
-            halts = halts_of(self.state.snapshot.resolution.decisions)
-            for listener in failed:
-                listener.publish(halts)
+        self._publish_halts(failed)
         return [
             f"{listener.halts_file}: {listener.unpublished}"
             for listener in failed
