@@ -21,6 +21,23 @@ from kernelpolicy.policy import PolicySet, load_policies
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "kernelpolicy/fixtures/platforms"
+GUARDED_GREEDY_POLICY = """schema = "kernelpolicy.policy/v1"
+[features."sampler.greedy"]
+description = "greedy with a guarded planted kernel (the aiter greedy bug)"
+fallback = "torch"
+[[features."sampler.greedy".candidates]]
+impl = "planted"
+entry = "kernelpolicy.testing.buggy_kernels:greedy_out_of_range"
+halt_on = { guard_trips = 2 }
+[[features."sampler.greedy".candidates.known_issues]]
+reason = "returns vocab_size for all-NaN rows"
+action = "guard"
+guard = "clamp_token_ids"
+[[features."sampler.greedy".candidates]]
+impl = "torch"
+"""
+"""A policy whose greedy candidate is a planted kernel, guarded and halted after two repaired
+outputs (the aiter greedy bug), torch behind it: the halt tests' one policy."""
 
 
 @cache

@@ -19,25 +19,11 @@ import pytest
 from kernelpolicy.cli import main
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.reports import Event, EventKind, encode_events
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY
 from tests.serve_process import serve
 
 FEATURE = "sampler.greedy"
-OLD = """schema = "kernelpolicy.policy/v1"
-[features."sampler.greedy"]
-description = "greedy with a guarded planted kernel (the aiter greedy bug)"
-fallback = "torch"
-[[features."sampler.greedy".candidates]]
-impl = "planted"
-entry = "kernelpolicy.testing.buggy_kernels:greedy_out_of_range"
-halt_on = { guard_trips = 2 }
-[[features."sampler.greedy".candidates.known_issues]]
-reason = "returns vocab_size for all-NaN rows"
-action = "guard"
-guard = "clamp_token_ids"
-[[features."sampler.greedy".candidates]]
-impl = "torch"
-"""
+OLD = GUARDED_GREEDY_POLICY
 OTHER = """
 [features."fleet.other"]
 description = "a feature the change adds"

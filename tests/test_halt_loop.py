@@ -22,25 +22,11 @@ import pytest
 
 from kernelpolicy.server.reports import Rejection, report_socket_path
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import FIXTURES, ROOT, fixture, promtool_check_metrics
+from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, ROOT, fixture, promtool_check_metrics
 from tests.http_helpers import call
 
 FEATURE = "sampler.greedy"
-POLICY = """schema = "kernelpolicy.policy/v1"
-[features."sampler.greedy"]
-description = "greedy with a guarded planted kernel (the aiter greedy bug)"
-fallback = "torch"
-[[features."sampler.greedy".candidates]]
-impl = "planted"
-entry = "kernelpolicy.testing.buggy_kernels:greedy_out_of_range"
-halt_on = { guard_trips = 2 }
-[[features."sampler.greedy".candidates.known_issues]]
-reason = "returns vocab_size for all-NaN rows"
-action = "guard"
-guard = "clamp_token_ids"
-[[features."sampler.greedy".candidates]]
-impl = "torch"
-"""
+POLICY = GUARDED_GREEDY_POLICY
 FAILING = """schema = "kernelpolicy.policy/v1"
 [features."sampler.top_k_top_p"]
 description = "a kernel that fails when called"
