@@ -73,6 +73,17 @@ def empty_root(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A root-owned directory under /tmp, removed after the test: a socket path holds 107
+    bytes, and pytest's own directories are long and 0700 (another user could not enter)."""
+    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def faster_triton_interpreter() -> Iterator[None]:
     """Where the kernel tests run in Triton's interpreter (their modules set TRITON_INTERPRET

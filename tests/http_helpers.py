@@ -74,3 +74,9 @@ def raw(url: str, request: bytes) -> bytes:
 
 def status_of(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1])
+
+
+def metric_line(url: str, name: str) -> str:
+    """The sample line of the unlabelled metric ``name`` in ``url``'s /metrics."""
+    text = call(url, "GET", "/metrics").body.decode()
+    return next(line for line in text.splitlines() if line.startswith(f"{name} "))

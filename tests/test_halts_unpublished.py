@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,21 +15,10 @@ from kernelpolicy.errors import DaemonError
 from kernelpolicy.server.sockets import halts_file_path, prepare_socket
 from kernelpolicy.testing.daemon import running_daemon
 from tests.helpers import ROOT, fixture, said_as_user
-from tests.http_helpers import call
+from tests.http_helpers import metric_line
 
 OTHER = 65534  # nobody
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as another user needs root")
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A root-owned directory under /tmp (a socket path holds 107 bytes; pytest's own are long
-    and 0700, so another user could not enter them)."""
-    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _prepare(address: str) -> str:
@@ -89,9 +76,7 @@ def test_a_failed_publication_is_counted_until_one_succeeds(short_dir: Path) -> 
             listener.publish({})
 
         def unpublished() -> str:
-            text = call(url, "GET", "/metrics").body.decode()
-            return next(line for line in text.splitlines()
-                        if line.startswith("kernelpolicy_halts_unpublished "))  # fmt: skip
+            return metric_line(url, "kernelpolicy_halts_unpublished")
 
         assert unpublished() == "kernelpolicy_halts_unpublished 0.0"
         halts_file.unlink()

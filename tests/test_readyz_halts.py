@@ -5,8 +5,6 @@ in the kernelpolicy_halts_unpublished gauge and a log line, and the pod stayed R
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,23 +12,11 @@ import pytest
 from kernelpolicy.server.sockets import halts_file_path
 from kernelpolicy.testing.daemon import running_daemon
 from tests.helpers import ROOT, fixture
-from tests.http_helpers import call
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory under /tmp for the socket (a socket path holds 107 bytes)."""
-    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+from tests.http_helpers import call, metric_line
 
 
 def gauge(url: str) -> str:
-    text = call(url, "GET", "/metrics").body.decode()
-    return next(line for line in text.splitlines()
-                if line.startswith("kernelpolicy_halts_unpublished "))  # fmt: skip
+    return metric_line(url, "kernelpolicy_halts_unpublished")
 
 
 @pytest.mark.parametrize(

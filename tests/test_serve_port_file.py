@@ -5,11 +5,9 @@ unix socket, the socket, report socket and halts file left behind)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,16 +24,6 @@ serve.write_port_file = full
 from kernelpolicy.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private directory under /tmp (a socket path holds 107 bytes; pytest's are long)."""
-    directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _serve(
