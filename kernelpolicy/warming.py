@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 DEFAULT_VOCABS = (32000, 128256, 151936)  # Llama 2, Llama 3, Qwen: the vocabulary classes
+DEFAULT_DEVICE = "cuda:0"  # the first GPU the process sees
+DEFAULT_JOBS = min(8, os.cpu_count() or 1)  # build processes at once: the CPUs, at most 8
 # feature -> its implementations whose first call compiles (the ones warm can build)
 BUILDERS: dict[str, tuple[str, ...]] = {"sampler.top_k_top_p": ("triton", "flashinfer")}
 TASK_SECONDS = 900  # one build process (a Triton variant group compiles in minutes on an H100)

@@ -19,7 +19,7 @@ from kernelpolicy.cli.common import (
 )
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 from kernelpolicy.cli.warm_cmd import vocab_sizes
-from kernelpolicy.warming import DEFAULT_VOCABS
+from kernelpolicy.warming import DEFAULT_DEVICE, DEFAULT_JOBS, DEFAULT_VOCABS
 
 if TYPE_CHECKING:
     from kernelpolicy.errors import DaemonError
@@ -119,12 +119,12 @@ def _add_warm_options(serve: argparse.ArgumentParser) -> None:
         f"comma-separated, as warm's --vocab; default {','.join(map(str, DEFAULT_VOCABS))})",
     )  # fmt: skip
     serve.add_argument(
-        "--warm-jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
+        "--warm-jobs", type=int, default=DEFAULT_JOBS, metavar="N",
         help="with --warm: build processes at once (default: the CPUs, at most 8)",
     )  # fmt: skip
     serve.add_argument(
-        "--warm-device", default="cuda:0", metavar="DEVICE",
-        help="with --warm: the device to build for (default cuda:0)",
+        "--warm-device", default=DEFAULT_DEVICE, metavar="DEVICE",
+        help=f"with --warm: the device to build for (default {DEFAULT_DEVICE})",
     )  # fmt: skip
 
 
@@ -268,7 +268,7 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if args.warm_jobs < 1:
         raise DaemonError(f"--warm-jobs {args.warm_jobs}: expected 1 or more")
-    if not args.warm and (args.warm_vocab or args.warm_device != "cuda:0"):
+    if not args.warm and (args.warm_vocab or args.warm_device != DEFAULT_DEVICE):
         raise DaemonError("--warm-vocab and --warm-device go with --warm; give --warm too")
     if args.port_file is not None:
         check_port_file(args.port_file)

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_resolve_options, counted, local_settings
 from kernelpolicy.cli.resolving import resolve_args
 from kernelpolicy.limits import MAX_VOCAB_SIZE, MAX_WARM_VOCABS, shown
-from kernelpolicy.warming import DEFAULT_VOCABS
-
-DEFAULT_DEVICE = "cuda:0"
+from kernelpolicy.warming import DEFAULT_DEVICE, DEFAULT_JOBS, DEFAULT_VOCABS
 
 
 def register(commands: Any) -> None:
@@ -39,7 +36,7 @@ def register(commands: Any) -> None:
         f"{','.join(map(str, DEFAULT_VOCABS))})",
     )  # fmt: skip
     parser.add_argument(
-        "--jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
+        "--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
         help="build processes at once (default: the CPUs, at most 8)",
     )  # fmt: skip
     parser.add_argument(
