@@ -32,7 +32,7 @@ import grpc
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_GRPC_CALLS_PER_PEER
 from kernelpolicy.server.rpc_boundary import Emit
-from kernelpolicy.server.streams import peer_key
+from kernelpolicy.server.streams import PeerCounts, peer_key
 
 
 class CallSlots:
@@ -44,15 +44,15 @@ class CallSlots:
 
     def __init__(self, per_peer: int = MAX_GRPC_CALLS_PER_PEER) -> None:
         self.per_peer = per_peer
-        self._held: dict[str, int] = {}
+        self._held = PeerCounts()
 
     @property
     def count(self) -> int:
-        return sum(self._held.values())
+        return self._held.count
 
     def of(self, peer: str) -> int:
         """Calls held by ``peer`` (a gRPC peer string)."""
-        return self._held.get(peer_key(peer), 0)
+        return self._held.of(peer_key(peer))
 
     def take(self, peer: str) -> str:
         """Hold a slot for ``peer`` (a gRPC peer string); returns the key to give back.
@@ -61,20 +61,18 @@ class CallSlots:
             DaemonError: RESOURCE_EXHAUSTED naming ``MAX_GRPC_CALLS_PER_PEER``.
         """
         key = peer_key(peer)
-        held = self._held.get(key, 0)
+        held = self._held.of(key)
         if held >= self.per_peer:
             raise DaemonError(
                 f"{held} calls already in flight from {key}, the most one peer may have "
                 f"(MAX_GRPC_CALLS_PER_PEER {self.per_peer}); wait for one to end",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
             )
-        self._held[key] = held + 1
+        self._held.add(key)
         return key
 
     def give_back(self, key: str) -> None:
-        held = self._held.pop(key, 0) - 1
-        if held > 0:
-            self._held[key] = held
+        self._held.remove(key)
 
 
 class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -35,6 +35,33 @@ def peer_key(peer: str) -> str:
     return peer[:100]  # a form grpc does not use today: one peer per string, still bounded
 
 
+class PeerCounts:
+    """What each peer holds, by the key :func:`peer_key` gives: the one counter per peer that
+    the stream slots here and the call slots (:mod:`.peer_calls`) each keep of their own
+    things. Checks no cap (its owner does) and does no I/O."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, int] = {}
+
+    @property
+    def count(self) -> int:
+        """Held by every peer together."""
+        return sum(self._held.values())
+
+    def of(self, key: str) -> int:
+        """Held by the peer ``key`` (a :func:`peer_key`)."""
+        return self._held.get(key, 0)
+
+    def add(self, key: str) -> None:
+        self._held[key] = self._held.get(key, 0) + 1
+
+    def remove(self, key: str) -> None:
+        """One fewer held by ``key``; a peer that holds none is forgotten."""
+        held = self._held.pop(key, 0) - 1
+        if held > 0:
+            self._held[key] = held
+
+
 class StreamSlots:
     """Counts open streams by peer; :meth:`slot` holds one for as long as a stream runs.
 
@@ -48,13 +75,13 @@ class StreamSlots:
     ) -> None:
         self.total = total
         self.per_peer = per_peer
-        self._open: dict[str, int] = {}
+        self._open = PeerCounts()
         self.tcp = 0
 
     @property
     def count(self) -> int:
         """Open streams, unix socket included."""
-        return sum(self._open.values())
+        return self._open.count
 
     def take(self, peer: str) -> str:
         """Hold a slot for ``peer`` (a gRPC peer string); returns the key to give back.
@@ -63,7 +90,7 @@ class StreamSlots:
             DaemonError: RESOURCE_EXHAUSTED, naming the cap that is reached.
         """
         key = peer_key(peer)
-        held = self._open.get(key, 0)
+        held = self._open.of(key)
         if held >= self.per_peer:
             raise DaemonError(
                 f"{held} streams already open from {key}, the most one peer may hold "
@@ -76,14 +103,12 @@ class StreamSlots:
                 f"(MAX_WATCH_STREAMS {self.total}); try again later",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
             )
-        self._open[key] = held + 1
+        self._open.add(key)
         self.tcp += key != UNIX_PEER
         return key
 
     def give_back(self, key: str) -> None:
-        held = self._open.pop(key, 0) - 1
-        if held > 0:
-            self._open[key] = held
+        self._open.remove(key)
         self.tcp -= key != UNIX_PEER
 
     @contextmanager
