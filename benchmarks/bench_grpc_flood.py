@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._harness import machine
 from kernelpolicy.limits import MAX_TCP_REQUEST_BYTES
 from tests.flood_helpers import WITH_FILE_LIMIT
-from tests.half_sent import HalfSent
+from tests.h2_calls import HalfSent
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json"

@@ -1,10 +1,13 @@
-"""gRPC calls spoken as raw HTTP/2 (the h2 library) from a chosen loopback source address: what
-one peer can make the daemon hold, and whether another peer is still served meanwhile.
+"""gRPC calls spoken as raw HTTP/2 (the h2 library), the one raw client of the tests and
+benchmarks: what a client that announces a message and sends only part of it makes the daemon
+hold (:class:`HalfSent`), what one peer can hold and whether another is still served meanwhile
+(:class:`H2Calls`).
 
-Shared by tests/test_grpc_peers.py and benchmarks/bench_grpc_peers.py. Unlike
-:class:`tests.half_sent.HalfSent`, a connection here binds its source address (``127.0.0.2``
-and so on: Linux answers the whole 127.0.0.0/8 on loopback), so that two clients on one machine
-are two peers to the daemon, and it can open a new call each time one ends (``refill``).
+A connection binds its source address (``127.0.0.2`` and so on: Linux answers the whole
+127.0.0.0/8 on loopback), so that two clients on one machine are two peers to the daemon, and
+it can open a new call whenever it likes. Shared by tests/test_grpc_peers.py,
+tests/test_grpc_limits.py, tests/test_grpc_request_deadline.py, benchmarks/bench_grpc_peers.py
+and benchmarks/bench_grpc_flood.py.
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ def half_sent(announce: int, send: int) -> bytes:
 class H2Calls:
     """One TCP connection from ``source`` to the daemon at ``address`` (``host:port``).
 
-        :meth:`open` starts a call of ``path`` sending ``payload`` (ended there if ``end``), as fast
-        as the daemon's flow-control windows let; :meth:`pump` moves frames. ``statuses`` maps each
-        call the daemon ended to its grpc-status (``"reset"`` for a stream it reset), ``answered``
-        the calls that got a message back, ``details`` each ended call's grpc-message; ``settled``
+    :meth:`open` starts a call of ``path`` sending ``payload`` (ended there if ``end``), as fast
+    as the daemon's flow-control windows let; :meth:`pump` moves frames. ``statuses`` maps each
+    call the daemon ended to its grpc-status (``"reset"`` for a stream it reset), ``answered``
+    the calls that got a message back, ``details`` each ended call's grpc-message; ``settled``
     says whether the daemon's HTTP/2 SETTINGS have arrived.
     """
 
@@ -142,3 +145,14 @@ class H2Calls:
     def close(self) -> None:
         self.sock.close()
         self.closed = True
+
+
+class HalfSent(H2Calls):
+    """One connection from 127.0.0.1 carrying ``streams`` Resolve calls, each announcing a
+    message of ``announce`` bytes and sending ``send`` of them (``[``), as fast as the daemon's
+    flow-control window lets, then nothing more."""
+
+    def __init__(self, address: str, streams: int, announce: int, send: int) -> None:
+        super().__init__(address)
+        for _ in range(streams):
+            self.open(RESOLVE, half_sent(announce, send), end=False)

@@ -27,7 +27,7 @@ from kernelpolicy.safeio import nesting_depth
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.testing.daemon import running_daemon
-from tests.half_sent import HalfSent
+from tests.h2_calls import HalfSent
 from tests.helpers import ROOT, fixture
 
 pytestmark = pytest.mark.xdist_group("grpc-limits")
