@@ -59,6 +59,31 @@ class Routes(Protocol):
     def sample(self, logits: Any, generators: Any, k: Any, p: Any, mode: str) -> Any: ...
 
 
+class _GiveUp:
+    """Where a routed hook's call fails: one warning (and a count, where ``count`` names its
+    kind), and every later call of that hook in this process goes to vLLM's own."""
+
+    def __init__(
+        self,
+        plugin: Routes,
+        log: Callable[[], logging.Logger],
+        warning: str,
+        count: str | None = None,
+    ) -> None:
+        self.given_up = False
+        self._plugin, self._log, self._warning, self._count = plugin, log, warning, count
+
+    def __call__(self, exc: Exception) -> None:
+        """Give up on this hook: ``exc`` is what its call raised."""
+        self.given_up = True
+        self._log().warning(self._warning, exc)
+        if self._count is not None:
+            self._plugin.counts.add(self._count)
+
+
+_FROM_NOW = "; vLLM's own sampler serves every call of this process from now on"
+
+
 def row_seed(seed: int, position: int) -> int:
     """The seed of one token's draw: a function of the request's seed and the token's position
     only, in the range ``torch.Generator.manual_seed`` takes."""
@@ -79,21 +104,19 @@ def route_v1_sampler(plugin: Routes, log: Callable[[], logging.Logger]) -> None:
 def _routed_v1(
     plugin: Routes, original: Callable[..., Any], log: Callable[[], logging.Logger]
 ) -> Callable[..., Any]:
-    failed: list[str] = []
+    give_up = _GiveUp(
+        plugin, log, "kernelpolicy: routing the sampler failed (%s)" + _FROM_NOW,
+        "sampler.top_k_top_p/failed",
+    )  # fmt: skip
 
     def forward(self: Any, logits: Any, generators: Any, k: Any, p: Any) -> Any:
         mode = getattr(self, "logprobs_mode", "raw_logprobs")
-        if mode in PROCESSED or failed:
+        if mode in PROCESSED or give_up.given_up:
             return original(self, logits, generators, k, p)
         try:
             return plugin.sample(logits, generators, k, p, mode), None
         except Exception as exc:  # never take vLLM down: its own sampler from now on
-            failed.append(str(exc))
-            log().warning(
-                "kernelpolicy: routing the sampler failed (%s); vLLM's own sampler serves "
-                "every call of this process from now on", exc,
-            )  # fmt: skip
-            plugin.counts.add("sampler.top_k_top_p/failed")
+            give_up(exc)
             return original(self, logits, generators, k, p)
 
     forward.__wrapped__ = original  # type: ignore[attr-defined]
@@ -106,16 +129,15 @@ def route_v1_greedy(plugin: Routes, log: Callable[[], logging.Logger]) -> None:
 
     plugin.resolution.impl("sampler.greedy")  # loads now: a failure leaves vLLM's own
     original = sampler.Sampler.greedy_sample
-    failed: list[str] = []
+    give_up = _GiveUp(plugin, log, "kernelpolicy: greedy sampling failed (%s); vLLM's own from now")
 
     def greedy_sample(logits: Any) -> Any:
-        if failed:
+        if give_up.given_up:
             return original(logits)
         try:
             ids = plugin.resolution.impl("sampler.greedy")(logits)
         except Exception as exc:  # never take vLLM down: its own argmax from now on
-            failed.append(str(exc))
-            log().warning("kernelpolicy: greedy sampling failed (%s); vLLM's own from now", exc)
+            give_up(exc)
             return original(logits)
         plugin.counts.add("sampler.greedy")
         return ids
@@ -163,22 +185,20 @@ def _routed_v2(
     names: tuple[str, ...],
     log: Callable[[], logging.Logger],
 ) -> Callable[..., Any]:
-    failed: list[str] = []
+    give_up = _GiveUp(
+        plugin, log, "kernelpolicy: routing Model Runner V2's sampler failed (%s)" + _FROM_NOW,
+        "runner_v2/failed",  # its sampler or its greedy rows: the route
+    )  # fmt: skip
 
     def _sample_random(self: Any, *args: Any, **kwargs: Any) -> Any:
         returned = self.logprobs_mode in PROCESSED or getattr(self, "return_sampling_mask", False)
-        if failed or returned:  # vLLM returns the processed logits: its own path makes them
+        if give_up.given_up or returned:  # vLLM returns the processed logits: its own path
             return original(self, *args, **kwargs)
         call = dict(zip(names, args, strict=False)) | kwargs
         try:
             sampled = _sample(plugin, self, call)
         except Exception as exc:  # never take vLLM down: its own sampler from now on
-            failed.append(str(exc))
-            log().warning(
-                "kernelpolicy: routing Model Runner V2's sampler failed (%s); vLLM's own "
-                "sampler serves every call of this process from now on", exc,
-            )  # fmt: skip
-            plugin.counts.add("runner_v2/failed")  # its sampler or its greedy rows: the route
+            give_up(exc)
             return original(self, *args, **kwargs)
         if sampled is None:
             return original(self, *args, **kwargs)
