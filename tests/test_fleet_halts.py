@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,11 @@ import pytest
 
 from kernelpolicy.cli import main
 from kernelpolicy.server.client import connect
-from kernelpolicy.server.reports import Event, EventKind, encode_events
+from tests.halts_helpers import GUARD_TRIPS_WHY, GUARDED, report_guard_trips, wait_for
 from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY
 from tests.serve_process import serve
 
-FEATURE = "sampler.greedy"
+FEATURE = GUARDED
 OLD = GUARDED_GREEDY_POLICY
 OTHER = """
 [features."fleet.other"]
@@ -32,7 +30,7 @@ in_process = false
 [[features."fleet.other".candidates]]
 impl = "current"
 """
-WHY = "its output guard repaired 2 output(s) in this node's workers (halt_on.guard_trips = 2)"
+WHY = GUARD_TRIPS_WHY
 
 
 def _halted(address: str) -> dict[str, str]:
@@ -52,14 +50,8 @@ def nodes() -> Iterator[tuple[Path, list[str]]]:
             serve(root / "a", FIXTURES / "cpu.json", [root / "old"]) as a,
             serve(root / "b", FIXTURES / "cpu.json", [root / "old"]) as b,
         ):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as report:
-                report.connect(str(root / "a" / "kp.report.sock"))
-                trips = Event(EventKind.GUARD_TRIP, FEATURE, "planted", 2, "clamp_token_ids")
-                report.sendall(encode_events([trips]))
-            deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
-            while not _halted(a.address):
-                assert time.monotonic() < deadline, "the daemon did not halt"
-                time.sleep(0.05)
+            report_guard_trips(root / "a" / "kp.report.sock")
+            wait_for(lambda: bool(_halted(a.address)), "the daemon did not halt")
             yield root, [a.address, b.address]
     finally:
         shutil.rmtree(root, ignore_errors=True)

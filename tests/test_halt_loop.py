@@ -12,8 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,11 @@ import pytest
 
 from kernelpolicy.server.reports import Rejection, report_socket_path
 from kernelpolicy.testing.daemon import running_daemon
+from tests.halts_helpers import GUARDED, report_guard_trips, wait_for
 from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, ROOT, fixture, promtool_check_metrics
 from tests.http_helpers import call
 
-FEATURE = "sampler.greedy"
+FEATURE = GUARDED
 POLICY = GUARDED_GREEDY_POLICY
 FAILING = """schema = "kernelpolicy.policy/v1"
 [features."sampler.top_k_top_p"]
@@ -38,13 +38,6 @@ halt_on = { runtime_failures = 1 }
 [[features."sampler.top_k_top_p".candidates]]
 impl = "torch"
 """
-
-
-def wait_for(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
-    while not check():
-        assert time.monotonic() < deadline, "no change seen"
-        time.sleep(0.05)
 
 
 @dataclass
@@ -338,8 +331,6 @@ def test_a_rollout_step_keeps_the_nodes_halt(tmp_path: Path) -> None:
     halts_total); a real change of the candidate (its halt_on) lifts it, and halts_total, a
     counter, stays at 1."""
     from kernelpolicy.platform.model import Platform
-    from kernelpolicy.server.reporter import Reporter
-    from kernelpolicy.server.reports import EventKind
 
     directory = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     policies, labels = tmp_path / "policies", tmp_path / "labels"
@@ -365,9 +356,7 @@ def test_a_rollout_step_keeps_the_nodes_halt(tmp_path: Path) -> None:
                 )
 
             assert answer() == ("planted", 0.0, 0.0, False)  # this node is in the 50% cohort
-            reporter = Reporter(report_socket_path(directory / "kp.sock"))
-            reporter.report(EventKind.GUARD_TRIP, FEATURE, "planted", count=2)
-            assert reporter.flush(30.0) is True
+            report_guard_trips(report_socket_path(directory / "kp.sock"))
             wait_for(lambda: answer() == ("torch", 1.0, 1.0, True))
             (policies / "greedy.toml").write_text(_staged(100))
             running.call(running.daemon.reload())

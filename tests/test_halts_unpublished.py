@@ -6,16 +6,14 @@ first made every publication fail, only logged as ``kernelpolicy.halts.unpublish
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.server.sockets import halts_file_path, prepare_socket
-from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture, said_as_user
-from tests.http_helpers import metric_line
+from kernelpolicy.server.sockets import prepare_socket
+from tests.halts_helpers import halts_daemon
+from tests.helpers import said_as_user
 
 OTHER = 65534  # nobody
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as another user needs root")
@@ -63,28 +61,13 @@ def test_a_socket_whose_directory_others_may_write_is_refused(
 def test_a_failed_publication_is_counted_until_one_succeeds(short_dir: Path) -> None:
     """A halts file the daemon cannot write (here its name is taken by a directory) is counted
     in kernelpolicy_halts_unpublished, and not any more once a write succeeds."""
-    address = f"unix:{short_dir / 'kp.sock'}"
-    halts_file = halts_file_path(short_dir / "kp.sock")
-    with running_daemon(
-        fixture("cpu"), [ROOT / "policies"], listen=[address], watch=False, http="127.0.0.1:0"
-    ) as running:
-        url = running.daemon.fleet.url
-        assert url is not None
-        [listener] = running.daemon.reports
-
-        async def publish() -> None:
-            listener.publish({})
-
-        def unpublished() -> str:
-            return metric_line(url, "kernelpolicy_halts_unpublished")
-
-        assert unpublished() == "kernelpolicy_halts_unpublished 0.0"
-        halts_file.unlink()
-        (halts_file / "taken").mkdir(parents=True)
-        running.call(publish())
-        assert listener.unpublished is not None
-        assert unpublished() == "kernelpolicy_halts_unpublished 1.0"
-        shutil.rmtree(halts_file)
-        running.call(publish())
-        assert listener.unpublished is None
-        assert unpublished() == "kernelpolicy_halts_unpublished 0.0"
+    with halts_daemon(short_dir) as daemon:
+        assert daemon.unpublished() == "kernelpolicy_halts_unpublished 0.0"
+        daemon.block()
+        daemon.publish()
+        assert daemon.listener.unpublished is not None
+        assert daemon.unpublished() == "kernelpolicy_halts_unpublished 1.0"
+        daemon.free()
+        daemon.publish()
+        assert daemon.listener.unpublished is None
+        assert daemon.unpublished() == "kernelpolicy_halts_unpublished 0.0"

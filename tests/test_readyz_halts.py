@@ -4,19 +4,12 @@ in the kernelpolicy_halts_unpublished gauge and a log line, and the pod stayed R
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from kernelpolicy.server.sockets import halts_file_path
-from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture
-from tests.http_helpers import call, metric_line
-
-
-def gauge(url: str) -> str:
-    return metric_line(url, "kernelpolicy_halts_unpublished")
+from tests.halts_helpers import halts_daemon
+from tests.http_helpers import call
 
 
 @pytest.mark.parametrize(
@@ -33,26 +26,15 @@ def test_readyz_reports_an_unpublished_halts_file(
     """A halts file the daemon could not write (its name taken by a directory) makes /readyz
     answer 503 naming the file, why and what it means, and the gauge count it; /readyz tries
     the write once more, so once the cause is gone the next probe is ready and the gauge 0."""
-    address = f"unix:{short_dir / 'kp.sock'}"
-    halts_file = halts_file_path(short_dir / "kp.sock")
-    with running_daemon(
-        fixture("cpu"), [ROOT / "policies"], listen=[address], watch=False, http="127.0.0.1:0"
-    ) as running:
-        url = running.daemon.fleet.url
-        assert url is not None
-        [listener] = running.daemon.reports
-
-        async def publish() -> None:
-            listener.publish({})
-
+    with halts_daemon(short_dir) as daemon:
+        url, listener, halts_file = daemon.url, daemon.listener, daemon.halts_file
         assert call(url, "GET", "/readyz").status == 200
         if blocked:
-            halts_file.unlink()
-            (halts_file / "taken").mkdir(parents=True)
-            running.call(publish())
+            daemon.block()
+            daemon.publish()
             assert listener.unpublished is not None
         if freed_before_probe:
-            shutil.rmtree(halts_file)
+            daemon.free()
         ready = call(url, "GET", "/readyz")
         assert ready.status == status
         if status == 503:
@@ -63,4 +45,4 @@ def test_readyz_reports_an_unpublished_halts_file(
         else:
             assert ready.json()["status"] == "ready"
             assert halts_file.is_file()  # written again by the probe where it had failed
-        assert gauge(url) == f"kernelpolicy_halts_unpublished {metric}"
+        assert daemon.unpublished() == f"kernelpolicy_halts_unpublished {metric}"
