@@ -17,7 +17,7 @@ from kernelpolicy.digest import sha256
 from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.fleet.classes import class_of
 from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
-from kernelpolicy.fleet.halted import HaltedKernel, halted_kernels, kept_halts
+from kernelpolicy.fleet.halted import HaltedKernel, HaltsReader, halted_kernels, kept_halts
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
@@ -209,6 +209,7 @@ class _Fleet:
         index: dict[str, int] = {}
         fleet = cls([], [])
         labelled: dict[LabelEvidence, Evidence | None] = {}  # nodes of a kind share their labels
+        read_halts = HaltsReader(old, new)  # and their halts
         features = [*old.features, *new.features]  # forces named by their feature
         switches = old.env_names | new.env_names
         for node in nodes:
@@ -221,14 +222,15 @@ class _Fleet:
                 evidence = resolve_evidence(found, old, new)
             if evidence is None:
                 fleet.unknown.append(node.name)
-            key, text = class_of(node.platform, evidence, features, switches, node.halts)
+            halts = read_halts(node.halts)
+            key, text = class_of(node.platform, evidence, features, switches, halts)
             number = index.get(key)
             if number is None:
                 number = index[key] = len(fleet.summaries)
                 digest = sha256(key.encode()).hexdigest()[:10]
                 fleet.summaries.append(ClassDiff(digest, text))
                 fleet.evidence.append(evidence)
-                fleet.halts.append((node.halts, kept_halts(node.halts, old, new)))
+                fleet.halts.append((halts, kept_halts(halts, old, new)))
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
             fleet.answered.append(node.answered)

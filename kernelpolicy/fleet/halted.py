@@ -1,17 +1,124 @@
-"""Kernels halted on live daemons' nodes (``halt_on``), as ``diff --daemons`` shows them: which
-candidate, on how many nodes and which, by which failure, and whether the new policies keep the
-halt (the daemon's own rule, :func:`kernelpolicy.server.halts.halt_survives`: a change of the
-feature's policy other than in rollout percents lifts it)."""
+"""Kernels halted on nodes (``halt_on``), as ``diff`` shows them: which candidate, on how many
+nodes and which, by which failure, and whether the new policies keep the halt (the daemon's own
+rule, :func:`kernelpolicy.server.halts.halt_survives`: a change of the feature's policy other
+than in rollout percents lifts it).
+
+Where they come from depends on the inventory:
+
+* a live daemon sends the halts it resolves with (``Resolve`` with ``include_inputs``), each
+  with its reason;
+* a labelled Node carries ``halted.<feature>.<impl>=true``, written by its daemon
+  (:func:`kernelpolicy.labels.node_labels`), read here as :class:`LabelHalts` (a label carries
+  no reason: :data:`LABEL_WHY` stands for it);
+* a platform snapshot carries none.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kernelpolicy.encoding import described
+from kernelpolicy.errors import InventoryError
+from kernelpolicy.labels import PREFIX, is_valid_name, label_name
+from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.server.halts import halt_survives
 
-__all__ = ["HaltedKernel", "halted_kernels", "kept_halts"]
+__all__ = [
+    "LABEL_WHY", "HaltedKernel", "HaltsReader", "LabelHalts", "NodeHalts", "halted_kernels",
+    "kept_halts",
+]  # fmt: skip
+
+LABEL_WHY = "halted on the node, as its halted.* label says (a label carries no reason)"
+"""The reason of a halt read from a label (``diff``'s ``halted`` groups nodes by reason)."""
+_HALTED = "halted."
+# As kernelpolicy writes the name (label_name): halted.<feature>.<impl> (an implementation's
+# name holds no dot), or, past 63 characters, its first characters and a hash of the whole.
+_WHOLE = re.compile(r"halted\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+_CUT = re.compile(r"halted\.[a-z0-9_.]*[a-z0-9]-[0-9a-f]{8}")
+
+
+@dataclass(frozen=True)
+class LabelHalts:
+    """The ``halted.*`` labels of one Node (label names without the prefix), each ``true``.
+
+    Which candidate a label names is read against the policies compared (:meth:`halts`): a
+    name over 63 characters was cut and ends in a hash, so only the candidates tell it.
+    """
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls, labels: Mapping[str, str], prefix: str = PREFIX, source: str = "<labels>"
+    ) -> LabelHalts:
+        """The ``halted.*`` labels of a Node.
+
+        Raises:
+            InventoryError: A ``halted.*`` label is not one kernelpolicy writes (a name of
+                ``halted.<feature>.<impl>``, the value ``true``), or the node has more of them
+                than one feature file holds (``MAX_FEATURE_FILE_BYTES``, where its daemon
+                writes them).
+        """
+        start = f"{prefix}/{_HALTED}"
+        found = sorted((k, v) for k, v in labels.items() if k.startswith(start))
+        size = sum(len(k) + len(v) + 2 for k, v in found)  # as lines of a feature file
+        if size > MAX_FEATURE_FILE_BYTES:
+            raise InventoryError(
+                f"{source}: {len(found)} {_HALTED}* labels ({size} bytes) are more than one "
+                f"feature file holds (MAX_FEATURE_FILE_BYTES, {MAX_FEATURE_FILE_BYTES})"
+            )
+        for key, value in found:
+            name = key[len(prefix) + 1 :]
+            shaped = _WHOLE.fullmatch(name) or _CUT.fullmatch(name)
+            if value != "true" or not (shaped and is_valid_name(name)):
+                raise InventoryError(
+                    f"{source}: label {described(key, 300)}={described(value, 80)}: expected "
+                    f"{_HALTED}<feature>.<impl>=true as 'kernelpolicy labels' writes it"
+                )
+        return cls(tuple(k[len(prefix) + 1 :] for k, _ in found))
+
+    def halts(self, *sets: PolicySet) -> dict[str, str]:
+        """``feature/impl`` -> :data:`LABEL_WHY` for each label: the candidate of ``sets``
+        whose label it is, or else the name split at its last dot (a candidate the compared
+        policies do not have, which decides nothing, as a daemon's halt of one does not)."""
+        names = set(self.names)
+        found: dict[str, str] = {}
+        for policies in sets if names else ():
+            for feature, compiled in policies.features.items():
+                for candidate in compiled.candidates:
+                    name = label_name(f"{_HALTED}{feature}.{candidate.impl}")
+                    if name in names:
+                        names.discard(name)
+                        found[f"{feature}/{candidate.impl}"] = LABEL_WHY
+        for name in sorted(names):
+            feature, _, impl = name.removeprefix(_HALTED).rpartition(".")
+            found[f"{feature}/{impl}"] = LABEL_WHY
+        return dict(sorted(found.items()))
+
+
+NodeHalts = Mapping[str, str] | LabelHalts
+"""A node's halts as its inventory has them: ``feature/impl`` -> why (a live daemon's), or its
+labels, read against the policies compared (:class:`HaltsReader`)."""
+
+
+class HaltsReader:
+    """The halts (``feature/impl`` -> why) each node's daemon resolves with, for a comparison of
+    ``old`` and ``new``: a node's labels are read against both, once per kind of node (nodes of
+    a kind share their labels)."""
+
+    def __init__(self, old: PolicySet, new: PolicySet) -> None:
+        self._sets = (old, new)
+        self._read: dict[LabelHalts, Mapping[str, str]] = {}
+
+    def __call__(self, found: NodeHalts) -> Mapping[str, str]:
+        if not isinstance(found, LabelHalts):
+            return found
+        if found not in self._read:
+            self._read[found] = found.halts(*self._sets)
+        return self._read[found]
 
 
 def kept_halts(halts: Mapping[str, str], old: PolicySet, new: PolicySet) -> dict[str, str]:

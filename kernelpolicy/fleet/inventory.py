@@ -10,7 +10,8 @@ Three shapes are read (each bounded before a JSON parser sees it):
   (:mod:`kernelpolicy.labels`), its identity from the ``node.identity`` label: a labelled node
   without one had none where it was probed, and is in no partial rollout there, whatever its
   ``status.nodeInfo.machineID``; its evidence from the ``verified.*`` labels
-  (:class:`~kernelpolicy.fleet.evidence.LabelEvidence`). Nodes without kernelpolicy's labels
+  (:class:`~kernelpolicy.fleet.evidence.LabelEvidence`); its halts from the ``halted.*``
+  labels (:class:`~kernelpolicy.fleet.halted.LabelHalts`). Nodes without kernelpolicy's labels
   are skipped and counted.
 
 A snapshot carries no evidence: such a node's is unknown (``Node.evidence`` is ``None``).
@@ -28,6 +29,7 @@ from typing import Any
 
 from kernelpolicy.errors import InventoryError, PlatformFileError
 from kernelpolicy.fleet.evidence import LabelEvidence, NodeEvidence
+from kernelpolicy.fleet.halted import LabelHalts, NodeHalts
 from kernelpolicy.labels import PREFIX, version_of_value
 from kernelpolicy.limits import (
     MAX_INVENTORY_FILE_BYTES,
@@ -42,6 +44,7 @@ from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 __all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
 
 _IDENTITY_LABEL = f"{PREFIX}/node.identity"
+_Kind = tuple[Platform, LabelEvidence, LabelHalts]  # what the labels of a kind of node say
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,9 @@ class Node:
     (<code>)``), for ``diff`` to check against what the current policies decide there;
     ``instance`` the live daemon's start (``HOST/ID``, see
     :func:`~kernelpolicy.server.node.daemon_instance`), ``None`` for any other node;
-    ``halts`` the candidates the live daemon halted on its node (``feature/impl`` -> why).
+    ``halts`` the candidates its daemon halted on its node: ``feature/impl`` -> why (a live
+    daemon's), or the ``halted.*`` labels of a Node, which ``diff`` reads against the policies
+    it compares (:class:`~kernelpolicy.fleet.halted.LabelHalts`).
     """
 
     name: str
@@ -64,7 +69,7 @@ class Node:
     evidence: NodeEvidence = None
     answered: Mapping[str, str] | None = None
     instance: str | None = None
-    halts: Mapping[str, str] = field(default_factory=dict)
+    halts: NodeHalts = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -157,30 +162,34 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
         raise _fail(f"{source}: {len(items)} nodes is over MAX_INVENTORY_NODES")
     nodes: list[Node] = []
     skipped: list[str] = []
-    # One Platform and one LabelEvidence per label set (identity aside): nodes of a kind share them.
-    kinds: dict[tuple[tuple[str, str], ...], Platform | None] = {}
-    evidence: dict[tuple[tuple[str, str], ...], LabelEvidence] = {}
+    # One Platform, LabelEvidence and LabelHalts per label set (identity aside): nodes of a
+    # kind share them.
+    kinds: dict[tuple[tuple[str, str], ...], _Kind | None] = {}
     for index, item in enumerate(items):
         name, labels = _node_parts(item, f"{source}: items[{index}]")
         identity = labels.get(_IDENTITY_LABEL, "")
         key = tuple(sorted((k, v) for k, v in labels.items() if k != _IDENTITY_LABEL))
         if key not in kinds:
-            kinds[key] = platform_from_labels(
-                dict(key), source=f"{source}: items[{index}] ({name})"
-            )
-            evidence[key] = LabelEvidence.of(labels, source=f"{source}: items[{index}] ({name})")
-        platform = kinds[key]
-        if platform is None:
+            kinds[key] = _kind(dict(key), f"{source}: items[{index}] ({name})")
+        kind = kinds[key]
+        if kind is None:
             skipped.append(name)
             continue
         # As its daemon decided: the label is the identity the probe found, none without it.
-        nodes.append(
-            Node(
-                name, platform, identity if is_app_specific_id(identity) else None,
-                evidence[key],
-            )
-        )  # fmt: skip
+        platform, evidence, halts = kind
+        node_identity = identity if is_app_specific_id(identity) else None
+        nodes.append(Node(name, platform, node_identity, evidence, halts=halts))
     return Inventory(source, tuple(nodes), tuple(skipped))
+
+
+def _kind(labels: Mapping[str, str], source: str) -> _Kind | None:
+    """What the labels of a kind of node say: its platform, evidence and halts (``None``:
+    no kernelpolicy labels; its ``verified.*``, ``dtypes.*`` and ``halted.*`` labels are
+    checked all the same)."""
+    platform = platform_from_labels(labels, source=source)
+    evidence = LabelEvidence.of(labels, source=source)
+    halts = LabelHalts.of(labels, source=source)
+    return None if platform is None else (platform, evidence, halts)
 
 
 def _node_parts(item: object, where: str) -> tuple[str, dict[str, str]]:
