@@ -19,7 +19,7 @@ from kernelpolicy.fleet.halted import LABEL_WHY, LabelHalts
 from kernelpolicy.labels import PREFIX, node_labels
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy import load_policy_text
-from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY
+from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, ROOT
 
 GREEDY = "sampler.greedy"
 LONG = "fleet.a_rather_long_feature_name_for_labels"  # halted.<it>.<impl> is cut to 63 chars
@@ -203,3 +203,10 @@ def test_a_halted_label_of_no_compared_candidate_decides_nothing(
         ("fleet.gone", "fast", False)
     ]
     assert [c["name"] for c in document["changes"] if c["kind"] == "decision"] == ["fleet.other"]
+
+
+def test_the_fleet_page_quotes_the_label_reason() -> None:
+    """docs/fleet.md, where diff from labels is described, gives the reason a labelled halt is
+    shown with as the code writes it."""
+    page = " ".join((ROOT / "docs" / "fleet.md").read_text().split())
+    assert f"`{LABEL_WHY}`" in page
