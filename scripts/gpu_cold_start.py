@@ -73,6 +73,8 @@ torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 import kernelpolicy
 from kernelpolicy.kernels import builds
 res = kernelpolicy.resolve()
+if os.environ.get("SWITCH_S"):  # the interpreter's switch interval, as a worker could set it
+    sys.setswitchinterval(float(os.environ["SWITCH_S"]))
 t_impl0 = time.perf_counter()
 sample = res.impl("sampler.top_k_top_p")
 time.sleep(float(os.environ.get("LOAD_GAP_S", "0")))  # a worker loading its model after impl()
@@ -292,8 +294,11 @@ def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
     start = time.perf_counter()
     built = child(WARM_ONE, env)
     record("warm-one-build", 0, {**built, "seconds": time.perf_counter() - start})
+    # SWITCH_INTERVALS: switch intervals (seconds, "" for the default) the runs interleave
     for run in range(runs):
-        record("warm-one", run, child(FIRST_SAMPLE, env))
+        for switch in os.environ.get("SWITCH_INTERVALS", "").split(","):
+            extra = {"SWITCH_S": switch} if switch else {}
+            record("warm-one", run, {"switch_s": switch, **child(FIRST_SAMPLE, {**env, **extra})})
     if os.environ.get("PROFILE_FIRST_CALL"):
         record("profile", 0, child(PROFILE, env))
         record("profile-pre-import", 0, child(PROFILE, {**env, "PRE_IMPORT": "1"}))

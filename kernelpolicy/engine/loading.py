@@ -17,6 +17,7 @@ from kernelpolicy.gcpause import collector_paused
 from kernelpolicy.kernels.build_threads import start_thread
 from kernelpolicy.kernels.builds import Compiling, Done
 from kernelpolicy.policy.entries import load_entry, load_prepared
+from kernelpolicy.yielding import background_step
 
 EXTRA_HINTS = {
     "torch": " (kernelpolicy's kernels run on torch, an optional extra: pip install "
@@ -92,14 +93,16 @@ class LazyEntry:
         """Import the implementation on a background thread now, so that its first call finds
         it imported (and its library's per-process set-up done: a kernel's ``prefetch``
         attribute, such as Triton's hash of its own installation). ``impl()`` returns at once;
-        a failure is left for the first call to meet and report, as without a prefetch."""
+        a failure is left for the first call to meet and report, as without a prefetch. The
+        thread hands the interpreter back often meanwhile (:mod:`kernelpolicy.yielding`)."""
 
         def run() -> None:
             try:
-                self.load()
-                warm = getattr(load_entry(self.entry), "prefetch", None)  # imported: a lookup
-                if callable(warm):
-                    warm()
+                with background_step():  # a call served meanwhile: kernelpolicy.yielding
+                    self.load()
+                    warm = getattr(load_entry(self.entry), "prefetch", None)  # imported: a lookup
+                    if callable(warm):
+                        warm()
             except Exception:  # any import failure: the first call imports again, reports it
                 return
 

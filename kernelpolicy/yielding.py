@@ -1,0 +1,95 @@
+"""A background thread's Python work hands the interpreter back often while it runs, so that a
+call served meanwhile does not queue behind it.
+
+``impl()`` imports an accelerated implementation on a background thread (its prefetch:
+Triton's modules, the hash of Triton's installation, each kernel's source hash; 0.5-0.8 s of
+mostly Python on the lent H100). A call issued at once is served by the fallback meanwhile
+(torch): about a hundred operations, and torch lets go of the interpreter's lock in each one, so
+the call asks for it back about a hundred times while the prefetch thread holds it. CPython
+hands it over only after its switch interval (5 ms by default) each time: the call took 0.49-0.78
+s instead of about 0.35. With the interval at :data:`BACKGROUND_SWITCH_INTERVAL_S` while a
+background step runs, the first sample came 0.40-0.42 s after ``impl()`` (the H100, 2026-11-27,
+``benchmarks/README.md``), against 0.53-0.81 s at the default; 1 ms was not enough (0.54-0.71).
+
+The interval is the process's: it is lowered when the first background step starts (only where
+it is longer), and put back as it was found when the last one ends, unless someone else has
+changed it meanwhile (theirs is kept). A process forked meanwhile has it back in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["BACKGROUND_SWITCH_INTERVAL_S", "background_step"]
+
+BACKGROUND_SWITCH_INTERVAL_S = 0.0002
+"""The interpreter's switch interval while a background step runs (CPython's default: 0.005)."""
+
+
+class _Lowered:
+    """Who holds the switch interval lowered: the one owner of that state in the process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0  # background steps running
+        self.found: float | None = None  # the interval found by the first, where it lowered it
+        self.set_to = 0.0  # what it set (read back), to see whether someone changed it since
+
+    def enter(self) -> None:
+        with self.lock:
+            self.depth += 1
+            if self.depth > 1:
+                return
+            found = sys.getswitchinterval()
+            if found > BACKGROUND_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(BACKGROUND_SWITCH_INTERVAL_S)
+                self.found, self.set_to = found, sys.getswitchinterval()
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                self._restore()
+
+    def _restore(self) -> None:
+        found, self.found = self.found, None
+        if found is not None and sys.getswitchinterval() == self.set_to:
+            sys.setswitchinterval(found)
+
+    def after_fork_in_child(self) -> None:
+        """The child of a fork has only the thread that forked: the steps of the others never
+        end there, so the interval goes back now (a step of this thread restores it at its end
+        as usual)."""
+        self.lock = threading.Lock()  # another thread may have held it at the fork
+        if self.depth and not _MINE.depth:
+            self.depth = 0
+            self._restore()
+        else:
+            self.depth = _MINE.depth
+
+
+class _Mine(threading.local):
+    depth = 0  # this thread's background steps running
+
+
+_LOWERED = _Lowered()
+_MINE = _Mine()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_LOWERED.after_fork_in_child)
+
+
+@contextmanager
+def background_step() -> Iterator[None]:
+    """Run the body (a background thread's work) with the switch interval at most
+    :data:`BACKGROUND_SWITCH_INTERVAL_S`; nests and is shared between threads."""
+    _LOWERED.enter()
+    _MINE.depth += 1
+    try:
+        yield
+    finally:
+        _MINE.depth -= 1
+        _LOWERED.leave()
