@@ -76,7 +76,13 @@ _BOUNDS = {
 def plain_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
     """``loc`` without the names pydantic puts in it for a union's members (``str``,
     ``LibraryRequirement``): the path of keys as the file spells it."""
-    return tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or p == "str")))
+    return tuple(p for p in loc if not _is_member(p))
+
+
+def _is_member(part: Any) -> bool:
+    """Whether a ``loc`` part is the name pydantic gives a union's member (``str``, a model's
+    class name such as ``LibraryRequirement``), not a key of the file."""
+    return isinstance(part, str) and (part[:1].isupper() or part == "str")
 
 
 def _described(value: Any) -> str:
@@ -193,11 +199,7 @@ def _unions_merged(errors: Sequence[Error]) -> list[Error]:
 
 def _member_at(loc: tuple[Any, ...]) -> int | None:
     """Where a union member's name is in ``loc`` (the last one), if any."""
-    for position in range(len(loc) - 1, -1, -1):
-        part = loc[position]
-        if isinstance(part, str) and (part[:1].isupper() or part == "str"):
-            return position
-    return None
+    return next((i for i in range(len(loc) - 1, -1, -1) if _is_member(loc[i])), None)
 
 
 def _quoted(value: str) -> str:
