@@ -186,6 +186,11 @@ MAX_GRPC_UNREAD_BYTES = 8 * KIB
 """What a gRPC client may send on a call before the daemon asks for its request (HTTP/2 stream
 window, never grown by BDP probing): all that a call refused at once makes the daemon buffer.
 A request the daemon reads gets a window of its whole announced size."""
+MAX_GRPC_REQUEST_SECONDS = 10.0
+"""From the start of a gRPC call on a TCP listener (its headers are in) to the end of its
+request message (a request stream's first): past it the call is ended DEADLINE_EXCEEDED naming
+this limit, and its place under ``MAX_GRPC_CALLS_PER_PEER`` and ``MAX_GRPC_TCP_CALLS`` is
+freed. As ``MAX_HTTP_BODY_SECONDS`` for HTTP; a server stream, once its request is in, runs on."""
 MAX_TCP_REQUEST_BYTES = 256 * KIB
 """One gRPC request message over TCP (``MAX_REQUEST_BYTES`` on the unix socket): a hypothetical
 request's platform_json is about 3 KiB, a whole environment rarely 100 KiB."""

@@ -11,7 +11,9 @@ clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight wit
 bound, and what they hold (connections, calls, hypothetical requests' places) is never taken
 from the workers' unix socket. One TCP peer holds at most ``MAX_GRPC_CALLS_PER_PEER`` of those
 calls (:mod:`.peer_calls`), and a call sends at most ``MAX_GRPC_UNREAD_BYTES`` before the daemon
-asks for its request, so a call refused at once costs no more than that. Every service, health
+asks for its request, so a call refused at once costs no more than that; a call whose request is
+not in within ``MAX_GRPC_REQUEST_SECONDS`` is ended ``DEADLINE_EXCEEDED``, its slot freed, so
+half-sent requests hold their slots no longer than that. Every service, health
 and reflection included, goes through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no
 answer is UNKNOWN or names a Python class, and every server stream holds a stream slot.
 """
@@ -81,8 +83,9 @@ def grpc_server(
     listener; ``health`` is the daemon's health servicer, ``hypotheticals`` where its
     hypothetical answers are worked out. ``tcp_calls``: a server for TCP listeners, which
     refuses a call past that many in flight, past ``MAX_GRPC_CALLS_PER_PEER`` from one peer,
-    and a request over ``MAX_TCP_REQUEST_BYTES``; None: one for unix sockets (requests up to
-    ``MAX_REQUEST_BYTES``, no call cap)."""
+    and a request over ``MAX_TCP_REQUEST_BYTES``, and ends one whose request is not in within
+    ``MAX_GRPC_REQUEST_SECONDS``; None: one for unix sockets (requests up to
+    ``MAX_REQUEST_BYTES``, no call cap, no request deadline)."""
     request_bytes = MAX_REQUEST_BYTES if tcp_calls is None else MAX_TCP_REQUEST_BYTES
     tcp_options = [] if tcp_calls is None else TCP_WINDOW
     if tcp_calls is not None:  # outermost: its slot is taken before any request is read

@@ -19,18 +19,25 @@ so :class:`PeerCalls`, the outermost interceptor of the TCP server, serves each 
 through a request-streaming handler, which runs as soon as the call's headers are in: it takes
 the peer's slot, then reads the one request itself. The handlers inside (the metrics
 interceptor's, the boundary's) see the unary calls they always saw.
+
+A slot so taken is held while the request arrives, so that request (a request stream's first
+message) must be in within ``MAX_GRPC_REQUEST_SECONDS``: past it the call is ended
+``DEADLINE_EXCEEDED`` naming the limit, and its slot given back. Before, a client that sent a
+call's headers and part of its message, then nothing, held the slot for as long as it kept the
+connection open. A server stream whose request is in runs on (its stream slot bounds it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
 from kernelpolicy.errors import DaemonError
-from kernelpolicy.limits import MAX_GRPC_CALLS_PER_PEER
+from kernelpolicy.limits import MAX_GRPC_CALLS_PER_PEER, MAX_GRPC_REQUEST_SECONDS
 from kernelpolicy.server.rpc_boundary import Emit
 from kernelpolicy.server.streams import PeerCounts, peer_key
 
@@ -86,6 +93,10 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, emit: Emit, slots: CallSlots | None = None) -> None:
         self.slots = CallSlots() if slots is None else slots
         self._emit = emit
+        self._late = (
+            f"the call's request did not arrive within MAX_GRPC_REQUEST_SECONDS "
+            f"({MAX_GRPC_REQUEST_SECONDS:g} s) of its start; send a request whole, at once"
+        )
         self._wrapped: dict[str, Any] = {}  # the server's handlers never change
 
     async def intercept_service(
@@ -100,22 +111,47 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             wrapped = self._wrapped[method] = self._wrap(method, handler)
         return wrapped
 
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext, method: str, code: grpc.StatusCode, detail: str
+    ) -> NoReturn:
+        self._emit("warning", "kernelpolicy.request.rejected", method=method, code=code.name,
+                   detail=detail)  # fmt: skip
+        await context.abort(code, detail)
+        raise AssertionError("unreachable: abort raises")  # for the type checker
+
     async def _take(self, context: grpc.aio.ServicerContext, method: str) -> str:
         try:
             return self.slots.take(context.peer())
         except DaemonError as exc:
-            self._emit("warning", "kernelpolicy.request.rejected", method=method,
-                       code="RESOURCE_EXHAUSTED", detail=str(exc))  # fmt: skip
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            raise  # abort raises; this line is for the type checker
+            await self._refuse(context, method, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
-    async def _request(self, context: grpc.aio.ServicerContext) -> Any:
-        request = await context.read()
+    async def _request(self, context: grpc.aio.ServicerContext, method: str) -> Any:
+        """The call's one request, read within ``MAX_GRPC_REQUEST_SECONDS``."""
+        try:
+            async with asyncio.timeout(MAX_GRPC_REQUEST_SECONDS):
+                request = await context.read()
+        except TimeoutError:
+            await self._refuse(context, method, grpc.StatusCode.DEADLINE_EXCEEDED, self._late)
         if request is grpc.aio.EOF:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the call ended before its request message"
             )
         return request
+
+    async def _stream(
+        self, requests: Any, context: grpc.aio.ServicerContext, method: str
+    ) -> AsyncIterator[Any]:
+        """A request stream whose first message has come within ``MAX_GRPC_REQUEST_SECONDS``
+        (or which has ended); the same messages, that one first."""
+        stream: AsyncIterator[Any] = aiter(requests)
+        try:
+            async with asyncio.timeout(MAX_GRPC_REQUEST_SECONDS):
+                head = await anext(stream)
+        except StopAsyncIteration:
+            return stream
+        except TimeoutError:
+            await self._refuse(context, method, grpc.StatusCode.DEADLINE_EXCEEDED, self._late)
+        return _chained(head, stream)
 
     def _wrap(self, method: str, handler: Any) -> Any:
         """``handler`` as a request-streaming handler that holds a slot, or ``handler`` held."""
@@ -129,7 +165,7 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def unary_call(requests: Any, context: grpc.aio.ServicerContext) -> Any:
                 key = await self._take(context, method)
                 try:
-                    return await unary(await self._request(context), context)
+                    return await unary(await self._request(context, method), context)
                 finally:
                     self.slots.give_back(key)
 
@@ -143,7 +179,8 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def stream_call(requests: Any, context: grpc.aio.ServicerContext) -> Any:
                 key = await self._take(context, method)
                 try:
-                    return await streamed(requests, context)
+                    return await streamed(await self._stream(requests, context, method),
+                                          context)  # fmt: skip
                 finally:
                     self.slots.give_back(key)
 
@@ -157,7 +194,9 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         one request read first where ``read`` (a unary-stream method)."""
 
         async def first(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await self._request(context) if read else requests
+            if read:
+                return await self._request(context, method)
+            return await self._stream(requests, context, method)
 
         if not inspect.isasyncgenfunction(behaviour):
 
@@ -179,3 +218,9 @@ class PeerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self.slots.give_back(key)
 
         return stream
+
+
+async def _chained(head: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield head
+    async for item in rest:
+        yield item
