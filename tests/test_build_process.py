@@ -188,12 +188,14 @@ def test_a_background_build_whose_child_says_latin_1_fails_with_its_words(
         child.compile({})
 
 
-def _hangs_with_a_grandchild(tmp_path: Path) -> tuple[str, Path]:
-    """A build process that starts a compiler of its own (a ``sleep`` that does not hold the
-    output pipes), notes its pid, and hangs."""
+def _hangs_with_a_grandchild(
+    tmp_path: Path, then: str = "sleep 600", start: str = "sleep 600 >/dev/null 2>&1 &"
+) -> tuple[str, Path]:
+    """A build process that starts a compiler of its own (by default a ``sleep`` that does not
+    hold the output pipes), notes its pid, and then hangs (or does ``then``)."""
     pid_file = tmp_path / "grandchild.pid"
     script = tmp_path / "build"
-    script.write_text(f"#!/bin/sh\nsleep 600 >/dev/null 2>&1 &\necho $! > {pid_file}\nsleep 600\n")
+    script.write_text(f"#!/bin/sh\n{start}\necho $! > {pid_file}\n{then}\n")
     script.chmod(0o755)
     return str(script), pid_file
 
@@ -250,13 +252,67 @@ def test_a_build_past_its_seconds_is_killed_with_all_it_started(
     ``sleep``) does not outlive it."""
     script, pid_file = _hangs_with_a_grandchild(tmp_path)
     assert said in run(script, monkeypatch)
-    grandchild = int(pid_file.read_text())
+    _assert_killed(int(pid_file.read_text()), "the build's own process outlived its time limit")
+
+
+def _assert_killed(grandchild: int, why: str) -> None:
+    """``grandchild`` ends (SIGKILL was sent; its delivery is the scheduler's), else ``why``;
+    it is killed here whatever the outcome."""
     try:
-        for _ in range(600):  # SIGKILL is sent; its delivery is the scheduler's
+        for _ in range(600):
             if not _alive(grandchild):
                 break
             time.sleep(0.05)
-        assert not _alive(grandchild), "the build's own process outlived its time limit"
+        assert not _alive(grandchild), why
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(grandchild, 9)
+
+
+def _no_pidfd(pid: int) -> int:
+    raise OSError(38, "Function not implemented")  # ENOSYS: a kernel before Linux 5.3
+
+
+@pytest.mark.parametrize(
+    ("then", "start", "seconds", "ended", "pidfd"),
+    [
+        pytest.param("echo built", None, 60, (0, "built\n"), True, id="normal-exit"),
+        pytest.param("echo no; exit 3", None, 60, (3, "no\n"), True, id="failing-exit"),
+        pytest.param("sleep 600", None, 2, None, True, id="timeout"),
+        pytest.param(
+            "echo built",
+            "sleep 600 &",
+            60,
+            (0, "built\n"),
+            True,
+            id="normal-exit-grandchild-holds-the-output",
+        ),
+        pytest.param("echo built", None, 60, (0, "built\n"), False, id="normal-exit-no-pidfd"),
+        pytest.param("echo no; exit 3", None, 60, (3, "no\n"), False, id="failing-exit-no-pidfd"),
+    ],
+)
+def test_what_a_build_left_of_its_group_is_killed_however_it_ends(
+    then: str,
+    start: str | None,
+    seconds: float,
+    ended: tuple[int, str] | None,
+    pidfd: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compiler the build process started and left behind is killed when it ends: done,
+    failed or past its seconds (review: only the time limit killed the group), also where the
+    left one holds the output pipes (the build's result comes when the build process ends,
+    not at its time limit) and where the kernel has no pidfd to tell of its end."""
+    import subprocess
+
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    script, pid_file = _hangs_with_a_grandchild(tmp_path, then, *([start] if start else []))
+    if ended is None:
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_build([script], dict(os.environ), seconds)
+    else:
+        done = run_build([script], dict(os.environ), seconds)
+        assert (done.code, done.stdout) == ended
+    _assert_killed(int(pid_file.read_text()), "the build left a process of its group running")
