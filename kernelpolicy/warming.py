@@ -2,7 +2,7 @@
 kernel cache (:mod:`kernelpolicy.kernel_cache`): the work of ``kernelpolicy warm`` and of
 ``serve --warm`` (the daemon at start, before ``/readyz`` says ready).
 
-Each build runs in a process of its own (``python -P -m kernelpolicy.cli.warm_child``, started
+Each build runs in a process of its own (``python -P -m kernelpolicy.kernels.warm_child``, started
 where nobody else's code can be imported: :mod:`kernelpolicy.kernels.build_process`), so that
 a compiler holding its interpreter never holds the caller's; at most ``jobs`` at once. Without a
 CUDA device there is nothing to build. Importing it costs every command nothing much (the CLI
@@ -77,7 +77,7 @@ def build_in_process(task: Task, device: str, env: Mapping[str, str]) -> Result:
 
     start = time.monotonic()
     payload = json.dumps({**task, "device": device})
-    argv = [*python_command(sys.executable, "kernelpolicy.cli.warm_child"), payload]
+    argv = [*python_command(sys.executable, "kernelpolicy.kernels.warm_child"), payload]
     try:
         done = run_build(argv, build_environment(env), TASK_SECONDS)
         failed = (done.stdout.strip() or done.stderr.strip()[-300:]) if done.code else ""

@@ -1,13 +1,15 @@
 """The readers behind tests/test_layers.py (their own tests: tests/test_layers_readers.py):
 kernelpolicy's modules, the imports of each (inside functions and under ``TYPE_CHECKING`` too),
-the cycles among them, the layers docs/design.md states under "Layers", the private names a
-module takes from another, and the lazy maps packages load names from on first use."""
+the modules each runs with ``python -m``, the cycles among them, the layers docs/design.md states
+under "Layers", the private names a module takes from another, and the lazy maps packages load
+names from on first use."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import inspect
+import itertools
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -65,6 +67,46 @@ def edges() -> dict[str, set[str]]:
             if target in MODULES and target != name:
                 edges[name].add(target)
     return edges
+
+
+def runs(path: Path) -> set[str]:
+    """The kernelpolicy modules the file at ``path`` runs in a process of their own with
+    ``python -m``: the module given to ``python_command(executable, module)``
+    (:mod:`kernelpolicy.kernels.build_process`) and the item after ``"-m"`` in a list or tuple,
+    each a string constant or a module-level name bound to one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return constants.get(node.id) if isinstance(node, ast.Name) else None
+
+    named: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("python_command"):
+            named += node.args[1:2] + [k.value for k in node.keywords if k.arg == "module"]
+        elif isinstance(node, ast.List | ast.Tuple):
+            named += [after for flag, after in itertools.pairwise(node.elts) if text(flag) == "-m"]
+    return {
+        module
+        for module in map(text, named)
+        if module is not None and module.split(".")[0] == "kernelpolicy"
+    }
+
+
+def run_edges() -> dict[str, set[str]]:
+    """Module -> the kernelpolicy modules it runs with ``python -m``: a dependency for the layer
+    order, but no import (the module runs in another process, so it may import its runner)."""
+    return {name: runs(path) - {name} for name, path in MODULES.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -128,12 +170,14 @@ def top(module: str) -> str:
 
 
 def up_arrows() -> list[str]:
+    """Each import of a higher layer, and each ``python -m`` run of one (:func:`runs`)."""
     found = []
-    for name, targets in edges().items():
-        for target in sorted(targets):
-            if LAYERS[top(target)] > LAYERS[top(name)]:
-                found.append(f"{name} (layer {LAYERS[top(name)]}) imports {target} "
-                             f"(layer {LAYERS[top(target)]})")  # fmt: skip
+    for verb, found_edges in (("imports", edges()), ("runs", run_edges())):
+        for name, targets in found_edges.items():
+            for target in sorted(targets):
+                if target in MODULES and LAYERS[top(target)] > LAYERS[top(name)]:
+                    found.append(f"{name} (layer {LAYERS[top(name)]}) {verb} {target} "
+                                 f"(layer {LAYERS[top(target)]})")  # fmt: skip
     return found
 
 

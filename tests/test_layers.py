@@ -3,10 +3,13 @@ importing only the layers below it (the order docs/design.md states under "Layer
 using another module's private name (imported by name, or read as an attribute of a module it
 imported; within a package too), and every name a package loads on first use (its lazy map)
 imported under ``TYPE_CHECKING`` as well, from a layer it may import. Imports inside functions
-and under ``TYPE_CHECKING`` count: they are dependencies all the same. The readers:
-tests/layer_readers.py, tested in tests/test_layers_readers.py."""
+and under ``TYPE_CHECKING`` count: they are dependencies all the same, and so is a module run
+with ``python -m`` (a build process). The readers: tests/layer_readers.py, tested in
+tests/test_layers_readers.py (the ``-m`` reader here)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +28,42 @@ def test_no_import_cycle() -> None:
 
 def test_no_package_imports_a_higher_layer() -> None:
     assert readers.up_arrows() == []
+
+
+RUNS = {
+    "python_command with a constant": (
+        'argv = python_command(sys.executable, "kernelpolicy.cli.warm_child")\n',
+        {"kernelpolicy.cli.warm_child"},
+    ),
+    "python_command with a module-level name, by keyword": (
+        'MODULE = "kernelpolicy.a.b"\ndef f():\n    return build_process.python_command("py", '
+        "module=MODULE)\n",
+        {"kernelpolicy.a.b"},
+    ),
+    "a list with -m": (
+        'argv = [sys.executable, "-P", "-m", "kernelpolicy.a"]\n',
+        {"kernelpolicy.a"},
+    ),
+    "another package's module": ('argv = ["python", "-m", "pip", "kernelpolicy.a"]\n', set()),
+    "a name that is no command": ('log("kernelpolicy.warm.start", "-m")\n', set()),
+}
+
+
+@pytest.mark.parametrize(("source", "found"), list(RUNS.values()), ids=list(RUNS))
+def test_the_dash_m_reader(tmp_path: Path, source: str, found: set[str]) -> None:
+    """The reader finds the modules a file runs with ``python -m``, and nothing else."""
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert readers.runs(module) == found
+
+
+def test_the_modules_run_with_dash_m_are_found_and_exist() -> None:
+    """The build processes are read (a layer they break is an up arrow), each a module."""
+    runs = readers.run_edges()
+    assert "kernelpolicy.kernels.warm_child" in runs["kernelpolicy.warming"]
+    child = "kernelpolicy.kernels.sampling_triton.child"
+    assert f"{child}_main" in runs[child]
+    assert sorted(m for targets in runs.values() for m in targets if m not in readers.MODULES) == []
 
 
 def test_no_module_uses_another_modules_private_name() -> None:

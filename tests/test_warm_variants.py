@@ -1,4 +1,4 @@
-"""The variants ``kernelpolicy warm`` builds (``variants.of`` through ``cli/warm_child.py``)
+"""The variants ``kernelpolicy warm`` builds (``variants.of`` through ``kernels/warm_child.py``)
 include the variant of every call an inference engine makes: k in int32 (vLLM keeps ``top_k``
 as int32) or int64, and any k up to ``Tuning.max_k`` (a larger k picks a smaller group size)."""
 
@@ -15,8 +15,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # as the kernel tests: before the kernels load
 pytest.importorskip("triton")
 
-from kernelpolicy.cli import warm_child
-from kernelpolicy.kernels import sampling_triton
+from kernelpolicy.kernels import sampling_triton, warm_child
 from kernelpolicy.kernels.sampling_triton import Tuning, Variant, variants
 
 

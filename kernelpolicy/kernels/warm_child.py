@@ -1,7 +1,7 @@
 """One build process of ``kernelpolicy warm``: build the variants of one task, in this process
 (its TRITON_CACHE_DIR and FLASHINFER_WORKSPACE_BASE point at the kernel cache).
 
-Usage: python -m kernelpolicy.cli.warm_child '{"impl": "triton", "dtype": ..., "vocab": ...}'
+Usage: python -m kernelpolicy.kernels.warm_child '{"impl": "triton", "dtype": ..., "vocab": ...}'
 Prints the failures and exits 1 when a variant failed to build.
 """
 
