@@ -53,12 +53,20 @@ def test_round_trip_and_merge(tmp_path: Path) -> None:
     assert evidence.get("rmsnorm", "torch") is not None
 
 
-def test_key_follows_library_versions() -> None:
-    """Upgrading a library asks for new evidence."""
-    assert platform_key(fixture("mi300x")) != platform_key(
-        with_libraries("mi300x", amd_aiter="0.1.13")
-    )
-    assert platform_key(fixture("mi300x")) == platform_key(fixture("mi300x"))
+@pytest.mark.parametrize(
+    ("versions", "changes"),
+    [
+        pytest.param({"amd_aiter": "0.1.13"}, True, id="kernel-library-upgraded"),
+        pytest.param({"vllm": "0.10.2"}, True, id="bridge-side-upgraded"),
+        pytest.param({"amd_aiter": None}, True, id="kernel-library-removed"),
+        pytest.param({"numpy": "2.3.0"}, False, id="library-outside-the-kernel-stack"),
+        pytest.param({"amd_aiter": "0.1.12"}, False, id="same-version-again"),
+    ],
+)
+def test_key_follows_library_versions(versions: dict[str, str | None], changes: bool) -> None:
+    """Upgrading a library of the kernel stack asks for new evidence; other libraries do not."""
+    before = platform_key(fixture("mi300x"))
+    assert (platform_key(with_libraries("mi300x", **versions)) != before) is changes
 
 
 def test_broken_file_is_reported_not_raised(tmp_path: Path) -> None:

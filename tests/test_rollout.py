@@ -87,15 +87,23 @@ def test_cohorts_are_independent(first: tuple[str, str, str], second: tuple[str,
     assert abs(len(a & b) / len(IDENTITIES) - 0.25) <= TOLERANCE
 
 
-def test_bucket_is_stable() -> None:
-    """A node's bucket is a pure function of salt and identity (pinned: a change of hashing
-    would move every node of every fleet)."""
-    spec = type("Spec", (), {"percent": 10, "salt": ""})()
-    rollout = compile_rollout("sampler.top_k_top_p", "flashinfer", spec)
+@pytest.mark.parametrize(
+    ("feature", "salt", "percent", "buckets"),
+    [
+        pytest.param("sampler.top_k_top_p", "", 10, [5680, 8059, 2310], id="default-salt"),
+        pytest.param("sampler.top_k_top_p", "", 90, [5680, 8059, 2310],
+                     id="default-salt-whatever-the-percent"),
+        pytest.param("sampler.top_k_top_p", "canary", 10, [1450, 5479, 5979], id="own-salt"),
+        pytest.param("sampler.greedy", "", 10, [8321, 990, 1978], id="another-feature"),
+    ],
+)  # fmt: skip
+def test_bucket_is_stable(feature: str, salt: str, percent: int, buckets: list[int]) -> None:
+    """A node's bucket is a pure function of feature, impl, salt and identity, pinned: a change
+    of hashing would move every node of every fleet."""
+    spec = type("Spec", (), {"percent": percent, "salt": salt})()
+    rollout = compile_rollout(feature, "flashinfer", spec)
     assert rollout is not None
-    assert [rollout.bucket(i) for i in IDENTITIES[:3]] == [
-        rollout.bucket(i) for i in IDENTITIES[:3]
-    ]
+    assert [rollout.bucket(i) for i in IDENTITIES[:3]] == buckets
     assert all(0 <= rollout.bucket(i) < ROLLOUT_BUCKETS for i in IDENTITIES[:100])
 
 

@@ -64,8 +64,8 @@ def test_readyz_waits_for_the_warm_builds() -> None:
     assert names.count("kernelpolicy.warm.built") == total
     done = next(e for e in events if e["event"] == "kernelpolicy.warm.done")
     assert done["variant_groups"] == total
-    assert all("float16" in failed for failed in done["failed"])
-    assert done["failed"]  # the planted failure is said
+    # the planted failure of each float16 variant group on this node, as "impl dtype [vocab]"
+    assert sorted(done["failed"]) == ["flashinfer float16", "triton float16 32000"]
 
 
 def test_serve_warm_without_a_gpu_is_ready_at_once(tmp_path: Path) -> None:
