@@ -24,7 +24,6 @@ __all__ = [
     "DEFAULT_VOCABS",
     "TASK_SECONDS",
     "Warming",
-    "build_environment",
     "build_in_process",
     "has_device",
     "label",
@@ -97,7 +96,7 @@ def node_warming(
     nothing to build (no such device here)."""
     if not has_device(device):
         return f"no device {device} here: nothing to build"
-    env = build_environment(root)
+    env = warm_environment(root)
     tasks = tasks_for(resolution, vocabs or list(DEFAULT_VOCABS))
     return Warming(tasks, lambda task: build_in_process(task, device, env), jobs=jobs)
 
@@ -170,10 +169,12 @@ class Warming:
             return [r for r in self.results if r["failed"]]
 
 
-def build_environment(root: os.PathLike[str] | str) -> dict[str, str]:
-    """The environment a build process gets: this one, with Triton's and FlashInfer's caches
-    in the kernel cache at ``root`` whatever it says (a build fills that cache; ``exec``'s
-    ``kernel_cache.cache_environment`` keeps a variable the user set)."""
+def warm_environment(root: os.PathLike[str] | str) -> dict[str, str]:
+    """The environment a warm run's build processes start from: this one, with Triton's and
+    FlashInfer's caches in the kernel cache at ``root`` whatever it says (a build fills that
+    cache; ``exec``'s ``kernel_cache.cache_environment`` keeps a variable the user set).
+    :func:`build_in_process` hands it to ``build_process.build_environment``, which makes a
+    build process's own environment of it."""
     from pathlib import Path
 
     from kernelpolicy.kernel_cache import VARIABLES
