@@ -11,7 +11,8 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,7 +222,7 @@ def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str
         engine=settings.engine,
         engine_version=settings.matched_version,
         engine_version_assumed=settings.version_assumed,
-        command=argv[0],
+        command=argv[0] if fmt == "json" else _Shell(shell_word(argv[0])),
         **fields,
     )
 
@@ -243,10 +244,51 @@ _TELLS = frozenset({Status.TOLD, Status.PLUGIN, Status.INEXPRESSIBLE, Status.ERR
 """The decisions the console line names: those the engine is told (or fails to be)."""
 
 
+@dataclass(frozen=True)
+class _Shell:
+    """Text the console line prints as it is: the console renderer prints a value's repr (a
+    string's with Python's quotes and escapes once it holds a space or a quote, which no
+    shell reads back)."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def shell_word(arg: str) -> str:
+    """``arg`` as one word that bash reads back exactly, on one printable line: quoted as
+    :func:`shlex.quote` does, or as ``$'...'`` where it holds a character that is not
+    printable (a newline, a control character) or a byte that is not UTF-8 (an argument
+    decoded with surrogate escapes: each such byte is written ``\\xHH``)."""
+    if arg.isprintable():
+        return shlex.quote(arg)
+    return "$'" + "".join(_escaped(char) for char in arg) + "'"
+
+
+def _escaped(char: str) -> str:
+    """One character of a ``$'...'`` word."""
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    # a byte that was not UTF-8 (U+DC80..U+DCFF): that byte; any other lone surrogate as is
+    undecoded = "\udc80" <= char <= "\udcff"
+    raw = char.encode("utf-8", "surrogateescape" if undecoded else "surrogatepass")
+    return "".join(f"\\x{byte:02x}" for byte in raw)
+
+
+def shell_array(words: Iterable[str]) -> str:
+    """``(word ...)``: words as a bash array assignment reads them back, delimited on a line
+    of other fields."""
+    return "(" + " ".join(words) + ")"
+
+
 def _console_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, Any]:
     """One short line of words: ``told=feature:impl,...`` for the decisions that change what
     the engine runs (``none``: it runs its defaults), out of ``decisions=N``; the variables
-    and flags as a shell would write them; counts of what is said in lines of its own."""
+    and flags as bash arrays (``env=(NAME=value ...)``, ``flags=(...)``) that bash reads back
+    exactly; counts of what is said in lines of its own."""
     told = [
         f"{name}:{told.impl or 'ERROR'}"
         for name, told in settings.decisions.items()
@@ -255,11 +297,17 @@ def _console_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, 
     fields: dict[str, Any] = {
         "decisions": len(settings.decisions),
         "told": ",".join(told) or "none",
-        "env": " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.env.items()) or None,
-        "flags": " ".join(shlex.quote(flag) for flag in settings.flags) or None,
+        "env": _words(f"{k}={shell_word(v)}" for k, v in settings.env.items()),
+        "flags": _words(shell_word(flag) for flag in settings.flags),
         "errors": len(settings.errors) or None,
         "warnings": len(warnings) or None,
         "per_batch": ",".join(settings.per_batch) or None,
         "per_dtype": ",".join(settings.per_dtype) or None,
     }
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _words(words: Iterable[str]) -> _Shell | None:
+    """A console field of shell words as a bash array; None where there are none."""
+    listed = list(words)
+    return _Shell(shell_array(listed)) if listed else None
