@@ -142,33 +142,47 @@ def hot_path(
         "_failed": _failed,
         **(namespace or {}),
     }
-    names = list(contexts)
-    if len(names) <= FEATURES_PER_FUNCTION:
+    if len(contexts) <= FEATURES_PER_FUNCTION:
         function = _generate(kind, kind, contexts, params, fast=fast, scope=scope)
     else:
-        table: dict[str, Callable[..., Any]] = {}
-        for start in range(0, len(names), FEATURES_PER_FUNCTION):
-            chunk = {n: contexts[n] for n in names[start : start + FEATURES_PER_FUNCTION]}
-            part = _generate(
-                f"_{kind}_{start}", kind, chunk, params, fast=fast, scope=scope, offset=start
-            )
-            table.update(dict.fromkeys(chunk, part))
-        scope["_T"] = table
-        scope["_rest"] = _generate(f"_{kind}_rest", kind, {}, params, fast=fast, scope=scope)
-        passed = "".join(f", {p}={p}" for p in params)
-        lines = [
-            _signature(kind, kind, params),
-            "    try:",
-            "        _f = _T[_name]",
-            "    except Exception:  # unknown or unhashable: the slow path says so",
-            "        _f = _rest",
-            f"    return _f(_name{passed})",
-        ]
-        function = _compile(kind, lines, scope)
+        function = _dispatched(kind, contexts, params, fast=fast, scope=scope)
     # Seen by TorchDynamo (what torch.compiler.assume_constant_result sets, without importing
     # torch): call it at trace time and bake the result in, instead of tracing the CEL call.
     function._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return function
+
+
+def _dispatched(
+    kind: str,
+    contexts: Mapping[str, tuple[str, ...]],
+    params: list[str],
+    *,
+    fast: Mapping[str, list[str]] | None,
+    scope: dict[str, Any],
+) -> Callable[..., Any]:
+    """``kind`` for more than ``FEATURES_PER_FUNCTION`` names: a function per chunk of them
+    (:func:`_generate`), and one that picks the chunk's function from a dict by the name (a name
+    in none, or one that is no key, goes to a function that knows no name: the slow path)."""
+    names = list(contexts)
+    table: dict[str, Callable[..., Any]] = {}
+    for start in range(0, len(names), FEATURES_PER_FUNCTION):
+        chunk = {n: contexts[n] for n in names[start : start + FEATURES_PER_FUNCTION]}
+        part = _generate(
+            f"_{kind}_{start}", kind, chunk, params, fast=fast, scope=scope, offset=start
+        )
+        table.update(dict.fromkeys(chunk, part))
+    scope["_T"] = table
+    scope["_rest"] = _generate(f"_{kind}_rest", kind, {}, params, fast=fast, scope=scope)
+    passed = "".join(f", {p}={p}" for p in params)
+    lines = [
+        _signature(kind, kind, params),
+        "    try:",
+        "        _f = _T[_name]",
+        "    except Exception:  # unknown or unhashable: the slow path says so",
+        "        _f = _rest",
+        f"    return _f(_name{passed})",
+    ]
+    return _compile(kind, lines, scope)
 
 
 def _generate(
