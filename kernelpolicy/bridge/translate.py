@@ -81,16 +81,9 @@ def engine_settings(
     teller, told, merged_env, flags = _tell_until_settled(
         resolution, engine, env, release, model_kind
     )
-    warnings, errors = teller.warnings, teller.errors
-    about = list(teller.about)
-    for t in told.values():
-        if t.inexpressible:
-            warnings.append(_inexpressible_warning(engine, t))
-            about.append((t.feature, warnings[-1]))
     versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
-    if versioned and release.note:
-        warnings.insert(0, release.note)
-    warnings += release.unread(env)
+    warnings, about = _warnings(engine, env, teller, told, release, versioned=versioned)
+    errors = teller.errors
     carried = carried_to_workers(engine, merged_env, env, release.reads)
     merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
     kept = kept_variables(engine, env, merged_env, carried, warnings)
@@ -101,6 +94,31 @@ def engine_settings(
         warnings=tuple(warnings), errors=tuple(errors), kept=kept, feature_warnings=tuple(about),
         release_note=release.note if versioned else None,
     )  # fmt: skip
+
+
+def _warnings(
+    engine: str,
+    env: Mapping[str, str],
+    teller: _Teller,
+    told: Mapping[str, Told],
+    release: MatchedRelease,
+    *,
+    versioned: bool,
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The settings' warnings, and (feature, warning) for those about one feature: the
+    teller's, one per told decision no setting of ``engine`` expresses, the release's note
+    first where a rule names the engine's versions (``versioned``), and one per variable of
+    ``env`` the release does not read."""
+    warnings = teller.warnings
+    about = list(teller.about)
+    for t in told.values():
+        if t.inexpressible:
+            warnings.append(_inexpressible_warning(engine, t))
+            about.append((t.feature, warnings[-1]))
+    if versioned and release.note:
+        warnings.insert(0, release.note)
+    warnings += release.unread(env)
+    return warnings, about
 
 
 def _tell_until_settled(
