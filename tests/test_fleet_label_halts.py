@@ -61,15 +61,24 @@ def _kubectl(tmp_path: Path, old: str, halted: dict[str, list[str]]) -> Path:
     return path
 
 
-def _diff(tmp_path: Path, nodes: Path, old: str, new: str, capsys: Any) -> dict[str, Any]:
+def _run(
+    tmp_path: Path, nodes: Path, old: str, new: str, capsys: pytest.CaptureFixture[str], *flags: str
+) -> str:
+    """What ``diff --policies OLD --against NEW --platforms NODES`` prints."""
     for name, text in (("old", old), ("new", new)):
-        (tmp_path / name).mkdir()
+        (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "p.toml").write_text(text)
     code = main(["diff", "--policies", str(tmp_path / "old"), "--against", str(tmp_path / "new"),
-                 "--platforms", str(nodes), "--json"])  # fmt: skip
+                 "--platforms", str(nodes), *flags])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
-    document: dict[str, Any] = json.loads(out)
+    return out
+
+
+def _diff(
+    tmp_path: Path, nodes: Path, old: str, new: str, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(_run(tmp_path, nodes, old, new, capsys, "--json"))
     return document
 
 
@@ -117,6 +126,10 @@ def test_labelled_halts_decide_the_node_as_its_daemon_does(
         if c["kind"] == "decision" and c["node_names"] == ["a"]
     ]
     assert found == changes
+    text = _run(tmp_path, nodes, old, new, capsys)
+    fate = "keep" if kept else "lift (the feature's policy changes)"
+    assert f"  {feature}/{impl}: halted on 1 of 2 nodes (50.0%); the new policies {fate}" in text
+    assert f"    {LABEL_WHY} (a)" in text
 
 
 @pytest.mark.parametrize("new", [c.values[1] for c in CASES[:2]], ids=["kept", "lifted"])
