@@ -1,15 +1,19 @@
-"""A background thread's Python work hands the interpreter back often while it runs, so that a
-call served meanwhile does not queue behind it.
+"""kernelpolicy's background threads hand the interpreter back often while they run, so that
+a call served meanwhile does not queue behind them.
 
 ``impl()`` imports an accelerated implementation on a background thread (its prefetch:
-Triton's modules, the hash of Triton's installation, each kernel's source hash; 0.5-0.8 s of
-mostly Python on the lent H100). A call issued at once is served by the fallback meanwhile
-(torch): about a hundred operations, and torch lets go of the interpreter's lock in each one, so
-the call asks for it back about a hundred times while the prefetch thread holds it. CPython
-hands it over only after its switch interval (5 ms by default) each time: the call took 0.49-0.78
-s instead of about 0.35. With the interval at :data:`BACKGROUND_SWITCH_INTERVAL_S` while a
-background step runs, the first sample came 0.40-0.42 s after ``impl()`` (the H100, 2026-11-27,
-``benchmarks/README.md``), against 0.53-0.81 s at the default; 1 ms was not enough (0.54-0.71).
+Triton's modules, the hash of Triton's installation, each kernel's source hash), and a kernel
+variant not built yet is built or loaded on one (FlashInfer's build imports FlashInfer there):
+0.5-1 s of mostly Python at a worker's start on the lent H100. A call issued meanwhile is served
+by the fallback (torch): about a hundred operations, and torch lets go of the interpreter's lock
+in each one, so the call asks for it back about a hundred times while a background thread holds
+it. CPython hands it over only after its switch interval (5 ms by default) each time. Every
+thread :func:`~kernelpolicy.kernels.build_threads.start_thread` starts runs in a
+:func:`background_step`, with the interval at :data:`BACKGROUND_SWITCH_INTERVAL_S`: with it set
+for the whole process, the first sample came 0.40-0.42 s after ``impl()`` (the H100,
+2026-11-27, ``benchmarks/README.md``) against 0.53-0.81 s at the default; 1 ms was not enough
+(0.54-0.71). Calls cost a little more while background threads run (more hand-overs where two
+threads both run Python), for at most as long as a build takes.
 
 The interval is the process's: it is lowered when the first background step starts (only where
 it is longer), and put back as it was found when the last one ends, unless someone else has

@@ -1,9 +1,11 @@
-"""A background step (impl()'s prefetch) runs with the interpreter's switch interval lowered, so
-that a call served meanwhile does not wait 5 ms for the lock after each torch operation; the
-interval is put back as it was found, and someone else's change is kept."""
+"""A background step (impl()'s prefetch, a background build) runs with the interpreter's
+switch interval lowered, so that a call served meanwhile does not wait 5 ms for the lock after
+each torch operation; the interval is put back as it was found, and someone else's change is
+kept."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.engine.loading import LazyEntry
+from kernelpolicy.kernels.builds import Builds, Compiling
 from kernelpolicy.yielding import BACKGROUND_SWITCH_INTERVAL_S, background_step
 
 DEFAULT = 0.005
@@ -143,3 +146,15 @@ def test_impls_prefetch_runs_with_the_interval_lowered(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("kp_yield_rec", None)
+
+
+def test_a_background_build_runs_with_the_interval_lowered() -> None:
+    seen: list[float] = []
+    builds: Builds[str] = Builds("probe", lambda key: seen.append(sys.getswitchinterval()))
+    with contextlib.suppress(Compiling):  # unless the build thread ended first
+        builds.require("variant")
+    for thread in threading.enumerate():
+        if thread.name.startswith("kernelpolicy build"):
+            thread.join(30)
+    assert seen == pytest.approx([LOW])
+    assert sys.getswitchinterval() == pytest.approx(DEFAULT)

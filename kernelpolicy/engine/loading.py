@@ -17,7 +17,6 @@ from kernelpolicy.gcpause import collector_paused
 from kernelpolicy.kernels.build_threads import start_thread
 from kernelpolicy.kernels.builds import Compiling, Done
 from kernelpolicy.policy.entries import load_entry, load_prepared
-from kernelpolicy.yielding import background_step
 
 EXTRA_HINTS = {
     "torch": " (kernelpolicy's kernels run on torch, an optional extra: pip install "
@@ -94,15 +93,14 @@ class LazyEntry:
         it imported (and its library's per-process set-up done: a kernel's ``prefetch``
         attribute, such as Triton's hash of its own installation). ``impl()`` returns at once;
         a failure is left for the first call to meet and report, as without a prefetch. The
-        thread hands the interpreter back often meanwhile (:mod:`kernelpolicy.yielding`)."""
+        thread hands the interpreter back often (``start_thread``, :mod:`kernelpolicy.yielding`)."""
 
         def run() -> None:
             try:
-                with background_step():  # a call served meanwhile: kernelpolicy.yielding
-                    self.load()
-                    warm = getattr(load_entry(self.entry), "prefetch", None)  # imported: a lookup
-                    if callable(warm):
-                        warm()
+                self.load()
+                warm = getattr(load_entry(self.entry), "prefetch", None)  # imported: a lookup
+                if callable(warm):
+                    warm()
             except Exception:  # any import failure: the first call imports again, reports it
                 return
 

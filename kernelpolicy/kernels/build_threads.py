@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from kernelpolicy.limits import MAX_RUNNING_BUILDS
+from kernelpolicy.yielding import background_step
 
 __all__ = ["EXIT_WAIT_SECONDS", "SLOTS", "Slots", "start_thread"]
 
@@ -30,11 +31,14 @@ _EXIT_HOOK = threading.Event()  # set once _wait_at_exit is registered (once per
 
 def start_thread(run: Callable[[], None], name: str) -> None:
     """Run ``run`` in a daemon thread (a build never keeps the process alive for long: at exit
-    it is waited for up to :data:`EXIT_WAIT_SECONDS`)."""
+    it is waited for up to :data:`EXIT_WAIT_SECONDS`), handing the interpreter back often while
+    it runs (:func:`~kernelpolicy.yielding.background_step`: the calls served meanwhile, by
+    torch, do not queue behind its imports)."""
 
     def tracked() -> None:
         try:
-            run()
+            with background_step():
+                run()
         finally:
             with _RUNNING_LOCK:
                 _RUNNING.discard(thread)
