@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +23,6 @@ GUARD_TRIPS_WHY = (
     "its output guard repaired 2 output(s) in this node's workers (halt_on.guard_trips = 2)"
 )
 """Why a daemon halted the planted kernel after :func:`report_guard_trips`."""
-
-
-def wait_for(check: Callable[[], bool], what: str = "no change seen") -> None:
-    """Until ``check()`` is true; fails with ``what`` after 30 s."""
-    deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def report_guard_trips(report_socket: Path) -> None:

@@ -6,6 +6,7 @@ import inspect
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -342,3 +343,14 @@ def said_as_user(uid: int, ask: Callable[[], str]) -> str:
         said = pipe.read().decode()
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, f"the child of uid {uid} failed"
     return said
+
+
+def wait_until(
+    check: Callable[[], object], what: str = "never happened", seconds: float = 30
+) -> None:
+    """Poll ``check()`` until it is true; fail with ``what`` after ``seconds``: a bound on a
+    hang, not a speed check (the one polling loop of the tests)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)

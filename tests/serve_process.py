@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_until
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,9 @@ class Served:
     url: str
 
 
-def _env() -> dict[str, str]:
+def serve_env() -> dict[str, str]:
+    """What a test's ``kernelpolicy`` process gets of this one's environment: the interpreter's
+    and the locale's, with JSON logs and no pack cache."""
     keep = ("PYTHON", "HOME", "VIRTUAL_ENV", "LANG", "PATH")
     return {k: v for k, v in os.environ.items() if k.startswith(keep)} | {
         "KERNELPOLICY_LOG_FORMAT": "json", "KERNELPOLICY_PACK_CACHE": "0",
@@ -32,24 +33,27 @@ def _env() -> dict[str, str]:
 
 
 @contextmanager
-def serve(home: Path, platform: Path, policies: list[Path]) -> Iterator[Served]:
-    """``kernelpolicy serve --platform PLATFORM`` with its socket, port file and log in
-    ``home`` (keep it short: a unix socket's path holds at most 107 bytes)."""
+def serve(
+    home: Path, platform: Path, policies: list[Path], extra_args: Sequence[str] = ()
+) -> Iterator[Served]:
+    """``kernelpolicy serve --platform PLATFORM [EXTRA_ARGS]`` with its socket, port file and
+    log in ``home`` (keep it short: a unix socket's path holds at most 107 bytes)."""
     home.mkdir(parents=True, exist_ok=True)
     port = home / "port"
     flags = [arg for path in policies for arg in ("--policies", str(path))]
     process = subprocess.Popen(
         [sys.executable, "-m", "kernelpolicy", "serve", "--listen", f"unix:{home}/kp.sock",
          "--http", "127.0.0.1:0", "--port-file", str(port), "--platform", str(platform),
-         "--no-watch", *flags],
-        stdout=subprocess.DEVNULL, stderr=(home / "log").open("w"), env=_env(), cwd=ROOT,
+         "--no-watch", *flags, *extra_args],
+        stdout=subprocess.DEVNULL, stderr=(home / "log").open("w"), env=serve_env(), cwd=ROOT,
     )  # fmt: skip
+
+    def started() -> bool:
+        assert process.poll() is None, (home / "log").read_text()
+        return port.exists() and len(port.read_text().split()) == 2
+
     try:
-        deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
-        while not (port.exists() and len(port.read_text().split()) == 2):
-            assert process.poll() is None, (home / "log").read_text()
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.05)
+        wait_until(started, "serve did not start", seconds=60)
         address, url = port.read_text().split()
         yield Served(process, address, url)
     finally:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from kernelpolicy.labels import PREFIX, is_valid_key, node_labels
 from kernelpolicy.policy.loader import load_policies
 from kernelpolicy.testing.daemon import running_daemon
 from kernelpolicy.trust import trust_problem
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, wait_until
 from tests.http_helpers import call
 
 KUBERNETES_VERSION = "1.33.0"  # the version the manifests are validated against (docs/fleet.md)
@@ -216,13 +215,6 @@ DISABLE = (
 )
 
 
-def wait_for(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
-    while not check():
-        assert time.monotonic() < deadline, "no change seen"
-        time.sleep(0.05)
-
-
 def test_configmap_mount_passes_the_trust_check_and_hot_reloads(tmp_path: Path) -> None:
     """As the DaemonSet runs it: `--policies +DIR` on a ConfigMap-shaped mount (defaultMode
     0444), trusted, and an update (the ..data swap) reloads: labels and answers follow."""
@@ -240,8 +232,8 @@ def test_configmap_mount_passes_the_trust_check_and_hot_reloads(tmp_path: Path) 
         impl_label = f"{PREFIX}/impl.sampler.top_k_top_p="
         assert f"{impl_label}flashinfer" in (labels / "kernelpolicy").read_text()
         configmap_mount(mount, {"90-operator.toml": DISABLE})
-        wait_for(lambda: call(url, "POST", flag, b"{}").json()["value"] == "triton")
-        wait_for(lambda: f"{impl_label}triton" in (labels / "kernelpolicy").read_text())
+        wait_until(lambda: call(url, "POST", flag, b"{}").json()["value"] == "triton")
+        wait_until(lambda: f"{impl_label}triton" in (labels / "kernelpolicy").read_text())
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ import pytest
 
 from kernelpolicy.cli import main
 from kernelpolicy.server.client import connect
-from tests.halts_helpers import GUARD_TRIPS_WHY, GUARDED, report_guard_trips, wait_for
-from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY
+from tests.halts_helpers import GUARD_TRIPS_WHY, GUARDED, report_guard_trips
+from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, wait_until
 from tests.serve_process import serve
 
 FEATURE = GUARDED
@@ -51,7 +51,7 @@ def nodes() -> Iterator[tuple[Path, list[str]]]:
             serve(root / "b", FIXTURES / "cpu.json", [root / "old"]) as b,
         ):
             report_guard_trips(root / "a" / "kp.report.sock")
-            wait_for(lambda: bool(_halted(a.address)), "the daemon did not halt")
+            wait_until(lambda: bool(_halted(a.address)), "the daemon did not halt")
             yield root, [a.address, b.address]
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,17 @@ import pytest
 
 from kernelpolicy.server.reports import Rejection, report_socket_path
 from kernelpolicy.testing.daemon import running_daemon
-from tests.halts_helpers import GUARDED, report_guard_trips, wait_for
-from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, ROOT, fixture, promtool_check_metrics
+from tests.halts_helpers import GUARDED, report_guard_trips
+from tests.helpers import (
+    FIXTURES,
+    GUARDED_GREEDY_POLICY,
+    ROOT,
+    fixture,
+    promtool_check_metrics,
+    wait_until,
+)
 from tests.http_helpers import call
+from tests.serve_process import serve, serve_env
 
 FEATURE = GUARDED
 POLICY = GUARDED_GREEDY_POLICY
@@ -44,7 +53,7 @@ impl = "torch"
 class Node:
     """A ``kernelpolicy serve`` process: its socket, HTTP URL, labels and log."""
 
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     address: str
     url: str
     labels: Path
@@ -60,27 +69,14 @@ class Node:
         return (self.labels / "kernelpolicy").read_text()
 
 
-def _env() -> dict[str, str]:
-    keep = ("PYTHON", "HOME", "VIRTUAL_ENV", "LANG", "PATH")
-    return {k: v for k, v in os.environ.items() if k.startswith(keep)} | {
-        "KERNELPOLICY_LOG_FORMAT": "json", "KERNELPOLICY_PACK_CACHE": "0",
-    }  # fmt: skip
-
-
-def start_node(root: Path, name: str, policies: Path) -> Node:
+@contextmanager
+def start_node(root: Path, name: str, policies: Path) -> Iterator[Node]:
+    """A node serving ``policies`` on the CPU snapshot, writing its labels to ``name``/labels."""
     home = root / name
     (home / "labels").mkdir(parents=True)
-    port = home / "port"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kernelpolicy", "serve", "--listen", f"unix:{home}/kp.sock",
-         "--http", "127.0.0.1:0", "--labels-dir", str(home / "labels"), "--port-file", str(port),
-         "--policies", str(policies), "--platform", str(FIXTURES / "cpu.json"),
-         "--no-watch"],
-        stdout=subprocess.DEVNULL, stderr=(home / "log").open("w"), text=True, env=_env(), cwd=ROOT,
-    )  # fmt: skip
-    wait_for(lambda: port.exists() and len(port.read_text().split()) == 2)
-    address, url = port.read_text().split()
-    return Node(process, address, url, home / "labels")
+    extra = ["--labels-dir", str(home / "labels")]
+    with serve(home, FIXTURES / "cpu.json", [policies], extra_args=extra) as served:
+        yield Node(served.process, served.address, served.url, home / "labels")
 
 
 @pytest.fixture
@@ -89,15 +85,13 @@ def nodes() -> Iterator[tuple[Node, Node]]:
     root = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
     (root / "policies").mkdir()
     (root / "policies" / "greedy.toml").write_text(POLICY)
-    started: list[Node] = []
     try:
-        started = [start_node(root, "a", root / "policies")]
-        started.append(start_node(root, "b", root / "policies"))
-        yield started[0], started[1]
+        with (
+            start_node(root, "a", root / "policies") as a,
+            start_node(root, "b", root / "policies") as b,
+        ):
+            yield a, b
     finally:
-        for node in started:
-            node.process.terminate()
-            node.process.wait(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -105,7 +99,7 @@ def worker(node: Node, rows: int) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.halt_worker", node.address, str(rows)], cwd=ROOT,
         capture_output=True, text=True, timeout=120, check=False,
-        env=_env() | {"KERNELPOLICY_LOG_FORMAT": "off"},
+        env=serve_env() | {"KERNELPOLICY_LOG_FORMAT": "off"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
@@ -115,7 +109,7 @@ def worker(node: Node, rows: int) -> dict[str, Any]:
 def status(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kernelpolicy", "status", "--address", node.address, *args],
-        capture_output=True, text=True, timeout=60, check=False, env=_env(), cwd=ROOT,
+        capture_output=True, text=True, timeout=60, check=False, env=serve_env(), cwd=ROOT,
     )  # fmt: skip
 
 
@@ -125,10 +119,10 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     a, b = nodes
     first = worker(a, 1)
     assert (first["impl"], first["ids"], first["delivered"]) == ("planted", [0], True)
-    wait_for(lambda: a.metric("kernelpolicy_worker_events_total", kind="guard_trip") == 1.0)
+    wait_until(lambda: a.metric("kernelpolicy_worker_events_total", kind="guard_trip") == 1.0)
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
     worker(a, 1)  # the second trip reaches guard_trips = 2
-    wait_for(lambda: worker(a, 0)["impl"] == "torch")
+    wait_until(lambda: worker(a, 0)["impl"] == "torch")
     assert worker(b, 0)["impl"] == "planted"  # the other node is untouched
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 1.0
     assert a.metric("kernelpolicy_halts_total", feature=FEATURE, impl="planted") == 1.0
@@ -231,7 +225,7 @@ def test_runtime_failures_halt_through_an_in_process_resolve(tmp_path: Path) -> 
             assert resolution.decision(feature).impl == "torch"  # fell back in the worker
             assert resolution.reporter.flush(30.0) is True
             state = running.daemon.state
-            wait_for(lambda: state.snapshot.resolution.decision(feature).impl == "torch")
+            wait_until(lambda: state.snapshot.resolution.decision(feature).impl == "torch")
             halted = state.halts.inputs()[f"{feature}/planted"]
             assert "halt_on.runtime_failures = 1" in halted
             assert "PassManager::run failed (planted)" in halted
@@ -295,7 +289,7 @@ def test_a_halt_reaches_the_nodes_in_process_workers(tmp_path: Path) -> None:
             assert first.reporter is not None
             assert first.reporter.flush(30.0) is True
             state = running.daemon.state
-            wait_for(lambda: f"{FEATURE}/planted" in json.loads(halts_file.read_text())["halts"])
+            wait_until(lambda: f"{FEATURE}/planted" in json.loads(halts_file.read_text())["halts"])
             assert state.snapshot.resolution.decision(FEATURE).impl == "torch"
             halted = resolve(fixture("cpu"), env=env, node_halts=True).decision(FEATURE)
             assert halted.impl == "torch"
@@ -305,12 +299,12 @@ def test_a_halt_reaches_the_nodes_in_process_workers(tmp_path: Path) -> None:
                 [sys.executable, "-m", "kernelpolicy", "explain", "--policies",
                  str(tmp_path / "p.toml"), FEATURE],
                 capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
-                env=_env() | {"KERNELPOLICY_SOCKET": address},
+                env=serve_env() | {"KERNELPOLICY_SOCKET": address},
             )  # fmt: skip
             assert shown.returncode == 0, shown.stderr
             assert "planted rejected: halted on this node" in shown.stdout
             assert request_clear(address, FEATURE, 10.0) == {"cleared": ["planted"]}
-            wait_for(lambda: json.loads(halts_file.read_text())["halts"] == {})
+            wait_until(lambda: json.loads(halts_file.read_text())["halts"] == {})
             assert decided(node_halts=True) == "planted"
         assert not halts_file.exists()  # a stopped daemon halts nothing
         assert decided(node_halts=True) == "planted"
@@ -357,7 +351,7 @@ def test_a_rollout_step_keeps_the_nodes_halt(tmp_path: Path) -> None:
 
             assert answer() == ("planted", 0.0, 0.0, False)  # this node is in the 50% cohort
             report_guard_trips(report_socket_path(directory / "kp.sock"))
-            wait_for(lambda: answer() == ("torch", 1.0, 1.0, True))
+            wait_until(lambda: answer() == ("torch", 1.0, 1.0, True))
             (policies / "greedy.toml").write_text(_staged(100))
             running.call(running.daemon.reload())
             assert a.metric("kernelpolicy_rollout_percent", feature=FEATURE, impl="planted") == 100

@@ -10,22 +10,14 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from kernelpolicy.settings import bundled_policy_dir
 from kernelpolicy.testing.daemon import running_daemon
 from kernelpolicy.warming import Warming, tasks_for
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, wait_until
 from tests.http_helpers import call
-
-
-def _until(check: Any) -> None:
-    deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
-    while not check():
-        assert time.monotonic() < deadline, "never happened"
-        time.sleep(0.02)
 
 
 def test_readyz_waits_for_the_warm_builds() -> None:
@@ -47,7 +39,7 @@ def test_readyz_waits_for_the_warm_builds() -> None:
     ) as running:  # fmt: skip
         url = running.daemon.fleet.url
         assert url is not None
-        _until(lambda: len(started) == 2)
+        wait_until(lambda: len(started) == 2)
         waiting = call(url, "GET", "/readyz")
         assert waiting.status == 503
         total = len(running.daemon.fleet.warming.tasks)  # type: ignore[union-attr]
@@ -57,7 +49,7 @@ def test_readyz_waits_for_the_warm_builds() -> None:
         )
         assert call(url, "GET", "/healthz").status == 200  # alive, answering meanwhile
         release.set()
-        _until(lambda: call(url, "GET", "/readyz").status == 200)
+        wait_until(lambda: call(url, "GET", "/readyz").status == 200)
     events = [json.loads(line) for line in log.getvalue().splitlines()]
     names = [e["event"] for e in events]
     assert names.count("kernelpolicy.warm.start") == 1
@@ -78,7 +70,7 @@ def test_serve_warm_without_a_gpu_is_ready_at_once(tmp_path: Path) -> None:
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _until(lambda: port_file.exists() and len(port_file.read_text().split()) == 2)
+        wait_until(lambda: port_file.exists() and len(port_file.read_text().split()) == 2)
         url = port_file.read_text().split()[1]
         assert call(url, "GET", "/readyz").status == 200
     finally:

@@ -8,7 +8,6 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as p
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.client import connect
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, wait_until
 
 TOPK = "sampler.top_k_top_p"
 DISABLE = (
@@ -34,13 +33,6 @@ def pack(tmp_path: Path) -> Path:
     directory = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", directory)
     return directory
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def impl_of(address: str) -> str:
@@ -108,7 +100,7 @@ def test_configmap_symlink_swap(tmp_path: Path) -> None:
         tmp_link = mount / "..data_tmp"
         tmp_link.symlink_to(second.name)
         tmp_link.replace(mount / "..data")  # the atomic swap kubelet does
-        wait_for(lambda: impl_of(running.daemon.bound[0]) == "triton")
+        wait_until(lambda: impl_of(running.daemon.bound[0]) == "triton")
 
 
 def test_event_stream_announces_changed_flags(tmp_path: Path) -> None:
@@ -138,7 +130,7 @@ def test_disconnected_streams_leak_nothing(tmp_path: Path) -> None:
                 next(events)
                 assert running.daemon.state.subscriber_count == 2
             # the channel is closed without cancelling: the server must notice
-        wait_for(lambda: running.daemon.state.subscriber_count == 0)
+        wait_until(lambda: running.daemon.state.subscriber_count == 0)
         assert threading.active_count() < 50
 
 
@@ -157,14 +149,14 @@ def test_sighup_and_sigterm(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "KERNELPOLICY_LOG_FORMAT": "json", **_python_env()},
     )  # fmt: skip
     try:
-        wait_for(lambda: port_file.exists() and port_file.read_text().strip() != "")
+        wait_until(lambda: port_file.exists() and port_file.read_text().strip() != "")
         address = port_file.read_text().split()[0]
         assert impl_of(address) == "flashinfer"
         (policies / "90-ops.toml").write_text(DISABLE)
         time.sleep(0.3)
         assert impl_of(address) == "flashinfer"  # not watching: nothing yet
         proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: impl_of(address) == "triton")
+        wait_until(lambda: impl_of(address) == "triton")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         log = proc.stderr.read() if proc.stderr else ""
@@ -247,7 +239,7 @@ def test_a_reload_failing_on_anything_keeps_the_watcher(
             time.sleep(0.2)
             return '"event": "kernelpolicy.reload.failed"' in log.getvalue()
 
-        wait_for(failed_after_writing)
+        wait_until(failed_after_writing)
         failed = next(
             json.loads(line) for line in log.getvalue().splitlines() if "reload.failed" in line
         )
@@ -257,7 +249,7 @@ def test_a_reload_failing_on_anything_keeps_the_watcher(
         assert impl_of(address) == "flashinfer"  # the last good set
         (policies / "50-bad.toml").unlink()
         (policies / "90-ops.toml").write_text(DISABLE)  # a valid edit: picked up
-        wait_for(lambda: impl_of(address) == "triton")
+        wait_until(lambda: impl_of(address) == "triton")
         assert main(["status", "--address", address]) == 0
 
 
