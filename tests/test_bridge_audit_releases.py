@@ -20,40 +20,11 @@ their wheels): each finding a named case that failed on the pack before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
-from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
-from tests.helpers import resolve_on
+from kernelpolicy.bridge import Status
+from tests.bridge_audit_helpers import AITER, Case, assert_told
 
-
-@dataclass(frozen=True)
-class Case:
-    fixture: str
-    engine: str
-    version: str
-    model_kind: str = "mha"
-    env: dict[str, str] = field(default_factory=dict)
-    feature: str = ""
-    status: Status = Status.TOLD
-    absent: tuple[str, ...] = ()  # variables or flags that must not be sent
-    present: dict[str, str] = field(default_factory=dict)  # variables sent with these values
-    flags: tuple[str, ...] = ()  # a run of words the command line must carry
-    warning: str = ""  # a fragment of the feature's warning
-    error: str = ""  # a fragment of the errors that stop the engine
-    ok: bool = True  # the engine may start
-
-
-def told(case: Case) -> EngineSettings:
-    assert case.model_kind in MODEL_KINDS, f"{case.model_kind}: not a --model-kind"
-    platform = resolve_on(case.fixture, **case.env)
-    return engine_settings(
-        platform, case.engine, case.env, engine_version=case.version, model_kind=case.model_kind
-    )
-
-
-AITER = {"VLLM_ROCM_USE_AITER": "1"}
 MOE_FP = ("VLLM_USE_FLASHINFER_MOE_FP8", "VLLM_USE_FLASHINFER_MOE_FP4")
 CASES = {
     "vllm-0.10.2-b200-fp8-moe-not-switched": Case(
@@ -144,21 +115,4 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_what_each_release_is_told(case: Case) -> None:
-    settings = told(case)
-    decision = settings.decisions[case.feature]
-    assert decision.status is case.status, decision
-    assert settings.ok is case.ok, settings.errors
-    words = settings.flags
-    for name in case.absent:
-        assert name not in settings.env or name in case.env, settings.env
-        assert name not in words, words
-    for name, value in case.present.items():
-        assert settings.env.get(name) == value, settings.env
-    if case.flags:
-        runs = [tuple(words[i : i + len(case.flags)]) for i in range(len(words))]
-        assert case.flags in runs, words
-    if case.warning:
-        said = " ".join(w for f, w in settings.feature_warnings if f == case.feature)
-        assert case.warning in said, said
-    if case.error:
-        assert case.error in " ".join(settings.errors), settings.errors
+    assert_told(case)

@@ -30,11 +30,10 @@ from pathlib import Path
 
 import pytest
 
-import tests.test_bridge_audit_releases as first
 from kernelpolicy.bridge import Status
 from kernelpolicy.cli import main
 from kernelpolicy.platform.fixtures import fixture_dir
-from tests.test_bridge_audit_releases import AITER, Case
+from tests.bridge_audit_helpers import AITER, Case, assert_told
 
 NOT_PINNED = ("--attention-backend",)
 CASES = {
@@ -156,7 +155,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_what_each_release_is_told_3(case: Case) -> None:
     """What each release is told, by the first audit's check."""
-    first.test_what_each_release_is_told(case)
+    assert_told(case)
 
 
 @pytest.mark.parametrize(

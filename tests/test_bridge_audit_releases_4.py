@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-import tests.test_bridge_audit_releases as first
 from kernelpolicy.bridge import Status
-from tests.test_bridge_audit_releases import AITER, Case, told
+from tests.bridge_audit_helpers import AITER, Case, assert_told, told
 
 AITER_FA = ("--attention-backend", "ROCM_AITER_FA")
 CASES = {
@@ -68,7 +67,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_what_each_release_is_told_4(case: Case) -> None:
     """What each release is told, by the first audit's check."""
-    first.test_what_each_release_is_told(case)
+    assert_told(case)
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import pytest
 
-import tests.test_bridge_audit_releases as first
 from kernelpolicy.bridge import Status
-from tests.test_bridge_audit_releases import Case
+from tests.bridge_audit_helpers import Case, assert_told
 
 PINNED = ("--attention-backend",)
 SGL_AITER = {"SGLANG_USE_AITER": "1"}
@@ -158,4 +157,4 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_what_each_sglang_release_is_told_4(case: Case) -> None:
     """What each SGLang release is told, by the first audit's check."""
-    first.test_what_each_release_is_told(case)
+    assert_told(case)

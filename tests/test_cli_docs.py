@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs import ROOT, gen_docs
+from tests.docs_helpers import gen_docs
+from tests.helpers import ROOT
 
 PAGE = ROOT / "docs" / "cli.md"
 _EXAMPLE = re.compile(r"<!-- exit: (\d+) -->\n```text\n\$ ([^\n]+)\n")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,30 +16,12 @@ from kernelpolicy.labels import PREFIX, is_valid_key, node_labels
 from kernelpolicy.policy.loader import load_policies
 from kernelpolicy.testing.daemon import running_daemon
 from kernelpolicy.trust import trust_problem
+from tests.deploy_helpers import DEPLOY, MANIFESTS, container, documents, find, objects
 from tests.helpers import ROOT, fixture, wait_until
 from tests.http_helpers import call
 
 KUBERNETES_VERSION = "1.33.0"  # the version the manifests are validated against (docs/fleet.md)
-DEPLOY = ROOT / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 HTTP_PORT = 50152
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def objects() -> Iterator[dict[str, Any]]:
-    for path in MANIFESTS:
-        yield from documents(path)
-
-
-def find(kind: str, name: str, namespace: str = "kernelpolicy") -> dict[str, Any]:
-    for obj in objects():
-        meta = obj["metadata"]
-        if (obj["kind"], meta["name"], meta.get("namespace")) == (kind, name, namespace):
-            return obj
-    raise AssertionError(f"no {kind} {namespace}/{name} in deploy/kubernetes")
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
@@ -58,11 +38,6 @@ def test_manifests_exist() -> None:
     kinds = sorted(o["kind"] for o in objects())
     assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "Namespace",
                      "Namespace", "NetworkPolicy", "Service"]  # fmt: skip
-
-
-def container(workload: dict[str, Any], name: str) -> dict[str, Any]:
-    spec = workload["spec"]["template"]["spec"]
-    return next(c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name)
 
 
 def test_daemonset_arguments_are_kernelpolicy_serve() -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from kernelpolicy.cli import build_parser
 from kernelpolicy.evidence.store import evidence_dir
+from tests.deploy_helpers import container, find
 from tests.helpers import said_as_user
-from tests.test_deploy import container, find
 
 WORKERS_UID = 10001  # the daemon's uid, and so the workers' (its socket is 0600)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts/gen_docs.py")
-assert _spec is not None
-assert _spec.loader is not None
-gen_docs = importlib.util.module_from_spec(_spec)
-sys.modules["gen_docs"] = gen_docs
-_spec.loader.exec_module(gen_docs)
+from tests.docs_helpers import gen_docs
+from tests.helpers import ROOT
 
 PAGES = gen_docs.doc_files()
 _PYTHON = re.compile(r"```python\n(.*?)```", re.S)

@@ -21,26 +21,14 @@ from kernelpolicy.evidence.store import (
 )
 from kernelpolicy.limits import MAX_EVIDENCE_FILE_BYTES
 from kernelpolicy.policy import load_policy_text
+from tests.evidence_helpers import POLICY, RESULT
 from tests.helpers import fixture, with_libraries
 
-RESULT = {"feature": "sampler.greedy", "impl": "fast", "status": "passed", "checks": []}
 FAILED = {
     **RESULT,
     "status": "failed",
     "checks": [{"check": "robustness/greedy/nan_one_row", "passed": False}],
 }
-POLICY = """
-schema = "kernelpolicy.policy/v1"
-[features."sampler.greedy"]
-description = "greedy"
-fallback = "torch"
-[[features."sampler.greedy".candidates]]
-impl = "fast"
-entry = "kernelpolicy.kernels.torch_impl:greedy"
-verified = true
-[[features."sampler.greedy".candidates]]
-impl = "torch"
-"""
 
 
 def test_round_trip_and_merge(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from kernelpolicy.evidence.store import (
     store_evidence,
     temp_path,
 )
+from tests.evidence_helpers import POLICY, RESULT
 from tests.helpers import FIXTURES, ROOT, fixture
-from tests.test_evidence import POLICY, RESULT
 
 OTHER_UID = 65534  # nobody
 SECRET = b"root's secret\n"

@@ -10,7 +10,6 @@ from typing import Any
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from kernelpolicy.api import resolve
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
@@ -19,18 +18,10 @@ from kernelpolicy.server.metrics import ResolutionCollector
 from kernelpolicy.testing.daemon import RunningDaemon, running_daemon
 from tests.helpers import ROOT, fixture, promtool_check_metrics
 from tests.http_helpers import call, post
+from tests.metrics_helpers import samples
 
 RESOLVE = "/kernelpolicy.v1.KernelPolicy/Resolve"
 WATCH = "/kernelpolicy.v1.KernelPolicy/Watch"
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of an exposition, keyed by name and sorted labels."""
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def value(text: str, name: str, **labels: str) -> float | None:

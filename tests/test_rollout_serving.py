@@ -22,8 +22,8 @@ from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
 from tests.helpers import FIXTURES, promtool_check_metrics
 from tests.http_helpers import call, post
+from tests.metrics_helpers import samples
 from tests.serve_process import Served, serve
-from tests.test_metrics import samples
 
 FEATURE = "demo.kernel"
 POLICY = f"""schema = "kernelpolicy.policy/v1"

@@ -1,0 +1,65 @@
+"""What the bridge-audit tests share: a :class:`Case` of what one engine release must be told
+on one fixture, how it is told (:func:`told`) and the one check of it (:func:`assert_told`),
+used by every audit's table (tests/test_bridge_audit_releases*.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
+from tests.helpers import resolve_on
+
+
+@dataclass(frozen=True)
+class Case:
+    """What release ``version`` of ``engine`` must be told about ``feature`` on ``fixture``."""
+
+    fixture: str
+    engine: str
+    version: str
+    model_kind: str = "mha"
+    env: dict[str, str] = field(default_factory=dict)
+    feature: str = ""
+    status: Status = Status.TOLD
+    absent: tuple[str, ...] = ()  # variables or flags that must not be sent
+    present: dict[str, str] = field(default_factory=dict)  # variables sent with these values
+    flags: tuple[str, ...] = ()  # a run of words the command line must carry
+    warning: str = ""  # a fragment of the feature's warning
+    error: str = ""  # a fragment of the errors that stop the engine
+    ok: bool = True  # the engine may start
+
+
+def told(case: Case) -> EngineSettings:
+    """What the bridge tells the case's release, on its fixture resolved with its ``env``."""
+    assert case.model_kind in MODEL_KINDS, f"{case.model_kind}: not a --model-kind"
+    platform = resolve_on(case.fixture, **case.env)
+    return engine_settings(
+        platform, case.engine, case.env, engine_version=case.version, model_kind=case.model_kind
+    )
+
+
+AITER = {"VLLM_ROCM_USE_AITER": "1"}
+"""The environment that turns aiter on for vLLM on ROCm."""
+
+
+def assert_told(case: Case) -> None:
+    """The release is told what ``case`` says: the feature's status, whether the engine may
+    start, the variables and flags sent and not sent, the warning and the error."""
+    settings = told(case)
+    decision = settings.decisions[case.feature]
+    assert decision.status is case.status, decision
+    assert settings.ok is case.ok, settings.errors
+    words = settings.flags
+    for name in case.absent:
+        assert name not in settings.env or name in case.env, settings.env
+        assert name not in words, words
+    for name, value in case.present.items():
+        assert settings.env.get(name) == value, settings.env
+    if case.flags:
+        runs = [tuple(words[i : i + len(case.flags)]) for i in range(len(words))]
+        assert case.flags in runs, words
+    if case.warning:
+        said = " ".join(w for f, w in settings.feature_warnings if f == case.feature)
+        assert case.warning in said, said
+    if case.error:
+        assert case.error in " ".join(settings.errors), settings.errors
