@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         refuse_tls_without(args, "--address")
         resolution, inputs = resolve_explained(args)
+        _note_empty_directories(args)
     env = inputs.env
     unknown = [f for f in args.features if f not in resolution.decisions]
     if unknown:
@@ -104,6 +105,19 @@ def run(args: argparse.Namespace) -> int:
         print(escaped_lines(table))
     decisions = [(f, resolution.decisions[f]) for f in chosen]
     return report_exit(resolution.policies, decisions, args.model_kind)
+
+
+def _note_empty_directories(args: argparse.Namespace) -> None:
+    """Say on stderr that each directory among the policy paths that holds no policy file adds
+    nothing (an empty ``+/etc/kernelpolicy/policies.d`` from a ConfigMap), in ``check``'s
+    words: the policies resolved all the same, from the others."""
+    from kernelpolicy.cli.common import local_settings
+    from kernelpolicy.policy.files import EMPTY_DIRECTORY, list_policy_paths
+
+    given = args.policies or local_settings(args).policy_paths
+    for directory in list_policy_paths(given).empty_directories:
+        print(f"kernelpolicy: note: {directory}: {EMPTY_DIRECTORY}; it adds no policies",
+              file=sys.stderr)  # fmt: skip
 
 
 def _warn_unimportable(resolution: Resolution, chosen: list[str]) -> None:
