@@ -1,5 +1,6 @@
-"""Set-ups the halt tests share: a daemon whose halts file a test can block, and a report of
-the planted greedy kernel's guard trips (``tests.helpers.GUARDED_GREEDY_POLICY``) that halts it."""
+"""Set-ups the halt tests share: a daemon whose halts file a test can block, a report of
+the planted greedy kernel's guard trips (``tests.helpers.GUARDED_GREEDY_POLICY``) that halts it,
+and the reason it is halted with and a policy change that keeps the halt (:data:`OTHER`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ GUARD_TRIPS_WHY = (
     "its output guard repaired 2 output(s) in this node's workers (halt_on.guard_trips = 2)"
 )
 """Why a daemon halted the planted kernel after :func:`report_guard_trips`."""
+OTHER = """
+[features."fleet.other"]
+description = "a feature the change adds"
+fallback = "current"
+in_process = false
+[[features."fleet.other".candidates]]
+impl = "current"
+"""
+"""A feature a policy change adds (appended to a pack): a change that keeps another feature's
+halt."""
 
 
 def report_guard_trips(report_socket: Path) -> None:

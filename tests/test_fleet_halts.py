@@ -16,21 +16,12 @@ import pytest
 
 from kernelpolicy.cli import main
 from kernelpolicy.server.client import connect
-from tests.halts_helpers import GUARD_TRIPS_WHY, GUARDED, report_guard_trips
+from tests.halts_helpers import GUARD_TRIPS_WHY, GUARDED, OTHER, report_guard_trips
 from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, wait_until
 from tests.serve_process import serve
 
 FEATURE = GUARDED
 OLD = GUARDED_GREEDY_POLICY
-OTHER = """
-[features."fleet.other"]
-description = "a feature the change adds"
-fallback = "current"
-in_process = false
-[[features."fleet.other".candidates]]
-impl = "current"
-"""
-WHY = GUARD_TRIPS_WHY
 
 
 def _halted(address: str) -> dict[str, str]:
@@ -91,7 +82,7 @@ def test_a_halted_kernel_is_shown_as_halted(
     assert document["halted"] == [{
         "feature": FEATURE, "impl": "planted", "nodes": 1, "node_names": [addresses[0]],
         "kept_by_new_policies": kept,
-        "reasons": [{"why": WHY, "nodes": 1, "node_names": [addresses[0]]}],
+        "reasons": [{"why": GUARD_TRIPS_WHY, "nodes": 1, "node_names": [addresses[0]]}],
     }]  # fmt: skip
     assert [w["code"] for w in document["warnings"]] == []
     assert "disagree" not in err
@@ -106,4 +97,4 @@ def test_a_halted_kernel_is_shown_as_halted(
     fate = "keep" if kept else "lift (the feature's policy changes)"
     assert (f"  {FEATURE}/planted: halted on 1 of 2 nodes (50.0%); the new policies {fate} "
             "the halt") in text  # fmt: skip
-    assert f"    {WHY} ({addresses[0]})" in text
+    assert f"    {GUARD_TRIPS_WHY} ({addresses[0]})" in text

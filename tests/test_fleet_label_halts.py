@@ -19,6 +19,7 @@ from kernelpolicy.fleet.halted import LABEL_WHY, LabelHalts
 from kernelpolicy.labels import PREFIX, node_labels
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy import load_policy_text
+from tests.halts_helpers import GUARD_TRIPS_WHY, OTHER
 from tests.helpers import FIXTURES, GUARDED_GREEDY_POLICY, ROOT
 
 GREEDY = "sampler.greedy"
@@ -34,15 +35,6 @@ halt_on = {{ runtime_failures = 1 }}
 [[features."{LONG}".candidates]]
 impl = "current"
 """
-OTHER = """
-[features."fleet.other"]
-description = "a feature the change adds"
-fallback = "current"
-in_process = false
-[[features."fleet.other".candidates]]
-impl = "current"
-"""
-WHY = "its output guard repaired 2 output(s) in this node's workers (halt_on.guard_trips = 2)"
 
 
 def _kubectl(tmp_path: Path, old: str, halted: dict[str, list[str]]) -> Path:
@@ -53,7 +45,7 @@ def _kubectl(tmp_path: Path, old: str, halted: dict[str, list[str]]) -> Path:
     items = []
     for name, keys in halted.items():
         resolution = resolve_policies(
-            platform, platform.env, policies, halts=dict.fromkeys(keys, WHY)
+            platform, platform.env, policies, halts=dict.fromkeys(keys, GUARD_TRIPS_WHY)
         )
         items.append({"metadata": {"name": name, "labels": node_labels(resolution)}})
     path = tmp_path / "nodes.json"
