@@ -54,7 +54,8 @@ def with_device(name: str, **changes: Any) -> Platform:
     """A fixture with its devices' fields changed (e.g. arch, compute_units)."""
     platform = fixture(name)
     devices = tuple(d.replace(**changes) for d in platform.devices)
-    return platform.replace(**{"devices": devices})
+    changed: Platform = platform.replace(**{"devices": devices})
+    return changed
 
 
 def with_libraries(name: str, **versions: str | None) -> Platform:
@@ -66,7 +67,8 @@ def with_libraries(name: str, **versions: str | None) -> Platform:
             libraries.pop(dist, None)
         else:
             libraries[dist] = value
-    return platform.replace(**{"libraries": libraries})
+    changed: Platform = platform.replace(**{"libraries": libraries})
+    return changed
 
 
 def resolve_on(platform: Platform | str, **env: str) -> Resolution:
@@ -148,7 +150,7 @@ def patch_lang_once_per_launch(interpreter: ModuleType) -> Callable[[], None]:
 
     @cache
     def modules(fn: Callable[..., Any]) -> frozenset[int]:
-        values = fn.__globals__.values()  # type: ignore[attr-defined]
+        values = fn.__globals__.values()
         return frozenset(id(v) for v in values if inspect.ismodule(v) and v in languages)
 
     def patch_lang(fn: Callable[..., Any]) -> Any:
