@@ -64,8 +64,8 @@ def policies(tmp_path: Path, text: str = POLICY):  # type: ignore[no-untyped-def
     [
         pytest.param("0.12.0", {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}, (), id="env-before-0.13"),
         pytest.param("0.16.0", {}, ("--attention-backend", "FLASH_ATTN"), id="flag-from-0.13"),
-        pytest.param(  # PEP 440: 0.13.0rc1 comes before 0.13
-            "0.13.0rc1", {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}, (), id="pre-release-before"
+        pytest.param(  # an rc of 0.13 ships 0.13's code (finding 14 of the fifth audit)
+            "0.13.0rc1", {}, ("--attention-backend", "FLASH_ATTN"), id="pre-release-is-its-release"
         ),
         pytest.param("0.13.0+cu129", {}, ("--attention-backend", "FLASH_ATTN"), id="local-tag"),
     ],

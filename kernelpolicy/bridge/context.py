@@ -17,10 +17,20 @@ __all__ = ["RuleContext"]
 class RuleContext:
     """The facts rules are matched against, read once per translation."""
 
-    def __init__(self, platform: Platform, env: Mapping[str, str], version: Version | None) -> None:
+    def __init__(
+        self,
+        platform: Platform,
+        env: Mapping[str, str],
+        version: Version | None,
+        given: Version | None = None,
+    ) -> None:
         self.platform = platform
         self.env = env
+        # the version the rules' ranges are tested with (clamped to the knob tables)
         self.version = version
+        # the release the engine runs, where known (``MatchedRelease.given``): what
+        # kernelpolicy's own plugin does in it is asked of this, not of the clamped version
+        self.given = given if given is not None else version
         self.arch = platform.primary.arch if platform.primary else None
 
     def on(self, variable: str) -> bool:

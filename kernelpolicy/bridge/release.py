@@ -3,60 +3,101 @@ variables that release does not read (from the knob tables, :mod:`kernelpolicy.k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from packaging.version import Version
 
-from kernelpolicy.knobs import KnobTable, knob_table
+from kernelpolicy.knobs import KnobTable, knob_table, shipped
 from kernelpolicy.limits import shown
+from kernelpolicy.policy.compiled import CompiledEngineRule
 from kernelpolicy.versions import StackVersion, parse_version
+
+CHOOSE = "pass --engine-version to choose"
 
 
 class MatchedRelease:
-    """Which release of ``engine`` the rules are matched for: the version given or installed;
-    the newest release of the knob tables where there is none or it is newer than the tables
-    (:mod:`kernelpolicy.knobs`); and the operator's variables that release does not read."""
+    """Which release of ``engine`` the rules are matched for, and the operator's variables that
+    release does not read.
 
-    def __init__(self, engine: str, version: str | None) -> None:
+    The version given or installed is matched as the release whose code it ships
+    (:func:`~kernelpolicy.knobs.shipped`: ``0.32.0rc1`` as 0.32.0); as the newest release of the
+    knob tables where it is newer than them, where none is given, or where it cannot be read;
+    without tables, where there is none, as a release newer than every version the rules name
+    (``named``). :attr:`note` says which, and which releases' knobs stand for a version the
+    tables hold only as other builds of its release (``0.8.5`` as 0.8.5.post1).
+
+    Attributes:
+        given: The release the engine runs, where its version was read: the version given
+            or installed as :func:`~kernelpolicy.knobs.shipped` reads it, never clamped to
+            the tables (what kernelpolicy's own plugin does in it is asked of this).
+        matched: The version the rules' ``versions`` are tested with; None only for an engine
+            without tables whose rules name no version.
+        known: The tables' release the rules were matched as, or whose knobs stand for a
+            version the tables hold only as another build of its release; None: no check.
+        checked: The tables' releases the operator's variables are checked against.
+        note: What was assumed, for the settings' warnings; None where nothing was.
+    """
+
+    def __init__(self, engine: str, version: str | None, named: Iterable[Version] = ()) -> None:
         self.engine = engine
         self.table = knob_table(engine)
         parsed = parse_version(version) if version else None
-        given = parsed.value if isinstance(parsed, StackVersion) else None
-        self.matched: Version | None = given
-        # the table's release the rules were matched as, whose knobs are checked; None where
-        # that is no release of the tables
+        value = parsed.value if isinstance(parsed, StackVersion) else None
+        self.given: Version | None = shipped(value) if value is not None else None
+        self.matched: Version | None = self.given
         self.known: str | None = None
+        self.checked: tuple[str, ...] = ()
         self.note: str | None = None
-        if version is not None and given is None:
-            self.note = (
-                f"{engine} version {shown(version)!r} unreadable: its rules are matched as for "
-                "the newest release they list; pass --engine-version to choose"
-            )
+        if value is None:
+            self._unknown(version, named)
         elif self.table is not None:
-            self._match(version, given, self.table)
-        elif given is None:
-            self.note = (
-                f"{engine} not installed here: its rules are matched as for the newest release "
-                "they list; pass --engine-version to choose"
-            )
+            self._match(version or "", value, self.table)
 
-    def _match(self, version: str | None, given: Version | None, table: KnobTable) -> None:
-        newest = Version(table.newest)
-        # a local label (0.33.0+rocm711, 0.32.0+cpu) names a build of that release, not a newer one
-        if given is not None and Version(given.public) <= newest:
-            self.known = table.known_release(given)  # None: between known releases, no check
-            return
-        self.matched, self.known = newest, table.newest
-        if given is None:
+    def _unknown(self, version: str | None, named: Iterable[Version]) -> None:
+        """No readable version: the newest release of the tables, or past every version the
+        rules name."""
+        what = (
+            f"{self.engine} not installed here"
+            if version is None
+            else f"{self.engine} version {shown(version)!r} unreadable"
+        )
+        if self.table is not None:
+            newest = self.table.newest
+            self.matched, self.known, self.checked = Version(newest), newest, (newest,)
             self.note = (
-                f"{self.engine} not installed here: matched as {self.engine} {table.newest}, the "
-                "newest release kernelpolicy's knob tables know; pass --engine-version to choose"
+                f"{what}: matched as {self.engine} {newest}, the newest release kernelpolicy's "
+                f"knob tables know; {CHOOSE}"
             )
-        else:
+            return
+        bounds = [v.release[0] for v in named]
+        self.matched = Version(str(max(bounds) + 1)) if bounds else None
+        self.note = (
+            f"{what}: its rules are matched as for a release newer than every version they "
+            f"name; {CHOOSE}"
+        )
+
+    def _match(self, version: str, value: Version, table: KnobTable) -> None:
+        """A readable version: the newest release where it is newer than the tables, else its
+        release, with the tables' releases its variables are checked against."""
+        ships, newest = shipped(value), Version(table.newest)
+        if ships > newest:
+            self.matched, self.known, self.checked = newest, table.newest, (table.newest,)
             self.note = (
-                f"{self.engine} {shown(version or '')} is newer than the newest release "
+                f"{self.engine} {shown(version)} is newer than the newest release "
                 f"kernelpolicy's knob tables know: matched as {table.newest} (regenerate the "
                 "tables with scripts/gen_engine_tables.py when a release changes its knobs)"
+            )
+            return
+        # a pre-release or dev build is matched as its release with no note, as a local
+        # build is: that is what it ships, not an assumption
+        exact = table.known_release(ships)
+        self.checked = (exact,) if exact else _same_release(table, ships)
+        self.known = self.checked[0] if self.checked else None
+        if not exact and self.checked:
+            self.note = (
+                f"{self.engine} {ships} is not in kernelpolicy's knob tables, which hold its "
+                f"release as {' and '.join(self.checked)}: the variables set are checked "
+                f"against {'both' if len(self.checked) > 1 else 'its knobs'}"
             )
 
     def reads(self, name: str) -> bool:
@@ -74,22 +115,50 @@ class MatchedRelease:
 
     def unread(self, env: Mapping[str, str]) -> list[str]:
         """One warning per variable of this engine set in ``env`` that the release does not
-        define, or defines and reads nowhere, with its replacement where the tables know it."""
-        table, release = self.table, self.known
-        if table is None or release is None:
+        define, or defines and reads nowhere, with its replacement where the tables know it;
+        where two releases stand for it (:attr:`checked`), only what both leave unread."""
+        table = self.table
+        if table is None or not self.checked:
             return []
         warnings = []
         for name in sorted(n for n in env if table.prefixed(n)):
-            knob = table.env(name, release)
-            if knob is not None and knob.defined and knob.read_in is not None:
+            knobs = [table.env(name, release) for release in self.checked]
+            if any(k is not None and k.defined and k.read_in is not None for k in knobs):
                 continue
-            what = (
-                "does not define it: it is ignored"
-                if knob is None or not knob.defined
-                else "defines it but reads it nowhere: it has no effect"
-            )
-            text = f"{name} is set, but {self.engine} {release} {what}"
+            if len(knobs) > 1:
+                text = (
+                    f"{name} is set, but neither {self.engine} {self.checked[0]} nor "
+                    f"{self.checked[1]} reads it: it has no effect"
+                )
+            else:
+                what = (
+                    "does not define it: it is ignored"
+                    if knobs[0] is None or not knobs[0].defined
+                    else "defines it but reads it nowhere: it has no effect"
+                )
+                text = f"{name} is set, but {self.engine} {self.checked[0]} {what}"
             if name in table.replaced:
                 text += f"; its replacement: {table.replaced[name]}"
             warnings.append(text)
         return warnings
+
+
+def named_versions(rules: Iterable[CompiledEngineRule]) -> list[Version]:
+    """Every version the ``versions`` of ``rules`` name (a bound, a ``==0.12.*``)."""
+    return [
+        Version(spec.version.removesuffix(".*"))
+        for rule in rules
+        if rule.versions is not None
+        for spec in rule.versions.parsed
+    ]
+
+
+def _same_release(table: KnobTable, ships: Version) -> tuple[str, ...]:
+    """The tables' builds of ``ships``'s release nearest it (X and X.postN), below and above:
+    ``0.8.5`` is held as 0.8.5.post1, ``0.5.6.post1`` lies between 0.5.6 and 0.5.6.post2. A
+    post release fixes bugs of its release, so its knobs are those of the builds around it."""
+    base = Version(ships.base_version)
+    same = [r for r in table.releases if Version(Version(r).base_version) == base]
+    below = [r for r in same if Version(r) < ships]
+    above = [r for r in same if Version(r) > ships]
+    return tuple(r for r in (below[-1:] + above[:1]))

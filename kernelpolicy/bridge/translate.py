@@ -24,7 +24,7 @@ from kernelpolicy.bridge.per_call import per_batch, per_dtype
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
 from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
 from kernelpolicy.bridge.plugin import carried_to_workers
-from kernelpolicy.bridge.release import MatchedRelease
+from kernelpolicy.bridge.release import MatchedRelease, named_versions
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
@@ -76,12 +76,13 @@ def engine_settings(
         )
     platform = resolution.platform
     version = engine_version or platform.libraries.get(distribution(engine))
-    release = MatchedRelease(engine, version)
     features = resolution.policies.features
+    rules = [rule for feature in features.values() for rule in _all_rules(feature, engine)]
+    release = MatchedRelease(engine, version, named_versions(rules))
     teller, told, merged_env, flags = _tell_until_settled(
         resolution, engine, env, release, model_kind
     )
-    versioned = any(r.versions for f in features.values() for r in _all_rules(f, engine))
+    versioned = any(rule.versions for rule in rules)
     warnings, about = _warnings(engine, env, teller, told, release, versioned=versioned)
     errors = teller.errors
     carried = carried_to_workers(engine, merged_env, env, release.reads)
@@ -141,7 +142,7 @@ def _tell_until_settled(
     seen: Mapping[str, str] = env
     unsettled: set[str] = set()  # what kept changing after the first pass
     for attempt in range(len(features) + 2):
-        context = RuleContext(resolution.platform, seen, release.matched)
+        context = RuleContext(resolution.platform, seen, release.matched, release.given)
         teller = _Teller(engine, context, model_kind)
         told = {
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
@@ -301,7 +302,7 @@ class _Teller:
         variable, off = PLUGIN_BYPASS.get(self.engine, ("", ""))
         if not variable or self.context.platform.primary is None:
             return  # no GPU: vLLM's CPU build runs the V1 runner, whose hooks the plugin routes
-        if runner_v2_routed(self.engine, self.context.version):
+        if runner_v2_routed(self.engine, self.context.given):
             return  # the plugin routes V2's sampler in this release too
         if self.context.env.get(variable, "").strip() == off:
             return
@@ -331,7 +332,7 @@ class _Teller:
     def plugin_routes(self, feature: str) -> bool:
         """kernelpolicy's plugin routes ``feature`` inside this engine release."""
         since = PLUGIN_SINCE.get(self.engine)
-        version = self.context.version
+        version = self.context.given  # 0.34.0 runs the plugin as released, not as 0.33.0
         return (
             self.plugin_blocked() is None
             and since is not None and version is not None and version >= Version(since)

@@ -22,7 +22,7 @@ from typing import Any
 
 from packaging.version import Version
 
-__all__ = ["EnvKnob", "KnobTable", "knob_table"]
+__all__ = ["EnvKnob", "KnobTable", "knob_table", "shipped"]
 
 SCHEMA = "kernelpolicy.engine-knobs/v1"
 # Engine -> its variables' prefixes (the operator's variables checked against the tables).
@@ -48,18 +48,39 @@ PLUGIN_RUNNER_V2: dict[str, str] = {"vllm": ">=0.32.0,<0.34"}
 PLUGIN_ALLOWLIST: dict[str, str] = {"vllm": "VLLM_PLUGINS"}
 
 
+def shipped(version: Version) -> Version:
+    """The release whose code ``version`` ships: a pre-release or a dev build of X is X
+    (``0.32.0rc1``, a nightly ``0.11.1.dev123+g1a2b``: 0.32.0, 0.11.1), a local build of X is
+    X (``0.33.0+rocm711``), a post release stays itself (``0.8.5.post1``).
+
+    PEP 440 orders ``0.32.0rc1`` before 0.32.0, so ``>=0.32`` would leave it out; the engines
+    read their dependencies' builds as the release they precede (vLLM 0.33.0
+    ``is_torch_equal_or_newer("2.11.0.dev")``, utils/torch_utils.py:933; SGLang 0.5.23
+    ``Version(Version(triton.__version__).base_version) >= Version("3.5.0")``,
+    layers/attention/dsa/utils.py:66), and an rc is cut from the release's own branch.
+    """
+    text = ".".join(str(part) for part in version.release)
+    if version.post is not None:
+        text += f".post{version.post}"
+    return Version(f"{version.epoch}!{text}" if version.epoch else text)
+
+
 def runner_v2_routed(engine: str, release: str | Version | None) -> bool:
     """Whether kernelpolicy's plugin routes ``engine``'s Model Runner V2 sampler in ``release``
-    (``PLUGIN_RUNNER_V2``; an unreadable release: no)."""
+    (``PLUGIN_RUNNER_V2``; a pre-release or dev build as the release it precedes,
+    :func:`shipped`; an unreadable release: no)."""
+    from packaging.version import InvalidVersion
+
     from kernelpolicy.versions import LazySpecifierSet
 
     spec = PLUGIN_RUNNER_V2.get(engine)
     if spec is None or not release:
         return False
     try:
-        return bool(LazySpecifierSet(spec).contains(str(release), prereleases=True))
-    except Exception:  # an unreadable release (a local build's odd string): not one we read
+        ships = shipped(release if isinstance(release, Version) else Version(release))
+    except InvalidVersion:  # an unreadable release (a local build's odd string): not one we read
         return False
+    return bool(LazySpecifierSet(spec).contains(ships, prereleases=True))
 
 
 # The variable that lists, beside the engine's own prefixes, the variables its workers on other
