@@ -230,8 +230,10 @@ class EngineSettings:
         engine: The engine's name (``vllm``, ``sglang``).
         version: Its installed (or given) version, ``None`` when unknown.
         release: The release of the knob tables the rules were matched as (the newest where
-            none is installed or it is newer than the tables), ``None`` where that is not
-            a known release.
+            none is installed, it cannot be read or it is newer than the tables; ``0.32.0``
+            for ``0.32.0rc1``), or whose knobs stand for a version the tables hold only as
+            other builds of its release (``0.8.5.post1`` for ``0.8.5``); ``None`` where the
+            version lies between known releases.
         env: Variable -> value for the engine's environment (user-set variables kept).
         flags: Words to append to its command line.
         decisions: Feature -> :class:`Told`, in policy order.
