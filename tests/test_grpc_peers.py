@@ -3,6 +3,7 @@ refused at once costs the daemon at most MAX_GRPC_UNREAD_BYTES of its data."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from kernelpolicy.limits import (
     MAX_TCP_REQUEST_BYTES,
     MAX_WATCH_STREAMS_PER_PEER,
 )
+from kernelpolicy.server import peers
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.peer_calls import CallSlots
 from kernelpolicy.testing.daemon import running_daemon
@@ -71,6 +73,15 @@ def _half_sent_resolves(connection: H2Calls, calls: int) -> None:
         connection.open(RESOLVE, half_sent(1000, 500), end=False)
 
 
+@pytest.fixture
+def loopback_sources_as_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """127.0.0.2 and up count as peers of their own here, as remote hosts would: the daemon
+    groups all of 127.0.0.0/8 as one peer (tests/test_grpc_peer_groups.py), and these tests
+    need two peers on one machine."""
+    monkeypatch.setattr(peers, "LOOPBACK_V4", ipaddress.IPv4Network("127.0.0.1/32"))
+
+
+@pytest.mark.usefixtures("loopback_sources_as_hosts")
 @pytest.mark.parametrize(
     ("connections", "watches", "resolves"),
     [

@@ -9,6 +9,7 @@ opened at once, so the whole module waits for the limit once.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from kernelpolicy.limits import (
     MAX_GRPC_REQUEST_SECONDS,
     MAX_TCP_REQUEST_BYTES,
 )
+from kernelpolicy.server import peers
 from kernelpolicy.testing.daemon import running_daemon
 from tests.h2_calls import EMPTY, RESOLVE, WATCH, H2Calls, half_sent
 from tests.helpers import ROOT, fixture
@@ -81,7 +83,13 @@ def _pump(running_on: dict[H2Calls, int]) -> None:
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
-    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+    # 127.0.0.2 and up as peers of their own, as remote hosts would be (the daemon groups all of
+    # 127.0.0.0/8 as one peer: tests/test_grpc_peer_groups.py): each case's calls apart.
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running,
+    ):
+        patch.setattr(peers, "LOOPBACK_V4", ipaddress.IPv4Network("127.0.0.1/32"))
         tcp = running.daemon.bound[0]
         cases = {name: H2Calls(tcp, f"127.0.0.{2 + i}") for i, name in enumerate(CASES)}
         peer = H2Calls(tcp, f"127.0.0.{2 + len(CASES)}")

@@ -29,8 +29,8 @@ from tests.helpers import ROOT, fixture
     ("peer", "key"),
     [
         pytest.param("ipv4:10.0.0.7:51234", "10.0.0.7", id="ipv4"),
-        pytest.param("ipv6:[::1]:51234", "::1", id="ipv6"),
-        pytest.param("ipv6:[fe80::1%eth0]:9", "fe80::1%eth0", id="ipv6-zone"),
+        pytest.param("ipv6:[::1]:51234", "loopback", id="ipv6"),
+        pytest.param("ipv6:[fe80::1%eth0]:9", "fe80::/64", id="ipv6-zone"),
         pytest.param("unix:", "unix", id="unix-unnamed"),
         pytest.param("unix:/run/kernelpolicy/kernelpolicy.sock", "unix", id="unix-path"),
         pytest.param("unix-abstract:kp", "unix", id="unix-abstract"),
@@ -38,7 +38,8 @@ from tests.helpers import ROOT, fixture
     ],
 )
 def test_peer_key(peer: str, key: str) -> None:
-    """A peer is its address without the port; every unix-socket client is the one peer."""
+    """A peer is its address without the port, grouped (server.peers); every unix-socket
+    client is the one peer."""
     assert peer_key(peer) == key
 
 

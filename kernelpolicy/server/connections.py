@@ -7,7 +7,8 @@ take them all (then nothing answers, ``/healthz`` included). So the listener her
 
 - holds at most ``MAX_HTTP_CONNECTIONS`` connections, and never more than
   ``HTTP_DESCRIPTOR_SHARE`` of the descriptor limit, so the rest stays for everything else;
-- holds at most ``MAX_HTTP_CONNECTIONS_PER_PEER`` from one peer address;
+- holds at most ``MAX_HTTP_CONNECTIONS_PER_PEER`` from one peer (:func:`peer_of`: an address,
+  all of loopback, or an IPv6 /64);
 - at either cap, still accepts: the new connection replaces the oldest one of the same peer
   (per-peer cap) or of the peer holding the most (total cap). A flood displaces only the
   flooder's own connections, and a new client (a kubelet probe, a Prometheus scrape) always
@@ -39,6 +40,7 @@ from kernelpolicy.limits import (
     MAX_HTTP_HEADER_SECONDS,
     MAX_HTTP_IDLE_SECONDS,
 )
+from kernelpolicy.server.peers import peer_group
 
 SWEEP_SECONDS = 1.0
 """How often deadlines are checked: a timeout is enforced within this much of its limit."""
@@ -139,8 +141,10 @@ class ConnectionTable:
 
 
 def peer_of(address: Any) -> str:
-    """The peer address of an accepted socket, without its port."""
-    return str(address[0]) if isinstance(address, tuple) and address else str(address)
+    """The peer of an accepted socket's address: its host without the port, grouped as every
+    per-peer cap groups it (:func:`~kernelpolicy.server.peers.peer_group`: all of loopback
+    one peer, an IPv6 /64 one)."""
+    return peer_group(str(address[0]) if isinstance(address, tuple) and address else str(address))
 
 
 class _Tracked(asyncio.Protocol):

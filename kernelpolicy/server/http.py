@@ -16,11 +16,11 @@ Every request is bounded before a handler sees it: the request target and each h
 flag keys are bounded by the OFREP layer. A body is never decompressed: a ``Content-Encoding``
 other than ``identity`` is refused (415) unread and its connection closed, not read to the end
 (1 MiB of gzip inflates to 1 GiB); ``Expect: 100-continue`` gets "100 Continue" only for a body
-that will be read (``server.http_body``). Connections are bounded in number, per peer and in time by
-``server.connections``. Errors are JSON (``{"errorDetails": ...}``, plus ``key`` and
-``errorCode`` on OFREP routes), never a traceback. A client that hangs up before its answer is
-no error of the daemon's: it is counted (``kernelpolicy_http_connections_closed_total``), not
-answered, and not counted as a request.
+that will be read (``server.http_body``). Connections are bounded in number, per peer (one
+grouping for every cap, ``server.peers``) and in time by ``server.connections``. Errors are JSON
+(``{"errorDetails": ...}``, plus ``key`` and ``errorCode`` on OFREP routes), never a traceback.
+A client that hangs up before its answer is no error of the daemon's: it is counted
+(``kernelpolicy_http_connections_closed_total``), not answered, and not counted as a request.
 """
 
 from __future__ import annotations
@@ -163,8 +163,9 @@ class HttpListener:
         not_ready: Returns why the daemon is not ready, or ``None`` when it is.
         ssl_context: TLS, or ``None`` for plain HTTP.
         on_error: Called with a message when a handler fails unexpectedly (answered 500).
-        on_close: Called with a reason (``connections.CLOSE_REASONS``) and the peer address
-            when the listener closes a connection or a client hangs up mid-request.
+        on_close: Called with a reason (``connections.CLOSE_REASONS``) and the peer (its
+            address grouped, ``connections.peer_of``: all of loopback one peer) when the
+            listener closes a connection or a client hangs up mid-request.
         max_connections: The total connection cap (default: ``connections.connection_cap()``).
         timeouts: Header, body and idle timeouts (default: the ``MAX_HTTP_*_SECONDS`` limits).
     """

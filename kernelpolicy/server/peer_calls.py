@@ -7,11 +7,13 @@ each peer holds at most ``MAX_GRPC_CALLS_PER_PEER`` calls at once; one past it i
 ``RESOURCE_EXHAUSTED`` with a message naming the limit, before its request is read, while other
 peers are served.
 
-A peer is an address without its port (:func:`~kernelpolicy.server.streams.peer_key`, as the
-stream slots and the HTTP listener count), not a connection: a connection costs a client
-nothing to open (``MAX_GRPC_CONNECTIONS`` of them), so a cap per connection would bound nothing.
-Clients behind one address (a NAT, every local user on loopback) share its cap; that is what
-the unix socket, a server of its own, is for. Its clients are not capped here: grpc gives a
+A peer is an address without its port, grouped (:func:`~kernelpolicy.server.peers.peer_key`,
+as the stream slots and the HTTP listener count: all of loopback is one peer, an IPv6 /64 is
+one), not a connection: a connection costs a client nothing to open, so a cap per connection
+would bound nothing, and neither would a cap per address where a client may pick among many
+(any local user binds any 127.x source; a host owns its /64). Clients behind one address or
+group (a NAT, every local user on loopback) share its cap; that is what the unix socket, a
+server of its own, is for. Its clients are not capped here: grpc gives a
 server no peer credentials there, and only the daemon's own user (and root) may connect.
 
 grpc reads a unary call's request before any handler runs, and gives an interceptor no peer;
@@ -38,8 +40,9 @@ import grpc
 
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_GRPC_CALLS_PER_PEER, MAX_GRPC_REQUEST_SECONDS
+from kernelpolicy.server.peers import peer_key
 from kernelpolicy.server.rpc_boundary import Emit
-from kernelpolicy.server.streams import PeerCounts, peer_key
+from kernelpolicy.server.streams import PeerCounts
 
 
 class CallSlots:

@@ -2,7 +2,8 @@
 
 Each open stream holds a subscription and about 54 KiB for as long as its client keeps it, so
 the daemon bounds them: ``MAX_WATCH_STREAMS_PER_PEER`` from one peer address and
-``MAX_WATCH_STREAMS`` from TCP peers in all. Every client of the unix socket (the node's
+``MAX_WATCH_STREAMS`` from TCP peers in all, a peer being what :func:`~.peers.peer_key` groups
+(all of loopback one peer, an IPv6 /64 one). Every client of the unix socket (the node's
 workers, the daemon's own user) counts as the one peer ``unix``, outside the TCP total: no TCP
 client, however many addresses it has, can take the workers' streams. A stream past a cap is
 refused with ``RESOURCE_EXHAUSTED`` and a message naming the limit.
@@ -17,22 +18,7 @@ import grpc
 
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.limits import MAX_WATCH_STREAMS, MAX_WATCH_STREAMS_PER_PEER
-from kernelpolicy.server.addresses import split_address
-
-UNIX_PEER = "unix"
-
-
-def peer_key(peer: str) -> str:
-    """The address a gRPC peer string names, without its port: ``ipv4:10.0.0.7:5123`` is
-    ``10.0.0.7``, ``ipv6:[::1]:5123`` is ``::1``, any ``unix:`` peer is ``unix``."""
-    kind, _, rest = peer.partition(":")
-    if kind in ("unix", "unix-abstract"):
-        return UNIX_PEER
-    if kind == "ipv6" and rest.startswith("["):
-        return rest[1:].split("]", 1)[0]
-    if kind == "ipv4":
-        return split_address(rest).host or rest[:100]
-    return peer[:100]  # a form grpc does not use today: one peer per string, still bounded
+from kernelpolicy.server.peers import UNIX_PEER, peer_key
 
 
 class PeerCounts:
