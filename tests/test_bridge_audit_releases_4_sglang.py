@@ -21,7 +21,8 @@ named case that failed on the pack before it.
 - SGLang 0.4.6-0.4.9 (now in the knob tables) call FlashInfer's 0.2.3 sampling API (0.4.6.post5
   and 0.4.9.post6 sampler.py, no uniform_samples), so ``--sampling-backend pytorch`` is forced
   only before 0.4.6 (0.4.5 the old API); 0.4.9.post6 already reads SGLANG_USE_AITER, 0.4.6.post5
-  takes --attention-backend aiter/flashmla/cutlass_mla and 0.4.5 fa3, which the pack dated 0.4.10.
+  takes --attention-backend aiter/flashmla/cutlass_mla and 0.4.5 fa3, which the pack dated 0.4.10
+  (the fifth audit: 0.4.5's fa3 is a beta, no longer pinned: tests/test_bridge_audit5.py).
 """
 
 from __future__ import annotations
@@ -146,10 +147,6 @@ CASES = {
     "sglang-0.4.6.post5-mi300x-aiter-attention-default": Case(
         "mi300x", "sglang", "0.4.6.post5", env=SGL_AITER, feature="attention.backend",
         status=Status.DEFAULT, absent=PINNED,
-    ),
-    "sglang-0.4.5-h100-fa3-pinned": Case(
-        "h100-sxm", "sglang", "0.4.5", feature="attention.backend",
-        flags=("--attention-backend", "fa3"),
     ),
 }  # fmt: skip
 
