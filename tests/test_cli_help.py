@@ -21,7 +21,7 @@ EXAMPLES = {  # each command's help, and one example line of it that must print 
     "env": '  s=$(kernelpolicy env --engine vllm --format shell) || exit; eval "$s"',
     "exec": "      vllm serve meta-llama/Llama-3.1-8B-Instruct",
     "matrix": "  kernelpolicy matrix -o wide --env VLLM_ROCM_USE_AITER=1",
-    "serve": "  kernelpolicy serve --listen 127.0.0.1:0 --port-file /tmp/kp.port",
+    "serve": "  kernelpolicy serve --listen 127.0.0.1:0 --port-file $XDG_RUNTIME_DIR/kp.port",
     "status": None,
     "labels": "  kernelpolicy labels --format json --platform node.json",
     "verify": "  kernelpolicy verify --quick                  a smoke run, never stored",

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import stat
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +48,7 @@ def register(commands: Any) -> None:
         epilog=(
             "examples:\n"
             "  kernelpolicy serve\n"
-            "  kernelpolicy serve --listen 127.0.0.1:0 --port-file /tmp/kp.port\n"
+            "  kernelpolicy serve --listen 127.0.0.1:0 --port-file $XDG_RUNTIME_DIR/kp.port\n"
             "  kernelpolicy serve --http 9090 --warm --warm-vocab 128256\n"
             "  KERNELPOLICY_TLS_CERT_FILE=cert.pem KERNELPOLICY_TLS_KEY_FILE=key.pem \\\n"
             "      kernelpolicy serve --policies /etc/kernelpolicy --listen 0.0.0.0:50151"
@@ -75,7 +80,12 @@ def _add_serving_options(serve: argparse.ArgumentParser) -> None:
         "--env", metavar="K=V", action="append", default=[],
         help="set an environment variable for the answers (repeatable; K= unsets it)",
     )  # fmt: skip
-    serve.add_argument("--port-file", type=Path, help="write the bound addresses here, one a line")
+    serve.add_argument(
+        "--port-file", type=Path, metavar="PATH",
+        help="once listening, write the bound addresses here, one a line (replaced whole, "
+        "removed when the daemon stops); its directory must be writable by nobody else (a "
+        "private one, not /tmp)",
+    )  # fmt: skip
     serve.add_argument(
         "--no-watch", action="store_true", help="do not watch policy files (SIGHUP still reloads)"
     )
@@ -163,28 +173,59 @@ def _serve(args: argparse.Namespace) -> int:
         warm=_warm_start(args, settings),
     )  # fmt: skip
 
-    failed: list[Exception] = []
-
-    def started() -> None:
-        # Only once every address is bound: an address in use is exit 2 with nothing on stdout.
-        addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
-        try:
-            if args.port_file:
-                write_port_file(args.port_file, addresses)
-            if not args.quiet:
-                print(explain_table(state.snapshot.resolution), flush=True)
-                print(flush=True)
-                print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
-        except Exception as exc:  # the daemon listens already: it stops as on SIGTERM
-            failed.append(exc)  # (its sockets and halts files removed), then this is said
-            daemon.stop()
+    started = _Started(args, daemon, lambda: explain_table(state.snapshot.resolution))
 
     import asyncio  # here, not at the top: every other command would pay ~20 ms for it
 
-    asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
-    if failed:
-        raise failed[0]
+    try:
+        asyncio.run(daemon.serve(on_started=started, pending_reload=take_pending))
+    finally:
+        started.finish()
+    if started.failed:
+        raise started.failed[0]
     return 0
+
+
+class _Started:
+    """Once every address is bound (an address in use is exit 2 with nothing on stdout): the
+    port file, then the explain table and start line, in a thread beside the event loop (a slow
+    disk or a full pipe never stops the answers); a failure stops the daemon as SIGTERM does."""
+
+    def __init__(self, args: argparse.Namespace, daemon: Any, table: Callable[[], str]) -> None:
+        self.args, self.daemon, self.table = args, daemon, table
+        self.failed: list[Exception] = []
+        self.written: list[tuple[int, int]] = []  # the port file's device and inode
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self) -> None:
+        daemon = self.daemon
+        addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
+        thread = threading.Thread(target=self._publish, args=(addresses,), name="kp-started")
+        self.threads.append(thread)
+        thread.start()
+
+    def _publish(self, addresses: list[str]) -> None:
+        try:
+            if self.args.port_file:
+                self.written.append(write_port_file(self.args.port_file, addresses))
+            if not self.args.quiet:
+                print(self.table(), flush=True)
+                print(flush=True)
+                print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+        except Exception as exc:  # the daemon listens already: it stops as on SIGTERM
+            self.failed.append(exc)  # (its sockets and halts files removed), then this is said
+            self.daemon.stop()
+
+    def finish(self) -> None:
+        """The daemon stopped: wait for the thread, then remove the port file it wrote if that
+        is still there (same device and inode: not whatever took its name since)."""
+        for thread in self.threads:
+            thread.join()
+        for stamp in self.written:
+            with contextlib.suppress(OSError):
+                info = self.args.port_file.lstat()
+                if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) == stamp:
+                    self.args.port_file.unlink()
 
 
 def _warm_start(args: argparse.Namespace, settings: Settings) -> WarmStart | None:
@@ -270,8 +311,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise DaemonError(f"--warm-jobs {args.warm_jobs}: expected 1 or more")
     if not args.warm and (args.warm_vocab or args.warm_device != DEFAULT_DEVICE):
         raise DaemonError("--warm-vocab and --warm-device go with --warm; give --warm too")
-    if args.port_file is not None:
-        check_port_file(args.port_file)
+    if args.port_file is not None:  # written where checked, whatever a link is aimed at later
+        args.port_file = check_port_file(args.port_file)
 
 
 def _port_file_error(path: Path, exc: OSError) -> DaemonError:
@@ -283,43 +324,74 @@ def _port_file_error(path: Path, exc: OSError) -> DaemonError:
     )
 
 
-def check_port_file(path: Path) -> None:
-    """That this user can write ``path``, tried before anything is bound (a daemon that
-    listens already would have to stop again), leaving it as it was: a new file is removed, an
-    existing one is opened for appending and not changed.
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISREG, "a file"))
+
+
+def check_port_file(path: Path) -> Path:
+    """Before anything is bound, refuse a port file that cannot be written or that another
+    user could aim or rewrite: a directory failing :func:`kernelpolicy.trust.ancestors_problem`
+    (root's sticky ``/tmp`` passes: nobody can rename our file there), or at the path anything
+    but a regular file of root's or ours (a link aims the write, a FIFO holds it, another
+    user's file stays theirs to rewrite). The path is left as it was; returned with its
+    directory resolved (a link to it in ``/tmp`` could be aimed elsewhere after the check).
 
     Raises:
-        DaemonError: Its directory does not exist, or it cannot be written (a directory, a
-            directory where no file can be made, a file this user may not write).
+        DaemonError: Naming the path, what is there and what was expected.
     """
+    import tempfile
+
     from kernelpolicy.errors import DaemonError
+    from kernelpolicy.trust import ancestors_problem, owner_ok
 
     if not path.parent.is_dir():
         raise DaemonError(f"--port-file {path}: no directory {path.parent}")
-    created = True
+    path = path.parent.resolve() / path.name
+    problem = ancestors_problem(path.parent)
+    if problem is not None:
+        raise DaemonError(
+            f"--port-file {path}: refusing its directory, {problem}; another user could aim "
+            "the file or rewrite it: use a directory only you (or root) can write, such as "
+            "$XDG_RUNTIME_DIR"
+        )
     try:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:  # a FIFO with no reader: an error, not a wait
-            created = False
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+        info: os.stat_result | None = path.lstat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise _port_file_error(path, exc) from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise _port_file_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+    if info is not None and not (stat.S_ISREG(info.st_mode) and owner_ok(info.st_uid)):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "a special file")
+        raise DaemonError(
+            f"--port-file {path}: {kind} owned by uid {info.st_uid} is there; expected no "
+            f"file, or a regular file of root's or uid {os.geteuid()}'s (you) to replace; "
+            "refusing to write through it (remove it yourself if it is stale)"
+        )
+    try:  # a file can be made beside it (what the write makes first, then renames)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
         raise _port_file_error(path, exc) from None
     os.close(fd)
-    if created:
-        path.unlink()  # watchers wait for the file: it appears only once the daemon listens
+    os.unlink(probe)
+    return path
 
 
-def write_port_file(path: Path, addresses: list[str]) -> None:
-    """The bound addresses, one a line.
+def write_port_file(path: Path, addresses: list[str]) -> tuple[int, int]:
+    """The bound addresses, one a line, mode 0644, by :func:`kernelpolicy.safeio.write_atomic`
+    (no link followed, no FIFO opened, the whole file or none); its device and inode returned.
 
     Raises:
         DaemonError: It cannot be written after all (see :func:`check_port_file`).
     """
+    from kernelpolicy.safeio import write_atomic
+
     try:
-        path.write_text("\n".join(addresses) + "\n")
+        write_atomic(path, ("\n".join(addresses) + "\n").encode(), 0o644)
+        info = path.lstat()  # in a directory nobody else may write (or root's sticky one)
     except OSError as exc:
         raise _port_file_error(path, exc) from None
+    return info.st_dev, info.st_ino
 
 
 def raise_descriptor_limit(ceiling: int = 1 << 20) -> None:
