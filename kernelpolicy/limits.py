@@ -211,6 +211,11 @@ MAX_INVENTORY_FILE_BYTES = 512 * MIB
 """One ``kubectl get nodes -o json`` file (10,000 labelled GPU nodes are about 100 MiB)."""
 MAX_ROLLOUT_STEPS = 16
 """Percent steps ``kernelpolicy diff --steps`` counts for each staged rollout."""
+MAX_DAEMON_DECISIONS = 10_000
+"""Decisions ``kernelpolicy diff --daemons`` reads from one daemon's answer (a policy set of
+10,000 features, the largest the limits above are sized for): a daemon that answers more is
+counted as not answering, with this named, and none of its decisions is kept or compared. Each
+name in an answer is cut to 200 characters and escaped before it is compared or printed."""
 
 # Run-time reports from workers to their node's daemon (issue 29, the halt loop).
 REPORT_QUEUE_EVENTS = 1024

@@ -22,6 +22,7 @@ from kernelpolicy.evidence.store import Evidence, evidence_from_json
 from kernelpolicy.fleet.inventory import Inventory, Node
 from kernelpolicy.limits import (
     DAEMON_TIMEOUT_SECONDS,
+    MAX_DAEMON_DECISIONS,
     MAX_INVENTORY_NODES,
     MAX_PLATFORM_FILE_BYTES,
     shown,
@@ -35,6 +36,7 @@ _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on
 _INSTANCE = re.compile(r"[0-9a-f]{1,64}")
 _HALT_KEY_CHARS = 300  # feature/impl: names of the policy set, bounded there
 _HALT_WHY_CHARS = 400  # the daemon's reason, a worker's failure message included
+_NAME_CHARS = 200  # a feature, implementation or error code a daemon names, shown in a line
 
 
 def _fail(message: str) -> InventoryError:
@@ -75,8 +77,9 @@ def _snapshot(
     address: str, timeout: float, credentials: Any
 ) -> tuple[str, Evidence | None, dict[str, str], dict[str, str]]:
     """The daemon's platform snapshot (JSON), its evidence (``None``: it read none), its
-    decisions (feature -> implementation, or ``error (<code>)``) and its halts (``feature/impl``
-    -> why, each cut and escaped)."""
+    decisions (feature -> implementation, or ``error (<code>)``; at most
+    ``MAX_DAEMON_DECISIONS``) and its halts (``feature/impl`` -> why). Every name the daemon
+    sends is cut and escaped (:func:`_named`): diff prints them on a terminal."""
     from kernelpolicy.server.client import connect
 
     with connect(
@@ -89,8 +92,13 @@ def _snapshot(
     if len(text) > MAX_PLATFORM_FILE_BYTES:
         raise _fail(f"{address}: a snapshot of {len(text)} bytes, over MAX_PLATFORM_FILE_BYTES")
     evidence = evidence_from_json(inputs.evidence_json) if inputs.evidence_json else None
+    if len(answer.decisions) > MAX_DAEMON_DECISIONS:
+        raise _fail(
+            f"{address}: {len(answer.decisions):,} decisions, over MAX_DAEMON_DECISIONS "
+            f"({MAX_DAEMON_DECISIONS:,})"
+        )
     decided = {
-        d.feature: f"error ({d.error_code})" if d.error_code else (d.impl or "none")
+        _named(d.feature): _named(f"error ({d.error_code})" if d.error_code else d.impl or "none")
         for d in answer.decisions
     }
     halts = {
@@ -98,6 +106,13 @@ def _snapshot(
         for key, why in inputs.halted.items()
     }
     return text, evidence, decided, halts
+
+
+def _named(name: str) -> str:
+    """A name from a daemon's answer as a line can show it: cut to ``_NAME_CHARS`` and
+    escaped, so that no escape sequence or line break in it reaches a terminal. A name of the
+    policy language (``[a-z0-9_.]``) stays as it is."""
+    return escaped(shown(name, _NAME_CHARS))
 
 
 def instance_of(value: object) -> str | None:
