@@ -4,10 +4,11 @@ used by every audit's table (tests/test_bridge_audit_releases*.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
-from tests.helpers import resolve_on
+from tests.helpers import fixture, resolve_on
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,11 @@ AITER = {"VLLM_ROCM_USE_AITER": "1"}
 def assert_told(case: Case) -> None:
     """The release is told what ``case`` says: the feature's status, whether the engine may
     start, the variables and flags sent and not sent, the warning and the error."""
-    settings = told(case)
+    assert_settings(case, told(case))
+
+
+def assert_settings(case: Case, settings: EngineSettings) -> None:
+    """``settings`` are what ``case`` says its release must be told (:func:`assert_told`)."""
     decision = settings.decisions[case.feature]
     assert decision.status is case.status, decision
     assert settings.ok is case.ok, settings.errors
@@ -63,3 +68,14 @@ def assert_told(case: Case) -> None:
         assert case.warning in said, said
     if case.error:
         assert case.error in " ".join(settings.errors), settings.errors
+
+
+def told_with(case: Case, libraries: Mapping[str, str]) -> EngineSettings:
+    """What the case's release is told on its fixture with these distributions installed as
+    well, under the names a policy gives them (``deep_gemm``, ``flash_mla``)."""
+    platform = fixture(case.fixture)
+    platform = platform.replace(libraries={**platform.libraries, **libraries})
+    return engine_settings(
+        resolve_on(platform, **case.env), case.engine, case.env,
+        engine_version=case.version, model_kind=case.model_kind,
+    )  # fmt: skip
