@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.cli.serve_cmd import check_port_file, write_port_file
+from kernelpolicy.cli.port_file import check_port_file, write_port_file
 from kernelpolicy.errors import DaemonError
 from tests.helpers import ROOT, said_as_user, wait_until
 from tests.serve_process import serve_env

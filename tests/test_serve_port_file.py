@@ -18,8 +18,9 @@ CPU = str(ROOT / "kernelpolicy/fixtures/platforms/cpu.json")
 FAILS_LATE = """
 import errno, sys
 import kernelpolicy.cli.serve_cmd as serve
+from kernelpolicy.cli.port_file import port_file_error
 def full(path, addresses):  # the disk fills between the check and the write
-    raise serve._port_file_error(path, OSError(errno.ENOSPC, "No space left on device"))
+    raise port_file_error(path, OSError(errno.ENOSPC, "No space left on device"))
 serve.write_port_file = full
 from kernelpolicy.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -86,7 +87,7 @@ def test_a_writable_port_file_is_written_once_bound(short_dir: Path, existing: b
     port = short_dir / "port"
     if existing:
         port.write_text("stale\n")
-    from kernelpolicy.cli.serve_cmd import check_port_file
+    from kernelpolicy.cli.port_file import check_port_file
 
     check_port_file(port)
     assert port.exists() is existing

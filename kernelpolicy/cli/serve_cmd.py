@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import os
-import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -22,12 +19,12 @@ from kernelpolicy.cli.common import (
     local_settings,
     obtain_platform,
 )
+from kernelpolicy.cli.port_file import check_port_file, remove_port_file, write_port_file
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
 from kernelpolicy.cli.warm_cmd import vocab_sizes
 from kernelpolicy.warming import DEFAULT_DEVICE, DEFAULT_JOBS, DEFAULT_VOCABS
 
 if TYPE_CHECKING:
-    from kernelpolicy.errors import DaemonError
     from kernelpolicy.server.fleet import WarmStart
     from kernelpolicy.server.state import ServingState
     from kernelpolicy.settings import Settings
@@ -222,10 +219,7 @@ class _Started:
         for thread in self.threads:
             thread.join()
         for stamp in self.written:
-            with contextlib.suppress(OSError):
-                info = self.args.port_file.lstat()
-                if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) == stamp:
-                    self.args.port_file.unlink()
+            remove_port_file(self.args.port_file, stamp)
 
 
 def _warm_start(args: argparse.Namespace, settings: Settings) -> WarmStart | None:
@@ -315,90 +309,10 @@ def _check_options(args: argparse.Namespace) -> None:
         args.port_file = check_port_file(args.port_file)
 
 
-def _port_file_error(path: Path, exc: OSError) -> DaemonError:
-    from kernelpolicy.errors import DaemonError
-
-    return DaemonError(
-        f"--port-file {path}: cannot write ({exc.strerror or exc}); expected a file path in a "
-        "writable directory"
-    )
-
-
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISREG, "a file"))
-
-
-def check_port_file(path: Path) -> Path:
-    """Before anything is bound, refuse a port file that cannot be written or that another
-    user could aim or rewrite: a directory failing :func:`kernelpolicy.trust.ancestors_problem`
-    (root's sticky ``/tmp`` passes: nobody can rename our file there), or at the path anything
-    but a regular file of root's or ours (a link aims the write, a FIFO holds it, another
-    user's file stays theirs to rewrite). The path is left as it was; returned with its
-    directory resolved (a link to it in ``/tmp`` could be aimed elsewhere after the check).
-
-    Raises:
-        DaemonError: Naming the path, what is there and what was expected.
-    """
-    import tempfile
-
-    from kernelpolicy.errors import DaemonError
-    from kernelpolicy.trust import ancestors_problem, owner_ok
-
-    if not path.parent.is_dir():
-        raise DaemonError(f"--port-file {path}: no directory {path.parent}")
-    path = path.parent.resolve() / path.name
-    problem = ancestors_problem(path.parent)
-    if problem is not None:
-        raise DaemonError(
-            f"--port-file {path}: refusing its directory, {problem}; another user could aim "
-            "the file or rewrite it: use a directory only you (or root) can write, such as "
-            "$XDG_RUNTIME_DIR"
-        )
-    try:
-        info: os.stat_result | None = path.lstat()
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise _port_file_error(path, exc) from None
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        raise _port_file_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
-    if info is not None and not (stat.S_ISREG(info.st_mode) and owner_ok(info.st_uid)):
-        kind = next((name for test, name in _KINDS if test(info.st_mode)), "a special file")
-        raise DaemonError(
-            f"--port-file {path}: {kind} owned by uid {info.st_uid} is there; expected no "
-            f"file, or a regular file of root's or uid {os.geteuid()}'s (you) to replace; "
-            "refusing to write through it (remove it yourself if it is stale)"
-        )
-    try:  # a file can be made beside it (what the write makes first, then renames)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise _port_file_error(path, exc) from None
-    os.close(fd)
-    os.unlink(probe)
-    return path
-
-
-def write_port_file(path: Path, addresses: list[str]) -> tuple[int, int]:
-    """The bound addresses, one a line, mode 0644, by :func:`kernelpolicy.safeio.write_atomic`
-    (no link followed, no FIFO opened, the whole file or none); its device and inode returned.
-
-    Raises:
-        DaemonError: It cannot be written after all (see :func:`check_port_file`).
-    """
-    from kernelpolicy.safeio import write_atomic
-
-    try:
-        write_atomic(path, ("\n".join(addresses) + "\n").encode(), 0o644)
-        info = path.lstat()  # in a directory nobody else may write (or root's sticky one)
-    except OSError as exc:
-        raise _port_file_error(path, exc) from None
-    return info.st_dev, info.st_ino
-
-
 def raise_descriptor_limit(ceiling: int = 1 << 20) -> None:
     """Raise this process's soft descriptor limit to its hard limit (at most ``ceiling``), as
     Go's runtime does for every server: the listeners' connection caps are shares of it, and a
     soft limit of 1,024 (systemd's default) leaves the unix socket, gRPC and HTTP little room."""
-    import contextlib
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
