@@ -59,8 +59,9 @@ CASES = {
         "mi300x", "vllm", "0.14.1", "mla", AITER, feature="attention.mla",
         present={"VLLM_ROCM_USE_AITER_MLA": "1"}, absent=("--block-size",),
     ),
+    # the fifth audit: still named, with a warning (0.10.2's FLASHINFER_MLA refuses FP8 KV)
     "vllm-0.10.2-b200-flashinfer-mla-named": Case(
-        "b200", "vllm", "0.10.2", "mla", feature="attention.mla",
+        "b200", "vllm", "0.10.2", "mla", feature="attention.mla", status=Status.INEXPRESSIBLE,
         present={"VLLM_ATTENTION_BACKEND": "FLASHINFER_MLA"},
     ),
     "vllm-0.10.2-a100-triton-mla-named": Case(
