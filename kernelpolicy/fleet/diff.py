@@ -10,14 +10,14 @@ once per policy set, so 10,000 nodes of a dozen kinds cost a few dozen resolutio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from kernelpolicy.digest import sha256
 from kernelpolicy.evidence.store import Evidence
 from kernelpolicy.fleet.classes import class_of
 from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
-from kernelpolicy.fleet.halted import HaltedKernel, HaltsReader, halted_kernels, kept_halts
+from kernelpolicy.fleet.halted import HaltsReader, halted_kernels, kept_halts
 from kernelpolicy.fleet.inventory import Node
 from kernelpolicy.fleet.notices import (
     FleetWarning,
@@ -27,6 +27,7 @@ from kernelpolicy.fleet.notices import (
     same_daemon_warning,
 )
 from kernelpolicy.fleet.outcomes import ENGINES, Group, Outcome, Resolver, flag_options
+from kernelpolicy.fleet.result import Change, ClassDiff, FleetDiff, RolloutSteps
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.rollout import CompiledRollout
@@ -37,138 +38,6 @@ __all__ = [
 
 DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
 _UNSET = "(unset)"
-
-
-@dataclass(frozen=True, order=True)
-class Change:
-    """One thing that differs: a feature's decision, an engine's variable or its flags."""
-
-    kind: str  # "decision", "vllm env", "vllm flag", "sglang env", "sglang flag"
-    name: str  # the feature, variable or option
-    old: str
-    new: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "name": self.name, "old": self.old, "new": self.new}
-
-
-@dataclass
-class ClassDiff:
-    """One class of identical nodes and what the change does to them.
-
-    Attributes:
-        key: A short hash of the class.
-        summary: The class in words (vendor, arch, GPU count, versions).
-        nodes: The node names of the class.
-        changes: Each change and the number of the class's nodes it reaches.
-        changed: The names of the class's nodes that some change reaches, in inventory order.
-        reached: Each change and the names of the class's nodes it reaches, in inventory order.
-    """
-
-    key: str
-    summary: str
-    nodes: list[str] = field(default_factory=list)
-    changes: dict[Change, int] = field(default_factory=dict)
-    changed: list[str] = field(default_factory=list)
-    reached: dict[Change, list[str]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RolloutSteps:
-    """A staged rollout of the new policies and how many nodes would run it at each step."""
-
-    feature: str
-    impl: str
-    percent: float
-    steps: tuple[tuple[float, int], ...]  # (percent, nodes choosing impl)
-
-
-@dataclass
-class FleetDiff:
-    """The whole comparison; :meth:`to_dict` is ``diff --json``."""
-
-    nodes: int
-    classes: list[ClassDiff]
-    changed_nodes: int
-    rollouts: list[RolloutSteps]
-    skipped: tuple[str, ...] = ()
-    unreachable: tuple[str, ...] = ()  # daemons that did not answer, each message names it
-    warnings: tuple[FleetWarning, ...] = ()  # where the counts may not be what the fleet does
-    instances: tuple[tuple[str, str], ...] = ()  # (address, HOST/ID) of each live daemon
-    halted: tuple[HaltedKernel, ...] = ()  # kernels the live daemons halted, and where
-
-    def hosts(self) -> dict[str, list[str]]:
-        """Each host of the live daemons -> the addresses of its daemons, in inventory order."""
-        found: dict[str, list[str]] = {}
-        for address, instance in self.instances:
-            found.setdefault(instance.rsplit("/", 1)[0], []).append(address)
-        return found
-
-    @property
-    def changed(self) -> bool:
-        return self.changed_nodes > 0
-
-    def totals(self) -> list[tuple[Change, int]]:
-        """Every change and the nodes it reaches in the whole fleet, most nodes first."""
-        counts: dict[Change, int] = {}
-        for cls in self.classes:
-            for change, count in cls.changes.items():
-                counts[change] = counts.get(change, 0) + count
-        return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-
-    def reached(self) -> dict[Change, list[str]]:
-        """Each change and the names of the nodes it reaches, class by class."""
-        names: dict[Change, list[str]] = {}
-        for cls in self.classes:
-            for change, reached in cls.reached.items():
-                names.setdefault(change, []).extend(reached)
-        return names
-
-    def to_dict(self) -> dict[str, object]:
-        share, reached, totals = _share(self.nodes), self.reached(), self.totals()
-        return {
-            "nodes": self.nodes,
-            "changed_nodes": self.changed_nodes,
-            "skipped_nodes": list(self.skipped),
-            "unreachable_daemons": list(self.unreachable),
-            "daemons": [
-                dict(zip(("address", "host", "instance"), (a, *i.rsplit("/", 1)), strict=True))
-                for a, i in self.instances
-            ],
-            "warnings": [w.to_dict() for w in self.warnings],
-            "halted": [h.to_dict() for h in self.halted],
-            "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
-            "nodes_by_change": [{**c.to_dict(), "node_names": reached[c]} for c, _ in totals],
-            "classes": [_class_dict(cls) for cls in self.classes],
-            "rollouts": [
-                {
-                    "feature": r.feature, "impl": r.impl, "percent": r.percent,
-                    "steps": [{"percent": p, "nodes": n, "share": share(n)} for p, n in r.steps],
-                }
-                for r in self.rollouts
-            ],
-        }  # fmt: skip
-
-
-def _share(total: int) -> Callable[[int], float]:
-    return lambda n: round(n / total, 4) if total else 0.0
-
-
-def _class_dict(cls: ClassDiff) -> dict[str, object]:
-    share = _share(len(cls.nodes))
-    return {
-        "class": cls.key,
-        "summary": cls.summary,
-        "nodes": len(cls.nodes),
-        "example": (cls.changed or cls.nodes)[0] if cls.nodes else None,
-        "changed_nodes": list(cls.changed),
-        "changes": [
-            {**c.to_dict(), "nodes": n, "share": share(n)} for c, n in sorted(cls.changes.items())
-        ],
-        "nodes_by_change": [
-            {**c.to_dict(), "node_names": cls.reached[c]} for c in sorted(cls.changes)
-        ],
-    }
 
 
 def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
