@@ -153,6 +153,15 @@ never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor limit: idle connecti
 local user on the TCP port cannot take the descriptors the workers' unix socket needs."""
 GRPC_DESCRIPTOR_SHARE = 0.2
 """The part of the descriptor limit one gRPC listener may hold (with 1,024 files: 204)."""
+MAX_GRPC_CONNECTIONS_PER_PEER = 32
+"""Open gRPC connections on the TCP listeners from one peer (``server.peers``: all of loopback
+one peer). The daemon accepts TCP itself and relays each connection to its gRPC server; past
+this, a peer's new connection replaces that peer's least recently active one (and past
+``MAX_GRPC_CONNECTIONS``, the heaviest peer's), so no one peer holds every connection slot."""
+GRPC_RELAY_DESCRIPTORS = 3
+"""Descriptors one relayed TCP connection costs the daemon (the client's, the relay's end of
+the private unix socket, the gRPC server's end): the TCP listener's share of the descriptor
+limit is counted in these."""
 MAX_GRPC_STREAMS_PER_CONNECTION = 100
 """Concurrent requests and streams on one gRPC connection (HTTP/2 SETTINGS, the figure RFC 9113
 recommends as the least); a client's next stream waits for one to end. Above

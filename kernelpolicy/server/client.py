@@ -104,6 +104,15 @@ class Client:
             "on its unix socket, with --tls-ca FILE (status, explain, diff), or with connect() "
             "given credentials"
         )
+        if _closed_at_once(self.address):
+            return DaemonError(
+                f"{self.address}: not answering (no connection within {self.connect_timeout:g} "
+                "s): it accepts each connection and closes it at once, as kernelpolicy serve "
+                "does past its gRPC connection caps (MAX_GRPC_CONNECTIONS_PER_PEER from one peer, "
+                "all of loopback one; MAX_GRPC_CONNECTIONS in all); another client holds them: "
+                "try again later, or ask over the daemon's unix socket",
+                grpc.StatusCode.UNAVAILABLE,
+            )
         return DaemonError(
             f"{self.address}: not answering (no connection within {self.connect_timeout:g} s); "
             f"is kernelpolicy serve running there, {tls}",
@@ -251,6 +260,28 @@ def failure_details(exc: grpc.RpcError) -> str:
             "clients cannot fill)"
         )
     return details
+
+
+def _closed_at_once(address: str) -> bool:
+    """Whether the TCP listener at ``address`` accepts a connection and closes (or resets) it
+    before sending anything: a gRPC server sends its HTTP/2 settings at once (TLS waits for the
+    client: no answer, not a close), so a daemon that does this is refusing connections."""
+    if address.startswith("unix:"):
+        return False
+    import socket
+
+    from kernelpolicy.server.addresses import split_address
+
+    split = split_address(address)
+    try:
+        with socket.create_connection(
+            (split.host or "localhost", int(split.port)), timeout=1.0
+        ) as sock:
+            return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except OSError:  # refused, unreachable, or nothing said within the second
+        return False
 
 
 def _raise_if_refused(address: str) -> None:

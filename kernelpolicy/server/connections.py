@@ -129,6 +129,13 @@ class ConnectionTable:
         self.count -= 1
         return True
 
+    def touch(self, connection: Connection) -> None:
+        """``connection`` was active: it becomes its peer's newest, the last it would replace
+        (the gRPC relay replaces a peer's least recently active connection, not its oldest)."""
+        mine = self._by_peer.get(connection.peer)
+        if mine is not None and mine.pop(connection, False) is None:
+            mine[connection] = None
+
     def expired(self, now: float) -> list[Connection]:
         return [c for mine in self._by_peer.values() for c in mine if c.deadline <= now]
 

@@ -1,21 +1,23 @@
 """The daemon's gRPC server: its limits, and its services, each through the one boundary.
 
-Each listener (the TCP port, the unix socket) holds at most ``MAX_GRPC_CONNECTIONS``
-connections, and never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor limit, so that a
-local user's idle connections to the TCP port cannot take the descriptors the workers' unix
-socket needs; a connection carries at most ``MAX_GRPC_STREAMS_PER_CONNECTION`` calls at once, is
-closed after ``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshake within
-``MAX_GRPC_HANDSHAKE_SECONDS``. The TCP listeners and the unix sockets are two servers: TCP
-clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight with requests of
+Each listener (the TCP port, the unix socket) holds at most ``MAX_GRPC_CONNECTIONS`` connections,
+and never more than ``GRPC_DESCRIPTOR_SHARE`` of the descriptor limit, so that a local user's idle
+connections to the TCP port cannot take the descriptors the workers' unix socket needs; a connection
+carries at most ``MAX_GRPC_STREAMS_PER_CONNECTION`` calls at once, is closed after
+``MAX_GRPC_IDLE_SECONDS`` without one, and must finish its handshake within
+``MAX_GRPC_HANDSHAKE_SECONDS``. On TCP the daemon accepts connections itself and relays them to the
+gRPC server on a private unix socket (:mod:`.grpc_relay`), so that one peer holds at most
+``MAX_GRPC_CONNECTIONS_PER_PEER`` of them. The TCP listeners and the unix sockets are two servers:
+TCP clients (any local user) hold at most ``MAX_GRPC_TCP_CALLS`` calls in flight with requests of
 ``MAX_TCP_REQUEST_BYTES`` at most, so half-sent requests cannot grow the daemon's memory past a
-bound, and what they hold (connections, calls, hypothetical requests' places) is never taken
-from the workers' unix socket. One TCP peer holds at most ``MAX_GRPC_CALLS_PER_PEER`` of those
-calls (:mod:`.peer_calls`), and a call sends at most ``MAX_GRPC_UNREAD_BYTES`` before the daemon
-asks for its request, so a call refused at once costs no more than that; a call whose request is
-not in within ``MAX_GRPC_REQUEST_SECONDS`` is ended ``DEADLINE_EXCEEDED``, its slot freed, so
-half-sent requests hold their slots no longer than that. Every service, health
-and reflection included, goes through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no
-answer is UNKNOWN or names a Python class, and every server stream holds a stream slot.
+bound, and what they hold (connections, calls, hypothetical requests' places) is never taken from
+the workers' unix socket. One TCP peer holds at most ``MAX_GRPC_CALLS_PER_PEER`` of those calls
+(:mod:`.peer_calls`), and a call sends at most ``MAX_GRPC_UNREAD_BYTES`` before the daemon asks for
+its request, so a call refused at once costs no more than that; a call whose request is not in
+within ``MAX_GRPC_REQUEST_SECONDS`` is ended ``DEADLINE_EXCEEDED``, its slot freed, so half-sent
+requests hold their slots no longer than that. Every service, health and reflection included, goes
+through :class:`~kernelpolicy.server.rpc_boundary.Boundary`: no answer is UNKNOWN or names a Python
+class, and every server stream holds a stream slot.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from kernelpolicy.limits import (
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server.grpc_relay import GrpcRelay, relay_connection_cap
 from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.server.peer_calls import PeerCalls
 from kernelpolicy.server.rpc_boundary import Boundary, decoder
@@ -88,8 +91,12 @@ def grpc_server(
     ``MAX_REQUEST_BYTES``, no call cap, no request deadline)."""
     request_bytes = MAX_REQUEST_BYTES if tcp_calls is None else MAX_TCP_REQUEST_BYTES
     tcp_options = [] if tcp_calls is None else TCP_WINDOW
+    relay = None
     if tcp_calls is not None:  # outermost: its slot is taken before any request is read
         interceptors = [PeerCalls(boundary.emit), *interceptors]
+        relay = GrpcRelay(on_close=_replaced(boundary.emit),
+                          total=min(connections, relay_connection_cap()))  # fmt: skip
+        connections = 2 * relay.table.total  # a bound behind the relay's, never the one met
     server = grpc.aio.server(
         interceptors=interceptors,
         maximum_concurrent_rpcs=tcp_calls,
@@ -112,7 +119,50 @@ def grpc_server(
     names = (*SERVICES, health_service.full_name, reflection.SERVICE_NAME)
     add_service(server, reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
                 reflection.aio.ReflectionServicer(names), boundary)  # fmt: skip
-    return server
+    return server if relay is None else RelayedServer(server, relay)
+
+
+def _replaced(emit: Any) -> Any:
+    def on_close(reason: str, peer: str) -> None:
+        emit("info", "kernelpolicy.grpc.closed", reason=reason, peer=peer)
+
+    return on_close
+
+
+class RelayedServer:
+    """The TCP listeners' gRPC server behind a :class:`~.grpc_relay.GrpcRelay`, bound and
+    started as a ``grpc.aio`` server is: a TCP address given to ``add_*_port`` is the relay's to
+    accept on; the gRPC server listens on the relay's private unix socket (with the same
+    credentials, so TLS runs from the client to it)."""
+
+    def __init__(self, server: Any, relay: GrpcRelay) -> None:
+        self.server = server
+        self.relay = relay
+        self._credentials: Any = None
+        self._started = False
+
+    def add_insecure_port(self, address: str) -> int:
+        return self.relay.bind(address)
+
+    def add_secure_port(self, address: str, credentials: Any) -> int:
+        self._credentials = credentials
+        return self.relay.bind(address)
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            upstream = f"unix:{self.relay.path}"
+            if self._credentials is None:
+                self.server.add_insecure_port(upstream)
+            else:
+                self.server.add_secure_port(upstream, self._credentials)
+        await self.server.start()
+        self.relay.start()
+
+    async def stop(self, grace: float | None) -> None:
+        await self.relay.stop()
+        await self.server.stop(grace)
+        self.relay.close()
 
 
 def _serialize(message: Any) -> bytes:

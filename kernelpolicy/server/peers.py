@@ -13,7 +13,8 @@ among many addresses at no cost:
   address (``::ffff:a.b.c.d``, a dual-stack socket's view of an IPv4 client) is that IPv4
   address;
 - every unix-socket client is the one peer ``unix`` (gRPC gives the daemon no peer credentials
-  there, and only its own user and root may connect);
+  there, and only its own user and root may connect), except the gRPC relay's connections
+  (``server.grpc_relay``), which carry their TCP client's address in their names;
 - anything else (a form grpc does not use today) is its own peer, its key bounded in length.
 """
 
@@ -28,6 +29,9 @@ LOOPBACK_PEER = "loopback"
 UNIX_PEER = "unix"
 LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
 IPV6_GROUP_PREFIX = 64
+RELAY_PREFIX = "kernelpolicy-relay/"
+"""The abstract socket names the gRPC relay (``server.grpc_relay``) binds its connections to,
+``kernelpolicy-relay/<random>/<the TCP client's grpc peer>``: the relayed call's peer."""
 KEY_CHARS = 100
 """The longest key an unknown form of peer gets: one per string, still bounded."""
 
@@ -55,9 +59,13 @@ def peer_key(peer: str) -> str:
     ``10.0.0.7``, ``ipv4:127.0.0.9:5123`` and ``ipv6:[::1]:5123`` are ``loopback``,
     ``ipv6:[2001:db8::7]:5123`` is ``2001:db8::/64``, any ``unix:`` peer is ``unix``."""
     kind, _, rest = peer.partition(":")
+    rest = unquote(rest)  # grpc may write the brackets and a zone's % escaped
+    if kind == "unix-abstract" and rest.startswith(RELAY_PREFIX):
+        relayed = rest[len(RELAY_PREFIX) :].partition("/")[2]
+        if relayed.startswith(("ipv4:", "ipv6:")):  # a TCP client's, through the relay
+            return peer_key(relayed)
     if kind in ("unix", "unix-abstract"):
         return UNIX_PEER
-    rest = unquote(rest)  # grpc may write the brackets and a zone's % escaped
     if kind == "ipv6" and rest.startswith("["):
         return peer_group(rest[1:].split("]", 1)[0])
     if kind == "ipv4":

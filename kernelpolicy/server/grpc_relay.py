@@ -1,0 +1,320 @@
+"""The gRPC TCP listener's connections, capped per peer: the daemon accepts TCP itself and relays
+each connection's bytes to its gRPC server, which listens on a private unix socket.
+
+grpc counts a listener's connections (``grpc.max_allowed_incoming_connections``) with no share
+per peer and offers no hook on accept: grpcio has no server "from a file descriptor" (core's
+``grpc_server_add_channel_from_fd`` is not bound, grpc/grpc#23760 open, #14386 closed unmerged)
+and no external connection acceptor (C++ only). One address opened 256 idle connections, and
+every other TCP client was refused until grpc closed them as idle (120 s); it reconnected.
+
+So here, as for the HTTP listener (:mod:`.connections`, the same table): at most
+``MAX_GRPC_CONNECTIONS_PER_PEER`` connections from one peer (:mod:`.peers`: all of loopback
+one peer) and the listener's total; past either, the new connection is accepted and replaces the
+least recently active one of its own peer (or of the peer holding the most), which is closed at
+once. A flood displaces only the flooder's connections; a client that is using its connection
+keeps it. The relay reads and writes whole chunks as they come, with flow control both ways
+(a side that cannot take more stops the other's reading), and parses nothing: TLS, when set,
+runs from the client to the gRPC server through it.
+
+The gRPC server must still count calls and streams by the client's peer, not by the relay: each
+relayed connection to the unix socket is bound to an abstract name that carries the client's
+address (``kernelpolicy-relay/<random>/ipv4:10.0.0.7:5123``), which grpc gives as the call's
+peer and :func:`~.peers.peer_key` reads. Only the daemon's user can connect to the socket (its
+directory is private), so no client can name itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kernelpolicy.limits import (
+    GRPC_DESCRIPTOR_SHARE,
+    GRPC_RELAY_DESCRIPTORS,
+    MAX_GRPC_CONNECTIONS,
+    MAX_GRPC_CONNECTIONS_PER_PEER,
+)
+from kernelpolicy.server.addresses import split_address
+from kernelpolicy.server.connections import (
+    ACCEPT_RETRY_SECONDS,
+    Connection,
+    ConnectionTable,
+    peer_of,
+)
+from kernelpolicy.server.peers import RELAY_PREFIX
+
+TOUCH_SECONDS = 1.0
+"""A connection's activity is noted at most this often (its place among its peer's)."""
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def grpc_peer(address: Any) -> str:
+    """A TCP client's address as grpc writes a peer: ``ipv4:10.0.0.7:5123``,
+    ``ipv6:[2001:db8::7]:5123``."""
+    host, port = str(address[0]), int(address[1])
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+
+def listen_sockets(address: str) -> list[socket.socket]:
+    """Listening sockets for ``address`` (``HOST:PORT``), as grpc binds them: every address the
+    host resolves to, on one port (the first's, for port 0); a wildcard host, one dual-stack
+    socket (IPv4 also where the machine has no IPv6).
+
+    Raises:
+        OSError: One of them cannot be bound (the caller says why, as for grpc).
+    """
+    split = split_address(address)
+    host, port = split.host or "", split.number or 0
+    if host in _WILDCARDS:
+        try:
+            return [_listening(socket.AF_INET6, ("::", port), dual=True)]
+        except OSError:
+            return [_listening(socket.AF_INET, ("0.0.0.0", port))]
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    bound: list[socket.socket] = []
+    try:
+        for family, _, _, _, where in dict.fromkeys(found):
+            if bound:  # the port of the first, as grpc gives one port for all
+                port = bound[0].getsockname()[1]
+            bound.append(_listening(family, (where[0], port, *where[2:])))
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def _listening(family: int, where: Any, *, dual: bool = False) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual else 1)
+        sock.bind(where)
+        sock.listen(socket.SOMAXCONN)  # a burst waits in the kernel's queue, no descriptor
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def relay_connection_cap(limit: int = MAX_GRPC_CONNECTIONS) -> int:
+    """Relayed connections: ``limit``, and at most ``GRPC_DESCRIPTOR_SHARE`` of the descriptor
+    limit counted in ``GRPC_RELAY_DESCRIPTORS`` a connection."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(1, min(limit, int(soft * GRPC_DESCRIPTOR_SHARE / GRPC_RELAY_DESCRIPTORS)))
+
+
+class _End(asyncio.Protocol):
+    """One side of a relayed connection: what it reads, the other side writes."""
+
+    def __init__(self, link: _Link) -> None:
+        self.link = link
+        self.transport: asyncio.Transport | None = None
+        self.other: _End | None = None
+        self.early: list[bytes] = []  # read before the other side was made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        other = self.other.transport if self.other is not None else None
+        if other is None:
+            self.early.append(data)
+            assert self.transport is not None
+            self.transport.pause_reading()  # until the other side is there
+        else:
+            other.write(data)
+        self.link.active()
+
+    def eof_received(self) -> bool:
+        other = self.other.transport if self.other is not None else None
+        if other is not None and other.can_write_eof():
+            other.write_eof()
+            return True  # the other way may still carry bytes
+        self.link.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.link.close()
+
+    def pause_writing(self) -> None:  # this side's buffer is full: stop reading the other
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.resume_reading()
+
+
+class _Link:
+    """One relayed connection: the client's side, the gRPC server's side, its table entry."""
+
+    def __init__(self, relay: GrpcRelay, connection: Connection) -> None:
+        self.relay = relay
+        self.connection = connection
+        self.client = _End(self)
+        self.server = _End(self)
+        self.touched = 0.0
+
+    def join(self) -> None:
+        """Both sides are made: each writes what the other reads, what came early first."""
+        self.client.other, self.server.other = self.server, self.client
+        for side, other in ((self.client, self.server), (self.server, self.client)):
+            assert side.transport is not None
+            assert other.transport is not None
+            for data in side.early:
+                other.transport.write(data)
+            side.early.clear()
+            side.transport.resume_reading()
+
+    def active(self) -> None:
+        now = self.relay.clock()
+        if now - self.touched >= TOUCH_SECONDS:
+            self.touched = now
+            self.relay.table.touch(self.connection)
+
+    def close(self, *, cut: bool = False) -> None:
+        """Close both sides (``cut``: at once, what is buffered dropped) and forget it."""
+        self.relay.forget(self)
+        for side in (self.client, self.server):
+            if side.transport is not None and not side.transport.is_closing():
+                side.transport.abort() if cut else side.transport.close()
+
+
+class GrpcRelay:
+    """Accepts on the gRPC TCP listeners under the connection caps; relays to ``path``.
+
+    Args:
+        on_close: Called with a reason (``replaced_peer_cap``, ``replaced_total_cap``) and the
+            peer when the relay closes a connection to let a new one in.
+        total: Connections in all (default :func:`relay_connection_cap`).
+        per_peer: Connections from one peer (``MAX_GRPC_CONNECTIONS_PER_PEER``).
+    """
+
+    def __init__(
+        self,
+        *,
+        on_close: Callable[[str, str], None] = lambda reason, peer: None,
+        total: int | None = None,
+        per_peer: int = MAX_GRPC_CONNECTIONS_PER_PEER,
+    ) -> None:
+        total = relay_connection_cap() if total is None else total
+        self.table = ConnectionTable(total, min(per_peer, total))
+        self._on_close = on_close
+        self._directory = tempfile.mkdtemp(prefix="kernelpolicy-grpc-")  # 0700, this user's
+        self.path = os.path.join(self._directory, "grpc.sock")
+        self._sockets: list[socket.socket] = []
+        self._links: dict[Connection, _Link] = {}
+        self._tasks: list[asyncio.Future[Any]] = []
+        self.clock: Callable[[], float] = time.monotonic
+
+    def bind(self, address: str) -> int:
+        """Listen on ``address`` (``HOST:PORT``); the port bound. Accepting starts with
+        :meth:`start`.
+
+        Raises:
+            RuntimeError: It cannot be bound (as grpc's own ``add_insecure_port`` raises).
+        """
+        try:
+            sockets = listen_sockets(address)
+        except OSError as exc:
+            raise RuntimeError(f"cannot bind {address}: {exc}") from None
+        self._sockets.extend(sockets)
+        return int(sockets[0].getsockname()[1])
+
+    def start(self) -> None:
+        """Accept on every bound socket from the running loop."""
+        self._tasks = [asyncio.ensure_future(self._accept(sock)) for sock in self._sockets]
+
+    async def stop(self) -> None:
+        """Stop accepting and close the listening sockets; relayed connections stay (the gRPC
+        server's graceful stop ends their calls) until :meth:`close`."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sock in self._sockets:
+            sock.close()
+
+    def close(self) -> None:
+        """Cut every relayed connection left and remove the private directory."""
+        for link in list(self._links.values()):
+            link.close(cut=True)
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue  # ECONNABORTED and the like: that client is gone
+            self._admit(sock, address)
+            await asyncio.sleep(0)  # let the replaced connection's descriptors close first
+
+    def _admit(self, sock: socket.socket, address: Any) -> None:
+        connection = Connection(peer_of(address), float("inf"))
+        replaced = self.table.victim(connection.peer)
+        if replaced is not None:
+            victim, reason = replaced
+            if victim.task is not None:  # still being joined
+                victim.task.cancel()
+            self._links[victim].close(cut=True)
+            self._on_close(reason, victim.peer)
+        self.table.add(connection)
+        link = self._links[connection] = _Link(self, connection)
+        connection.task = asyncio.ensure_future(self._join(link, sock, grpc_peer(address)))
+
+    async def _join(self, link: _Link, sock: socket.socket, peer: str) -> None:
+        loop = asyncio.get_running_loop()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.setblocking(False)
+            _bind_name(upstream, peer)
+            await loop.sock_connect(upstream, self.path)
+            await loop.connect_accepted_socket(lambda: link.client, sock)
+            await loop.create_unix_connection(lambda: link.server, sock=upstream)
+        except (OSError, asyncio.CancelledError):
+            sock.close()
+            upstream.close()
+            link.close(cut=True)
+            return
+        finally:
+            link.connection.task = None
+        if link.connection not in self._links:  # closed while it was being made
+            link.close(cut=True)
+            return
+        link.join()
+
+    def forget(self, link: _Link) -> None:
+        if self._links.pop(link.connection, None) is not None:
+            self.table.remove(link.connection)
+
+
+def _bind_name(sock: socket.socket, peer: str) -> None:
+    """Bind ``sock`` to an abstract name carrying ``peer`` (grpc's form), new each time."""
+    for _ in range(8):  # a name taken by someone else: another draw
+        try:
+            sock.bind(f"\0{RELAY_PREFIX}{secrets.token_hex(6)}/{peer}")
+            return
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, "no free relay name")
