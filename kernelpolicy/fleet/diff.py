@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from kernelpolicy.digest import sha256
 from kernelpolicy.evidence.store import Evidence
+from kernelpolicy.fleet.answers import UNSET, Answered, AnswersReader, Said, disagreement
 from kernelpolicy.fleet.classes import class_of
 from kernelpolicy.fleet.evidence import LabelEvidence, resolve_evidence, verified
 from kernelpolicy.fleet.halted import HaltsReader, halted_kernels, kept_halts
@@ -24,6 +25,7 @@ from kernelpolicy.fleet.notices import (
     disagreement_warning,
     evidence_warning,
     identity_warnings,
+    label_disagreement_warning,
     same_daemon_warning,
 )
 from kernelpolicy.fleet.outcomes import ENGINES, Group, Outcome, Resolver, flag_options
@@ -37,7 +39,6 @@ __all__ = [
 ]  # fmt: skip
 
 DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
-_UNSET = "(unset)"
 
 
 def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
@@ -53,10 +54,13 @@ def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
 def _changes(old: Outcome, new: Outcome) -> list[Change]:
     keys = sorted(set(old) | set(new))
     return [
-        Change(kind, name, old.get((kind, name), _UNSET), new.get((kind, name), _UNSET))
+        Change(kind, name, old.get((kind, name), UNSET), new.get((kind, name), UNSET))
         for kind, name in keys
-        if old.get((kind, name), _UNSET) != new.get((kind, name), _UNSET)
+        if old.get((kind, name), UNSET) != new.get((kind, name), UNSET)
     ]
+
+
+_Disagreeing = tuple[int, str, str, Said]  # (index, node, what differs, who says it)
 
 
 @dataclass
@@ -68,7 +72,7 @@ class _Fleet:
     members: list[tuple[int, str | None, Platform, str]]  # per node: class, identity, it, name
     evidence: list[Evidence | None] = field(default_factory=list)  # per class
     unknown: list[str] = field(default_factory=list)  # nodes whose evidence is unknown
-    answered: list[Mapping[str, str] | None] = field(default_factory=list)  # per node
+    answered: list[Answered | None] = field(default_factory=list)  # per node
     instances: list[tuple[str, str]] = field(default_factory=list)  # live daemons' starts
     halts: list[tuple[Mapping[str, str], Mapping[str, str]]] = field(default_factory=list)
     # per class: the halts its daemons resolve with now, and those they keep under ``new``
@@ -79,6 +83,7 @@ class _Fleet:
         fleet = cls([], [])
         labelled: dict[LabelEvidence, Evidence | None] = {}  # nodes of a kind share their labels
         read_halts = HaltsReader(old, new)  # and their halts
+        read_answers = AnswersReader(old, new)  # and their impl.* labels
         features = [*old.features, *new.features]  # forces named by their feature
         switches = old.env_names | new.env_names
         for node in nodes:
@@ -102,7 +107,7 @@ class _Fleet:
                 fleet.halts.append((halts, kept_halts(halts, old, new)))
             fleet.summaries[number].nodes.append(node.name)
             fleet.members.append((number, node.identity, node.platform, node.name))
-            fleet.answered.append(node.answered)
+            fleet.answered.append(read_answers(node.answered))
             if node.instance is not None:
                 fleet.instances.append((node.name, node.instance))
         return fleet
@@ -111,21 +116,24 @@ class _Fleet:
         """(name, halts) of each node, in inventory order (a class's nodes share its halts)."""
         return [(name, self.halts[number][0]) for number, _, _, name in self.members]
 
-    def disagreeing(self, members: Sequence[int], outcome: Outcome) -> list[tuple[int, str, str]]:
-        """(index, node, ``feature: daemon X, --policies Y``) where a live daemon of ``members``
-        answers otherwise than the current policies decide for it (``outcome``)."""
+    def disagreeing(self, members: Sequence[int], outcome: Outcome) -> list[_Disagreeing]:
+        """(index, node, ``feature: daemon X, --policies Y``, who says it) where a node of
+        ``members`` answers, as its live daemon or its ``impl.*`` labels say, otherwise than the
+        current policies decide for it (``outcome``); nodes of a kind share their labels' answers,
+        checked once."""
         decided = {name: value for (kind, name), value in outcome.items() if kind == "decision"}
         found = []
+        checked: dict[int, str | None] = {}  # id of a node's answers -> what differs
         for index in members:
             answered = self.answered[index]
             if answered is None:
                 continue
-            for feature in sorted(set(decided) | set(answered)):
-                daemon, ours = answered.get(feature, _UNSET), decided.get(feature, _UNSET)
-                if daemon != ours:
-                    name = self.members[index][3]
-                    found.append((index, name, f"{feature}: daemon {daemon}, --policies {ours}"))
-                    break  # one example a node
+            key = id(answered[0])
+            if key not in checked:
+                checked[key] = disagreement(answered, decided)
+            what = checked[key]
+            if what is not None:  # one example a node
+                found.append((index, self.members[index][3], what, answered[1]))
         return found
 
     def outcome(
@@ -185,7 +193,7 @@ def diff_fleet(
     before, after = Resolver(old), Resolver(new)
     changed: set[int] = set()
     reached: dict[tuple[int, Change], list[int]] = {}  # (class, change) -> its nodes
-    disagree: list[tuple[int, str, str]] = []  # live daemons answering otherwise than ``old``
+    disagree: list[_Disagreeing] = []  # nodes answering otherwise than ``old`` decides
     for group, (members, platform) in fleet.groups(placed).items():
         current = fleet.outcome(before, group, platform)
         disagree += fleet.disagreeing(members, current)
@@ -202,9 +210,21 @@ def diff_fleet(
     return FleetDiff(
         len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
-        (*_warnings(fleet, old, new, duplicates), *disagreement_warning(sorted(disagree), total)),
+        (*_warnings(fleet, old, new, duplicates), *_disagreements(disagree, total)),
         tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
     )  # fmt: skip
+
+
+def _disagreements(found: list[_Disagreeing], total: int) -> list[FleetWarning]:
+    """The daemons, then the labels, that say otherwise than the current policies decide."""
+    by_who = {
+        said: [(index, name, what) for index, name, what, who in sorted(found) if who is said]
+        for said in Said
+    }
+    return [
+        *disagreement_warning(by_who[Said.DAEMON], total),
+        *label_disagreement_warning(by_who[Said.LABEL], total),
+    ]
 
 
 def _name_nodes(

@@ -11,8 +11,9 @@ Three shapes are read (each bounded before a JSON parser sees it):
   without one had none where it was probed, and is in no partial rollout there, whatever its
   ``status.nodeInfo.machineID``; its evidence from the ``verified.*`` labels
   (:class:`~kernelpolicy.fleet.evidence.LabelEvidence`); its halts from the ``halted.*``
-  labels (:class:`~kernelpolicy.fleet.halted.LabelHalts`). Nodes without kernelpolicy's labels
-  are skipped and counted.
+  labels (:class:`~kernelpolicy.fleet.halted.LabelHalts`); what its daemon decided from the
+  ``impl.*`` labels (:class:`~kernelpolicy.fleet.answers.LabelAnswers`), which ``diff`` checks
+  against the current policies. Nodes without kernelpolicy's labels are skipped and counted.
 
 A snapshot carries no evidence: such a node's is unknown (``Node.evidence`` is ``None``).
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpolicy.errors import InventoryError, PlatformFileError
+from kernelpolicy.fleet.answers import LabelAnswers, NodeAnswers
 from kernelpolicy.fleet.evidence import LabelEvidence, NodeEvidence
 from kernelpolicy.fleet.halted import LabelHalts, NodeHalts
 from kernelpolicy.labels import PREFIX, version_of_value
@@ -44,7 +46,7 @@ from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 __all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
 
 _IDENTITY_LABEL = f"{PREFIX}/node.identity"
-_Kind = tuple[Platform, LabelEvidence, LabelHalts]  # what the labels of a kind of node say
+_Kind = tuple[Platform, LabelEvidence, LabelHalts, LabelAnswers]  # what a kind's labels say
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,10 @@ class Node:
     Nodes of one kind may share one ``platform`` (its ``machine_id`` then unset); ``identity``
     is the node's own (what its rollout cohorts are hashed from); ``evidence`` is what its
     ``verified = true`` candidates are decided with, ``None`` where the inventory does not know;
-    ``answered`` is what a live daemon decides now (feature -> implementation, or ``error
-    (<code>)``), for ``diff`` to check against what the current policies decide there;
+    ``answered`` is what its daemon decides: a live daemon's answers now (feature ->
+    implementation, or ``error (<code>)``), or the ``impl.*`` labels of a Node
+    (:class:`~kernelpolicy.fleet.answers.LabelAnswers`), for ``diff`` to check against what
+    the current policies decide there;
     ``instance`` the live daemon's start (``HOST/ID``, see
     :func:`~kernelpolicy.server.node.daemon_instance`), ``None`` for any other node;
     ``halts`` the candidates its daemon halted on its node: ``feature/impl`` -> why (a live
@@ -67,7 +71,7 @@ class Node:
     platform: Platform
     identity: str | None
     evidence: NodeEvidence = None
-    answered: Mapping[str, str] | None = None
+    answered: NodeAnswers = None
     instance: str | None = None
     halts: NodeHalts = field(default_factory=dict)
 
@@ -176,20 +180,21 @@ def _kubectl_nodes(value: Mapping[str, Any], source: str) -> Inventory:
             skipped.append(name)
             continue
         # As its daemon decided: the label is the identity the probe found, none without it.
-        platform, evidence, halts = kind
+        platform, evidence, halts, answers = kind
         node_identity = identity if is_app_specific_id(identity) else None
-        nodes.append(Node(name, platform, node_identity, evidence, halts=halts))
+        nodes.append(Node(name, platform, node_identity, evidence, answers, halts=halts))
     return Inventory(source, tuple(nodes), tuple(skipped))
 
 
 def _kind(labels: Mapping[str, str], source: str) -> _Kind | None:
-    """What the labels of a kind of node say: its platform, evidence and halts (``None``:
-    no kernelpolicy labels; its ``verified.*``, ``dtypes.*`` and ``halted.*`` labels are
-    checked all the same)."""
+    """What the labels of a kind of node say: its platform, evidence, halts and decisions
+    (``None``: no kernelpolicy labels; its ``verified.*``, ``dtypes.*``, ``halted.*`` and
+    ``impl.*`` labels are checked all the same)."""
     platform = platform_from_labels(labels, source=source)
     evidence = LabelEvidence.of(labels, source=source)
     halts = LabelHalts.of(labels, source=source)
-    return None if platform is None else (platform, evidence, halts)
+    answers = LabelAnswers.of(labels, source=source)
+    return None if platform is None else (platform, evidence, halts, answers)
 
 
 def _node_parts(item: object, where: str) -> tuple[str, dict[str, str]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Concern", "FleetWarning", "disagreement_warning", "evidence_warning", "identity_warnings",
-    "same_daemon_warning",
+    "label_disagreement_warning", "same_daemon_warning",
 ]  # fmt: skip
 
 _SHOWN = 3  # names and identities quoted in a message (--json has all the names)
@@ -27,6 +27,7 @@ class Concern(enum.Enum):
     SAME_DAEMON = "same-daemon"
     EVIDENCE_UNKNOWN = "evidence-unknown"
     DAEMON_DISAGREES = "daemon-disagrees"
+    LABELS_DISAGREE = "labels-disagree"
 
 
 @dataclass(frozen=True)
@@ -151,4 +152,24 @@ def disagreement_warning(found: Sequence[tuple[int, str, str]], total: int) -> l
         "ones they run as --policies), or resolve with what diff cannot see ('kernelpolicy "
         "explain' there says what; their halts are seen and decided with); their changes are "
         "counted from what --policies decides, not from what they run"
+    ))]  # fmt: skip
+
+
+def label_disagreement_warning(
+    found: Sequence[tuple[int, str, str]], total: int
+) -> list[FleetWarning]:
+    """Nodes whose ``impl.*`` labels say otherwise than the current policies decide for them:
+    each of ``found`` is (inventory index, node, ``feature: label X, --policies Y``)."""
+    if not found:
+        return []
+    names = tuple(name for _, name, _ in found)
+    example = "; ".join(f"{name}: {what}" for _, name, what in found[:2])
+    return [FleetWarning(Concern.LABELS_DISAGREE, len(names), names, (
+        f"the labels of {_of(len(names), total)} say otherwise than --policies decides for "
+        f"them ({example}{'; ...' if len(found) > 2 else ''}): the labels may be stale "
+        "(written under other policies, or by daemons whose policies differ from --policies: "
+        "pass the ones they run as --policies, or wait for the daemons to relabel), or their "
+        "daemons resolve with what the labels do not carry ('kernelpolicy explain' there says "
+        "what); their changes are counted from what --policies decides, not from what the "
+        "labels say"
     ))]  # fmt: skip
