@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT, wait_until
 
 _HOOK = '''\
 import os, signal, sys, weakref
@@ -86,11 +86,14 @@ def _wait_for_exec(child: subprocess.Popen[str]) -> None:
     """Until the ignoring parent has exec'd the command: a SIGINT sent before would reach a
     parent still starting, with SIGINT at its default (it would die of it)."""
     cmdline = Path(f"/proc/{child.pid}/cmdline")
-    while child.poll() is None and cmdline.read_bytes().split(b"\0")[1:3] != [
-        b"-m",
-        b"kernelpolicy",
-    ]:
-        time.sleep(0.01)
+
+    def execed() -> bool:
+        return child.poll() is not None or cmdline.read_bytes().split(b"\0")[1:3] == [
+            b"-m",
+            b"kernelpolicy",
+        ]
+
+    wait_until(execed, "the ignoring parent never exec'd python -m kernelpolicy", seconds=60)
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

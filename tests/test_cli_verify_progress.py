@@ -9,8 +9,10 @@ import json
 import os
 import pty
 import re
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +147,31 @@ def _run_on_a_terminal(argv: list[str], cache: Path) -> tuple[str, str, int]:
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
     )  # fmt: skip
     os.close(slave)
+    try:
+        err = _read_until_closed(master, seconds=600)
+        out = child.communicate(timeout=600)[0]
+    finally:
+        os.close(master)
+        if child.poll() is None:  # the read or the wait gave up: leave no child behind
+            child.kill()
+            child.wait(timeout=30)
+    return out.decode(), err.decode(), child.returncode
+
+
+def _read_until_closed(master: int, seconds: float) -> bytes:
+    """All the child writes on the terminal until it closes it; fails if it has not within
+    ``seconds`` (a bound on a hang, not a speed check)."""
     chunks = []
+    deadline = time.monotonic() + seconds
     with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
-        while chunk := os.read(master, 4096):
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([master], [], [], max(left, 0))
+            assert ready, f"the child kept its terminal open past {seconds:g} s"
+            if not (chunk := os.read(master, 4096)):
+                break
             chunks.append(chunk)
-    os.close(master)
-    out = child.communicate(timeout=600)[0]
-    return out.decode(), b"".join(chunks).decode(), child.returncode
+    return b"".join(chunks)
 
 
 def test_on_a_terminal_progress_is_redrawn_and_ends_cleanly(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,11 @@ def test_hypothetical_answers_are_bounded() -> None:
             asyncio.ensure_future(pool.resolve(None, None, n))  # type: ignore[arg-type]
             for n in range(MAX_HYPOTHETICAL_RESOLVES + MAX_HYPOTHETICAL_WAITING)
         ]
+        deadline = time.monotonic() + 30  # a bound on a hang, not a speed check
         while len(started) < MAX_HYPOTHETICAL_RESOLVES:
+            assert time.monotonic() < deadline, (
+                f"only {len(started)} of {MAX_HYPOTHETICAL_RESOLVES} hypothetical resolves started"
+            )
             await asyncio.sleep(0.01)
         with pytest.raises(DaemonError, match="MAX_HYPOTHETICAL_WAITING") as refused:
             await pool.resolve(None, None, -1)  # type: ignore[arg-type]
@@ -280,7 +285,6 @@ def test_serve_raises_its_descriptor_limit(tmp_path: Path) -> None:
     shares are shares of that."""
     import subprocess
     import sys
-    import time
 
     port_file = tmp_path / "port"
     script = (
@@ -294,8 +298,8 @@ def test_serve_raises_its_descriptor_limit(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
         while not port_file.exists():
-            assert process.poll() is None
-            assert time.monotonic() < deadline
+            assert process.poll() is None, f"serve exited {process.returncode}, no port file"
+            assert time.monotonic() < deadline, "serve wrote no port file within 60 s"
             time.sleep(0.05)
         limits = Path(f"/proc/{process.pid}/limits").read_text()
     finally:

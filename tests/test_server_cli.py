@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from kernelpolicy.cli import main
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.server.client import connect
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, wait_until
 
 H100 = str(ROOT / "kernelpolicy/fixtures/platforms/h100-sxm.json")
 
@@ -34,6 +33,19 @@ def _serve(*args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "kernelpolicy", "serve", "--no-watch", "--platform", H100, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
+
+
+def _wait_for_port_file(proc: subprocess.Popen[str], port_file: Path) -> None:
+    """Until serve has written its address to ``port_file``; fails if it exits first or has
+    not within 60 s (a bound on a hang, not a speed check)."""
+
+    def written() -> bool:
+        if proc.poll() is not None:
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"serve exited {proc.returncode}, no port file: {err}")
+        return port_file.exists() and port_file.read_text().strip() != ""
+
+    wait_until(written, f"serve wrote no address to {port_file} within 60 s", seconds=60)
 
 
 @pytest.mark.parametrize(
@@ -117,11 +129,7 @@ def test_quiet_prints_no_start_or_stop_lines(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     proc = _serve("--quiet", "--listen", "127.0.0.1:0", "--port-file", str(port_file))
     try:
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert proc.poll() is None
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for_port_file(proc, port_file)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -273,11 +281,7 @@ def test_a_second_serve_on_the_same_address_prints_nothing_on_stdout(tmp_path: P
     port_file = tmp_path / "port"
     first = _serve("--quiet", "--listen", "127.0.0.1:0", "--port-file", str(port_file))
     try:
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert first.poll() is None
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for_port_file(first, port_file)
         address = port_file.read_text().split()[0]
         second = _serve("--listen", address)
         out, err = second.communicate(timeout=60)

@@ -20,7 +20,8 @@ from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2_grpc as f2_grpc
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
-from kernelpolicy.server.streams import StreamSlots, peer_key
+from kernelpolicy.server.peers import peer_key
+from kernelpolicy.server.streams import StreamSlots
 from kernelpolicy.testing.daemon import running_daemon
 from tests.helpers import ROOT, fixture
 
@@ -86,13 +87,25 @@ def test_slots_come_back() -> None:
 
 
 Opener = Callable[[grpc.Channel], Iterator[Any]]
+STREAM_SECONDS = 60
+"""Each stream's deadline: a bound on a hang (a first message that never comes fails the test
+DEADLINE_EXCEEDED), far longer than the test holds its streams."""
 OPENERS = [
-    pytest.param(lambda ch: pb_grpc.KernelPolicyStub(ch).Watch(pb.WatchRequest()), id="watch"),
     pytest.param(
-        lambda ch: f1_grpc.ServiceStub(ch).EventStream(f1.EventStreamRequest()), id="flagd-v1"
+        lambda ch: pb_grpc.KernelPolicyStub(ch).Watch(pb.WatchRequest(), timeout=STREAM_SECONDS),
+        id="watch",
     ),
     pytest.param(
-        lambda ch: f2_grpc.ServiceStub(ch).EventStream(f2.EventStreamRequest()), id="flagd-v2"
+        lambda ch: f1_grpc.ServiceStub(ch).EventStream(
+            f1.EventStreamRequest(), timeout=STREAM_SECONDS
+        ),
+        id="flagd-v1",
+    ),
+    pytest.param(
+        lambda ch: f2_grpc.ServiceStub(ch).EventStream(
+            f2.EventStreamRequest(), timeout=STREAM_SECONDS
+        ),
+        id="flagd-v2",
     ),
 ]
 

@@ -263,7 +263,9 @@ def test_a_kernel_switched_off_leaves_the_running_vllm(tmp_path: Path, vllm: Ser
         changed = f"process {sampling} now resolves to fingerprint"
         deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
         while changed not in server.log.read_text():
-            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (
+                f"vLLM never logged {changed!r}:\n{server.log.read_text()[-3000:]}"
+            )
             time.sleep(0.5)
         line = next(x for x in server.log.read_text().splitlines() if changed in x)
         assert line.endswith("sampler.top_k_top_p mine -> torch"), line
@@ -335,7 +337,9 @@ def test_a_halt_on_the_node_reaches_the_running_vllm(tmp_path: Path, vllm: Serve
         changed = f"process {sampling} now resolves to fingerprint"
         deadline = time.monotonic() + 60
         while changed not in server.log.read_text():
-            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (
+                f"vLLM never logged {changed!r}:\n{server.log.read_text()[-3000:]}"
+            )
             time.sleep(0.5)
         line = next(x for x in server.log.read_text().splitlines() if changed in x)
         assert line.endswith("sampler.top_k_top_p mine -> torch"), line
