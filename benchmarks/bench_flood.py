@@ -9,6 +9,13 @@ during and after the flood::
     python benchmarks/bench_flood.py                      # 5,000 connections, limit 1,024
     python benchmarks/bench_flood.py --sources 1 --json
 
+All of 127.0.0.0/8 is one peer to the daemon (kernelpolicy/server/peers.py), so however many
+``--sources`` the flood comes from it is one peer, and so is the ``/healthz`` client: what this
+measures is the per-peer cap (at most ``MAX_HTTP_CONNECTIONS_PER_PEER`` held, each new
+connection past it replacing the peer's oldest: ``replaced_peer_cap``), not the total cap
+(``replaced_total_cap`` needs several peers, which loopback cannot give; its replacements are
+table-tested in tests/test_http_connections.py).
+
 The test suite runs the same with a few hundred connections (tests/test_server_flood.py).
 """
 

@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """The daemon's memory while clients reopen gRPC calls as fast as they are refused.
 
-Starts ``kernelpolicy serve`` (gRPC on 127.0.0.1 and a unix socket), fills its TCP calls with
-half-sent Resolve calls from 8 loopback addresses (45 each, 360 against the 320 of
-``MAX_GRPC_TCP_CALLS``), then ``--churners`` connections, each from its own address, keep 50
-Resolve calls open that announce ``MAX_TCP_REQUEST_BYTES`` and send as much as the daemon's
-window lets, opening a new call each time one is refused, for ``--seconds``. Prints the
-daemon's RSS before, once filled, at its peak (sampled every 0.1 s) and 5 s after every client
-closed, and how many calls the churners opened.
+Starts ``kernelpolicy serve`` (gRPC on 127.0.0.1 and a unix socket), opens half-sent Resolve
+calls from 8 loopback addresses (45 each, 360), then ``--churners`` connections, each from an
+address of its own, keep 50 Resolve calls open that announce ``MAX_TCP_REQUEST_BYTES`` and send
+as much as the daemon's window lets, opening a new call each time one is refused, for
+``--seconds``. Prints the daemon's RSS before, once the holders' calls are in, at its peak
+(sampled every 0.1 s) and 5 s after every client closed, how many calls the holders held and
+how many the churners opened.
+
+All of 127.0.0.0/8 is one peer to the daemon (kernelpolicy/server/peers.py), so the holders'
+and the churners' addresses are one peer: the holders hold that peer's
+``MAX_GRPC_CALLS_PER_PEER`` (64), not the 320 of ``MAX_GRPC_TCP_CALLS`` that 8 peers filled
+before, and the churn is refused at the per-peer cap (until the holders' calls pass
+``MAX_GRPC_REQUEST_SECONDS`` and are ended, freeing places the churners' calls take). What it
+measures now is the memory of one peer reopening refused calls as fast as they are refused,
+not of the TCP listener's total cap filled. Past 24 churners the 8 + N connections pass
+``MAX_GRPC_CONNECTIONS_PER_PEER`` (32), and the daemon closes the peer's least recently active
+ones to take each new one.
 
 Usage: python benchmarks/bench_grpc_peers.py [--churners 16] [--seconds 12] [--json]
 """

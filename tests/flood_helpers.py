@@ -134,7 +134,8 @@ class Flood:
 
 def flood(port: int, count: int, sources: Sequence[str]) -> Flood:
     """Open ``count`` TCP connections to 127.0.0.1:``port`` without waiting, from the loopback
-    source addresses ``sources`` in turn (each one peer to the daemon)."""
+    source addresses ``sources`` in turn (together one peer to the daemon: all of 127.0.0.0/8
+    is, kernelpolicy/server/peers.py)."""
     sockets = []
     for index in range(count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -146,7 +147,9 @@ def flood(port: int, count: int, sources: Sequence[str]) -> Flood:
 
 
 def healthz(url: str, timeout: float = 10.0) -> int:
-    """The status of GET /healthz from 127.0.0.1 (a peer the flood does not use)."""
+    """The status of GET /healthz on a new connection from 127.0.0.1: the flood's own peer
+    (all of loopback is one): at the per-peer cap it replaces the flood's least recently active
+    connection, as any new client of a flooding peer does."""
     import http.client
 
     parts = urlsplit(url)

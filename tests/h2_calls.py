@@ -4,10 +4,14 @@ hold (:class:`HalfSent`), what one peer can hold and whether another is still se
 (:class:`H2Calls`).
 
 A connection binds its source address (``127.0.0.2`` and so on: Linux answers the whole
-127.0.0.0/8 on loopback), so that two clients on one machine are two peers to the daemon, and
-it can open a new call whenever it likes. Shared by tests/test_grpc_peers.py,
-tests/test_grpc_limits.py, tests/test_grpc_request_deadline.py, benchmarks/bench_grpc_peers.py
-and benchmarks/bench_grpc_flood.py.
+127.0.0.0/8 on loopback) and can open a new call whenever it likes. The daemon counts all of
+127.0.0.0/8 as one peer (kernelpolicy/server/peers.py): clients from several 127.x addresses
+share one peer's caps, unless the test narrows that group to 127.0.0.1/32
+(``peers.LOOPBACK_V4``, as tests/test_grpc_peers.py and tests/test_grpc_request_deadline.py do
+for two peers on one machine; tests/test_grpc_peer_groups.py shows five of them as one). Shared
+by tests/test_grpc_peers.py, tests/test_grpc_peer_groups.py, tests/test_grpc_limits.py,
+tests/test_grpc_request_deadline.py, benchmarks/bench_grpc_peers.py and
+benchmarks/bench_grpc_flood.py.
 """
 
 from __future__ import annotations
