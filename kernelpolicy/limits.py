@@ -135,7 +135,8 @@ MAX_HTTP_CONNECTIONS = 512
 process's descriptor limit (``RLIMIT_NOFILE``): the rest stays for the unix socket, gRPC and
 files. A connection past the cap takes the place of the oldest one of the peer holding most."""
 MAX_HTTP_CONNECTIONS_PER_PEER = 32
-"""Open HTTP connections from one peer address; the peer's next one replaces its oldest."""
+"""Open HTTP connections from one peer (``server.peers``: all of loopback one peer, IPv6 by its
+/64); the peer's next one replaces its oldest."""
 HTTP_DESCRIPTOR_SHARE = 0.5
 """The part of the descriptor limit the HTTP listener may hold (with 1,024 files: 512)."""
 MAX_HTTP_HEADER_SECONDS = 10.0
@@ -181,16 +182,17 @@ MAX_WATCH_STREAMS = 256
 RESOURCE_EXHAUSTED past it. Clients on the unix socket have their own share (below), so no TCP
 client can take theirs."""
 MAX_WATCH_STREAMS_PER_PEER = 32
-"""Open server streams from one peer address; all unix-socket clients count as one peer."""
+"""Open server streams from one peer (``server.peers``: all of loopback one peer, IPv6 by its
+/64); all unix-socket clients count as one peer."""
 MAX_GRPC_TCP_CALLS = MAX_WATCH_STREAMS + 64
 """gRPC calls in flight on the TCP listeners in all: their server streams and 64 more.
 RESOURCE_EXHAUSTED past it, before the request is read, so that requests being received hold at
 most this many times ``MAX_TCP_REQUEST_BYTES`` (80 MiB); the unix socket has a server of its own
 and is never refused for what TCP clients hold."""
 MAX_GRPC_CALLS_PER_PEER = MAX_WATCH_STREAMS_PER_PEER + 32
-"""gRPC calls in flight on the TCP listeners from one peer address (its streams and 32 more):
-RESOURCE_EXHAUSTED past it, before the request is read, so that no one client holds all of
-``MAX_GRPC_TCP_CALLS`` (five addresses are needed to fill them)."""
+"""gRPC calls in flight on the TCP listeners from one peer (``server.peers``: all of loopback one
+peer; its streams and 32 more): RESOURCE_EXHAUSTED past it, before the request is read, so that
+no one peer holds all of ``MAX_GRPC_TCP_CALLS`` (five peers are needed to fill them)."""
 MAX_GRPC_UNREAD_BYTES = 8 * KIB
 """What a gRPC client may send on a call before the daemon asks for its request (HTTP/2 stream
 window, never grown by BDP probing): all that a call refused at once makes the daemon buffer.
