@@ -7,11 +7,14 @@ TCP client read "not answering" until grpc closed them as idle (120 s)."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import select
 import socket
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +23,9 @@ from kernelpolicy.limits import MAX_GRPC_CONNECTIONS_PER_PEER
 from kernelpolicy.server import peers
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.connections import Connection, ConnectionTable
+from kernelpolicy.server.grpc_relay import SOCKET_PATH_BYTES, GrpcRelay
 from kernelpolicy.testing.daemon import running_daemon
-from tests.helpers import ROOT, fixture
+from tests.helpers import ROOT, fixture, wait_until
 
 pytestmark = pytest.mark.xdist_group("grpc-limits")
 
@@ -165,3 +169,84 @@ def test_a_client_turned_away_is_told_of_the_cap(behaviour: str, says: str) -> N
     assert says in str(info.value)
     named = "MAX_GRPC_CONNECTIONS_PER_PEER" in str(info.value)
     assert named == (says == "closes it at once")
+
+
+def _close_at_once(sock: socket.socket) -> None:
+    sock.close()
+
+
+def _preface_then_close(sock: socket.socket) -> None:
+    sock.sendall(PREFACE)
+    sock.close()
+
+
+def _half_close_then_read(sock: socket.socket) -> None:
+    """Send the preface, end this way, read until the daemon ends the other, then close."""
+    sock.sendall(PREFACE)
+    sock.shutdown(socket.SHUT_WR)
+    sock.settimeout(30)
+    while sock.recv(4096):
+        pass
+    sock.close()
+
+
+def _half_close_silent(sock: socket.socket) -> None:
+    sock.shutdown(socket.SHUT_WR)
+    sock.settimeout(30)
+    while sock.recv(4096):
+        pass
+    sock.close()
+
+
+@pytest.mark.parametrize(
+    "client",
+    [
+        pytest.param(_close_at_once, id="closed-at-once"),
+        pytest.param(_preface_then_close, id="preface-then-closed"),
+        pytest.param(_half_close_then_read, id="half-closed-after-the-preface"),
+        pytest.param(_half_close_silent, id="half-closed-saying-nothing"),
+    ],
+)  # fmt: skip
+def test_a_connection_ended_both_ways_is_let_go(client: Callable[[socket.socket], None]) -> None:
+    """Once both the client and the gRPC server have ended a relayed connection, the relay lets
+    it go (its place in the table, its descriptors). Before, each side's end of file was passed
+    on and its side kept open, so neither closed: every such connection held its place until the
+    peer's cap replaced it."""
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
+        relay = next(server.relay for server in running.daemon.servers if hasattr(server, "relay"))
+        host, port = running.daemon.bound[0].rsplit(":", 1)
+        for _ in range(3):
+            client(socket.create_connection((host, int(port))))
+        wait_until(lambda: relay.table.count == 0, f"{relay.table.count} connections still held")
+        with connect(running.daemon.bound[0], connect_timeout=10) as answered:
+            assert answered.resolve().decision("topk_per_row").impl == "torch"
+
+
+@pytest.mark.parametrize(
+    ("tmpdir", "in_tmp"),
+    [
+        pytest.param("short", False, id="tmpdir-used"),
+        pytest.param("long", True, id="tmpdir-too-long-for-a-socket"),
+        pytest.param("missing", True, id="tmpdir-missing"),
+    ],
+)  # fmt: skip
+def test_the_relays_socket_fits_whatever_tmpdir_is(
+    tmpdir: str, in_tmp: bool, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay's private socket is made in TMPDIR, or in /tmp where TMPDIR is missing or so
+    long that the socket's path would not bind (107 bytes). Before, a long TMPDIR made every TCP
+    listener fail with an internal error: TCP listening did not depend on TMPDIR before the
+    relay."""
+    where = {"short": short_dir, "long": short_dir / ("d" * 90), "missing": short_dir / "gone"}
+    if tmpdir == "long":
+        where["long"].mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(where[tmpdir]))
+    relay = GrpcRelay(total=4)
+    try:
+        assert len(os.fsencode(relay.path)) <= SOCKET_PATH_BYTES
+        assert relay.path.startswith("/tmp/kernelpolicy-grpc-") == in_tmp
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.bind(relay.path)  # binds
+        probe.close()
+    finally:
+        relay.close()

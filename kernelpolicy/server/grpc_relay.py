@@ -127,6 +127,7 @@ class _End(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.other: _End | None = None
         self.early: list[bytes] = []  # read before the other side was made
+        self.ended = False  # this side sent its end of file
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -143,8 +144,13 @@ class _End(asyncio.Protocol):
         self.link.active()
 
     def eof_received(self) -> bool:
-        other = self.other.transport if self.other is not None else None
-        if other is not None and other.can_write_eof():
+        """Pass the end on and keep the other way open, unless the other side has ended too:
+        then neither way carries bytes and the link is closed (grpc closing a connection it
+        timed out, a client that half-closed and then closed)."""
+        self.ended = True
+        end = self.other
+        other = end.transport if end is not None else None
+        if end is not None and other is not None and not end.ended and other.can_write_eof():
             other.write_eof()
             return True  # the other way may still carry bytes
         self.link.close()
@@ -217,7 +223,7 @@ class GrpcRelay:
         total = relay_connection_cap() if total is None else total
         self.table = ConnectionTable(total, min(per_peer, total))
         self._on_close = on_close
-        self._directory = tempfile.mkdtemp(prefix="kernelpolicy-grpc-")  # 0700, this user's
+        self._directory = _private_directory()  # 0700, this user's
         self.path = os.path.join(self._directory, "grpc.sock")
         self._sockets: list[socket.socket] = []
         self._links: dict[Connection, _Link] = {}
@@ -306,6 +312,25 @@ class GrpcRelay:
     def forget(self, link: _Link) -> None:
         if self._links.pop(link.connection, None) is not None:
             self.table.remove(link.connection)
+
+
+SOCKET_PATH_BYTES = 107
+"""The longest unix socket path Linux binds (``sun_path`` less its terminating zero)."""
+
+
+def _private_directory() -> str:
+    """A new 0700 directory for the relay's socket: in the temp directory (``TMPDIR``), or in
+    ``/tmp`` where that is missing or would make the socket's path longer than a unix socket's
+    may be (the relay then still listens: before it, TCP did not depend on ``TMPDIR``)."""
+    for where in (None, "/tmp"):
+        try:  # TMPDIR may name a directory that is not there
+            directory = tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir=where)
+        except OSError:
+            continue
+        if len(os.fsencode(os.path.join(directory, "grpc.sock"))) <= SOCKET_PATH_BYTES:
+            return directory
+        os.rmdir(directory)
+    return tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir="/tmp")  # its own error, if any
 
 
 def _bind_name(sock: socket.socket, peer: str) -> None:
