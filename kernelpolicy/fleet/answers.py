@@ -15,14 +15,11 @@ Where the answers come from depends on the inventory:
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernelpolicy.encoding import described
-from kernelpolicy.errors import InventoryError
-from kernelpolicy.labels import PREFIX, is_valid_name, is_valid_value, label_name, label_value
-from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+from kernelpolicy.fleet.labelled import LabelFamily, PerKind
+from kernelpolicy.labels import PREFIX, is_valid_value, label_name, label_value
 from kernelpolicy.policy.compiled import PolicySet
 
 __all__ = [
@@ -33,10 +30,13 @@ __all__ = [
 UNSET = "(unset)"
 """A feature one side does not decide (its policies lack it, or no label names it)."""
 _IMPL = "impl."
-# As kernelpolicy writes the name (label_name): impl.<feature>, or, past 63 characters, its
-# first characters and a hash of the whole.
-_WHOLE = re.compile(r"impl\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
-_CUT = re.compile(r"impl\.[a-z0-9_.]*[a-z0-9]-[0-9a-f]{8}")
+# As kernelpolicy writes them: impl.<feature> (label_name), a valid label value.
+_FAMILY = LabelFamily(
+    _IMPL,
+    r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*",
+    lambda value: bool(value) and is_valid_value(value),
+    f"{_IMPL}<feature>=<implementation>, error or none, as 'kernelpolicy labels' writes it",
+)
 
 
 class Said(enum.Enum):
@@ -68,24 +68,7 @@ class LabelAnswers:
                 one feature file holds (``MAX_FEATURE_FILE_BYTES``, where its daemon writes
                 them).
         """
-        start = f"{prefix}/{_IMPL}"
-        found = sorted((k, v) for k, v in labels.items() if k.startswith(start))
-        size = sum(len(k) + len(v) + 2 for k, v in found)  # as lines of a feature file
-        if size > MAX_FEATURE_FILE_BYTES:
-            raise InventoryError(
-                f"{source}: {len(found)} {_IMPL}* labels ({size} bytes) are more than one "
-                f"feature file holds (MAX_FEATURE_FILE_BYTES, {MAX_FEATURE_FILE_BYTES})"
-            )
-        for key, value in found:
-            name = key[len(prefix) + 1 :]
-            shaped = _WHOLE.fullmatch(name) or _CUT.fullmatch(name)
-            if not (shaped and is_valid_name(name) and value and is_valid_value(value)):
-                raise InventoryError(
-                    f"{source}: label {described(key, 300)}={described(value, 80)}: expected "
-                    f"{_IMPL}<feature>=<implementation>, error or none, as 'kernelpolicy "
-                    "labels' writes it"
-                )
-        return cls(tuple((k[len(prefix) + 1 :], v) for k, v in found))
+        return cls(tuple(_FAMILY.read(labels, prefix, source)))
 
     def answers(self, *sets: PolicySet) -> dict[str, str]:
         """Feature -> the label's value, for each label: the feature of ``sets`` whose label
@@ -117,17 +100,16 @@ class AnswersReader:
     mapping read from them)."""
 
     def __init__(self, old: PolicySet, new: PolicySet) -> None:
-        self._sets = (old, new)
-        self._read: dict[LabelAnswers, Answered] = {}
+        self._labelled = PerKind[LabelAnswers, Answered](
+            lambda found: (found.answers(old, new), Said.LABEL)
+        )
 
     def __call__(self, found: NodeAnswers) -> Answered | None:
         if found is None:
             return None
         if not isinstance(found, LabelAnswers):
             return found, Said.DAEMON
-        if found not in self._read:
-            self._read[found] = (found.answers(*self._sets), Said.LABEL)
-        return self._read[found]
+        return self._labelled(found)
 
 
 def as_label(value: str) -> str:

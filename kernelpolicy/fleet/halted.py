@@ -15,14 +15,11 @@ Where they come from depends on the inventory:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kernelpolicy.encoding import described
-from kernelpolicy.errors import InventoryError
-from kernelpolicy.labels import PREFIX, is_valid_name, label_name
-from kernelpolicy.limits import MAX_FEATURE_FILE_BYTES
+from kernelpolicy.fleet.labelled import LabelFamily, PerKind
+from kernelpolicy.labels import PREFIX, label_name
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.server.halts import halt_survives
 
@@ -34,10 +31,14 @@ __all__ = [
 LABEL_WHY = "halted on the node, as its halted.* label says (a label carries no reason)"
 """The reason of a halt read from a label (``diff``'s ``halted`` groups nodes by reason)."""
 _HALTED = "halted."
-# As kernelpolicy writes the name (label_name): halted.<feature>.<impl> (an implementation's
-# name holds no dot), or, past 63 characters, its first characters and a hash of the whole.
-_WHOLE = re.compile(r"halted\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-_CUT = re.compile(r"halted\.[a-z0-9_.]*[a-z0-9]-[0-9a-f]{8}")
+# As kernelpolicy writes them: halted.<feature>.<impl> (label_name; an implementation's name
+# holds no dot), the value true.
+_FAMILY = LabelFamily(
+    _HALTED,
+    r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+",
+    lambda value: value == "true",
+    f"{_HALTED}<feature>.<impl>=true as 'kernelpolicy labels' writes it",
+)
 
 
 @dataclass(frozen=True)
@@ -62,23 +63,7 @@ class LabelHalts:
                 than one feature file holds (``MAX_FEATURE_FILE_BYTES``, where its daemon
                 writes them).
         """
-        start = f"{prefix}/{_HALTED}"
-        found = sorted((k, v) for k, v in labels.items() if k.startswith(start))
-        size = sum(len(k) + len(v) + 2 for k, v in found)  # as lines of a feature file
-        if size > MAX_FEATURE_FILE_BYTES:
-            raise InventoryError(
-                f"{source}: {len(found)} {_HALTED}* labels ({size} bytes) are more than one "
-                f"feature file holds (MAX_FEATURE_FILE_BYTES, {MAX_FEATURE_FILE_BYTES})"
-            )
-        for key, value in found:
-            name = key[len(prefix) + 1 :]
-            shaped = _WHOLE.fullmatch(name) or _CUT.fullmatch(name)
-            if value != "true" or not (shaped and is_valid_name(name)):
-                raise InventoryError(
-                    f"{source}: label {described(key, 300)}={described(value, 80)}: expected "
-                    f"{_HALTED}<feature>.<impl>=true as 'kernelpolicy labels' writes it"
-                )
-        return cls(tuple(k[len(prefix) + 1 :] for k, _ in found))
+        return cls(tuple(name for name, _ in _FAMILY.read(labels, prefix, source)))
 
     def halts(self, *sets: PolicySet) -> dict[str, str]:
         """``feature/impl`` -> :data:`LABEL_WHY` for each label: the candidate of ``sets``
@@ -110,15 +95,12 @@ class HaltsReader:
     a kind share their labels)."""
 
     def __init__(self, old: PolicySet, new: PolicySet) -> None:
-        self._sets = (old, new)
-        self._read: dict[LabelHalts, Mapping[str, str]] = {}
+        self._labelled = PerKind[LabelHalts, Mapping[str, str]](lambda found: found.halts(old, new))
 
     def __call__(self, found: NodeHalts) -> Mapping[str, str]:
         if not isinstance(found, LabelHalts):
             return found
-        if found not in self._read:
-            self._read[found] = found.halts(*self._sets)
-        return self._read[found]
+        return self._labelled(found)
 
 
 def kept_halts(halts: Mapping[str, str], old: PolicySet, new: PolicySet) -> dict[str, str]:
