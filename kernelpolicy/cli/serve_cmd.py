@@ -183,6 +183,11 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+PUBLISH_WAIT_SECONDS = 5.0
+"""How long a stopping daemon waits for its start-up output (the port file, the explain table)
+to be written."""
+
+
 class _Started:
     """Once every address is bound (an address in use is exit 2 with nothing on stdout): the
     port file, then the explain table and start line, in a thread beside the event loop (a slow
@@ -197,7 +202,9 @@ class _Started:
     def __call__(self) -> None:
         daemon = self.daemon
         addresses = [*daemon.bound, *([daemon.fleet.url] if daemon.fleet.url else [])]
-        thread = threading.Thread(target=self._publish, args=(addresses,), name="kp-started")
+        thread = threading.Thread(
+            target=self._publish, args=(addresses,), name="kp-started", daemon=True
+        )  # a stdout no one reads must not hold the daemon's exit
         self.threads.append(thread)
         thread.start()
 
@@ -214,10 +221,12 @@ class _Started:
             self.daemon.stop()
 
     def finish(self) -> None:
-        """The daemon stopped: wait for the thread, then remove the port file it wrote if that
-        is still there (same device and inode: not whatever took its name since)."""
+        """The daemon stopped: wait for the thread (at most :data:`PUBLISH_WAIT_SECONDS`: one
+        blocked on a full stdout pipe no one reads is left to the exit), then remove the port
+        file it wrote if that is still there (same device and inode: not whatever took its name
+        since)."""
         for thread in self.threads:
-            thread.join()
+            thread.join(PUBLISH_WAIT_SECONDS)
         for stamp in self.written:
             remove_port_file(self.args.port_file, stamp)
 
