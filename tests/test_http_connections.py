@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 
 from kernelpolicy.limits import (
+    GRPC_DESCRIPTOR_SHARE,
+    GRPC_RELAY_DESCRIPTORS,
     HTTP_DESCRIPTOR_SHARE,
     LOG_LINES_PER_MINUTE,
+    MAX_GRPC_CONNECTIONS,
     MAX_HTTP_CONNECTIONS,
 )
 from kernelpolicy.server.connections import (
@@ -25,7 +28,10 @@ from kernelpolicy.server.connections import (
     ConnectionTable,
     Timeouts,
     connection_cap,
+    descriptor_cap,
 )
+from kernelpolicy.server.grpc_relay import relay_connection_cap
+from kernelpolicy.server.grpc_server import grpc_connection_cap
 from kernelpolicy.server.http import HttpListener
 from kernelpolicy.server.metrics import DaemonMetrics
 from kernelpolicy.server.state import ServingState
@@ -102,6 +108,32 @@ def test_connection_cap_leaves_descriptors(soft_limit: int, cap: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft_limit, hard))
     try:
         assert connection_cap() == cap
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize(
+    ("cap", "soft_limit", "expected"),
+    [
+        pytest.param(grpc_connection_cap, 256, int(256 * GRPC_DESCRIPTOR_SHARE), id="grpc-low"),
+        pytest.param(grpc_connection_cap, 4096, MAX_GRPC_CONNECTIONS, id="grpc-high"),
+        pytest.param(relay_connection_cap, 256,
+                     int(256 * GRPC_DESCRIPTOR_SHARE / GRPC_RELAY_DESCRIPTORS), id="relay-low"),
+        pytest.param(relay_connection_cap, 8192, MAX_GRPC_CONNECTIONS, id="relay-high"),
+        pytest.param(lambda: relay_connection_cap(7), 4096, 7, id="relay-limit"),
+        pytest.param(lambda: descriptor_cap(100, 0.5, 3), 4, 1, id="at-least-one"),
+        pytest.param(lambda: descriptor_cap(100, 0.5, 3), 60, 10, id="per-connection"),
+    ],
+)  # fmt: skip
+def test_descriptor_caps(cap: Callable[[], int], soft_limit: int, expected: int) -> None:
+    """Each listener's cap is its limit, and at most its share of the descriptor limit counted
+    in the descriptors one connection holds, and at least one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft_limit > hard:
+        pytest.skip(f"the hard limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft_limit, hard))
+    try:
+        assert cap() == expected
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 

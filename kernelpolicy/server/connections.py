@@ -69,13 +69,20 @@ LIMITS = Timeouts()
 """The timeouts of ``kernelpolicy.limits``."""
 
 
-def connection_cap(limit: int = MAX_HTTP_CONNECTIONS) -> int:
-    """The total cap for this process: ``limit``, and at most ``HTTP_DESCRIPTOR_SHARE`` of the
-    soft descriptor limit (``RLIMIT_NOFILE``)."""
+def descriptor_cap(limit: int, share: float, per_connection: int = 1) -> int:
+    """Connections a listener may hold: ``limit``, and at most ``share`` of this process's soft
+    descriptor limit (``RLIMIT_NOFILE``) counted in ``per_connection`` descriptors a
+    connection; at least one."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return limit
-    return max(1, min(limit, int(soft * HTTP_DESCRIPTOR_SHARE)))
+    return max(1, min(limit, int(soft * share / per_connection)))
+
+
+def connection_cap(limit: int = MAX_HTTP_CONNECTIONS) -> int:
+    """The total cap for this process: ``limit``, and at most ``HTTP_DESCRIPTOR_SHARE`` of the
+    soft descriptor limit (``RLIMIT_NOFILE``)."""
+    return descriptor_cap(limit, HTTP_DESCRIPTOR_SHARE)
 
 
 @dataclass(eq=False)

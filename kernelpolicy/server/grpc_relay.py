@@ -47,6 +47,7 @@ from kernelpolicy.server.connections import (
     ACCEPT_RETRY_SECONDS,
     Connection,
     ConnectionTable,
+    descriptor_cap,
     peer_of,
 )
 from kernelpolicy.server.peers import RELAY_PREFIX
@@ -111,12 +112,7 @@ def _listening(family: int, where: Any, *, dual: bool = False) -> socket.socket:
 def relay_connection_cap(limit: int = MAX_GRPC_CONNECTIONS) -> int:
     """Relayed connections: ``limit``, and at most ``GRPC_DESCRIPTOR_SHARE`` of the descriptor
     limit counted in ``GRPC_RELAY_DESCRIPTORS`` a connection."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return limit
-    return max(1, min(limit, int(soft * GRPC_DESCRIPTOR_SHARE / GRPC_RELAY_DESCRIPTORS)))
+    return descriptor_cap(limit, GRPC_DESCRIPTOR_SHARE, GRPC_RELAY_DESCRIPTORS)
 
 
 class _End(asyncio.Protocol):

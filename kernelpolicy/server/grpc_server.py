@@ -22,7 +22,6 @@ class, and every server stream holds a stream slot.
 
 from __future__ import annotations
 
-import resource
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +42,7 @@ from kernelpolicy.limits import (
 from kernelpolicy.server._generated.flagd.evaluation.v1 import evaluation_pb2 as f1
 from kernelpolicy.server._generated.flagd.evaluation.v2 import evaluation_pb2 as f2
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+from kernelpolicy.server.connections import descriptor_cap
 from kernelpolicy.server.grpc_relay import GrpcRelay, relay_connection_cap
 from kernelpolicy.server.hypothetical import Hypotheticals
 from kernelpolicy.server.peer_calls import PeerCalls
@@ -66,10 +66,7 @@ up to a window of data per refused call, and its memory grew by hundreds of MiB 
 def grpc_connection_cap() -> int:
     """Connections one gRPC listener may hold: ``MAX_GRPC_CONNECTIONS``, and at most
     ``GRPC_DESCRIPTOR_SHARE`` of this process's descriptor limit (``RLIMIT_NOFILE``)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_GRPC_CONNECTIONS
-    return max(1, min(MAX_GRPC_CONNECTIONS, int(soft * GRPC_DESCRIPTOR_SHARE)))
+    return descriptor_cap(MAX_GRPC_CONNECTIONS, GRPC_DESCRIPTOR_SHARE)
 
 
 def grpc_server(
