@@ -104,7 +104,7 @@ class ConnectionTable:
 
     Args:
         total: Connections in all.
-        per_peer: Connections from one peer address.
+        per_peer: Connections from one peer (:func:`peer_of`).
     """
 
     total: int

@@ -1,7 +1,7 @@
 """Open server streams (Watch, flagd EventStream), capped per peer and in all.
 
 Each open stream holds a subscription and about 54 KiB for as long as its client keeps it, so
-the daemon bounds them: ``MAX_WATCH_STREAMS_PER_PEER`` from one peer address and
+the daemon bounds them: ``MAX_WATCH_STREAMS_PER_PEER`` from one peer and
 ``MAX_WATCH_STREAMS`` from TCP peers in all, a peer being what :func:`~.peers.peer_key` groups
 (all of loopback one peer, an IPv6 /64 one). Every client of the unix socket (the node's
 workers, the daemon's own user) counts as the one peer ``unix``, outside the TCP total: no TCP
