@@ -80,8 +80,10 @@ def _add_serving_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--port-file", type=Path, metavar="PATH",
         help="once listening, write the bound addresses here, one a line (replaced whole, "
-        "removed when the daemon stops); its directory must be writable by nobody else (a "
-        "private one, not /tmp)",
+        "removed when the daemon stops); its directory must be one only you or root can write: "
+        "root's sticky /tmp passes, but a private one such as $XDG_RUNTIME_DIR is better (in "
+        "/tmp another user can put a stale file at the path once the daemon has removed its "
+        "own)",
     )  # fmt: skip
     serve.add_argument(
         "--no-watch", action="store_true", help="do not watch policy files (SIGHUP still reloads)"
