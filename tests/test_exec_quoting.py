@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelpolicy.bridge.model import EngineSettings
-from kernelpolicy.cli.exec_cmd import _log
+from kernelpolicy.cli.exec_cmd import log_exec
 
 PLANTED = "PLANTED"  # in a word: the path that a substitution which ran would make
 
@@ -24,7 +24,7 @@ def _printed(words: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         engine="vllm", version="0.32.0", fingerprint="f00d", model_kind="dense",
         env={f"V{i}": word for i, word in enumerate(words)}, flags=tuple(words), decisions={},
     )  # fmt: skip
-    _log("console", settings, [words[0], "serve", *words], [])
+    log_exec("console", settings, [words[0], "serve", *words], [])
     (line,) = capsys.readouterr().err.splitlines()
     return line
 

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
         print(f"kernelpolicy: note: {note}", file=sys.stderr)
     local = settings_from(environ)
-    _log(local.log_format, settings, argv, warnings)
+    log_exec(local.log_format, settings, argv, warnings)
     if not settings.ok:
         report_errors(resolution, settings.errors)
         print("kernelpolicy: not starting the engine", file=sys.stderr)
@@ -194,7 +194,7 @@ def _local_engine(args: argparse.Namespace) -> str | None:
     return read_libraries([distribution(args.engine)]).versions.get(distribution(args.engine))
 
 
-def _log(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str]) -> None:
+def log_exec(fmt: str, settings: EngineSettings, argv: list[str], warnings: list[str]) -> None:
     """The one ``kernelpolicy.exec`` event: the engine's version (where none is installed or
     given, the knob tables' release the rules were matched as, with ``engine_version_assumed``),
     what it is told, and the warnings said on stderr above it. In JSON, for whoever reads the
