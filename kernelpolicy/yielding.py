@@ -18,6 +18,9 @@ threads both run Python), for at most as long as a build takes.
 The interval is the process's: it is lowered when the first background step starts (only where
 it is longer), and put back as it was found when the last one ends, unless someone else has
 changed it meanwhile (theirs is kept). A process forked meanwhile has it back in the child.
+A background step that only waits (a build in a child process, up to ``MAX_BUILD_SECONDS``) steps
+out for the wait (:func:`only_waiting`): the interval is lowered while Python runs on a
+background thread, not for as long as a compiler does.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["BACKGROUND_SWITCH_INTERVAL_S", "background_step"]
+__all__ = ["BACKGROUND_SWITCH_INTERVAL_S", "background_step", "only_waiting"]
 
 BACKGROUND_SWITCH_INTERVAL_S = 0.0002
 """The interpreter's switch interval while a background step runs (CPython's default: 0.005)."""
@@ -97,3 +100,20 @@ def background_step() -> Iterator[None]:
     finally:
         _MINE.depth -= 1
         _LOWERED.leave()
+
+
+@contextmanager
+def only_waiting() -> Iterator[None]:
+    """Run the body (this thread waiting on something else: a child process) outside this
+    thread's background steps, which take the interval lowered again when it ends; outside a
+    background step, nothing changes."""
+    depth = _MINE.depth
+    for _ in range(depth):
+        _LOWERED.leave()
+    _MINE.depth = 0
+    try:
+        yield
+    finally:
+        for _ in range(depth):
+            _LOWERED.enter()
+        _MINE.depth = depth

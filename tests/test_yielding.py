@@ -9,14 +9,16 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from kernelpolicy.engine.loading import LazyEntry
+from kernelpolicy.kernels.build_process import run_build
 from kernelpolicy.kernels.builds import Builds, Compiling
-from kernelpolicy.yielding import BACKGROUND_SWITCH_INTERVAL_S, background_step
+from kernelpolicy.yielding import BACKGROUND_SWITCH_INTERVAL_S, background_step, only_waiting
 
 DEFAULT = 0.005
 
@@ -78,6 +80,38 @@ def _two_threads() -> list[float]:
     return [after_first, sys.getswitchinterval()]
 
 
+def _waiting_in_a_step() -> list[float]:
+    with background_step():
+        with only_waiting():
+            waiting = sys.getswitchinterval()
+        after = sys.getswitchinterval()
+    return [waiting, after, sys.getswitchinterval()]
+
+
+def _waiting_outside_a_step() -> list[float]:
+    with only_waiting():
+        return [sys.getswitchinterval()]
+
+
+def _waiting_while_another_thread_runs_python() -> list[float]:
+    """Another thread's step keeps the interval lowered while this one waits."""
+    entered, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with background_step():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    entered.wait(10)
+    with background_step(), only_waiting():
+        waiting = sys.getswitchinterval()
+    release.set()
+    thread.join(10)
+    return [waiting, sys.getswitchinterval()]
+
+
 LOW = BACKGROUND_SWITCH_INTERVAL_S
 CASES = [
     pytest.param(_one, [LOW, DEFAULT], id="lowered-inside-restored-after"),
@@ -85,6 +119,11 @@ CASES = [
     pytest.param(_shorter_found, [0.0001, 0.0001], id="a-shorter-interval-is-left"),
     pytest.param(_changed_meanwhile, [0.01], id="someone-elses-change-is-kept"),
     pytest.param(_two_threads, [LOW, DEFAULT], id="two-threads-restored-by-the-last"),
+    pytest.param(_waiting_in_a_step, [DEFAULT, LOW, DEFAULT], id="a-wait-steps-out"),
+    pytest.param(_waiting_outside_a_step, [DEFAULT], id="a-wait-outside-a-step"),
+    pytest.param(
+        _waiting_while_another_thread_runs_python, [LOW, DEFAULT], id="another-step-stays"
+    ),
 ]
 
 
@@ -158,3 +197,21 @@ def test_a_background_build_runs_with_the_interval_lowered() -> None:
             thread.join(30)
     assert seen == pytest.approx([LOW])
     assert sys.getswitchinterval() == pytest.approx(DEFAULT)
+
+
+def test_a_build_process_is_waited_for_at_the_default_interval() -> None:
+    """A background build waiting on its child (a compiler's minutes) does not hold the
+    interval lowered: only the Python on background threads does."""
+    seen: list[float] = []
+
+    def sample() -> None:
+        time.sleep(0.3)
+        seen.append(sys.getswitchinterval())
+
+    sampler = threading.Thread(target=sample)
+    with background_step():
+        sampler.start()
+        ended = run_build([sys.executable, "-c", "import time; time.sleep(1)"], {}, 30)
+        after = sys.getswitchinterval()
+    sampler.join(10)
+    assert (ended.code, seen, after) == (0, pytest.approx([DEFAULT]), pytest.approx(LOW))

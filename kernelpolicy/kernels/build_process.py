@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelpolicy.yielding import only_waiting
+
 __all__ = ["WORKING_DIRECTORY", "Ended", "build_environment", "python_command", "run_build"]
 
 WORKING_DIRECTORY = "/"  # root's own: nobody else can put a module there
@@ -109,7 +111,8 @@ def run_build(argv: Sequence[str], env: Mapping[str, str], seconds: float) -> En
         )  # fmt: skip
         output = _Output(process, selector)
         try:
-            ended = output.read_until_ended(time.monotonic() + seconds)
+            with only_waiting():  # a compiler's minutes: kernelpolicy.yielding
+                ended = output.read_until_ended(time.monotonic() + seconds)
         finally:
             _kill_group(process, output)
     if not ended:
