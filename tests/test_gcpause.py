@@ -156,7 +156,9 @@ def test_no_collection_runs_inside_a_resolve(
 
     monkeypatch.setattr(kernelpolicy.api, "gather", watched)
     for thread in threading.enumerate():  # an earlier test's background import holds a pause
-        if thread.name.startswith("kernelpolicy-"):
+        # (start_thread's threads: imports and builds; not the reporter or a follower, which
+        # live as long as the process and hold none)
+        if thread.name.startswith(("kernelpolicy-import", "kernelpolicy build")):
             thread.join(60)
     gc.enable()
     gc.callbacks.append(count)
