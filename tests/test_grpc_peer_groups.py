@@ -18,6 +18,8 @@ from tests.helpers import ROOT, fixture
 
 pytestmark = pytest.mark.xdist_group("grpc-limits")
 
+RELAYED = "unix-abstract:kernelpolicy-relay/3f2a9c0d1e7b/"  # as server.grpc_relay binds them
+
 
 @pytest.mark.parametrize(
     ("host", "group"),
@@ -56,10 +58,29 @@ def test_peer_group(host: str, group: str) -> None:
         pytest.param("ipv6:[2001:db8::7]:5000", "2001:db8::/64", id="grpc-ipv6"),
         pytest.param("ipv6:[fe80::1%25eth0]:9", "fe80::/64", id="grpc-ipv6-escaped-zone"),
         pytest.param("unix:/run/kp.sock", "unix", id="grpc-unix"),
+        pytest.param(f"{RELAYED}ipv4:10.0.0.7:5123", "10.0.0.7", id="relayed-ipv4"),
+        pytest.param(f"{RELAYED}ipv6:[2001:db8::7]:5123", "2001:db8::/64", id="relayed-ipv6"),
+        pytest.param(f"{RELAYED}ipv6:%5B2001:db8::7%5D:5123", "2001:db8::/64",
+                     id="relayed-ipv6-escaped"),
+        pytest.param(f"{RELAYED}ipv4:127.0.0.9:5123", "loopback", id="relayed-loopback"),
+        pytest.param(f"{RELAYED}ipv6:[::1]:5123", "loopback", id="relayed-ipv6-loopback"),
+        pytest.param("unix-abstract:kernelpolicy-relay/3f2a9c", "unix", id="relay-no-peer"),
+        pytest.param("unix-abstract:kernelpolicy-relay/", "unix", id="relay-bare-prefix"),
+        pytest.param(f"{RELAYED}mine", "unix", id="relay-peer-of-no-kind"),
+        pytest.param(f"{RELAYED}ipv4:mine", "unix", id="relay-ipv4-not-an-address"),
+        pytest.param(f"{RELAYED}ipv4:", "unix", id="relay-ipv4-empty"),
+        pytest.param(f"{RELAYED}ipv4:10.0.0.7%eth0:1", "unix", id="relay-ipv4-with-a-zone"),
+        pytest.param(f"{RELAYED}ipv6:[mine]:1", "unix", id="relay-ipv6-not-an-address"),
+        pytest.param(f"{RELAYED}ipv6:mine", "unix", id="relay-ipv6-no-brackets"),
+        pytest.param(f"{RELAYED}ipv4:" + "x" * 500, "unix", id="relay-long-name"),
+        pytest.param(f"{RELAYED}{RELAYED}ipv4:10.0.0.7:1", "unix", id="relay-in-a-relay"),
+        pytest.param("unix-abstract:another/ipv4:10.0.0.7:1", "unix", id="abstract-not-relay"),
     ],
 )  # fmt: skip
 def test_peer_key_groups_grpc_peers(peer: str, key: str) -> None:
-    """gRPC's peer strings go through the same grouping (calls and streams)."""
+    """gRPC's peer strings go through the same grouping (calls and streams): a relayed
+    connection as its TCP client's peer; a relay name without an IP address, which the relay
+    never binds, as the unix socket's one peer, never a key its client chose."""
     assert peer_key(peer) == key
 
 

@@ -57,13 +57,17 @@ def peer_group(host: str) -> str:
 def peer_key(peer: str) -> str:
     """The peer (:func:`peer_group`) of a gRPC peer string: ``ipv4:10.0.0.7:5123`` is
     ``10.0.0.7``, ``ipv4:127.0.0.9:5123`` and ``ipv6:[::1]:5123`` are ``loopback``,
-    ``ipv6:[2001:db8::7]:5123`` is ``2001:db8::/64``, any ``unix:`` peer is ``unix``."""
+    ``ipv6:[2001:db8::7]:5123`` is ``2001:db8::/64``, any ``unix:`` peer is ``unix``; a
+    relayed connection (``unix-abstract:kernelpolicy-relay/<random>/ipv4:10.0.0.7:5123``) is
+    its TCP client's peer, and a relay name without an IP address there is ``unix``."""
     kind, _, rest = peer.partition(":")
     rest = unquote(rest)  # grpc may write the brackets and a zone's % escaped
     if kind == "unix-abstract" and rest.startswith(RELAY_PREFIX):
         relayed = rest[len(RELAY_PREFIX) :].partition("/")[2]
         if relayed.startswith(("ipv4:", "ipv6:")):  # a TCP client's, through the relay
-            return peer_key(relayed)
+            key = peer_key(relayed)
+            if _is_group(key):  # else not the relay's: a name it never binds is no key to pick
+                return key
     if kind in ("unix", "unix-abstract"):
         return UNIX_PEER
     if kind == "ipv6" and rest.startswith("["):
@@ -71,3 +75,12 @@ def peer_key(peer: str) -> str:
     if kind == "ipv4":
         return peer_group(split_address(rest).host or rest)
     return peer[:KEY_CHARS]
+
+
+def _is_group(key: str) -> bool:
+    """Whether ``key`` is a group :func:`peer_group` makes of an IP address."""
+    try:
+        ipaddress.ip_network(key)
+    except ValueError:
+        return key == LOOPBACK_PEER
+    return True
