@@ -12,7 +12,7 @@ from kernelpolicy.limits import shown
 from kernelpolicy.policy.compiled import CompiledEngineRule
 from kernelpolicy.versions import StackVersion, parse_version
 
-CHOOSE = "pass --engine-version to choose"
+CHOOSE_HINT = "pass --engine-version to choose"
 
 
 class MatchedRelease:
@@ -66,14 +66,14 @@ class MatchedRelease:
             self.matched, self.known, self.checked = Version(newest), newest, (newest,)
             self.note = (
                 f"{what}: matched as {self.engine} {newest}, the newest release kernelpolicy's "
-                f"knob tables know; {CHOOSE}"
+                f"knob tables know; {CHOOSE_HINT}"
             )
             return
         bounds = [v.release[0] for v in named]
         self.matched = Version(str(max(bounds) + 1)) if bounds else None
         self.note = (
             f"{what}: its rules are matched as for a release newer than every version they "
-            f"name; {CHOOSE}"
+            f"name; {CHOOSE_HINT}"
         )
 
     def _match(self, version: str, value: Version, table: KnobTable) -> None:

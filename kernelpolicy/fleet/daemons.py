@@ -79,7 +79,7 @@ def _snapshot(
     """The daemon's platform snapshot (JSON), its evidence (``None``: it read none), its
     decisions (feature -> implementation, or ``error (<code>)``; at most
     ``MAX_DAEMON_DECISIONS``) and its halts (``feature/impl`` -> why). Every name the daemon
-    sends is cut and escaped (:func:`_named`): diff prints them on a terminal."""
+    sends is cut and escaped (:func:`_safe_name`): diff prints them on a terminal."""
     from kernelpolicy.server.client import connect
 
     with connect(
@@ -98,7 +98,9 @@ def _snapshot(
             f"({MAX_DAEMON_DECISIONS:,})"
         )
     decided = {
-        _named(d.feature): _named(f"error ({d.error_code})" if d.error_code else d.impl or "none")
+        _safe_name(d.feature): _safe_name(
+            f"error ({d.error_code})" if d.error_code else d.impl or "none"
+        )
         for d in answer.decisions
     }
     halts = {
@@ -108,7 +110,7 @@ def _snapshot(
     return text, evidence, decided, halts
 
 
-def _named(name: str) -> str:
+def _safe_name(name: str) -> str:
     """A name from a daemon's answer as a line can show it: cut to ``_NAME_CHARS`` and
     escaped, so that no escape sequence or line break in it reaches a terminal. A name of the
     policy language (``[a-z0-9_.]``) stays as it is."""
