@@ -92,29 +92,12 @@ def test_connection_table_remove_and_expire() -> None:
 
 
 @pytest.mark.parametrize(
-    ("soft_limit", "cap"),
-    [
-        pytest.param(256, int(256 * HTTP_DESCRIPTOR_SHARE), id="low-limit"),
-        pytest.param(1024, min(MAX_HTTP_CONNECTIONS, int(1024 * HTTP_DESCRIPTOR_SHARE)),
-                     id="1024"),
-        pytest.param(4096, MAX_HTTP_CONNECTIONS, id="high-limit"),
-    ],
-)  # fmt: skip
-def test_connection_cap_leaves_descriptors(soft_limit: int, cap: int) -> None:
-    """The HTTP listener never takes more than its share of the descriptor limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft_limit > hard:
-        pytest.skip(f"the hard limit here is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft_limit, hard))
-    try:
-        assert connection_cap() == cap
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-@pytest.mark.parametrize(
     ("cap", "soft_limit", "expected"),
     [
+        pytest.param(connection_cap, 256, int(256 * HTTP_DESCRIPTOR_SHARE), id="low-limit"),
+        pytest.param(connection_cap, 1024,
+                     min(MAX_HTTP_CONNECTIONS, int(1024 * HTTP_DESCRIPTOR_SHARE)), id="1024"),
+        pytest.param(connection_cap, 4096, MAX_HTTP_CONNECTIONS, id="high-limit"),
         pytest.param(grpc_connection_cap, 256, int(256 * GRPC_DESCRIPTOR_SHARE), id="grpc-low"),
         pytest.param(grpc_connection_cap, 4096, MAX_GRPC_CONNECTIONS, id="grpc-high"),
         pytest.param(relay_connection_cap, 256,
@@ -125,9 +108,11 @@ def test_connection_cap_leaves_descriptors(soft_limit: int, cap: int) -> None:
         pytest.param(lambda: descriptor_cap(100, 0.5, 3), 60, 10, id="per-connection"),
     ],
 )  # fmt: skip
-def test_descriptor_caps(cap: Callable[[], int], soft_limit: int, expected: int) -> None:
-    """Each listener's cap is its limit, and at most its share of the descriptor limit counted
-    in the descriptors one connection holds, and at least one."""
+def test_connection_cap_leaves_descriptors(
+    cap: Callable[[], int], soft_limit: int, expected: int
+) -> None:
+    """No listener takes more than its share of the descriptor limit (counted in the
+    descriptors one connection holds), nor more than its limit, nor fewer than one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft_limit > hard:
         pytest.skip(f"the hard limit here is {hard}")
