@@ -72,7 +72,9 @@ def test_idle_tcp_connections_cannot_take_the_unix_sockets() -> None:
             assert client.resolve().decision("topk_per_row").impl == "torch"
         for sock in held:
             sock.close()
-    assert closed == [True] * 4 + [False] * cap  # the flood's oldest four replaced
+    # four of the flood replaced, never the newest: which four depends on when each one's
+    # preface and the server's SETTINGS passed (the relay replaces the least recently active)
+    assert (closed.count(True), closed[-1]) == (4, False)
 
 
 def test_tcp_calls_in_flight_are_capped_apart_from_the_unix_socket() -> None:
