@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,9 @@ def _changed_meanwhile() -> list[float]:
     return [sys.getswitchinterval()]
 
 
-def _two_threads() -> list[float]:
-    """The interval goes back when the last of two overlapping steps ends, not the first."""
+@contextmanager
+def _another_threads_step() -> Iterator[None]:
+    """Another thread inside a background step for the body."""
     entered, release = threading.Event(), threading.Event()
 
     def other() -> None:
@@ -72,11 +74,19 @@ def _two_threads() -> list[float]:
     thread = threading.Thread(target=other)
     thread.start()
     entered.wait(10)
-    with background_step():
-        pass
-    after_first = sys.getswitchinterval()
-    release.set()
-    thread.join(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def _two_threads() -> list[float]:
+    """The interval goes back when the last of two overlapping steps ends, not the first."""
+    with _another_threads_step():
+        with background_step():
+            pass
+        after_first = sys.getswitchinterval()
     return [after_first, sys.getswitchinterval()]
 
 
@@ -95,20 +105,8 @@ def _waiting_outside_a_step() -> list[float]:
 
 def _waiting_while_another_thread_runs_python() -> list[float]:
     """Another thread's step keeps the interval lowered while this one waits."""
-    entered, release = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with background_step():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    entered.wait(10)
-    with background_step(), only_waiting():
+    with _another_threads_step(), background_step(), only_waiting():
         waiting = sys.getswitchinterval()
-    release.set()
-    thread.join(10)
     return [waiting, sys.getswitchinterval()]
 
 
@@ -134,28 +132,17 @@ def test_background_step(steps: Callable[[], list[float]], expected: list[float]
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
 def test_a_child_forked_during_another_threads_step_has_the_interval_back() -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with background_step():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    entered.wait(10)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only this thread exists
-        os.write(write, repr(sys.getswitchinterval()).encode())
-        os._exit(0)
-    os.close(write)
-    seen = float(os.read(read, 64))
-    os.close(read)
-    os.waitpid(pid, 0)
-    parent = sys.getswitchinterval()
-    release.set()
-    thread.join(10)
+    with _another_threads_step():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only this thread exists
+            os.write(write, repr(sys.getswitchinterval()).encode())
+            os._exit(0)
+        os.close(write)
+        seen = float(os.read(read, 64))
+        os.close(read)
+        os.waitpid(pid, 0)
+        parent = sys.getswitchinterval()
     assert (seen, parent) == pytest.approx((DEFAULT, LOW))
 
 
