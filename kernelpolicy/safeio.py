@@ -272,8 +272,9 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data``, whole or not at all, following no symbolic link.
+def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> os.stat_result:
+    """Replace ``path`` with ``data``, whole or not at all, following no symbolic link; returns
+    the written file's status (what was written, whatever takes ``path`` later).
 
     The data goes to a new temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``, so a planted link
     or file there is never written through), is synced, given ``mode`` and renamed onto
@@ -300,18 +301,19 @@ def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> No
             os.fchmod(handle.fileno(), mode)  # exactly ``mode``, whatever the umask
             if sync:
                 os.fsync(handle.fileno())
+            written = os.fstat(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if not sync:
-        return
-    directory = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    if sync:
+        directory = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    return written
 
 
 def keep_newest(directory: Path, count: int, suffix: str = ".json") -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpolicy.cli.port_file import check_port_file, write_port_file
+from kernelpolicy import safeio
+from kernelpolicy.cli.port_file import check_port_file, remove_port_file, write_port_file
 from kernelpolicy.errors import DaemonError
 from tests.helpers import ROOT, said_as_user, wait_until
 from tests.serve_process import serve_env
@@ -240,3 +241,26 @@ def test_the_port_file_goes_when_the_daemon_stops_if_still_its_own(
     assert process.returncode == 0, err
     assert port.exists() is left
     assert [p.name for p in sticky.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_the_stamp_is_the_file_written_not_what_took_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone replaces the port file right after the daemon's rename: the daemon's stamp is
+    still its own file's, so its stop leaves theirs. Before, the stamp was read from the path
+    after the write, and a replacement in between was taken for the daemon's own and removed
+    (the full test run caught it: test_the_port_file_goes_when_the_daemon_stops_if_still_its_own
+    failed once)."""
+    port = tmp_path / "kp.port"
+    replace = os.replace
+
+    def replaced_at_once(source: str | Path, target: str | Path) -> None:
+        replace(source, target)
+        (tmp_path / "theirs").write_text("someone else's\n")
+        replace(tmp_path / "theirs", target)
+
+    monkeypatch.setattr(safeio.os, "replace", replaced_at_once)
+    stamp = write_port_file(port, ["127.0.0.1:1"])
+    monkeypatch.undo()
+    remove_port_file(port, stamp)
+    assert port.read_text() == "someone else's\n"

@@ -84,8 +84,8 @@ def write_port_file(path: Path, addresses: list[str]) -> tuple[int, int]:
     from kernelpolicy.safeio import write_atomic
 
     try:
-        write_atomic(path, ("\n".join(addresses) + "\n").encode(), 0o644)
-        info = path.lstat()  # in a directory nobody else may write (or root's sticky one)
+        # the file written, not what is at the path by now (someone may have replaced it)
+        info = write_atomic(path, ("\n".join(addresses) + "\n").encode(), 0o644)
     except OSError as exc:
         raise port_file_error(path, exc) from None
     return info.st_dev, info.st_ino
