@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -222,10 +223,13 @@ def test_serve_probes_the_libraries_its_policies_name(tmp_path: Path) -> None:
          "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
+    stuck = threading.Timer(60, proc.kill)  # fewer than 4 lines and still running: fail, not hang
+    stuck.start()
     try:
         assert proc.stdout is not None
         table = "".join(proc.stdout.readline() for _ in range(4))
     finally:
+        stuck.cancel()
         proc.terminate()
         proc.communicate(timeout=30)
     assert "x.y      fancy" in table
