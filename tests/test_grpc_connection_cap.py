@@ -23,7 +23,8 @@ from kernelpolicy.limits import MAX_GRPC_CONNECTIONS_PER_PEER
 from kernelpolicy.server import peers
 from kernelpolicy.server.client import connect
 from kernelpolicy.server.connections import Connection, ConnectionTable
-from kernelpolicy.server.grpc_relay import SOCKET_PATH_BYTES, GrpcRelay
+from kernelpolicy.server.grpc_relay import GrpcRelay
+from kernelpolicy.server.sockets import MAX_SOCKET_PATH_BYTES
 from kernelpolicy.testing.daemon import running_daemon
 from tests.helpers import ROOT, fixture, wait_until
 
@@ -180,22 +181,19 @@ def _preface_then_close(sock: socket.socket) -> None:
     sock.close()
 
 
-def _half_close_then_read(sock: socket.socket) -> None:
-    """Send the preface, end this way, read until the daemon ends the other, then close."""
-    sock.sendall(PREFACE)
-    sock.shutdown(socket.SHUT_WR)
-    sock.settimeout(30)
-    while sock.recv(4096):
-        pass
-    sock.close()
-
-
 def _half_close_silent(sock: socket.socket) -> None:
+    """End this way, read until the daemon ends the other, then close."""
     sock.shutdown(socket.SHUT_WR)
     sock.settimeout(30)
     while sock.recv(4096):
         pass
     sock.close()
+
+
+def _half_close_then_read(sock: socket.socket) -> None:
+    """Send the preface first, then as :func:`_half_close_silent`."""
+    sock.sendall(PREFACE)
+    _half_close_silent(sock)
 
 
 @pytest.mark.parametrize(
@@ -243,7 +241,7 @@ def test_the_relays_socket_fits_whatever_tmpdir_is(
     monkeypatch.setattr(tempfile, "tempdir", str(where[tmpdir]))
     relay = GrpcRelay(total=4)
     try:
-        assert len(os.fsencode(relay.path)) <= SOCKET_PATH_BYTES
+        assert len(os.fsencode(relay.path)) <= MAX_SOCKET_PATH_BYTES
         assert relay.path.startswith("/tmp/kernelpolicy-grpc-") == in_tmp
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         probe.bind(relay.path)  # binds

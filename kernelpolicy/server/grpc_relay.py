@@ -51,6 +51,7 @@ from kernelpolicy.server.connections import (
     peer_of,
 )
 from kernelpolicy.server.peers import RELAY_PREFIX
+from kernelpolicy.server.sockets import MAX_SOCKET_PATH_BYTES
 
 TOUCH_SECONDS = 1.0
 """A connection's activity is noted at most this often (its place among its peer's)."""
@@ -310,10 +311,6 @@ class GrpcRelay:
             self.table.remove(link.connection)
 
 
-SOCKET_PATH_BYTES = 107
-"""The longest unix socket path Linux binds (``sun_path`` less its terminating zero)."""
-
-
 def _private_directory() -> str:
     """A new 0700 directory for the relay's socket: in the temp directory (``TMPDIR``), or in
     ``/tmp`` where that is missing or would make the socket's path longer than a unix socket's
@@ -323,7 +320,7 @@ def _private_directory() -> str:
             directory = tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir=where)
         except OSError:
             continue
-        if len(os.fsencode(os.path.join(directory, "grpc.sock"))) <= SOCKET_PATH_BYTES:
+        if len(os.fsencode(os.path.join(directory, "grpc.sock"))) <= MAX_SOCKET_PATH_BYTES:
             return directory
         os.rmdir(directory)
     return tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir="/tmp")  # its own error, if any
