@@ -139,16 +139,22 @@ def evidence_warning(
     ))]  # fmt: skip
 
 
+def _disagreeing(found: Sequence[tuple[int, str, str]]) -> tuple[tuple[str, ...], str]:
+    """The nodes of ``found`` (inventory index, node, what differs) and the first two as
+    examples (``node: what; node: what; ...``)."""
+    example = "; ".join(f"{name}: {what}" for _, name, what in found[:2])
+    return tuple(name for _, name, _ in found), example + ("; ..." if len(found) > 2 else "")
+
+
 def disagreement_warning(found: Sequence[tuple[int, str, str]], total: int) -> list[FleetWarning]:
     """Live daemons that answer otherwise than the current policies decide for them: each of
     ``found`` is (inventory index, node, ``feature: daemon X, --policies Y``)."""
     if not found:
         return []
-    names = tuple(name for _, name, _ in found)
-    example = "; ".join(f"{name}: {what}" for _, name, what in found[:2])
+    names, example = _disagreeing(found)
     return [FleetWarning(Concern.DAEMON_DISAGREES, len(names), names, (
         f"{_of(len(names), total)} answer otherwise than --policies decides for them "
-        f"({example}{'; ...' if len(found) > 2 else ''}): they run other policies (pass the "
+        f"({example}): they run other policies (pass the "
         "ones they run as --policies), or resolve with what diff cannot see ('kernelpolicy "
         "explain' there says what; their halts are seen and decided with); their changes are "
         "counted from what --policies decides, not from what they run"
@@ -162,11 +168,10 @@ def label_disagreement_warning(
     each of ``found`` is (inventory index, node, ``feature: label X, --policies Y``)."""
     if not found:
         return []
-    names = tuple(name for _, name, _ in found)
-    example = "; ".join(f"{name}: {what}" for _, name, what in found[:2])
+    names, example = _disagreeing(found)
     return [FleetWarning(Concern.LABELS_DISAGREE, len(names), names, (
         f"the labels of {_of(len(names), total)} say otherwise than --policies decides for "
-        f"them ({example}{'; ...' if len(found) > 2 else ''}): the labels may be stale "
+        f"them ({example}): the labels may be stale "
         "(written under other policies, or by daemons whose policies differ from --policies: "
         "pass the ones they run as --policies, or wait for the daemons to relabel), or their "
         "daemons resolve with what the labels do not carry ('kernelpolicy explain' there says "
