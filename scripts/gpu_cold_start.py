@@ -283,14 +283,20 @@ def worker(runs: int, base: dict[str, str], record: Any) -> None:
             record("profile-resolve", 0, {"settings": settings, **child(PROFILE_RESOLVE, env)})
 
 
-def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
-    """The ``warm-one`` stage: a fresh kernel cache holding the measured call's variant only."""
+def warm_one_env(base: dict[str, str], prefix: str = "kp-warm-one-") -> dict[str, str]:
+    """``base`` with a fresh kernel cache (empty until ``WARM_ONE`` builds into it) that
+    kernelpolicy, Triton and FlashInfer use."""
     from kernelpolicy.kernel_cache import prepare_kernel_cache
 
-    cache = tempfile.mkdtemp(prefix="kp-warm-one-")
+    cache = tempfile.mkdtemp(prefix=prefix)
     kernels = prepare_kernel_cache(Path(cache))
-    env = {**base, "KERNELPOLICY_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(kernels / "triton"),
-           "FLASHINFER_WORKSPACE_BASE": str(kernels / "flashinfer"), "WAIT_S": "0"}  # fmt: skip
+    return {**base, "KERNELPOLICY_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(kernels / "triton"),
+            "FLASHINFER_WORKSPACE_BASE": str(kernels / "flashinfer"), "WAIT_S": "0"}  # fmt: skip
+
+
+def warm_one(runs: int, base: dict[str, str], record: Any) -> None:
+    """The ``warm-one`` stage: a fresh kernel cache holding the measured call's variant only."""
+    env = warm_one_env(base)
     start = time.perf_counter()
     built = child(WARM_ONE, env)
     record("warm-one-build", 0, {**built, "seconds": time.perf_counter() - start})

@@ -17,13 +17,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.gpu_cold_start import FIRST_SAMPLE, WARM_ONE, child
+from scripts.gpu_cold_start import FIRST_SAMPLE, WARM_ONE, child, warm_one_env
 
 
 def main() -> None:
@@ -32,14 +31,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--site", default="/tmp/site", help="where the GPU wheels are installed")
     args = parser.parse_args()
-    from kernelpolicy.kernel_cache import prepare_kernel_cache
-
     trees = {"new": Path.cwd().resolve(), "old": args.old.resolve()}
     base = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "PYTHONPATH")}
-    cache = tempfile.mkdtemp(prefix="kp-ab-")
-    kernels = prepare_kernel_cache(Path(cache))
-    env = {**base, "KERNELPOLICY_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(kernels / "triton"),
-           "FLASHINFER_WORKSPACE_BASE": str(kernels / "flashinfer"), "WAIT_S": "0"}  # fmt: skip
+    env = warm_one_env(base, prefix="kp-ab-")
     start = time.perf_counter()
     built = child(WARM_ONE, {**env, "PYTHONPATH": f"{args.site}:{trees['new']}"})
     print(json.dumps({"build": built, "seconds": time.perf_counter() - start}), flush=True)
