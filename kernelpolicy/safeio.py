@@ -267,33 +267,30 @@ def _short(exc: BaseException) -> str:
 
 
 def temp_path(path: Path) -> Path:
-    """Where :func:`write_atomic` writes before renaming onto ``path``: a dot file beside it
-    (tools that read a directory, such as nfd-worker, skip dot files), one per process."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """The names :func:`write_atomic` writes to before renaming onto ``path``, as a pattern
+    (for messages): a dot file beside it (tools that read a directory, such as nfd-worker, skip
+    dot files), ``.{name}.`` and random characters."""
+    return path.with_name(f".{path.name}.*")
 
 
 def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> os.stat_result:
     """Replace ``path`` with ``data``, whole or not at all, following no symbolic link; returns
     the written file's status (what was written, whatever takes ``path`` later).
 
-    The data goes to a new temporary file (``O_CREAT | O_EXCL | O_NOFOLLOW``, so a planted link
-    or file there is never written through), is synced, given ``mode`` and renamed onto
-    ``path`` (a rename replaces a link at ``path``, never follows it); the directory is synced
-    so that a crash right after cannot bring the old file back. ``sync=False`` leaves both
-    syncs out (counters written from a serving path, where a lost update costs nothing).
+    The data goes to a new temporary file of an unpredictable name (``tempfile.mkstemp``:
+    ``O_EXCL | O_NOFOLLOW``, 0600, so nothing planted there is written through, and nothing
+    planted at a name guessed ahead, in a sticky ``/tmp`` say, can stop the write), is synced,
+    given ``mode`` and renamed onto ``path`` (a rename replaces a link at ``path``, never
+    follows it); the directory is synced so that a crash right after cannot bring the old file
+    back. ``sync=False`` leaves both syncs out (counters written from a serving path, where a
+    lost update costs nothing).
 
     Raises:
         OSError: Whatever failed, with the temporary file removed; callers name the file.
     """
-    tmp = temp_path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(tmp, flags, mode)
-    except FileExistsError:
-        # A leftover of a killed run (or anything planted): unlink removes the entry itself,
-        # never what a link points to; O_EXCL then refuses anything that reappears.
-        os.unlink(tmp)
-        fd = os.open(tmp, flags, mode)
+    import tempfile  # here: only writers pay for it
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -303,9 +300,11 @@ def write_atomic(path: Path, data: bytes, mode: int, *, sync: bool = True) -> os
                 os.fsync(handle.fileno())
             written = os.fstat(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = tmp  # a failed write or sync names the file it was writing
         raise
     if sync:
         directory = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

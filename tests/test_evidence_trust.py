@@ -56,13 +56,16 @@ def test_store_is_created_private(tmp_path: Path) -> None:
     "planted_at",
     [
         pytest.param(lambda path: path, id="evidence-path"),
-        pytest.param(temp_path, id="temp-path"),
+        pytest.param(
+            lambda path: path.with_name(f".{path.name}.{os.getpid()}.tmp"), id="old-temp-name"
+        ),
     ],
 )
 def test_planted_link_is_replaced_not_followed(
     tmp_path: Path, planted_at: Callable[[Path], Path]
 ) -> None:
-    """A symbolic link at the evidence file or its temporary name never redirects the write."""
+    """A symbolic link at the evidence file or at a temporary name beside it never redirects
+    the write, and no temporary file is left."""
     platform = fixture("cpu")
     cache = tmp_path / "cache"
     path = store_evidence(platform, [RESULT], "now", cache)
@@ -78,7 +81,7 @@ def test_planted_link_is_replaced_not_followed(
     assert _mode(victim) == 0o600
     assert not path.is_symlink()
     assert load_evidence(platform, cache).get("sampler.greedy", "fast") is not None
-    assert not temp_path(path).exists()
+    assert [p for p in path.parent.glob(temp_path(path).name) if p != link] == []
 
 
 def test_store_directory_link_is_refused(tmp_path: Path) -> None:

@@ -264,3 +264,22 @@ def test_the_stamp_is_the_file_written_not_what_took_its_name(
     monkeypatch.undo()
     remove_port_file(port, stamp)
     assert port.read_text() == "someone else's\n"
+
+
+def test_a_directory_planted_at_the_old_temporary_name_does_not_stop_the_write(
+    sticky: Path,
+) -> None:
+    """nobody's directory at ``.kp.port.<pid>.tmp`` in the sticky directory, where the port
+    file was once written before its rename: the file is written all the same, and what was
+    planted is left. Before, the write gave up (EISDIR) and serve exited 2 with "cannot write
+    (Is a directory)" (the daemon writes it with this same call; in process here, since a
+    daemon costs seconds)."""
+    port = sticky / "kp.port"
+    planted = sticky / f".kp.port.{os.getpid()}.tmp"
+    _as_nobody(planted.mkdir)
+    assert check_port_file(port) == port
+    stamp = write_port_file(port, ["127.0.0.1:1"])
+    assert port.read_text() == "127.0.0.1:1\n"
+    assert (planted.is_dir(), planted.stat().st_uid) == (True, NOBODY)
+    remove_port_file(port, stamp)
+    assert sorted(p.name for p in sticky.iterdir()) == [planted.name]

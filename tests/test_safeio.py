@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from kernelpolicy.safeio import (
     read_text_bounded,
     value_depth,
 )
+
+NOBODY = 65534
 
 
 def _fail(message: str) -> KernelPolicyError:
@@ -146,25 +150,88 @@ def test_shown(value: str, expected: str) -> None:
     assert shown(value) == expected
 
 
+def _old_temp_name(path: Path) -> Path:
+    """Where write_atomic wrote before renaming until the names were made unpredictable."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _others(path: Path, *keep: Path) -> list[str]:
+    """What is beside ``path`` but ``path`` and ``keep``: a temporary left behind."""
+    return sorted(p.name for p in path.parent.iterdir() if p not in (path, *keep))
+
+
 @pytest.mark.parametrize("mode", [pytest.param(0o600, id="0600"), pytest.param(0o644, id="0644")])
 @pytest.mark.parametrize(
-    "planted", [pytest.param("path", id="at-path"), pytest.param("tmp", id="at-tmp")]
+    "planted", [pytest.param("path", id="at-path"), pytest.param("tmp", id="at-old-temp-name")]
 )
 def test_write_atomic_follows_no_link(tmp_path: Path, mode: int, planted: str) -> None:
-    """A link planted at the file or at its temporary name is replaced, never written through;
-    the file gets exactly ``mode`` and the temporary file is gone (evidence and NFD labels)."""
-    from kernelpolicy.safeio import temp_path, write_atomic
+    """A link planted at the file or at the temporary name it once used is replaced or left,
+    never written through; the file gets exactly ``mode`` and no temporary file is left."""
+    from kernelpolicy.safeio import write_atomic
 
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep")
     path = tmp_path / "out.json"
-    (path if planted == "path" else temp_path(path)).symlink_to(victim)
+    (path if planted == "path" else _old_temp_name(path)).symlink_to(victim)
     write_atomic(path, b"new", mode)
     assert victim.read_bytes() == b"keep"
     assert path.read_bytes() == b"new"
     assert not path.is_symlink()
     assert (path.stat().st_mode & 0o777) == mode
-    assert not temp_path(path).exists()
+    assert _others(path, victim, _old_temp_name(path)) == []
+
+
+def _a_directory(at: Path) -> None:
+    at.mkdir()
+    (at / "x").write_text("keeps rmdir off")
+
+
+PLANTED = {
+    "a-directory": _a_directory,
+    "a-file": lambda at: at.write_text("theirs"),
+    "a-fifo": lambda at: os.mkfifo(at, 0o666),
+    "a-dangling-link": lambda at: at.symlink_to(at.with_name("nowhere")),
+}
+
+
+@pytest.mark.parametrize("plant", list(PLANTED.values()), ids=list(PLANTED))
+def test_a_name_taken_beside_the_file_does_not_stop_the_write(
+    tmp_path: Path, plant: Callable[[Path], object]
+) -> None:
+    """The temporary name is unpredictable, so what another user put beside the file ahead of
+    time (nobody's, in a sticky /tmp) is left alone and the write goes through. Before, the name
+    was ``.NAME.PID.tmp``: a directory there made every write fail (unlink: EISDIR), which
+    stopped a daemon writing its --port-file in /tmp."""
+    from kernelpolicy.safeio import write_atomic
+
+    path = tmp_path / "kp.port"
+    planted = _old_temp_name(path)
+    plant(planted)
+    if os.geteuid() == 0:
+        os.lchown(planted, NOBODY, NOBODY)
+    before = planted.lstat()
+    info = write_atomic(path, b"127.0.0.1:1\n", 0o644)
+    assert path.read_bytes() == b"127.0.0.1:1\n"
+    assert (info.st_dev, info.st_ino) == (path.stat().st_dev, path.stat().st_ino)
+    assert planted.lstat() == before
+    assert _others(path, planted, tmp_path / "nowhere") == []
+
+
+def test_a_failed_write_names_its_temporary_and_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error without a file name (a full disk at fsync) gets the temporary's, which is gone."""
+    from kernelpolicy import safeio
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(safeio.os, "fsync", full)
+    path = tmp_path / "out.json"
+    with pytest.raises(OSError, match="No space left") as caught:
+        safeio.write_atomic(path, b"new", 0o600)
+    assert Path(caught.value.filename).name.startswith(".out.json.")
+    assert list(tmp_path.iterdir()) == []
 
 
 DOTTED = {
