@@ -80,3 +80,37 @@ def test_the_console_line_gives_bash_back_exactly_what_the_engine_is_told(
     assert flags == [os.fsencode(word) for word in words]
     assert not planted.exists()
     assert line.isprintable()
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param("0.11.0", id="plain"),
+        pytest.param(f"0.11'$(touch {PLANTED})'", id="single-quote-then-substitution"),
+        pytest.param(f'0.11"$(touch {PLANTED})"', id="double-quote-then-substitution"),
+        pytest.param(f"0.11 `touch {PLANTED}`", id="backticks"),
+        pytest.param(f"0.11; touch {PLANTED}", id="operator"),
+        pytest.param("0.11\x1b]0;x\x07", id="control-characters"),
+    ],
+)
+def test_every_string_field_is_one_bash_word(
+    version: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The engine's version is what its installed dist-info says (anyone who can install a
+    package writes it): pasted into bash, the line runs nothing and gives the version back
+    exactly, as it does the other strings. Before, ``engine=`` and ``engine_version=`` were
+    printed with Python's quotes: ``"0.11'$(touch X)'"`` ran ``touch X``."""
+    planted = tmp_path / "ran"
+    version = version.replace(PLANTED, str(planted))
+    settings = EngineSettings(
+        engine="vllm", version=version, fingerprint="f00d", model_kind="dense",
+        env={}, flags=(), decisions={},
+    )  # fmt: skip
+    log_exec("console", settings, ["vllm"], [])
+    (line,) = capsys.readouterr().err.splitlines()
+    script = line[line.index("command=") :] + (
+        '\nprintf "%s\\0" "$command" "$engine" "$engine_version" "$fingerprint" "$told"'
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, timeout=60)
+    assert out.stdout.split(b"\0")[:-1] == [b"vllm", b"vllm", version.encode(), b"f00d", b"none"]
+    assert not planted.exists()

@@ -218,6 +218,11 @@ def test_capture_env_is_case_sensitive() -> None:
     [
         pytest.param("1." * 200, "not a string of at most MAX_VERSION_CHARS", id="too-long"),
         pytest.param(2.1, "not a string", id="float"),
+        pytest.param("0.11'$(touch X)'", "is not a PEP 440 version", id="shell-in-a-version"),
+        pytest.param("0.11 beta", "is not a PEP 440 version", id="a-space"),
+        pytest.param("6.3.42131-fa1d09cbd", "is not a PEP 440 version", id="dotted-build-tag"),
+        pytest.param("\u0663.0", "is not a PEP 440 version", id="a-non-ascii-digit"),
+        pytest.param("", "is not a PEP 440 version", id="empty"),
     ],
 )
 def test_broken_library_versions_cost_only_that_library(
@@ -231,6 +236,28 @@ def test_broken_library_versions_cost_only_that_library(
     )  # fmt: skip
     assert platform.libraries == {"torch": "2.9.0"}
     assert any(e.startswith("library vllm: ") and message in e for e in platform.probe_errors)
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param("2.11.0+cu130", id="local-label"),
+        pytest.param("0.11.0rc1", id="release-candidate"),
+        pytest.param("0.1.16.post3.dev0+g1a2b3c4", id="post-dev-local"),
+        pytest.param("1!2.0", id="epoch"),
+        pytest.param("0.7.2-1", id="implicit-post-release"),
+        pytest.param("v1.0", id="leading-v"),
+    ],
+)
+def test_pep_440_library_versions_are_kept_as_written(version: str, empty_root: Path) -> None:
+    """Any PEP 440 version is kept as its metadata writes it: the common shapes without
+    packaging, the rest (an epoch, a spelling PEP 440 normalizes) through it."""
+    platform = probe(
+        root=empty_root, nvml=None, amdsmi=None, metadata={"vllm": version}.get,
+        environ={}, torch_version_file=empty_root / "missing.py",
+    )  # fmt: skip
+    assert platform.libraries == {"vllm": version}
+    assert not [e for e in platform.probe_errors if e.startswith("library ")]
 
 
 def test_a_value_the_model_refuses_is_dropped_not_raised(

