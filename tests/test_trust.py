@@ -247,24 +247,48 @@ def _nested(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "top", _file(directory)
 
 
+ROOT, USER = "root", "user"  # who owns the changed directory (root: as made when run as root)
+
 ABOVE = {
-    "all-0755": ("", 0o755, None),
-    "grandparent-group-writable": ("mid", 0o775, "writable by its group"),
-    "great-grandparent-world-writable": ("", 0o777, "writable by others"),
-    "great-grandparent-sticky-of-root": ("", 0o1777, None),  # like /tmp: others cannot rename
+    "all-0755": ("", 0o755, None, None),
+    "grandparent-group-writable": ("mid", 0o775, "writable by its group", None),
+    "great-grandparent-world-writable": ("", 0o777, "writable by others", None),
+    "great-grandparent-sticky-of-root": ("", 0o1777, None, ROOT),  # like /tmp: none can rename
+    "great-grandparent-sticky-of-another-user": ("", 0o1777, "writable by others", USER),
 }
 
 
-@pytest.mark.parametrize(("level", "mode", "problem"), list(ABOVE.values()), ids=list(ABOVE))
+def _owned_by_the_user(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``directory`` owned by the (non-root) user running kernelpolicy: as root, given to
+    OTHER_UID, who is then taken for that user."""
+    if os.geteuid() != 0:
+        return  # made by us already
+    import kernelpolicy.trust
+
+    os.chown(directory, OTHER_UID, -1)
+    monkeypatch.setattr(kernelpolicy.trust, "owner_ok", lambda uid: uid in (0, OTHER_UID))
+
+
+@pytest.mark.parametrize(
+    ("level", "mode", "problem", "owner"), list(ABOVE.values()), ids=list(ABOVE)
+)
 def test_every_directory_above_is_checked(
-    tmp_path: Path, level: str, mode: int, problem: str | None
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    level: str,
+    mode: int,
+    problem: str | None,
+    owner: str | None,
 ) -> None:
     """A directory two or more levels up that others can write refuses the file (before,
-    only the file and its own directory were checked), naming that directory."""
+    only the file and its own directory were checked), naming that directory; a sticky one
+    passes only when root owns it."""
     top, path = _nested(tmp_path)
-    if mode & stat.S_ISVTX and os.geteuid() != 0:
-        pytest.skip("a sticky directory is allowed only when root owns it")
+    if owner == ROOT and os.geteuid() != 0:
+        pytest.skip("a directory of root's needs root")
     changed = top / level if level else top
+    if owner == USER:
+        _owned_by_the_user(changed, monkeypatch)
     changed.chmod(mode)
     found = trust_problem(path)
     if problem is None:
