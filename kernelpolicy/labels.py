@@ -314,11 +314,20 @@ def nfd_comment(text: str) -> str:
     return f"# \\x2b{text[1:]}" if text.startswith("+") else f"# {text}"
 
 
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+"""Where nfd-worker's ``local`` source reads feature files by default."""
+EXPECTED_DIRECTORY = (
+    f"expected an existing directory this user can write, NFD's features.d ({FEATURES_DIR})"
+)
+
+
 def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> Path:
     """Replace ``directory/name`` with ``text`` atomically (readable by all, mode 0644).
 
     Raises:
-        LabelError: The directory is missing or not writable.
+        LabelError: The directory is missing, not a directory, or takes no file from this
+            user (a kernel file system such as ``/proc``, a read-only mount), saying which and
+            what was expected; or the write failed (a full disk).
 
     Returns:
         The path written.
@@ -327,8 +336,44 @@ def write_feature_file(directory: Path, text: str, name: str = FEATURE_FILE) -> 
     try:
         write_atomic(target, text.encode("utf-8"), 0o644)
     except OSError as exc:
-        raise LabelError(f"cannot write the feature file {target}: {exc.strerror or exc}") from None
+        raise LabelError(
+            f"cannot write the feature file {target}: {_why_not_written(directory, target, exc)}"
+        ) from None
     return target
+
+
+def _why_not_written(directory: Path, target: Path, exc: OSError) -> str:
+    """What kept ``target`` from being written, and what was expected instead: the bare
+    ``strerror`` misleads (``/proc`` answers "No such file or directory" for a directory that
+    exists), so the directory is looked at once the write failed."""
+    import errno
+    import os
+
+    said = exc.strerror or str(exc)
+    where = _not_a_directory(directory)
+    if where is None and exc.errno == errno.EISDIR and target.is_dir():
+        return f"{target} is a directory; expected a file of kernelpolicy's there, or none"
+    if where is None and exc.errno == errno.EROFS:
+        where = f"{directory} is on a read-only file system ({said})"
+    elif where is None and exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+        where = f"uid {os.geteuid()} cannot create a file in {directory} ({said})"
+    elif where is None and exc.errno in (errno.EACCES, errno.EPERM, errno.ENOENT):
+        # The directory is there, yet refuses a file (/proc: ENOENT; /sys: EACCES, to root too).
+        where = f"{directory} takes no new files ({said}: a kernel file system, /proc or /sys?)"
+    return said if where is None else f"{where}; {EXPECTED_DIRECTORY}"
+
+
+def _not_a_directory(directory: Path) -> str | None:
+    """Why ``directory`` is no directory to write in (missing, a file), or None."""
+    import stat
+
+    try:
+        mode = directory.stat().st_mode
+    except FileNotFoundError:
+        return f"{directory} does not exist"
+    except OSError as problem:
+        return f"{directory}: {problem.strerror or problem}"
+    return None if stat.S_ISDIR(mode) else f"{directory} is not a directory"
 
 
 def nfd_text(labels: dict[str, str], fingerprint: str) -> str:
