@@ -217,8 +217,17 @@ def private_dir(path: str | Path, what: str) -> Path:
             )
         if stat.S_IMODE(info.st_mode) & 0o077:
             os.chmod(directory, 0o700)
-    except OSError as exc:  # cannot create, inspect or tighten it: say which and why
+    except OSError as exc:  # cannot create, inspect or tighten it: say which, why and what then
         raise UntrustedFileError(
-            f"cannot prepare {what} {directory}: {exc.strerror or exc}"
+            f"cannot prepare {what} {directory}: {exc.strerror or exc}; set "
+            f"{MOVED_BY.get(what, IN_THE_CACHE)} that uid {os.geteuid()} owns or can create"
         ) from None
     return directory
+
+
+IN_THE_CACHE = "KERNELPOLICY_CACHE_DIR to a directory"
+MOVED_BY = {"socket directory": "KERNELPOLICY_SOCKET to a socket in a directory"}
+"""What :func:`private_dir` asks of a user whose directory it cannot make: the setting that puts
+it elsewhere, by what it is; anything else it makes is under the cache directory
+(:data:`IN_THE_CACHE`: the kernel, hardware, settings, code and pack caches, the evidence
+store)."""

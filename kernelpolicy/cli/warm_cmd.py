@@ -63,7 +63,7 @@ def vocab_sizes(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelpolicy.kernel_cache import prepare_kernel_cache
+    from kernelpolicy.kernel_cache import kernel_cache_dir, prepare_kernel_cache
     from kernelpolicy.settings import default_cache_dir
     from kernelpolicy.warming import label, node_warming, tasks_for
 
@@ -74,11 +74,13 @@ def run(args: argparse.Namespace) -> int:
     resolution, _ = resolve_args(args)
     # the cache is this machine's, even with --platform (as policy files and evidence are)
     cache = local_settings(args).cache_dir or default_cache_dir()
-    root = prepare_kernel_cache(cache)
+    root = kernel_cache_dir(cache)
     vocabs = args.vocab or list(DEFAULT_VOCABS)
     warming = node_warming(resolution, root, vocabs=vocabs, device=args.device, jobs=args.jobs)
     if isinstance(warming, str):  # no device: nothing built, the tasks there would be said
+        # and no cache made (as serve --warm): a user who cannot make one has nothing to build
         return _report(args, str(root), tasks_for(resolution, vocabs), [], warming)
+    prepare_kernel_cache(cache)  # the builds' environment names root, made private here
 
     def told(result: dict[str, Any]) -> None:
         status = f"failed: {result['failed']}" if result["failed"] else "built"
