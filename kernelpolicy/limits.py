@@ -99,6 +99,9 @@ MAX_ANSWER_CACHE_ENTRIES = 1024
 """Cached serialised answers per policy revision (least recently used are dropped)."""
 MAX_ANSWER_CACHE_BYTES = 16 * MIB
 """Bytes of cached serialised answers per policy revision."""
+MAX_CALL_CACHE_ENTRIES = 8192
+"""Distinct call contexts the cache of one feature's ``select`` (or of one gate) keeps per
+resolution; the next one starts it over. The daemon's clients choose the contexts."""
 
 
 def shown(value: str, limit: int = SHOWN_ENV_VALUE_CHARS) -> str:

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from kernelpolicy.engine import resolve_policies
-from kernelpolicy.engine.hotpath import hot_path
+from kernelpolicy.engine.hotpath import hot_path, remember
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.limits import MAX_CALL_CACHE_ENTRIES
 from tests.helpers import fixture, resolve_on
 
 TOPK = "sampler.top_k_top_p"
@@ -238,3 +239,30 @@ def test_large_sets_refuse_unknown_names(name: object, message: str) -> None:
     res = resolve_policies(fixture("h100-sxm"), {}, load_policy_text(_many_features(200)))
     with pytest.raises(ResolutionError, match=message):
         res.select(name, n=1, s="a")
+
+
+@pytest.mark.parametrize(
+    ("contexts", "evaluated_again"),
+    [
+        pytest.param(MAX_CALL_CACHE_ENTRIES, [], id="at-limit"),
+        pytest.param(MAX_CALL_CACHE_ENTRIES + 1, [1], id="limit-plus-one"),
+    ],
+)
+def test_the_call_cache_is_bounded(contexts: int, evaluated_again: list[int]) -> None:
+    """MAX_CALL_CACHE_ENTRIES distinct contexts of a feature are remembered; one more starts
+    its cache over with that one (a daemon's clients choose the contexts)."""
+    evaluated: list[object] = []
+
+    def miss(
+        cache: dict[object, object], name: str, key: tuple[object, ...], context: dict[str, object]
+    ) -> str:
+        evaluated.append(context["batch"])
+        return str(remember(cache, key, "torch"))
+
+    select = hot_path("select", {TOPK: ("batch",)}, miss)
+    for batch in range(1, contexts + 1):
+        select(TOPK, batch=batch)
+    evaluated.clear()
+    for batch in (1, contexts):  # the oldest context, the newest
+        assert select(TOPK, batch=batch) == "torch"
+    assert evaluated == evaluated_again

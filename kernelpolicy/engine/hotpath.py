@@ -16,9 +16,8 @@ from typing import Any
 from kernelpolicy.code_cache import compile_kept
 from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.errors import ResolutionError
-from kernelpolicy.limits import shown
+from kernelpolicy.limits import MAX_CALL_CACHE_ENTRIES, shown
 
-_CACHE_LIMIT = 8192  # distinct call contexts per Resolution before the cache starts over
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "int": (int,),
@@ -71,8 +70,10 @@ def guarded(kind: str, miss: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def remember(cache: dict[Any, Any], key: tuple[Any, ...] | None, value: Any) -> Any:
+    """``value``, kept in ``cache`` under ``key`` (None: not kept); a full cache starts over
+    (``MAX_CALL_CACHE_ENTRIES``)."""
     if key is not None:
-        if len(cache) >= _CACHE_LIMIT:
+        if len(cache) >= MAX_CALL_CACHE_ENTRIES:
             cache.clear()
         cache[key] = value
     return value
