@@ -140,7 +140,7 @@ class Fallbacks:
         """``entry``'s callable, in its serving form where it has one (a variant not built yet
         is served elsewhere); a built-in accelerated implementation is imported on its first
         call (:class:`~kernelpolicy.engine.loading.LazyEntry`)."""
-        from kernelpolicy.engine.loading import LazyEntry
+        from kernelpolicy.engine.loading import EXTRA_HINTS, LazyEntry
         from kernelpolicy.policy.entries import load_prepared
         from kernelpolicy.policy.names import PREPARE, REQUIRES
 
@@ -158,7 +158,9 @@ class Fallbacks:
                 return lazy
             prepared = load_prepared(entry, prepare)
         except Exception as exc:  # import errors, missing CUDA/ROCm runtimes, JIT build errors
-            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}") from exc
+            missing = (exc.name or "") if isinstance(exc, ModuleNotFoundError) else ""
+            hint = EXTRA_HINTS.get(missing.partition(".")[0], "")  # the extra that installs it
+            raise ResolutionError(f"{feature}/{impl}: cannot load {entry}: {exc}{hint}") from exc
         loaded(prepared.function)
         return prepared.served
 
