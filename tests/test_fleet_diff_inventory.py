@@ -116,3 +116,36 @@ def test_kubectl_identity_is_the_labels(
     path.write_text(json.dumps({"kind": "List", "items": [item]}))
     (node,) = load_inventory(path).nodes
     assert node.identity == identity
+
+
+BAD_NUMBERS = {
+    "count-superscript-two": ("gpu.count", "\u00b2"),
+    "count-arabic-indic-three": ("gpu.count", "\u0663"),
+    "count-5000-digits": ("gpu.count", "1" * 5000),
+    "count-over-the-limit": ("gpu.count", "257"),
+    "units-superscript-two": ("gpu.compute_units", "1\u00b2"),
+    "units-5000-digits": ("gpu.compute_units", "1" * 5000),
+    "units-a-word": ("gpu.compute_units", "many"),
+}
+
+
+@pytest.mark.parametrize(("label", "value"), BAD_NUMBERS.values(), ids=list(BAD_NUMBERS))
+def test_a_label_that_is_no_number_names_the_node_and_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str, value: str
+) -> None:
+    """A count label that is not ASCII digits within its bound is one error naming the node and
+    the label ('\u00b2'.isdigit() holds, int() refuses it; 5,000 digits are over int()'s limit:
+    both were 'kernelpolicy: error: ValueError: ...', naming neither)."""
+    labels = {f"{PREFIX}/gpu.vendor": "nvidia", f"{PREFIX}/gpu.count": "8",
+              f"{PREFIX}/gpu.arch": "sm_90", f"{PREFIX}/{label}": value}  # fmt: skip
+    path = tmp_path / "n.json"
+    node = {"metadata": {"name": "gpu-7", "labels": labels}}
+    path.write_text(json.dumps({"kind": "List", "items": [node]}))
+    with pytest.raises(PlatformFileError, match=rf"items\[0\] \(gpu-7\): label {label}=") as info:
+        load_inventory(path)
+    assert "expected an integer 0.." in str(info.value)
+    assert len(str(info.value)) < 300
+    assert main(["diff", "--against", str(ROOT / "policies"), "--platforms", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "ValueError" not in err
+    assert f"(gpu-7): label {label}=" in err

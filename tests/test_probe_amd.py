@@ -129,6 +129,9 @@ def test_rocm_version_from_header_under_rocm_path(empty_root: Path) -> None:
         pytest.param(
             {"HIP_VISIBLE_DEVICES": "0,4"}, [0], "entry '4' names no device", id="bad-index"
         ),
+        pytest.param(
+            {"HIP_VISIBLE_DEVICES": "1,\u00b2"}, [1], "names no device", id="superscript-two"
+        ),
     ],
 )
 def test_visibility(
@@ -152,11 +155,40 @@ def test_hsa_override_recorded(empty_root: Path) -> None:
     assert parse_gfx_override("9.4.2") == "gfx942"
 
 
-def test_bad_hsa_override_reported(empty_root: Path) -> None:
-    """An override that is not major.minor.stepping is reported."""
+@pytest.mark.parametrize(
+    "override",
+    [
+        pytest.param("gfx1100", id="a-name"),
+        pytest.param("1\u00b2.0.0", id="superscript-two"),
+        pytest.param("11.0." + "1" * 5000, id="5000-digits"),
+    ],
+)
+def test_bad_hsa_override_reported(override: str, empty_root: Path) -> None:
+    """An override that is not major.minor.stepping (in ASCII digits: '\u00b2'.isdigit() holds,
+    and int() refused it with a ValueError) is reported, the device kept."""
     write_kfd_tree(empty_root, [RX7900XTX])
-    platform = amd_probe(empty_root, HSA_OVERRIDE_GFX_VERSION="gfx1100")
+    platform = amd_probe(empty_root, HSA_OVERRIDE_GFX_VERSION=override)
     assert "expected major.minor.stepping" in platform.probe_errors[0]
+    assert len(platform.devices) == 1
+    assert parse_gfx_override(override) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("\u00b2", id="superscript-two"),
+        pytest.param("\u0663", id="arabic-indic-three"),
+        pytest.param("1" * 200, id="200-digits"),
+    ],
+)
+def test_a_topology_node_not_named_in_ascii_digits_is_no_node(name: str, empty_root: Path) -> None:
+    """KFD names its nodes 0, 1, 2...; anything else in the directory is no node (a name
+    '\u00b2' passed isdigit() and made sorting by int() raise)."""
+    write_kfd_tree(empty_root, [MI300X])
+    (empty_root / NODES / name).mkdir()
+    platform = amd_probe(empty_root)
+    assert len(platform.devices) == 1
+    assert platform.probe_errors == ()
 
 
 def test_malformed_properties_skip_that_node(empty_root: Path) -> None:

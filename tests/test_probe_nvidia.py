@@ -66,6 +66,11 @@ def test_sm_count_from_attributes_when_supported(empty_root: Path) -> None:
         pytest.param(EIGHT_H100[6].uuid, [6], None, id="full-uuid"),
         pytest.param(EIGHT_H100[4].uuid[:14], [4], None, id="uuid-prefix"),
         pytest.param("GPU-", [], "names no device", id="ambiguous-uuid-prefix"),
+        pytest.param("0,\u00b2,1", [0], "entry '\u00b2' names no device", id="superscript-two"),
+        pytest.param("1,\u0663", [1], "names no device", id="arabic-indic-three"),
+        pytest.param("4," + "1" * 5000, [4], "names no device", id="5000-digits"),
+        pytest.param("0003,1", [3, 1], None, id="leading-zeros"),
+        pytest.param("2," + "0" * 5000 + "7", [2, 7], None, id="5000-leading-zeros"),
     ],
 )
 def test_cuda_visible_devices(

@@ -21,6 +21,8 @@ SPLITS = {
     "no port": ("host:", HostPort("host", ""), None),
     "a port of words": ("host:http", HostPort("host", "http"), None),
     "a superscript digit": ("host:\u00b2", HostPort("host", "\u00b2"), None),
+    "leading zeros": ("host:00080", HostPort("host", "00080"), 80),
+    "5,000 digits": ("host:" + "1" * 5000, HostPort("host", "1" * 5000), None),
 }
 
 
@@ -81,6 +83,12 @@ def test_a_bad_http_address_names_what_is_wrong(address: str, problem: str) -> N
     with pytest.raises(DaemonError) as info:
         parse_http_address(address)
     assert str(info.value) == f"--http {address!r}: {HTTP_EXPECTED}; {problem}"
+
+
+def test_a_port_of_5000_digits_is_a_bad_port_not_a_value_error() -> None:
+    """Over int()'s 4,300-digit limit, a port was a ValueError naming no option."""
+    with pytest.raises(DaemonError, match=r"--http .*; port '9{20}' is not a number from 0"):
+        parse_http_address("host:" + "9" * 5000)
 
 
 SAME_PROBLEM = {

@@ -38,6 +38,7 @@ from kernelpolicy.limits import (
     MAX_INVENTORY_NODES,
     MAX_PLATFORM_FILE_BYTES,
     MAX_PROBED_DEVICES,
+    shown,
 )
 from kernelpolicy.platform.identity import is_app_specific_id
 from kernelpolicy.platform.model import SCHEMA, Platform, load_platform
@@ -244,13 +245,9 @@ def platform_from_labels(
 
 
 def _devices(facts: Mapping[str, str], source: str) -> list[dict[str, Any]]:
-    text = facts.get("gpu.count", "0")
-    if not text.isdigit() or int(text) > MAX_PROBED_DEVICES:
-        raise PlatformFileError(
-            f"{source}: label gpu.count={text!r}: expected an integer 0..MAX_PROBED_DEVICES "
-            f"({MAX_PROBED_DEVICES})"
-        )
-    count = int(text)
+    count = _count(
+        facts.get("gpu.count", "0"), "gpu.count", source, MAX_PROBED_DEVICES, "MAX_PROBED_DEVICES"
+    )
     if "gpu.arch" not in facts:
         return []
     units = facts.get("gpu.compute_units")
@@ -258,9 +255,29 @@ def _devices(facts: Mapping[str, str], source: str) -> list[dict[str, Any]]:
         "name": facts.get("gpu.product", ""),
         "arch": facts["gpu.arch"],
         "capability": facts.get("gpu.capability", ""),
-        "compute_units": int(units) if units and units.isdigit() else None,
+        "compute_units": _count(units, "gpu.compute_units", source, _MOST_UNITS) if units else None,
     }
     return [{"index": i, **device} for i in range(count)]
+
+
+_MOST_UNITS = 10**6  # SMs or CUs of one device: 132 on an H100, 304 on an MI300X
+
+
+def _count(text: str, key: str, source: str, most: int, most_name: str = "") -> int:
+    """The value ``text`` of label ``key`` as an integer 0..``most``. Only ASCII digits, no
+    more of them than ``most`` has, reach ``int()``: ``'²'.isdigit()`` holds and 5,000 digits
+    are over Python's conversion limit, and either was a ValueError naming no node or label.
+
+    Raises:
+        PlatformFileError: Naming the node, the label and what was expected.
+    """
+    digits = text.isascii() and text.isdigit() and len(text.lstrip("0")) <= len(str(most))
+    if not digits or int(text) > most:
+        bound = f"{most_name} ({most})" if most_name else str(most)
+        raise PlatformFileError(
+            f"{source}: label {key}={shown(text)!r}: expected an integer 0..{bound}"
+        )
+    return int(text)
 
 
 def _version(value: str | None) -> str | None:

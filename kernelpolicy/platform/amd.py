@@ -88,10 +88,16 @@ def probe_amd(root: Path, environ: Mapping[str, str], amdsmi: Any = None) -> Amd
     return report
 
 
+def _is_node(name: str) -> bool:
+    """A KFD topology node's directory name: ASCII digits ('²'.isdigit() holds, and int()
+    refuses it), a few of them."""
+    return name.isascii() and name.isdigit() and len(name) <= 9
+
+
 def _read_topology(root: Path, nodes_dir: Path, errors: list[str]) -> list[Device]:
     """Every GPU node, each read inside the probe's one fault boundary: a bad node costs itself."""
     try:
-        names = sorted((n for n in os.listdir(nodes_dir) if n.isdigit()), key=int)
+        names = sorted((n for n in os.listdir(nodes_dir) if _is_node(n)), key=int)
     except OSError as exc:
         errors.append(f"kfd: cannot list {nodes_dir}: {exc.strerror}")
         return []

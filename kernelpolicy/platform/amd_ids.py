@@ -87,7 +87,8 @@ def gfx_capability(target_version: int) -> str:
 def parse_gfx_override(value: str) -> str | None:
     """``HSA_OVERRIDE_GFX_VERSION=11.0.0`` -> ``gfx1100``; ``None`` if it is not ``M.m.s``."""
     parts = value.strip().split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+    # ASCII digits, a few of them: '²'.isdigit() holds and int() refuses it
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts):
         return None
     major, minor, stepping = (int(p) for p in parts)
     try:

@@ -64,8 +64,13 @@ def select_visible(variable: str, value: str | None, uuids: Sequence[str | None]
 
 
 def _match(token: str, uuids: Sequence[str | None]) -> int | None:
-    if token.isdigit():
-        index = int(token)
+    # ASCII digits only ('²'.isdigit() holds, and int() refuses it), and no more of them than
+    # an index can have (5,000 digits are over int()'s limit): anything else names no device.
+    if token.isascii() and token.isdigit():
+        significant = token.lstrip("0") or "0"
+        if len(significant) > 9:
+            return None
+        index = int(significant)
         return index if index < len(uuids) else None
     wanted = token.lower()
     hits = [i for i, uuid in enumerate(uuids) if uuid and uuid.lower().startswith(wanted)]

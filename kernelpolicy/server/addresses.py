@@ -9,6 +9,7 @@ from typing import NamedTuple
 from kernelpolicy.errors import DaemonError
 
 MAX_PORT = 65535
+MAX_PORT_CHARS = 32  # digits read as a port (leading zeros allowed; the range decides)
 
 
 class HostPort(NamedTuple):
@@ -19,8 +20,10 @@ class HostPort(NamedTuple):
 
     @property
     def number(self) -> int | None:
-        """The port as a number (any size: callers check the range), or None: not digits."""
-        return int(self.port) if self.port.isascii() and self.port.isdigit() else None
+        """The port as a number (callers check the range), or None: not ASCII digits, or more
+        of them than a number int() reads (5,000 digits are over its limit: a ValueError)."""
+        digits = self.port.isascii() and self.port.isdigit() and len(self.port) <= MAX_PORT_CHARS
+        return int(self.port) if digits else None
 
 
 def split_address(address: str) -> HostPort:
