@@ -59,7 +59,8 @@ def test_good_policy_loads(tmp_path: Path) -> None:
             16,
             "sampler.greedy",
             "candidates.1.whn",
-            "unknown key; did you mean 'when'? (the policy language: docs/policies.md)",
+            "unknown key; did you mean 'when'? (the policy language: docs/policies.md in "
+            "kernelpolicy's source tree)",
             id="misspelt-key",
         ),
         pytest.param(

@@ -7,6 +7,7 @@ fixed, extra keys are allowed and kept.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -314,10 +315,32 @@ def load_platform(path: str | Path) -> Platform:
             expected. Nothing else is raised, and a FIFO or device never blocks.
     """
     source = str(path)
-    data = read_bytes_bounded(
-        path, limit=MAX_PLATFORM_FILE_BYTES, limit_name="MAX_PLATFORM_FILE_BYTES", fail=_fail
-    )
+    try:
+        data = read_bytes_bounded(
+            path, limit=MAX_PLATFORM_FILE_BYTES, limit_name="MAX_PLATFORM_FILE_BYTES", fail=_fail
+        )
+    except PlatformFileError:
+        shipped = shipped_snapshot(path)
+        if shipped is None:
+            raise
+        raise _fail(
+            f"{source}: no such file; {_EXPECTED}, or a snapshot kernelpolicy ships: {shipped}"
+        ) from None
     return load_platform_bytes(data, source)
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "fixtures" / "platforms"
+"""The snapshots that ship with kernelpolicy, installed (``fixtures.fixture_dir()``'s
+``platforms``; that module imports this one)."""
+
+
+def shipped_snapshot(path: str | Path) -> Path | None:
+    """The shipped snapshot of the name of ``path`` where ``path`` does not exist (the README's
+    ``kernelpolicy/fixtures/platforms/t4.json`` run outside a checkout), else None."""
+    shipped = SHIPPED / Path(path).name
+    if os.path.lexists(path) or not Path(path).name or not shipped.is_file():
+        return None
+    return shipped
 
 
 def load_platform_stream(stream: BinaryIO | None = None, source: str = "<stdin>") -> Platform:

@@ -52,6 +52,10 @@ __all__ = [
     "read_policy_sources",
 ]
 
+POLICY_LANGUAGE = "docs/policies.md in kernelpolicy's source tree"
+"""Where an unknown key's message sends the reader: no path of an installed kernelpolicy (it
+has no docs/ and names no documentation URL), so the source tree's, said to be so."""
+
 Programs = dict[tuple[str, ...], Any]
 """Compiled CEL programs of one file: ("features", name, index) or ("gates", name) -> program."""
 
@@ -202,14 +206,14 @@ def _issue(name: str, text: str, loc: tuple[Any, ...], msg: str, kind: str) -> P
 
 
 def _unknown_key(loc: tuple[Any, ...]) -> str:
-    """ "unknown key; did you mean 'x'?", else the keys allowed there (docs/policies.md)."""
+    """ "unknown key; did you mean 'x'?", else the keys allowed there (:data:`POLICY_LANGUAGE`)."""
     from kernelpolicy.policy.schema.keys import allowed_keys
     from kernelpolicy.suggest import did_you_mean
 
     allowed = allowed_keys(loc)
     close = did_you_mean(str(loc[-1]), allowed) if loc else ""
     if close or not allowed:
-        return f"unknown key{close} (the policy language: docs/policies.md)"
+        return f"unknown key{close} (the policy language: {POLICY_LANGUAGE})"
     return f"unknown key; expected one of: {', '.join(allowed)}"
 
 
