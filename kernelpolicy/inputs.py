@@ -4,7 +4,11 @@ or probed for what the policies and their bridge rules read, the inference engin
 distributions included) -> the answer's environment and forces -> evidence.
 
 The front ends differ only in where each input comes from (a ``--platform`` snapshot, ``--env``,
-a daemon's files); the steps and their checks are these.
+a daemon's files); the steps and their checks are these. The daemon, which gathers at start and
+then reads its policies again at each reload, answers requests with their own platform or
+environment and hands its inputs to clients, takes the same steps one by one (:func:`forces`,
+:func:`evidence_for`, :func:`platform_evidence`, :func:`given`); only this module loads the
+evidence store or builds :class:`Inputs` (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ from kernelpolicy.policy.files import (
 )
 from kernelpolicy.policy.packcache import load_cached
 from kernelpolicy.settings import Settings, bundled_policy_dir, default_cache_dir, settings_from
+from kernelpolicy.settings.readers import read_value, variable
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.fallbacks import Host
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.evidence.store import Evidence
+
+OVERRIDES_VARIABLE = variable("overrides")
 
 ENGINE_DISTRIBUTIONS: dict[str, str] = {"vllm": "vllm", "sglang": "sglang"}
 """Inference engine -> the distribution that holds its version (others: the engine's name)."""
@@ -227,7 +234,7 @@ def gather(
         EvidenceError, UntrustedFileError: The store cannot be read or trusted.
     """
     used = env if isinstance(env, Mapping) else None
-    forced = _forces(policies, used, overrides) if used is not None else {}  # before a probe
+    forced = _own_forces(policies, used, overrides) if used is not None else {}  # before a probe
     if not isinstance(platform, Platform):
         libraries, patterns = probe_reads(policies)
         source = platform or _prober(local, used)
@@ -235,24 +242,111 @@ def gather(
     if used is None:
         assert callable(env)
         used = env(platform)
-        forced = _forces(policies, used, overrides)
+        forced = _own_forces(policies, used, overrides)
     store = None
-    if evidence or (evidence is None and policies.needs_evidence):
-        from kernelpolicy.evidence.store import load_evidence
-
-        trust = local.allow_untrusted_files
-        store = load_evidence(platform, local.cache_dir, allow_untrusted=trust)
+    if evidence is not False:
+        store = evidence_for(
+            policies, platform, local.cache_dir,
+            allow_untrusted=local.allow_untrusted_files, always=bool(evidence),
+        )  # fmt: skip
     return Inputs(platform, dict(used), policies, forced, store)
 
 
-def _forces(
+def given(
+    platform: Platform,
+    env: Mapping[str, str],
+    policies: PolicySet,
+    overrides: Mapping[str, str],
+    evidence: Evidence | None,
+) -> Inputs:
+    """Inputs gathered before, taken as they are: the daemon's (its start's platform,
+    environment and overrides, the policies and evidence of a reload), a request's (each part
+    checked by :func:`forces` and :func:`platform_evidence`), a daemon's answer rebuilt in a
+    client. Nothing is read or checked here; :meth:`Inputs.resolve` uses the evidence only
+    where the policies read it."""
+    return Inputs(platform, env, policies, overrides, evidence)
+
+
+def forces(
+    policies: PolicySet, env: Mapping[str, str], overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The overrides, once they and ``env``'s ``KERNELPOLICY_FORCE_*`` name only features and
+    implementations the policies have.
+
+    Args:
+        policies: What the forces must name.
+        env: The environment the answer uses.
+        overrides: Feature -> implementation; default: ``env``'s ``KERNELPOLICY_OVERRIDES``
+            alone (none where it is unset), read as the settings read it: ``env``'s other
+            settings are not checked (a request's environment, whose policies, store and trust
+            are the daemon's).
+
+    Raises:
+        SettingsError: A force or override names a feature or implementation the policies
+            lack, or ``KERNELPOLICY_OVERRIDES`` is no JSON object of strings.
+    """
+    chosen = _env_overrides(env) if overrides is None else overrides
+    check_forces(policies, env, chosen)
+    return dict(chosen)
+
+
+def _own_forces(
     policies: PolicySet, env: Mapping[str, str], overrides: Mapping[str, str] | None
 ) -> dict[str, str]:
-    """The overrides (default: ``KERNELPOLICY_OVERRIDES`` of ``env``), once they and ``env``'s
-    ``KERNELPOLICY_FORCE_*`` name only features and implementations the policies have."""
-    given = settings_from(env).overrides if overrides is None else overrides
-    check_forces(policies, env, given)
-    return dict(given)
+    """:func:`forces` of a front end's own environment, whose settings are read whole (a bad
+    ``KERNELPOLICY_*`` value is an error even where it is not the overrides)."""
+    return forces(policies, env, settings_from(env).overrides if overrides is None else overrides)
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
+    value = env.get(OVERRIDES_VARIABLE)
+    if value is None:
+        return {}
+    read = read_value("overrides", value)
+    assert isinstance(read, dict)  # the overrides' reader gives a dict or raises
+    return read
+
+
+def evidence_for(
+    policies: PolicySet,
+    platform: Platform,
+    cache_dir: Path | None,
+    *,
+    allow_untrusted: bool,
+    always: bool = False,
+) -> Evidence | None:
+    """The stored evidence for ``platform`` where the policies read it (``verified = true``),
+    or always (the node labels show it); else None.
+
+    Args:
+        policies: Whether they read the store.
+        platform: Whose evidence (its key names the file).
+        cache_dir: Where the store is (``KERNELPOLICY_CACHE_DIR`` of this machine, even when
+            answering for another platform).
+        allow_untrusted: ``KERNELPOLICY_ALLOW_UNTRUSTED_FILES`` of this machine.
+        always: Load it whether or not the policies read it.
+
+    Returns:
+        The evidence (a store that cannot be read or trusted is no entries, with its
+        ``problem``), or None where it was not asked for.
+    """
+    if not (always or policies.needs_evidence):
+        return None
+    from kernelpolicy.evidence.store import load_evidence
+
+    return load_evidence(platform, cache_dir, allow_untrusted=allow_untrusted)
+
+
+def platform_evidence(evidence: Evidence | None, platform: Platform) -> Evidence | None:
+    """``evidence`` where it is ``platform``'s (the same
+    :func:`~kernelpolicy.evidence.store.platform_key`: device, driver, torch and kernel
+    libraries), else None: ``verified = true`` means "passed ``kernelpolicy verify`` on that
+    platform", so a node's evidence says nothing of another platform."""
+    if evidence is None:
+        return None
+    from kernelpolicy.evidence.store import platform_key
+
+    return evidence if evidence.key == platform_key(platform) else None
 
 
 def _prober(local: Settings, environ: Mapping[str, str] | None) -> PlatformSource:

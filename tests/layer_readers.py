@@ -1,8 +1,8 @@
 """The readers behind tests/test_layers.py (their own tests: tests/test_layers_readers.py):
 kernelpolicy's modules, the imports of each (inside functions and under ``TYPE_CHECKING`` too),
 the modules each runs with ``python -m``, the cycles among them, the layers docs/design.md states
-under "Layers", the private names a module takes from another, and the lazy maps packages load
-names from on first use."""
+under "Layers", the private names a module takes from another, the names each calls, and the lazy
+maps packages load names from on first use."""
 
 from __future__ import annotations
 
@@ -234,6 +234,34 @@ def private_uses(name: str, path: Path) -> set[str]:
                     found.add(f"{module}.{attribute}")
                 break
             module = f"{module}.{attribute}"
+    return found
+
+
+def calls(name: str, path: Path) -> set[str]:
+    """The names the module calls, each as where it comes from: ``f()`` after ``from
+    kernelpolicy.m import f`` (``import f as g``: ``g()``) and ``m.f()`` after an import of the
+    module ``m`` are ``kernelpolicy.m.f``; a name not imported is the module's own (``name.f``),
+    and ``pb.Inputs()`` of a generated module is that module's (``..._pb2.Inputs``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported = list(imports(name, path, [node]))  # one per alias, or none at all
+            for alias, (target, taken) in zip(node.names, imported, strict=bool(imported)):
+                if taken is not None:
+                    bound[alias.asname or alias.name] = f"{target}.{taken}"
+    aliases = module_aliases(name, path, tree)
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name):
+            found.add(bound.get(node.func.id, f"{name}.{node.func.id}"))
+            continue
+        chain = attribute_chain(node.func) if isinstance(node.func, ast.Attribute) else None
+        if chain is not None:
+            start = aliases.get(chain[0], bound.get(chain[0], chain[0]))
+            found.add(".".join([start, *chain[1]]))
     return found
 
 

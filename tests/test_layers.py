@@ -4,7 +4,8 @@ using another module's private name (imported by name, or read as an attribute o
 imported; within a package too), and every name a package loads on first use (its lazy map)
 imported under ``TYPE_CHECKING`` as well, from a layer it may import. Imports inside functions
 and under ``TYPE_CHECKING`` count: they are dependencies all the same, and so is a module run
-with ``python -m`` (a build process). The readers: tests/layer_readers.py, tested in
+with ``python -m`` (a build process). One way in: only :mod:`kernelpolicy.inputs` loads the
+evidence store or builds the engine's ``Inputs``. The readers: tests/layer_readers.py, tested in
 tests/test_layers_readers.py (the ``-m`` reader here)."""
 
 from __future__ import annotations
@@ -86,3 +87,53 @@ def test_the_lazy_maps_are_found() -> None:
 @pytest.mark.parametrize("name", sorted(readers.LAZY_MAPS))
 def test_every_lazy_name_is_imported_under_type_checking(name: str) -> None:
     assert readers.lazy_problems(name, readers.MODULES[name], readers.LAZY_MAPS[name]) == []
+
+
+CALLS = {
+    "a name taken from a module": (
+        "from kernelpolicy.inputs import Inputs\nInputs(1)\n",
+        {"kernelpolicy.inputs.Inputs"},
+    ),
+    "a name taken under another name, in a function": (
+        "def f():\n    from kernelpolicy.evidence.store import load_evidence as load\n"
+        "    return load(p)\n",
+        {"kernelpolicy.evidence.store.load_evidence"},
+    ),
+    "an attribute of a module taken from its package": (
+        "from kernelpolicy.evidence import store\nstore.load_evidence(p)\n",
+        {"kernelpolicy.evidence.store.load_evidence"},
+    ),
+    "an attribute of a module imported whole": (
+        "import kernelpolicy.inputs\nkernelpolicy.inputs.Inputs(1)\n",
+        {"kernelpolicy.inputs.Inputs"},
+    ),
+    "a message of the same name": (
+        "from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb\n"
+        "pb.Inputs(platform_json='')\n",
+        set(),
+    ),
+    "a name only imported": ("from kernelpolicy.inputs import Inputs\nx: Inputs\n", set()),
+}
+ONE_WAY_IN = {"kernelpolicy.inputs.Inputs", "kernelpolicy.evidence.store.load_evidence"}
+"""What gathers the engine's inputs: only :mod:`kernelpolicy.inputs` calls them."""
+
+
+@pytest.mark.parametrize(("source", "found"), list(CALLS.values()), ids=list(CALLS))
+def test_the_call_reader(tmp_path: Path, source: str, found: set[str]) -> None:
+    """The reader names each call by where the name comes from, and nothing else as these."""
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert readers.calls("kernelpolicy.m", module) & ONE_WAY_IN == found
+
+
+def test_only_inputs_loads_evidence_or_builds_inputs() -> None:
+    """One way in (issue 28): every front end, the daemon included, takes the engine's inputs
+    and the evidence store from :mod:`kernelpolicy.inputs`, so that none gathers them its own
+    way (its own evidence rule, its own overrides reader)."""
+    found = [
+        f"{name} calls {called}"
+        for name, path in readers.MODULES.items()
+        if name != "kernelpolicy.inputs"
+        for called in sorted(readers.calls(name, path) & ONE_WAY_IN)
+    ]
+    assert sorted(found) == []

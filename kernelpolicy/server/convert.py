@@ -17,12 +17,7 @@ from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.engine.rules import call_variables
 from kernelpolicy.engine.switches import force_variable, read_variables
 from kernelpolicy.errors import DaemonError, KernelPolicyError, ResolutionError
-from kernelpolicy.evidence.store import (
-    Evidence,
-    evidence_from_json,
-    evidence_to_json,
-    platform_key,
-)
+from kernelpolicy.evidence.store import Evidence, evidence_from_json, evidence_to_json
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 
 
@@ -177,8 +172,9 @@ def inputs_message(
     """
     from pathlib import Path
 
-    if evidence is not None and evidence.key != platform_key(resolution.platform):
-        evidence = None
+    from kernelpolicy.inputs import platform_evidence
+
+    evidence = platform_evidence(evidence, resolution.platform)
     return pb.Inputs(
         platform_json=resolution.platform.to_json(indent=None),
         env=dict(resolution.env),
@@ -208,7 +204,7 @@ def rebuild(inputs: pb.Inputs, host: Host | None = None, *, daemon: str = "") ->
             a snapshot, policies or evidence that do not load), naming the daemon, the input
             and what was wrong, cut and escaped.
     """
-    from kernelpolicy.inputs import Inputs
+    from kernelpolicy.inputs import given
     from kernelpolicy.platform.model import load_platform_bytes
     from kernelpolicy.policy.loader import load_policy_sources
 
@@ -225,5 +221,5 @@ def rebuild(inputs: pb.Inputs, host: Host | None = None, *, daemon: str = "") ->
         policies = load_policy_sources([(s.name, s.text) for s in inputs.policies])
     except KernelPolicyError as exc:  # PolicyError: each issue names its document
         raise refused(f"inputs.policies: {exc}") from None
-    rebuilt = Inputs(platform, dict(inputs.env), policies, dict(inputs.overrides), evidence)
+    rebuilt = given(platform, dict(inputs.env), policies, dict(inputs.overrides), evidence)
     return rebuilt.resolve(host=host, halts=dict(inputs.halted))

@@ -154,15 +154,17 @@ class Fleet:
         if self.labels_dir is None:
             return
         from kernelpolicy.errors import KernelPolicyError
-        from kernelpolicy.evidence.store import load_evidence
+        from kernelpolicy.inputs import evidence_for
         from kernelpolicy.labels import nfd_text, node_labels, write_feature_file
 
         state = self.state
         snapshot = state.snapshot
         try:
-            evidence = snapshot.evidence or load_evidence(
-                state.platform, state.cache_dir, allow_untrusted=state.allow_untrusted
-            )
+            evidence = snapshot.evidence or evidence_for(  # the labels show it: always
+                snapshot.policies, state.platform, state.cache_dir,
+                allow_untrusted=state.allow_untrusted, always=True,
+            )  # fmt: skip
+            assert evidence is not None  # asked for always
             labels = node_labels(snapshot.resolution, evidence)
             write_feature_file(self.labels_dir, nfd_text(labels, snapshot.resolution.fingerprint))
         except KernelPolicyError as exc:  # a full disk must not stop the daemon serving

@@ -12,18 +12,13 @@ from typing import Any
 import grpc
 
 from kernelpolicy.engine.decide import halts_of
-from kernelpolicy.engine.forces import check_forces
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import DaemonError, KernelPolicyError, SettingsError
-from kernelpolicy.evidence.store import platform_key
-from kernelpolicy.inputs import Inputs
+from kernelpolicy.inputs import Inputs, forces, given, platform_evidence
 from kernelpolicy.limits import MAX_HYPOTHETICAL_RESOLVES, MAX_HYPOTHETICAL_WAITING
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json
 from kernelpolicy.server.state import ServingState, Snapshot
-from kernelpolicy.settings.readers import read_value, variable
-
-OVERRIDES_VARIABLE = variable("overrides")
 
 
 class Hypotheticals:
@@ -132,25 +127,8 @@ def _inputs(state: ServingState, snapshot: Snapshot, request: Any, platform: Pla
     if request.env or request.hypothetical_env:
         env = dict(request.env)
         try:
-            overrides = _env_overrides(env)
-            check_forces(snapshot.policies, env, overrides)
+            overrides = forces(snapshot.policies, env)
         except SettingsError as exc:
             raise DaemonError(f"env: {exc}", grpc.StatusCode.INVALID_ARGUMENT) from None
-    evidence = snapshot.evidence
-    if evidence is not None and evidence.key != platform_key(platform):
-        evidence = None
-    return Inputs(platform, env, snapshot.policies, overrides, evidence)
-
-
-def _env_overrides(env: Mapping[str, str]) -> Mapping[str, str]:
-    """``KERNELPOLICY_OVERRIDES`` of ``env``, read as the settings read it (none where unset).
-
-    Raises:
-        SettingsError: It is not a JSON object of feature -> implementation.
-    """
-    value = env.get(OVERRIDES_VARIABLE)
-    if value is None:
-        return {}
-    read = read_value("overrides", value)
-    assert isinstance(read, dict)  # the overrides' reader gives a dict or raises
-    return read
+    evidence = platform_evidence(snapshot.evidence, platform)
+    return given(platform, env, snapshot.policies, overrides, evidence)

@@ -18,8 +18,8 @@ from pathlib import Path
 from kernelpolicy.engine.decide import halts_of
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.evidence.store import Evidence, load_evidence
-from kernelpolicy.inputs import Inputs
+from kernelpolicy.evidence.store import Evidence
+from kernelpolicy.inputs import evidence_for, given
 from kernelpolicy.limits import (
     MAX_ANSWER_CACHE_BYTES,
     MAX_ANSWER_CACHE_ENTRIES,
@@ -151,13 +151,11 @@ class ServingState:
         policies: PolicySet,
         error: str | None,
     ) -> Snapshot:
-        evidence = None
-        if policies.needs_evidence:
-            evidence = load_evidence(
-                self.platform, self.cache_dir, allow_untrusted=self.allow_untrusted
-            )
+        evidence = evidence_for(
+            policies, self.platform, self.cache_dir, allow_untrusted=self.allow_untrusted
+        )
         halts = self.halts.adopt(policies)  # a feature whose policy changed loses its halts
-        inputs = Inputs(self.platform, self.env, policies, self.overrides, evidence)
+        inputs = given(self.platform, self.env, policies, self.overrides, evidence)
         resolution = inputs.resolve(halts=halts)
         return Snapshot(revision, resolution, sources, evidence, error)
 
