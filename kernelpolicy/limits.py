@@ -81,6 +81,9 @@ MAX_SYSFS_FILE_BYTES = 64 * KIB
 """One sysfs, procfs or ROCm version file the probe reads (a KFD properties file is ~1.5 KiB)."""
 MAX_DEVICE_ID_CHARS = 128
 """One GPU UUID in a node's identity without a machine ID (longer ones are left out)."""
+SHOWN_PROBE_ERROR_CHARS = 200
+"""How much of one failed read's error (what NVML, amdsmi, a sysfs file or a library raised)
+its ``probe_errors`` entry keeps: one readable line (the rest is cut)."""
 
 # Requests to the daemon.
 MAX_REQUEST_BYTES = 1 * MIB
@@ -241,6 +244,14 @@ MAX_REPORT_LINE_BYTES = 64 * KIB
 """One line of the report socket (a batch of events, or a clear-halt request)."""
 MAX_REPORT_DETAIL_CHARS = 300
 """The detail of one event (a run-time failure's message); longer ones are refused."""
+SHOWN_HALT_DETAIL_CHARS = 200
+"""How much of a worker's last failure message (an event's detail) the daemon keeps in a halt's
+reason (the rest is cut): the reason is sent to clients and written to the halts file."""
+SHOWN_FALLBACK_REASON_CHARS = 300
+"""How much of why an implementation stops serving (its error at load or at call: whatever the
+kernel, its library or the call's arguments put in it) a run-time fallback keeps in
+``runtime_fallbacks``, the decision's reasons and warnings, the log and the report to the node's
+daemon (the rest is cut)."""
 MAX_REPORT_COUNT = 1_000_000_000
 """The count one event may carry (guard trips since the worker's last report)."""
 MAX_REPORT_CONNECTIONS = 256

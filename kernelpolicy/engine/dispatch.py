@@ -38,11 +38,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.dtypes import dtype_name
-from kernelpolicy.engine.fallbacks import REASON_CHARS
 from kernelpolicy.engine.loading import EntryUnloadable, Importing
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.kernels.builds import Compiling
-from kernelpolicy.limits import shown
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.fallbacks import Fallbacks
@@ -280,5 +278,5 @@ class Routed(Serving):
 
 
 def _when_called(error: Exception) -> str:
-    """Why an implementation stops serving: the error its call raised, cut to REASON_CHARS."""
-    return shown(f"{type(error).__name__} when called: {error}", REASON_CHARS)
+    """Why an implementation stops serving: the error its call raised (``Fallbacks`` cuts it)."""
+    return f"{type(error).__name__} when called: {error}"

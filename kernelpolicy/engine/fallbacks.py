@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.engine.model import Decision, DtypeRule, Reason
 from kernelpolicy.errors import ResolutionError
+from kernelpolicy.limits import SHOWN_FALLBACK_REASON_CHARS, shown
 
 if TYPE_CHECKING:
     from kernelpolicy.engine.reporting import RuntimeReporter
     from kernelpolicy.kernels.builds import Compiling
     from kernelpolicy.policy.compiled import PolicySet
 
-REASON_CHARS = 300
-"""Characters of a kernel's error kept in ``runtime_fallbacks`` and the decision."""
 _SERVING = "serves batch "  # the lines of routing.serving_lines, redone after each change
 
 
@@ -229,7 +228,8 @@ class Fallbacks:
 
     def switch(self, feature: str, why: str) -> None:
         """The chosen implementation failed at run time: the whole feature goes to its
-        fallback for the rest of the process."""
+        fallback for the rest of the process. ``why`` is cut (:func:`_cut`)."""
+        why = _cut(why)
         self._change(feature, lambda decision: self._switched(decision, why))
 
     def _switched(self, decision: Decision, why: str) -> _Change:
@@ -250,7 +250,8 @@ class Fallbacks:
 
     def refuse_dtype(self, feature: str, impl: str, dtype: str, why: str) -> None:
         """``impl`` serves ``dtype`` no more in this process: calls of it go to the next
-        candidate, in ``impl()`` and ``select()`` alike."""
+        candidate, in ``impl()`` and ``select()`` alike. ``why`` is cut (:func:`_cut`)."""
+        why = _cut(why)
         note = (
             f"{impl} failed at run time for {dtype} ({why}); {dtype} calls go to the next candidate"
         )
@@ -272,7 +273,8 @@ class Fallbacks:
         the order and every batch row, so the calls routed to it go to the next candidate of
         their row (the fallback last), in ``impl()`` and ``select()`` alike. Where it was the
         decision's choice, the next of the order becomes the choice; where only the fallback
-        would be left, the feature switches to it as a whole."""
+        would be left, the feature switches to it as a whole. ``why`` is cut (:func:`_cut`)."""
+        why = _cut(why)
         note = f"{impl} {how} ({why}); the calls routed to it go to the next candidate"
 
         def without(order: tuple[str, ...]) -> tuple[str, ...]:
@@ -348,6 +350,13 @@ class _Change:
     note: str
     failed: str | None = None
     routes: bool = True
+
+
+def _cut(why: str) -> str:
+    """Why an implementation stops serving, as every change keeps it: cut to
+    ``SHOWN_FALLBACK_REASON_CHARS``, here, for every caller (a kernel's error at load or at call
+    may be any length)."""
+    return shown(why, SHOWN_FALLBACK_REASON_CHARS)
 
 
 def _recorded(changed: Decision, reason: str, note: str, *, failed: str) -> _Change:

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from kernelpolicy.limits import shown
+from kernelpolicy.limits import SHOWN_PROBE_ERROR_CHARS, shown
 from kernelpolicy.platform.model import PlatformValueError
 
 T = TypeVar("T")
-
-_SHOWN_ERROR_CHARS = 200  # one probe error stays one readable line
 
 
 class DeviceFault(Exception):
@@ -59,7 +57,7 @@ def describe(exc: BaseException) -> str:
         text = str(exc).replace("\n", " ") or type(exc).__name__
         if not _is_vendor_error(exc):
             text = f"{type(exc).__name__}: {text}"
-    return shown(text, _SHOWN_ERROR_CHARS)
+    return shown(text, SHOWN_PROBE_ERROR_CHARS)
 
 
 def _is_vendor_error(exc: BaseException) -> bool:

@@ -20,14 +20,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kernelpolicy.limits import shown
+from kernelpolicy.limits import SHOWN_HALT_DETAIL_CHARS, shown
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.record import encode
 from kernelpolicy.server.reports import Event, EventKind, Rejection
 
 __all__ = ["Halts", "Tally", "halt_survives"]
-
-_DETAIL_CHARS = 200  # of a worker's failure message kept in the halt's reason
 
 
 @dataclass
@@ -85,7 +83,7 @@ class Halts:
                     tally.guard_trips += event.count
                 else:
                     tally.runtime_failures += event.count
-                    tally.last_detail = shown(event.detail, _DETAIL_CHARS)
+                    tally.last_detail = shown(event.detail, SHOWN_HALT_DETAIL_CHARS)
                 why = _halt_reason(candidate.spec.halt_on, event.impl, tally)
                 if why is not None:
                     self._halted[key] = why
