@@ -14,6 +14,7 @@ Three shapes are read (each bounded before a JSON parser sees it):
   labels (:class:`~kernelpolicy.fleet.halted.LabelHalts`); what its daemon decided from the
   ``impl.*`` labels (:class:`~kernelpolicy.fleet.answers.LabelAnswers`), which ``diff`` checks
   against the current policies. Nodes without kernelpolicy's labels are skipped and counted.
+  A node's name must be a DNS-1123 subdomain, as the API server's are (diff prints it).
 
 A snapshot carries no evidence: such a node's is unknown (``Node.evidence`` is ``None``).
 
@@ -23,11 +24,13 @@ A bad snapshot is one :class:`~kernelpolicy.errors.PlatformFileError` naming its
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelpolicy.encoding import escaped
 from kernelpolicy.errors import InventoryError, PlatformFileError
 from kernelpolicy.fleet.answers import LabelAnswers, NodeAnswers
 from kernelpolicy.fleet.evidence import LabelEvidence, NodeEvidence
@@ -47,6 +50,10 @@ from kernelpolicy.safeio import decode_utf8, parse_json, read_bytes_bounded
 __all__ = ["Inventory", "Node", "load_inventory", "platform_from_labels"]
 
 _IDENTITY_LABEL = f"{PREFIX}/node.identity"
+# Kubernetes' IsDNS1123Subdomain, which the API server checks every Node's name with: the
+# names printed in diff's lines and warnings come from here, so none holds a control character.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NODE_NAME_CHARS = 253
 _Kind = tuple[Platform, LabelEvidence, LabelHalts, LabelAnswers]  # what a kind's labels say
 
 
@@ -129,7 +136,7 @@ def load_inventory(path: Path) -> Inventory:
         if len(data) > MAX_PLATFORM_FILE_BYTES:
             raise _fail(f"{path}: {len(data)} bytes is over MAX_PLATFORM_FILE_BYTES")
         platform = Platform.from_dict(value, source=str(path))
-        return Inventory(str(path), (Node.of(path.stem, platform),))
+        return Inventory(str(path), (Node.of(escaped(path.stem), platform),))
     raise _fail(
         f"{path}: expected a directory of 'kernelpolicy probe --json' snapshots, one snapshot, "
         "or the output of 'kubectl get nodes -o json'"
@@ -153,7 +160,7 @@ def _snapshot_dir(directory: Path) -> Inventory:
     if not names:
         raise _fail(f"{directory}: no *.json snapshots ('kernelpolicy probe --json > NODE.json')")
     nodes = tuple(
-        Node.of(name.removesuffix(".json"), load_platform(directory / name))
+        Node.of(escaped(name.removesuffix(".json")), load_platform(directory / name))
         for name in sorted(names)
     )
     return Inventory(str(directory), nodes)
@@ -203,7 +210,17 @@ def _node_parts(item: object, where: str) -> tuple[str, dict[str, str]]:
     metadata = item.get("metadata") if isinstance(item, dict) else None
     if not isinstance(metadata, dict):
         raise _fail(f"{where}: not a Node object (no metadata)")
-    name = str(metadata.get("name") or where)[:253]
+    name = metadata.get("name")
+    if not name:
+        name = where
+    elif not (
+        isinstance(name, str) and len(name) <= _NODE_NAME_CHARS and _NODE_NAME.fullmatch(name)
+    ):
+        raise _fail(
+            f"{where}: node name {shown(str(name), 80)!r} is not a DNS-1123 subdomain (lower-case "
+            f"letters, digits, '-' and '.', at most {_NODE_NAME_CHARS} characters), which every "
+            "Node that Kubernetes serves is named"
+        )
     labels = metadata.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise _fail(f"{where} ({name}): labels are not a map of strings")
