@@ -57,7 +57,7 @@ VERIFY_ERRORS = [
     ),
     pytest.param(
         ["verify", "--feature", "sampler.greedy", "--entry", "nocolon"],
-        ["--entry 'nocolon': expected MODULE:FUNCTION"],
+        ["entry 'nocolon': expected 'package.module:function'"],
         marks=needs_torch, id="verify-entry-malformed",
     ),
     pytest.param(

@@ -59,7 +59,7 @@ def test_load_entry_returns_the_callable_named() -> None:
     [
         pytest.param("nomod_kp:fn", ImportError, "nomod_kp", id="missing-module"),
         pytest.param("json:no_such_fn", AttributeError, "no_such_fn", id="missing-attribute"),
-        pytest.param("json", AttributeError, "json", id="no-attribute-named"),
+        pytest.param("json", ValueError, "'json': expected", id="no-attribute-named"),
         pytest.param("kp_broken_mod:f", RuntimeError, "broken at import", id="module-raises"),
     ],
 )  # fmt: skip

@@ -281,11 +281,12 @@ def _check_guard(guard: str | None) -> None:
 
 def _check_entry(entry: str) -> None:
     """``--entry MODULE:FUNCTION`` must import here: a skipped check would pass in silence."""
-    from kernelpolicy.policy.entries import load_entry
+    from kernelpolicy.policy.entries import load_entry, parse_entry
 
-    module, sep, attr = entry.partition(":")
-    if not (module and sep and attr):
-        raise KernelPolicyError(f"--entry {entry!r}: expected MODULE:FUNCTION")
+    try:
+        module, attr = parse_entry(entry)
+    except ValueError as exc:
+        raise KernelPolicyError(str(exc)) from None  # as a policy's entry is refused
     try:
         function = load_entry(entry)
     except ImportError as exc:

@@ -168,10 +168,11 @@ class Fallbacks:
         module's ``DEGRADATIONS``; see :mod:`kernelpolicy.kernels.degraded`): those so far,
         and each new one."""
         from kernelpolicy.kernels.degraded import Degradations
+        from kernelpolicy.policy.entries import parse_entry
 
         channel = getattr(function, "degradations", None)
         if not isinstance(channel, Degradations):
-            module = sys.modules.get(entry.partition(":")[0])
+            module = sys.modules.get(parse_entry(entry).module)
             channel = getattr(module, "DEGRADATIONS", None)
         if isinstance(channel, Degradations) and (feature, impl) not in self._listening:
             self._listening.add((feature, impl))

@@ -1,6 +1,7 @@
-"""A candidate's ``entry = "module:function"``: whether it can be imported, without importing
-it, and the callable it names, imported (:func:`load_entry`) or imported and prepared for
-serving (:func:`load_prepared`, what the engine and ``verify`` run).
+"""A candidate's ``entry = "module:function"``: its two parts (:func:`parse_entry`, the one
+reading of the string), whether it can be imported, without importing it, and the callable it
+names, imported (:func:`load_entry`) or imported and prepared for serving
+(:func:`load_prepared`, what the engine and ``verify`` run).
 
 ``check`` and ``explain`` report an entry whose module cannot be found. Finding a module must
 not run it (nor its parent packages, which may import torch or a kernel library), so the search
@@ -12,9 +13,33 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+_ENTRY = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")
+
+
+class Entry(NamedTuple):
+    """An entry's two parts: ``module:attribute``."""
+
+    module: str
+    attribute: str
+
+
+def parse_entry(entry: str) -> Entry:
+    """``entry`` as its module and attribute (the policy schema's rule: a dotted module name, one
+    colon, an identifier).
+
+    Raises:
+        ValueError: ``entry`` is not ``package.module:function``; the message names it and
+            says what was expected (a policy's ``entry`` and ``verify --entry`` say it alike).
+    """
+    match = _ENTRY.fullmatch(entry)
+    if match is None:
+        raise ValueError(f"entry {entry!r}: expected 'package.module:function'")
+    return Entry(match[1], match[2])
 
 
 def entry_problem(entry: str, path: Sequence[str] | None = None) -> str | None:
@@ -26,9 +51,13 @@ def entry_problem(entry: str, path: Sequence[str] | None = None) -> str | None:
             interpreter's finders).
 
     Returns:
-        A short reason naming the first part of the dotted name that is missing.
+        A short reason naming the first part of the dotted name that is missing (or what is
+        wrong with ``entry`` itself).
     """
-    module = entry.partition(":")[0]
+    try:
+        module = parse_entry(entry).module
+    except ValueError as exc:
+        return str(exc)
     parts = module.split(".")
     search: Sequence[str] | None = None
     for depth in range(1, len(parts) + 1):
@@ -57,10 +86,11 @@ def load_entry(entry: str) -> Callable[..., Any]:
     """The callable at ``module:attribute``, imported (what the engine and ``verify`` run).
 
     Raises:
+        ValueError: ``entry`` is not ``module:attribute`` (:func:`parse_entry`).
         ImportError, AttributeError: the module or the attribute is missing (and whatever the
             module raises while it is imported: a kernel library may fail in many ways).
     """
-    module, _, attr = entry.partition(":")
+    module, attr = parse_entry(entry)
     function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
     return function
 
