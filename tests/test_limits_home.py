@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "kernelpolicy"
 LIMIT_NAME = re.compile(r"_?(MAX_\w+|\w+_CHARS|\w+_BYTES)")
+LIMIT_LINE = re.compile(r"^[\w, (]*(MAX_|_CHARS|_BYTES)", re.MULTILINE)  # at the top level
 
 DISPLAY = {
     "platform/model.py:_MAX_LISTED": "validation problems listed in one error",
@@ -50,8 +51,11 @@ each belongs in limits.py, with a docstring, when its module is next changed."""
 
 def _module_constants(path: Path) -> list[str]:
     """The names bound at the top level of ``path`` (assignments, annotated or not)."""
+    text = path.read_text()
+    if not LIMIT_LINE.search(text):
+        return []  # parsing all of the package takes over a second; few files have one
     names = []
-    for node in ast.parse(path.read_text(), str(path)).body:
+    for node in ast.parse(text, str(path)).body:
         targets = node.targets if isinstance(node, ast.Assign) else []
         if isinstance(node, ast.AnnAssign):
             targets = [node.target]
