@@ -163,6 +163,7 @@ def node_labels(
         for (feature, impl), entry in sorted(evidence.entries.items()):
             facts[f"verified.{feature}.{impl}"] = "true" if entry.passed else "false"
             facts[f"dtypes.{feature}.{impl}"] = dtype_results_value(entry)
+    facts["policy.digest"] = resolution.policies.digest  # the same on nodes of the same files
     facts["policy.fingerprint"] = resolution.fingerprint
     return {
         f"{prefix}/{label_name(name)}": label_value(value)

@@ -133,7 +133,9 @@ def explain_table(
     engines: str = "",
     sources: Mapping[str, Sequence[tuple[str, bool]]] | None = None,
 ) -> str:
-    """Summary table (what runs in-process, and why), ``engines`` (what each engine is told),
+    """A header (the fingerprint, the platform, the policy digest: equal wherever the same
+    policy files are served, and their count), the summary table (what runs in-process, and
+    why), ``engines`` (what each engine is told),
     then each feature's rejected candidates, hints, warnings and ``sources`` (feature ->
     (line, worth showing even where the feature's details are not)): where its values came
     from."""
@@ -145,10 +147,10 @@ def explain_table(
     names = list(features) if features else list(resolution.decisions)
     decisions = [resolution.decisions[n] for n in names]
     scopes = {n: f.spec.model_kind for n, f in resolution.policies.features.items()}
+    files = len(resolution.policies.files)
     out = [
-        f"fingerprint {resolution.fingerprint}  "
-        f"({where}; {len(resolution.policies.files)} policy "
-        f"file{'' if len(resolution.policies.files) == 1 else 's'})",
+        f"fingerprint {resolution.fingerprint}  ({where}; policy digest "
+        f"{resolution.policies.digest}, {files} policy file{'' if files == 1 else 's'})",
         "",
         table(
             ["feature", "in-process", "why"],

@@ -42,10 +42,10 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_explain_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
-    """--json has fingerprint and decisions with impl, error, reasons, candidates."""
+    """--json has fingerprint, policy digest and decisions with impl, error, reasons, candidates."""
     assert main(["explain", "--platform", platform("h100-sxm"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"fingerprint", "decisions", "engines"}
+    assert set(doc) == {"fingerprint", "policy_digest", "decisions", "engines"}
     topk = doc["decisions"]["sampler.top_k_top_p"]
     assert {"impl", "error", "reasons", "candidates"} <= set(topk)
     assert topk["impl"] == "flashinfer"

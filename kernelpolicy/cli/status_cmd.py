@@ -20,8 +20,8 @@ SHOWN_POLICY_FILES = 100
 def register(commands: Any) -> None:
     status = commands.add_parser(
         "status",
-        help="ask a running daemon how it is: health, revision, policies, last reload error, "
-        "halted kernels",
+        help="ask a running daemon how it is: health, revision, policy digest, policies, last "
+        "reload error, halted kernels",
         description=(
             "Query a running daemon. A daemon behind a unix socket must run as root or as you "
             "(its peer credentials are checked); TCP addresses carry no such identity (a TCP "
@@ -142,6 +142,8 @@ def _report(address: str, serving: bool, explain: Any) -> dict[str, Any]:
     document = parse_json(explain.json, "ExplainResponse.json", lambda m: refused("strict JSON", m))
     try:
         fingerprint = _member(document, "fingerprint", str, "")
+        # A daemon of before the policy digest sends none: said as unknown, not refused.
+        digest = _member(document, "policy_digest", str, "", nullable=True, optional=True)
         decisions = _member(document, "decisions", dict, "")
         errors, halted = _errors_and_halts(decisions)
     except _Shape as exc:
@@ -150,6 +152,7 @@ def _report(address: str, serving: bool, explain: Any) -> dict[str, Any]:
         "address": address,
         "serving": serving,
         "revision": explain.revision,
+        "policy_digest": digest,
         "fingerprint": fingerprint,
         "policy_files": list(explain.policy_files),
         "policy_error": explain.policy_error or None,
@@ -165,13 +168,17 @@ class _Shape(Exception):
 _KINDS: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
 
-def _member(value: Any, key: str, kind: type, where: str, *, nullable: bool = False) -> Any:
+def _member(
+    value: Any, key: str, kind: type, where: str, *, nullable: bool = False, optional: bool = False
+) -> Any:
     """``value[key]``, which must be of ``kind`` (or null where ``nullable``), ``value`` being
-    a JSON object at ``where``."""
+    a JSON object at ``where``; ``optional``: None where it is missing."""
     if not isinstance(value, dict):
         raise _Shape(f"{where or '(top level)'}: expected an object, got {_kind(value)}")
     path = f"{where}.{key}" if where else key
     if key not in value:
+        if optional:
+            return None
         raise _Shape(f"{path}: missing")
     member = value[key]
     if not isinstance(member, kind) and not (nullable and member is None):
@@ -215,9 +222,11 @@ def _print_report(report: dict[str, Any]) -> None:
     """The report as text: every string the daemon sent is cut and escaped (an escape sequence
     in it would otherwise move the cursor or clear the user's terminal)."""
     health_word = "SERVING" if report["serving"] else "NOT SERVING"
+    digest = report["policy_digest"]
     print(
         f"{report['address']}: {health_word}, revision {report['revision']}, "
-        f"fingerprint {one_line(report['fingerprint'], SHOWN_CHARS)}"
+        f"fingerprint {one_line(report['fingerprint'], SHOWN_CHARS)}, "
+        f"policy digest {'unknown' if digest is None else one_line(digest, SHOWN_CHARS)}"
     )
     files = report["policy_files"]
     listed = [one_line(name, SHOWN_CHARS) for name in files[:SHOWN_POLICY_FILES]]

@@ -6,6 +6,11 @@ libraries the policies name, the environment switches they read, forced implemen
 policy files' contents; and, where a candidate is rolled out in stages, the node's cohort for
 it (never its identity); and the candidates halted on this node (``halt_on``), never the counts
 behind a halt.
+
+Two nodes that run the same policy files on different hardware have different fingerprints;
+what they share is the policy digest (``PolicySet.digest``, of the files' base names and texts),
+which ``explain``, ``status``, the ``policy.digest`` label and ``kernelpolicy_policy_info``
+show beside the fingerprint.
 """
 
 from __future__ import annotations

@@ -218,9 +218,12 @@ class Resolution:
         return self.fallbacks.host.reporter
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``explain --json`` document."""
+        """The ``explain --json`` document: the fingerprint (of every input that mattered, the
+        node's hardware and environment included), the policy digest (of the policy files
+        alone: equal on every node that runs the same files) and the decisions."""
         return {
             "fingerprint": self.fingerprint,
+            "policy_digest": self.policies.digest,
             "decisions": {name: d.to_dict() for name, d in self.decisions.items()},
         }
 

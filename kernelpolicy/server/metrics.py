@@ -38,7 +38,9 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 
 class ResolutionCollector(Collector):
-    """``kernelpolicy_decision_info`` and ``kernelpolicy_runtime_fallback_info`` of a Resolution.
+    """``kernelpolicy_decision_info`` and ``kernelpolicy_runtime_fallback_info`` of a Resolution,
+    with its fingerprint (``kernelpolicy_resolution_info``), its policy digest
+    (``kernelpolicy_policy_info``) and where the node stands in each staged rollout.
 
     A worker that serves its own ``/metrics`` can show which kernel it runs::
 
@@ -85,7 +87,13 @@ class ResolutionCollector(Collector):
             )
         info = InfoMetricFamily("kernelpolicy_resolution", "The resolution's fingerprint.")
         info.add_metric([], {"fingerprint": resolution.fingerprint})
-        yield from (decisions, errors, fallbacks, info)
+        policy = InfoMetricFamily(
+            "kernelpolicy_policy",
+            "The policy digest: a hash of the policy files in use, equal on every node that "
+            "serves the same files, whatever its hardware.",
+        )
+        policy.add_metric([], {"digest": resolution.policies.digest})
+        yield from (decisions, errors, fallbacks, info, policy)
         yield from rollout_metrics(resolution)
 
 
