@@ -38,7 +38,14 @@ def test_explain_the_daemons_answer(capsys: pytest.CaptureFixture[str]) -> None:
     sources = {s["variable"]: s for s in document["decisions"]["topk_per_row"]["sources"]}
     assert sources["KERNELPOLICY_OVERRIDES"]["from"] == "override"
     assert sources["KERNELPOLICY_OVERRIDES"]["set_in"] == "daemon"
-    assert set(document) == {"fingerprint", "policy_digest", "decisions", "engines"}
+    assert set(document) == {
+        "fingerprint",
+        "policy_digest",
+        "decisions",
+        "engines",
+        "revision",
+        "policy_error",
+    }
 
 
 MISUSES = [

@@ -32,9 +32,16 @@ def register(commands: Any) -> None:
             "Resolve the policies for this machine (or --platform FILE) and show, per feature, "
             "the chosen implementation, every rejected candidate with the check it failed, hints "
             "and warnings. Exits 1 when a decision is an error for every model or for "
-            "--model-kind (default mha, as env and exec); each such error is named on stderr."
+            "--model-kind (default mha, as env and exec); each such error is named on stderr. "
+            "With --address, also when the daemon's last reload failed: it serves the last good "
+            "policies, which the answer shows (as 'kernelpolicy status' says it)."
         ),
         epilog=(
+            "exit status: 0 no decision counted is an error (with --address: and the daemon's "
+            "last reload succeeded); 1 a decision is an error for every model or for "
+            "--model-kind, or (--address) the daemon's last reload FAILED and it serves the "
+            "last good policies (one line on stderr, policy_error in --json); 2 bad usage, a "
+            "bad policy file or snapshot, an unknown feature, or no daemon answered\n\n"
             "examples:\n"
             "  kernelpolicy explain\n"
             "  kernelpolicy explain sampler.top_k_top_p --platform node.json --json\n"
@@ -83,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         _warn_unimportable(resolution, chosen)
     if args.json:
         document = resolution.to_dict()
+        if args.address is not None:  # the daemon's own state, as status --json has it
+            document = {**document, **_daemon_state(resolution)}
         document["decisions"] = {f: document["decisions"][f] for f in chosen}
         for feature, entry in document["decisions"].items():
             entry["model_kind"] = scope_of(resolution.policies, feature)
@@ -103,8 +112,29 @@ def run(args: argparse.Namespace) -> int:
         # What a daemon sent (policy texts, halt reasons, its environment's values) may hold an
         # escape sequence: each line is printed with its control characters shown, not sent.
         print(escaped_lines(table))
+    stale = args.address is not None and _report_stale(args.address, resolution)
     decisions = [(f, resolution.decisions[f]) for f in chosen]
-    return report_exit(resolution.policies, decisions, args.model_kind)
+    return max(report_exit(resolution.policies, decisions, args.model_kind), int(stale))
+
+
+def _daemon_state(resolution: Resolution) -> dict[str, Any]:
+    """The daemon's revision and last reload error (None: it succeeded), whole as it sent it."""
+    return {"revision": resolution.revision, "policy_error": resolution.policy_error}
+
+
+def _report_stale(address: str, resolution: Resolution) -> bool:
+    """Say on stderr, in one line, that the daemon at ``address`` serves the last good
+    policies because its last reload failed (``kernelpolicy status`` exits 1 on it too), and
+    whether it does. The error is the daemon's text: its lines joined, cut and escaped."""
+    from kernelpolicy.encoding import one_line
+
+    error = resolution.policy_error
+    if not error:
+        return False
+    said = one_line("; ".join(line for line in error.splitlines() if line.strip()))
+    print(f"kernelpolicy: exit 1: {one_line(address)}: last reload FAILED, serving the last good "
+          f"policies: {said}", file=sys.stderr)  # fmt: skip
+    return True
 
 
 def _note_empty_directories(args: argparse.Namespace) -> None:

@@ -38,7 +38,9 @@ def resolve_explained(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
 
 def resolve_from_daemon(args: argparse.Namespace) -> tuple[Resolution, AnswerEnv]:
     """The Resolution of the daemon at ``--address`` (rebuilt here from its inputs, with its
-    fingerprint), and its environment.
+    fingerprint), and its environment. The Resolution carries what the daemon said of its own
+    state beside the answer: its ``revision`` and its last reload error (``policy_error``:
+    the answer is then from the last good policies), which a command must not drop.
 
     Raises:
         SettingsError: ``--address`` with an option that describes this machine's inputs.
