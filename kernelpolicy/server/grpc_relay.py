@@ -12,9 +12,8 @@ So here, as for the HTTP listener (:mod:`.connections`, the same table): at most
 one peer) and the listener's total; past either, the new connection is accepted and replaces the
 least recently active one of its own peer (or of the peer holding the most), which is closed at
 once. A flood displaces only the flooder's connections; a client that is using its connection
-keeps it. The relay reads and writes whole chunks as they come, with flow control both ways
-(a side that cannot take more stops the other's reading), and parses nothing: TLS, when set,
-runs from the client to the gRPC server through it.
+keeps it. The bytes are moved by :mod:`.relay_pump` from the event loop's reader and writer
+callbacks, parsing nothing: TLS, when set, runs from the client to the gRPC server through it.
 
 The gRPC server must still count calls and streams by the client's peer, not by the relay: each
 relayed connection to the unix socket is bound to an abstract name that carries the client's
@@ -26,13 +25,13 @@ directory is private), so no client can name itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import secrets
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,10 +50,9 @@ from kernelpolicy.server.connections import (
     peer_of,
 )
 from kernelpolicy.server.peers import RELAY_PREFIX
+from kernelpolicy.server.relay_pump import Pair, Pump
 from kernelpolicy.server.sockets import MAX_SOCKET_PATH_BYTES
 
-TOUCH_SECONDS = 1.0
-"""A connection's activity is noted at most this often (its place among its peer's)."""
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -116,88 +114,26 @@ def relay_connection_cap(limit: int = MAX_GRPC_CONNECTIONS) -> int:
     return descriptor_cap(limit, GRPC_DESCRIPTOR_SHARE, GRPC_RELAY_DESCRIPTORS)
 
 
-class _End(asyncio.Protocol):
-    """One side of a relayed connection: what it reads, the other side writes."""
-
-    def __init__(self, link: _Link) -> None:
-        self.link = link
-        self.transport: asyncio.Transport | None = None
-        self.other: _End | None = None
-        self.early: list[bytes] = []  # read before the other side was made
-        self.ended = False  # this side sent its end of file
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        other = self.other.transport if self.other is not None else None
-        if other is None:
-            self.early.append(data)
-            assert self.transport is not None
-            self.transport.pause_reading()  # until the other side is there
-        else:
-            other.write(data)
-        self.link.active()
-
-    def eof_received(self) -> bool:
-        """Pass the end on and keep the other way open, unless the other side has ended too:
-        then neither way carries bytes and the link is closed (grpc closing a connection it
-        timed out, a client that half-closed and then closed)."""
-        self.ended = True
-        end = self.other
-        other = end.transport if end is not None else None
-        if end is not None and other is not None and not end.ended and other.can_write_eof():
-            other.write_eof()
-            return True  # the other way may still carry bytes
-        self.link.close()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.link.close()
-
-    def pause_writing(self) -> None:  # this side's buffer is full: stop reading the other
-        if self.other is not None and self.other.transport is not None:
-            self.other.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.other is not None and self.other.transport is not None:
-            self.other.transport.resume_reading()
-
-
 class _Link:
-    """One relayed connection: the client's side, the gRPC server's side, its table entry."""
+    """One relayed connection: its table entry and, once both sides are connected, the pair
+    of sockets the pump moves bytes between."""
 
     def __init__(self, relay: GrpcRelay, connection: Connection) -> None:
         self.relay = relay
         self.connection = connection
-        self.client = _End(self)
-        self.server = _End(self)
-        self.touched = 0.0
-
-    def join(self) -> None:
-        """Both sides are made: each writes what the other reads, what came early first."""
-        self.client.other, self.server.other = self.server, self.client
-        for side, other in ((self.client, self.server), (self.server, self.client)):
-            assert side.transport is not None
-            assert other.transport is not None
-            for data in side.early:
-                other.transport.write(data)
-            side.early.clear()
-            side.transport.resume_reading()
+        self.pair: Pair | None = None
 
     def active(self) -> None:
-        now = self.relay.clock()
-        if now - self.touched >= TOUCH_SECONDS:
-            self.touched = now
-            self.relay.table.touch(self.connection)
+        self.relay.table.touch(self.connection)
 
-    def close(self, *, cut: bool = False) -> None:
-        """Close both sides (``cut``: at once, what is buffered dropped) and forget it."""
+    def closed(self) -> None:
         self.relay.forget(self)
-        for side in (self.client, self.server):
-            if side.transport is not None and not side.transport.is_closing():
-                side.transport.abort() if cut else side.transport.close()
+
+    def cut(self) -> None:
+        """Close both sides at once, what is buffered dropped, and forget it."""
+        self.relay.forget(self)
+        if self.pair is not None and self.relay.pump is not None:
+            self.relay.pump.cut(self.pair)
 
 
 class GrpcRelay:
@@ -225,7 +161,7 @@ class GrpcRelay:
         self._sockets: list[socket.socket] = []
         self._links: dict[Connection, _Link] = {}
         self._tasks: list[asyncio.Future[Any]] = []
-        self.clock: Callable[[], float] = time.monotonic
+        self.pump: Pump | None = None  # made on the running loop, by :meth:`start`
 
     def bind(self, address: str) -> int:
         """Listen on ``address`` (``HOST:PORT``); the port bound. Accepting starts with
@@ -242,7 +178,8 @@ class GrpcRelay:
         return int(sockets[0].getsockname()[1])
 
     def start(self) -> None:
-        """Accept on every bound socket from the running loop."""
+        """Accept on every bound socket from the running loop, which moves the bytes too."""
+        self.pump = Pump(asyncio.get_running_loop())
         self._tasks = [asyncio.ensure_future(self._accept(sock)) for sock in self._sockets]
 
     async def stop(self) -> None:
@@ -257,7 +194,9 @@ class GrpcRelay:
     def close(self) -> None:
         """Cut every relayed connection left and remove the private directory."""
         for link in list(self._links.values()):
-            link.close(cut=True)
+            link.cut()
+        if self.pump is not None:
+            self.pump.stop()
         shutil.rmtree(self._directory, ignore_errors=True)
 
     async def _accept(self, listener: socket.socket) -> None:
@@ -269,8 +208,10 @@ class GrpcRelay:
                 if exc.errno in _OUT_OF_RESOURCES:
                     await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue  # ECONNABORTED and the like: that client is gone
+            with contextlib.suppress(OSError):  # as grpc and asyncio do: small frames go at once
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._admit(sock, address)
-            await asyncio.sleep(0)  # let the replaced connection's descriptors close first
+            await asyncio.sleep(0)  # its joining starts (a task cancelled unstarted closes nothing)
 
     def _admit(self, sock: socket.socket, address: Any) -> None:
         connection = Connection(peer_of(address), float("inf"))
@@ -279,7 +220,7 @@ class GrpcRelay:
             victim, reason = replaced
             if victim.task is not None:  # still being joined
                 victim.task.cancel()
-            self._links[victim].close(cut=True)
+            self._links[victim].cut()
             self._on_close(reason, victim.peer)
         self.table.add(connection)
         link = self._links[connection] = _Link(self, connection)
@@ -292,19 +233,19 @@ class GrpcRelay:
             upstream.setblocking(False)
             _bind_name(upstream, peer)
             await loop.sock_connect(upstream, self.path)
-            await loop.connect_accepted_socket(lambda: link.client, sock)
-            await loop.create_unix_connection(lambda: link.server, sock=upstream)
         except (OSError, asyncio.CancelledError):
             sock.close()
             upstream.close()
-            link.close(cut=True)
+            link.cut()
             return
         finally:
             link.connection.task = None
-        if link.connection not in self._links:  # closed while it was being made
-            link.close(cut=True)
+        if link.connection not in self._links or self.pump is None:  # cut while connecting
+            sock.close()
+            upstream.close()
             return
-        link.join()
+        link.pair = Pair(sock, upstream, on_active=link.active, on_closed=link.closed)
+        self.pump.add(link.pair)
 
     def forget(self, link: _Link) -> None:
         if self._links.pop(link.connection, None) is not None:
