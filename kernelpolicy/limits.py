@@ -165,6 +165,9 @@ MAX_GRPC_CONNECTIONS_PER_PEER = 32
 one peer). The daemon accepts TCP itself and relays each connection to its gRPC server; past
 this, a peer's new connection replaces that peer's least recently active one (and past
 ``MAX_GRPC_CONNECTIONS``, the heaviest peer's), so no one peer holds every connection slot."""
+MAX_RELAY_SCAN_ENTRIES = 10_000
+"""Entries of the temp directory the gRPC relay looks at, at start, for the private directories
+of this user's daemons that died (``server.grpc_relay``): a crowded /tmp costs a bounded scan."""
 GRPC_RELAY_DESCRIPTORS = 3
 """Descriptors one relayed TCP connection costs the daemon (the client's, the relay's end of
 the private unix socket, the gRPC server's end): the TCP listener's share of the descriptor

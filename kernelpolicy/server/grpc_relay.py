@@ -28,9 +28,11 @@ import asyncio
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +42,7 @@ from kernelpolicy.limits import (
     GRPC_RELAY_DESCRIPTORS,
     MAX_GRPC_CONNECTIONS,
     MAX_GRPC_CONNECTIONS_PER_PEER,
+    MAX_RELAY_SCAN_ENTRIES,
 )
 from kernelpolicy.server.addresses import split_address
 from kernelpolicy.server.connections import (
@@ -53,6 +56,10 @@ from kernelpolicy.server.peers import RELAY_PREFIX
 from kernelpolicy.server.relay_pump import Pair, Pump
 from kernelpolicy.server.sockets import MAX_SOCKET_PATH_BYTES
 
+RELAY_DIRECTORY_PREFIX = "kernelpolicy-grpc-"
+"""The relay's private directories: this prefix, the daemon's process ID, ``-`` and a random
+part (the process ID tells a directory whose daemon died from a running daemon's)."""
+_RELAY_DIRECTORY = re.compile(re.escape(RELAY_DIRECTORY_PREFIX) + r"([0-9]{1,10})-[A-Za-z0-9_]+")
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -253,18 +260,62 @@ class GrpcRelay:
 
 
 def _private_directory() -> str:
-    """A new 0700 directory for the relay's socket: in the temp directory (``TMPDIR``), or in
-    ``/tmp`` where that is missing or would make the socket's path longer than a unix socket's
-    may be (the relay then still listens: before it, TCP did not depend on ``TMPDIR``)."""
+    """A new 0700 directory for the relay's socket, named for this process: in the temp
+    directory (``TMPDIR``), or in ``/tmp`` where that is missing or would make the socket's path
+    longer than a unix socket's may be (the relay then still listens: before it, TCP did not
+    depend on ``TMPDIR``). Those a daemon that died left there are removed first."""
+    prefix = f"{RELAY_DIRECTORY_PREFIX}{os.getpid()}-"
     for where in (None, "/tmp"):
         try:  # TMPDIR may name a directory that is not there
-            directory = tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir=where)
+            directory = tempfile.mkdtemp(prefix=prefix, dir=where)
         except OSError:
             continue
+        remove_stale_directories(os.path.dirname(directory))
         if len(os.fsencode(os.path.join(directory, "grpc.sock"))) <= MAX_SOCKET_PATH_BYTES:
             return directory
         os.rmdir(directory)
-    return tempfile.mkdtemp(prefix="kernelpolicy-grpc-", dir="/tmp")  # its own error, if any
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # its own error, if any
+
+
+def remove_stale_directories(parent: str) -> list[str]:
+    """Remove from ``parent`` the relay directories of this user's daemons that are gone (a
+    daemon killed before it could remove its own): a real directory, this user's, named for a
+    process that no longer runs, holding nothing but the relay's socket. What it removed.
+
+    At most ``MAX_RELAY_SCAN_ENTRIES`` entries of ``parent`` are looked at; anything else
+    (another user's, a link, a running process's, other content) is left alone.
+    """
+    removed: list[str] = []
+    try:
+        entries = os.scandir(parent)
+    except OSError:
+        return removed
+    with entries:
+        for _, entry in zip(range(MAX_RELAY_SCAN_ENTRIES), entries, strict=False):
+            match = _RELAY_DIRECTORY.fullmatch(entry.name)
+            if match is None or _running(int(match[1])):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(entry.path, "grpc.sock"))
+                os.rmdir(entry.path)  # fails, and keeps it, if anything else is in it
+            except OSError:
+                continue
+            removed.append(entry.path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process, or no pid at all: not ours to judge
+    return True
 
 
 def _bind_name(sock: socket.socket, peer: str) -> None:
