@@ -189,7 +189,7 @@ def test_timeouts_close_connections(send: Send, reason: str | None, reply: bytes
     assert data.startswith(reply)
     closed = {
         s.labels["reason"]: s.value
-        for s in metrics.connections_closed.collect()[0].samples
+        for s in next(iter(metrics.connections_closed.collect())).samples
         if s.name.endswith("_total")
     }
     assert closed == {r: float(r == reason) for r in closed}
@@ -200,8 +200,10 @@ def test_timeouts_close_connections(send: Send, reason: str | None, reply: bytes
 HANGUPS = LOG_LINES_PER_MINUTE + 5
 
 
-def _linger_reset(sock: socket.socket) -> None:
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER of 0), not an end of file."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
 
 
 def _half_close(sock: socket.socket) -> None:
@@ -216,7 +218,9 @@ def logged() -> Iterator[tuple[str, io.StringIO]]:
         fixture("cpu"), [ROOT / "policies"], watch=False, http="127.0.0.1:0",
         log_format="json", log_stream=log,
     ) as running:  # fmt: skip
-        yield running.daemon.fleet.url, log
+        url = running.daemon.fleet.url
+        assert url is not None
+        yield url, log
 
 
 def _closed_count(url: str) -> tuple[float, bool]:
@@ -238,8 +242,7 @@ def _closed_count(url: str) -> tuple[float, bool]:
     [
         pytest.param(ONE, LENGTH_100, b'{"con', socket.socket.close, id="close-mid-body"),
         pytest.param(ONE, LENGTH_100, b'{"con', _half_close, id="half-close-mid-body"),
-        pytest.param(ONE, LENGTH_100, b'{"con', lambda s: (_linger_reset(s), s.close()),
-                     id="reset-mid-body"),
+        pytest.param(ONE, LENGTH_100, b'{"con', _reset, id="reset-mid-body"),
         pytest.param(BULK, LENGTH_100, b"", socket.socket.close, id="close-before-body-bulk"),
         pytest.param(ONE, CHUNKED, b'40\r\n{"context"', socket.socket.close,
                      id="close-mid-chunk"),
