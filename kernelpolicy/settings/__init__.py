@@ -12,7 +12,10 @@ Variables that are not settings are read where they are used, for example the pr
 devices a process sees, from the mapping it is given), ``XDG_CACHE_HOME`` and
 ``XDG_RUNTIME_DIR`` for the default places, ``TRITON_*`` by the kernels, the plugin's
 ``KERNELPOLICY_VLLM_PLUGIN_STATS``, and ``KERNELPOLICY_FORCE_*`` and the engines' switches as
-part of the answer's environment.
+part of the answer's environment. Those are the one list :data:`NOT_SETTINGS`: with the
+settings' :data:`VARIABLES`, every ``KERNELPOLICY_*`` variable kernelpolicy knows. Any other
+(``KERNELPOLICY_SOCKETT``) is ignored, and said once per process in one line on stderr, with
+the known name closest to it (:func:`unknown_variables`).
 
 The settings are declared once, by the :class:`Settings` dataclass; the variables are read and
 validated by the pydantic-settings model built from it
@@ -25,6 +28,7 @@ its first ``resolve()``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -42,6 +46,7 @@ from kernelpolicy.settings.readers import (
 __all__ = [
     "ACCEPTED_BOOLEANS",
     "FIELDS",
+    "NOT_SETTINGS",
     "VARIABLES",
     "Settings",
     "bundled_policy_dir",
@@ -51,6 +56,8 @@ __all__ = [
     "parse_bool",
     "settings_from",
     "switched_on",
+    "unknown_message",
+    "unknown_variables",
 ]
 
 
@@ -114,6 +121,7 @@ class Settings:
         """
         import os
 
+        _say_unknown(os.environ)  # first: said even where a setting's value is refused
         _assign(self, _validated(os.environ, values, process=True))
 
     @classmethod
@@ -129,6 +137,70 @@ FIELDS = tuple(f.name for f in fields(Settings))
 
 VARIABLES = {variable(name): name for name in FIELDS}
 """Each setting's variable, spelled exactly so (``KERNELPOLICY_LOG_FORMAT`` -> ``log_format``)."""
+
+
+NOT_SETTINGS: dict[str, str] = {
+    "KERNELPOLICY_FORCE_": "kernelpolicy/engine/switches.py",  # one per feature: engine.forces
+    "KERNELPOLICY_VLLM_PLUGIN": "kernelpolicy/bridge/plugin.py",  # the plugin's switch
+    "KERNELPOLICY_VLLM_PLUGIN_INPUTS": "kernelpolicy/bridge/plugin.py",  # exec's inputs for it
+    "KERNELPOLICY_VLLM_PLUGIN_STATS": "kernelpolicy/vllm_plugin.py",  # its call counts
+    "KERNELPOLICY_VLLM_ENV": "scripts/test-deps",  # the source tree's vLLM test environment
+    "KERNELPOLICY_E2E_COUNTS": "tests/vllm_e2e/e2e_kernels.py",  # its end-to-end test's
+}
+"""The ``KERNELPOLICY_*`` variables that are not settings, each with the file that reads it (a
+name that ends in ``_`` is a prefix): read where they are used, or by the source tree's tests
+and scripts (docs/engines.md). With :data:`VARIABLES`, every variable kernelpolicy knows: a
+test keeps it equal to the ``KERNELPOLICY_*`` literals of those files and the package."""
+
+_PREFIX = variable("")
+_PREFIXES = tuple(name for name in NOT_SETTINGS if name.endswith("_"))
+_SAID: set[str] = set()
+MAX_SAID = 16
+"""Unknown variables said per process, at most (each once; a process that is handed
+environments, ``resolve(env=...)`` in a loop, cannot make it say more)."""
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """The ``KERNELPOLICY_*`` variables of ``env`` that kernelpolicy does not read: neither a
+    setting's nor one of :data:`NOT_SETTINGS` (a misspelled ``KERNELPOLICY_SOCKETT``)."""
+    if _PREFIX not in "\0".join(env):  # one pass in C for a process that sets none
+        return []
+    return [
+        name
+        for name in env
+        if name.startswith(_PREFIX)
+        and name not in VARIABLES
+        and name not in NOT_SETTINGS
+        and not name.startswith(_PREFIXES)
+    ]
+
+
+def _say_unknown(env: Mapping[str, str]) -> None:
+    """Say each unknown variable of ``env`` once per process (one line on stderr, as the kernel
+    cache that is not used is said), with the known name closest to it. A process that sets
+    no ``KERNELPOLICY_*`` variable pays one pass over its variables' names, importing nothing."""
+    unknown = [name for name in unknown_variables(env) if name not in _SAID]
+    for name in unknown[: max(MAX_SAID - len(_SAID), 0)]:
+        _SAID.add(name)
+        print(f"kernelpolicy: warning: {unknown_message(name)}", file=sys.stderr)
+
+
+def unknown_message(name: str) -> str:
+    """What is said of the unknown variable ``name``: that kernelpolicy ignores it, and the
+    known names closest to it (compared by what follows the prefix, which alone would make
+    every name close), else the settings' variables."""
+    from kernelpolicy.encoding import one_line
+    from kernelpolicy.suggest import close_names
+
+    tails = {v.removeprefix(_PREFIX): v for v in (*VARIABLES, *NOT_SETTINGS) if v[-1] != "_"}
+    found = close_names(name.removeprefix(_PREFIX), tails)
+    said = (
+        f"unknown variable {one_line(name, 80)} (no setting of kernelpolicy's; ignored unless "
+        "a policy reads it)"
+    )
+    if found:
+        return f"{said}; did you mean {' or '.join(tails[f] for f in found)}?"
+    return f"{said}; the settings: {', '.join(VARIABLES)}"
 
 
 def given_variables(env: Mapping[str, str]) -> dict[str, str]:
@@ -191,5 +263,6 @@ def settings_from(env: Mapping[str, str]) -> Settings:
         SettingsError: A value does not fit, naming the variable.
     """
     settings = object.__new__(Settings)
+    _say_unknown(env)
     _assign(settings, _validated(env, {}))
     return settings
