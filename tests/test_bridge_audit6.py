@@ -1,0 +1,87 @@
+"""The sixth audit of what the bridge tells real engine releases, AMD (ROCm), attention
+backends (vLLM 0.8.5.post1-0.33.0, SGLang 0.4.6.post5-0.5.23, read from their release code):
+each finding fixed named cases that failed on the pack before it.
+
+- vLLM 0.8.5.post1 and 0.9.2 pick AITER MLA by VLLM_ROCM_USE_AITER and
+  VLLM_ROCM_USE_AITER_MLA alone, with no arch or package check (0.9.2
+  v1/attention/backends/mla/rocm_aiter_mla.py:24-26), and refuse the default block size 16
+  (platforms/rocm.py 0.8.5.post1 :144-166, 0.9.2 :183-214): where Triton MLA is chosen and the
+  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MLA=0 is sent from 0.8.5.
+
+The AMD machines of the audit are fixtures with another aiter or arch (:data:`PLATFORMS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kernelpolicy import Platform
+from kernelpolicy.bridge import EngineSettings, Status, engine_settings
+from tests.bridge_audit_helpers import AITER, Case, assert_settings
+from tests.helpers import fixture, resolve_on, with_device, with_libraries
+
+PLATFORMS: dict[str, Callable[[], Platform]] = {
+    "mi250x-aiter": lambda: with_libraries("mi250x", amd_aiter="0.1.13"),
+    "mi300x-no-aiter": lambda: with_libraries("mi300x", amd_aiter=None),
+    "rx9070xt": lambda: with_device("rx7900xtx", arch="gfx1201", name="AMD Radeon RX 9070 XT"),
+    "rx9070xt-aiter": lambda: _with_aiter(
+        with_device("rx7900xtx", arch="gfx1201", name="AMD Radeon RX 9070 XT")
+    ),
+    "rx7900xtx-aiter": lambda: with_libraries("rx7900xtx", amd_aiter="0.1.13"),
+}
+"""The audit's machines that are no fixture: a fixture with aiter added or removed, or another
+arch (the RX 9070 XT is gfx1201, RDNA4)."""
+
+
+def _with_aiter(platform: Platform) -> Platform:
+    changed: Platform = platform.replace(libraries={**platform.libraries, "amd-aiter": "0.1.13"})
+    return changed
+
+
+def told6(case: Case) -> EngineSettings:
+    """What the case's release is told on its machine (a fixture or one of
+    :data:`PLATFORMS`), resolved with its ``env``."""
+    made = PLATFORMS.get(case.fixture)
+    platform = made() if made is not None else fixture(case.fixture)
+    return engine_settings(
+        resolve_on(platform, **case.env), case.engine, case.env,
+        engine_version=case.version, model_kind=case.model_kind,
+    )  # fmt: skip
+
+
+def assert_told6(case: Case) -> None:
+    """The release is told what ``case`` says, on the case's machine."""
+    assert_settings(case, told6(case))
+
+
+MLA = "attention.mla"
+MLA_OFF = {"VLLM_ROCM_USE_AITER_MLA": "0"}
+CASES = {
+    "vllm-0.9.2-mi300x-no-aiter-mla-switch-off": Case(
+        "mi300x-no-aiter", "vllm", "0.9.2", "mla", env=AITER, feature=MLA, present=MLA_OFF,
+    ),
+    "vllm-0.8.5.post1-mi250x-mla-switch-off": Case(
+        "mi250x", "vllm", "0.8.5.post1", "mla", env=AITER, feature=MLA, present=MLA_OFF,
+    ),
+    "vllm-0.9.2-rx7900xtx-mla-switch-off": Case(
+        "rx7900xtx", "vllm", "0.9.2", "mla", env=AITER, feature=MLA, present=MLA_OFF,
+    ),
+    # unchanged: without the operator's switch vLLM runs Triton MLA by itself
+    "vllm-0.9.2-mi250x-no-switch-nothing-sent": Case(
+        "mi250x", "vllm", "0.9.2", "mla", feature=MLA, status=Status.DEFAULT,
+        absent=("VLLM_ROCM_USE_AITER_MLA",),
+    ),
+    # unchanged: 0.7.3 has no aiter variables at all
+    "vllm-0.7.3-mi250x-nothing-sent": Case(
+        "mi250x", "vllm", "0.7.3", "mla", env=AITER, feature=MLA, status=Status.DEFAULT,
+        absent=("VLLM_ROCM_USE_AITER_MLA",),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_release_is_told_about_attention_6(case: Case) -> None:
+    """What each release is told about attention on AMD, by the sixth audit's check."""
+    assert_told6(case)
