@@ -6,7 +6,11 @@ each finding fixed named cases that failed on the pack before it.
   VLLM_ROCM_USE_AITER_MLA alone, with no arch or package check (0.9.2
   v1/attention/backends/mla/rocm_aiter_mla.py:24-26), and refuse the default block size 16
   (platforms/rocm.py 0.8.5.post1 :144-166, 0.9.2 :183-214): where Triton MLA is chosen and the
-  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MLA=0 is sent from 0.8.5.
+  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MLA=0 is sent from 0.8.5;
+- vLLM 0.9.2's V1 engine picks AITER flash attention by VLLM_ROCM_USE_AITER and
+  VLLM_ROCM_USE_AITER_MHA on any gfx9, gfx90a included, with no aiter check
+  (platforms/rocm.py:224-229, on_gfx9 :116-118): where Triton attention is chosen and the
+  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MHA=0 is sent from 0.9.
 
 The AMD machines of the audit are fixtures with another aiter or arch (:data:`PLATFORMS`).
 """
@@ -56,9 +60,25 @@ def assert_told6(case: Case) -> None:
     assert_settings(case, told6(case))
 
 
+ATTN = "attention.backend"
 MLA = "attention.mla"
 MLA_OFF = {"VLLM_ROCM_USE_AITER_MLA": "0"}
+MHA_OFF = {"VLLM_ROCM_USE_AITER_MHA": "0"}
 CASES = {
+    "vllm-0.9.2-mi300x-no-aiter-mha-switch-off": Case(
+        "mi300x-no-aiter", "vllm", "0.9.2", env=AITER, feature=ATTN, present=MHA_OFF,
+    ),
+    "vllm-0.9.2-mi250x-mha-switch-off": Case(
+        "mi250x", "vllm", "0.9.2", env=AITER, feature=ATTN, present=MHA_OFF,
+    ),
+    "vllm-0.9.2-mi250x-aiter-mha-switch-off": Case(
+        "mi250x-aiter", "vllm", "0.9.2", env=AITER, feature=ATTN, present=MHA_OFF,
+    ),
+    # unchanged: 0.8.5.post1 has no VLLM_ROCM_USE_AITER_MHA
+    "vllm-0.8.5.post1-mi250x-no-mha-switch": Case(
+        "mi250x", "vllm", "0.8.5.post1", env=AITER, feature=ATTN, status=Status.DEFAULT,
+        absent=("VLLM_ROCM_USE_AITER_MHA",),
+    ),
     "vllm-0.9.2-mi300x-no-aiter-mla-switch-off": Case(
         "mi300x-no-aiter", "vllm", "0.9.2", "mla", env=AITER, feature=MLA, present=MLA_OFF,
     ),
