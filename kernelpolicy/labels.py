@@ -255,8 +255,13 @@ def _platform_facts(platform: Platform) -> dict[str, str | None]:
 
 def _decision_facts(resolution: Resolution) -> dict[str, str | None]:
     """``impl.<feature>`` for each decision, and ``rollout.*`` and ``halted.*`` for its
-    candidates with a rollout or halted on this node."""
+    candidates with a rollout or halted on this node; ``disable.<feature>.<impl>`` (in, out,
+    off or no-identity; ``in``: the switch-off applies here) for those a staged disable names."""
+    from kernelpolicy.engine.cohort import disable_rollouts_of
+
     facts: dict[str, str | None] = {}
+    for feature, impl, result in disable_rollouts_of(resolution.decisions):
+        facts[f"disable.{feature}.{impl}"] = result.cohort.value
     for feature, decision in resolution.decisions.items():
         facts[f"impl.{feature}"] = decision.impl or (
             "error" if decision.error is not None else "none"

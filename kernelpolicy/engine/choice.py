@@ -7,6 +7,7 @@ writes the lines, warnings and hints ``explain`` prints. Pure, as the engine is.
 
 from __future__ import annotations
 
+from kernelpolicy.engine.cohort import UnappliedDisableNote
 from kernelpolicy.engine.model import (
     DEVICE_CHECKS,
     CandidateResult,
@@ -192,7 +193,11 @@ def _chosen_line(chosen: CandidateResult, reason: Reason, before: list[Candidate
 
 
 def _rejected_line(result: CandidateResult) -> str:
-    return f"{result.impl} rejected: " + "; ".join(map(str, result.failures))
+    """Why ``result`` was rejected; then each staged disable of it that does not apply on this
+    node (a note of the candidate's, which a chosen candidate shows on a line of its own)."""
+    line = f"{result.impl} rejected: " + "; ".join(map(str, result.failures))
+    staged = [n for n in result.notes if isinstance(n, UnappliedDisableNote)]
+    return line + "".join(f"; note: {n.message}" for n in staged)
 
 
 def error_decision(

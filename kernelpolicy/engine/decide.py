@@ -12,7 +12,15 @@ from collections.abc import Mapping
 
 from kernelpolicy.engine.checks import check_candidate
 from kernelpolicy.engine.choice import choose, error_decision
-from kernelpolicy.engine.cohort import place, rollout_check, rollouts_of
+from kernelpolicy.engine.cohort import (
+    NodeDisables,
+    disable_cohorts_of,
+    place,
+    place_disables,
+    rollout_check,
+    rollouts_of,
+    staged_disables,
+)
 from kernelpolicy.engine.fallbacks import Host
 from kernelpolicy.engine.fingerprint import fingerprint
 from kernelpolicy.engine.model import (
@@ -61,10 +69,11 @@ def resolve_policies(
         host: What the calling process gives the Resolution (its log, the node's daemon).
     """
     relevant_env, forced, halted = _engine_inputs(env, policies, overrides, halts)
+    here = place_disables(policies.disables, platform)
     decisions = {
         name: decide(
             feature, platform, relevant_env, policies, forced.get(name),
-            evidence=evidence, halts=halted,
+            evidence=evidence, halts=halted, disables=here,
         )
         for name, feature in policies.features.items()
     }  # fmt: skip
@@ -104,8 +113,11 @@ def _engine_inputs(
 
 
 def cohorts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
-    """``feature/impl`` -> the node's cohort, for every candidate with a rollout."""
-    return {f"{name}/{impl}": result.cohort.value for name, impl, result in rollouts_of(decisions)}
+    """``feature/impl`` -> the node's cohort, for every candidate with a rollout; and for every
+    staged disable, ``feature/impl disabled at FILE:LINE`` -> the node's cohort in it."""
+    found = {f"{name}/{impl}": result.cohort.value for name, impl, result in rollouts_of(decisions)}
+    found.update(disable_cohorts_of(decisions))
+    return found
 
 
 def halts_of(decisions: Mapping[str, Decision]) -> dict[str, str]:
@@ -146,13 +158,17 @@ def decide(
     *,
     evidence: Evidence | None = None,
     halts: Mapping[str, str] | None = None,
+    disables: NodeDisables | None = None,
 ) -> Decision:
-    """One feature's decision; see README "How a decision is made"."""
+    """One feature's decision; see README "How a decision is made". ``disables``: the
+    policies' disables placed on this node (:func:`place_disables`; placed here when not
+    given)."""
+    here = disables if disables is not None else place_disables(policies.disables, platform)
     results: list[CandidateResult] = []
     env_problem: tuple[ErrorCode, str] | None = None
     for candidate in feature.candidates:
         result, problem = _candidate_result(
-            feature, candidate, platform, env, policies, evidence=evidence, halts=halts
+            feature, candidate, platform, env, here, evidence=evidence, halts=halts
         )
         results.append(result)
         if env_problem is None:
@@ -167,20 +183,22 @@ def _candidate_result(
     candidate: CompiledCandidate,
     platform: Platform,
     env: Mapping[str, str],
-    policies: PolicySet,
+    disables: NodeDisables,
     *,
     evidence: Evidence | None,
     halts: Mapping[str, str] | None,
 ) -> tuple[CandidateResult, tuple[ErrorCode, str] | None]:
-    """One candidate's checks, switches, rollout and halt; and what its switches find wrong
-    with the environment (``None``: nothing)."""
+    """One candidate's checks (against the disables that apply on this node), switches,
+    rollout and halt; and what its switches find wrong with the environment (``None``:
+    nothing)."""
     checked = check_candidate(
-        candidate, platform, policies.disables, evidence,
+        candidate, platform, disables.applying, evidence,
         by_dtype=bool(feature.spec.dtypes), same_draws=feature.spec.same_draws,
     )  # fmt: skip
     switch = evaluate_switches(candidate.spec.switches, env)
     failures = list(checked.failures)
     notes = list(checked.notes)
+    staged_disables(disables, feature.name, candidate.impl, failures, notes)
     if switch.state == "off":
         failures.append(Check(CheckKind.SWITCH_OFF, f"switched off ({switch.source})"))
     rollout = place(candidate.rollout, platform) if candidate.rollout is not None else None

@@ -154,8 +154,19 @@ class CompiledGate:
 
 @dataclass(frozen=True)
 class CompiledDisable:
+    """An operator's ``[[disable]]``; ``rollout`` compiled from its spec when not given
+    (``diff`` gives another percent of it, see :meth:`CompiledRollout.with_percent`)."""
+
     spec: Disable
     source: Source
+    rollout: CompiledRollout | None = None
+
+    def __post_init__(self) -> None:
+        if self.rollout is None:
+            # A record from a cache written before disables had rollouts has no such field.
+            spec = getattr(self.spec, "rollout", None)
+            compiled = compile_rollout(self.spec.feature, self.spec.impl, spec, disable=True)
+            object.__setattr__(self, "rollout", compiled)
 
 
 def switch_variables(switch: Any) -> tuple[str, ...]:

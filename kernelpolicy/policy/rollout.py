@@ -1,4 +1,4 @@
-"""Staged rollout: ``rollout = { percent = N }`` on a candidate, compiled once.
+"""Staged rollout: ``rollout = { percent = N }`` on a candidate or a disable, compiled once.
 
 A node is in a candidate's cohort when the bucket of its identity (one of
 :data:`ROLLOUT_BUCKETS`, from a SHA-256 of the salt and the identity) is below the percent's
@@ -6,7 +6,9 @@ share of the buckets. The salt is the feature and the candidate (and the policy'
 ``salt``, to draw a new cohort), so that cohorts differ between features; the bucket does not
 depend on the percent, so raising it only adds nodes, and 0 leaves every node out: the kill
 switch. A node without an identity (see :mod:`kernelpolicy.platform.identity`) is in no partial
-rollout: when in doubt, the fallback.
+rollout: when in doubt, the fallback. A ``[[disable]]``'s rollout places nodes the same way
+with a salt of its own: the switch-off applies on the nodes in its cohort only (on a node
+without an identity, only at 100%).
 """
 
 from __future__ import annotations
@@ -70,9 +72,17 @@ def _threshold(percent: float) -> int:
     return round(percent * ROLLOUT_BUCKETS / 100)
 
 
-def compile_rollout(feature: str, impl: str, spec: Any) -> CompiledRollout | None:
-    """The candidate's rollout (``spec`` a validated ``Rollout`` or its record), or ``None``."""
+def compile_rollout(
+    feature: str, impl: str, spec: Any, *, disable: bool = False
+) -> CompiledRollout | None:
+    """The candidate's rollout (``spec`` a validated ``Rollout`` or its record), or ``None``.
+
+    ``disable``: the rollout of a ``[[disable]]`` of that candidate, salted apart from the
+    candidate's own (a "disable" part: no field holds a NUL, so no candidate's salt equals
+    it), so that staging a switch-off does not pick the nodes its candidate's rollout picked.
+    """
     if spec is None:
         return None
-    salt = f"kernelpolicy rollout\0{feature}\0{impl}\0{spec.salt}\0".encode()
+    part = "disable\0" if disable else ""
+    salt = f"kernelpolicy rollout\0{part}{feature}\0{impl}\0{spec.salt}\0".encode()
     return CompiledRollout(float(spec.percent), _threshold(spec.percent), salt)

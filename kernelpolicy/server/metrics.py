@@ -13,7 +13,7 @@ is ``other``), features and implementations come from the policy files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -30,6 +30,7 @@ from kernelpolicy.server.connections import CLOSE_REASONS
 from kernelpolicy.server.grpc_metrics import grpc_interceptor
 
 if TYPE_CHECKING:
+    from kernelpolicy.engine.model import RolloutResult
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.server.state import ServingState
 
@@ -101,28 +102,48 @@ def rollout_metrics(resolution: Resolution) -> tuple[Metric, ...]:
     """Where the node stands in each candidate's staged rollout, and why, as the resolution
     decided it: ``kernelpolicy_rollout_cohort`` (1 for the node's cohort, 0 for the rest of
     the closed set), ``kernelpolicy_rollout_percent`` and ``kernelpolicy_rollout_bucket_index``
-    (absent without an identity). Labelled by feature and implementation of the policy set."""
-    from kernelpolicy.engine.cohort import rollouts_of
+    (absent without an identity). Labelled by feature and implementation of the policy set.
+    The same three named ``kernelpolicy_disable_rollout_*`` for each candidate a staged
+    ``[[disable]]`` names (cohort ``in``: the switch-off applies on this node)."""
+    from kernelpolicy.engine.cohort import disable_rollouts_of, rollouts_of
+
+    candidates = (
+        "a candidate's staged rollout",
+        "The share of nodes a candidate's staged rollout gives it to (the policy's percent).",
+        "a candidate's rollout",
+    )
+    disables = (
+        "a staged disable of a candidate (in: the disable applies on this node)",
+        "The share of nodes a staged disable switches its candidate off on (the policy's percent).",
+        "a staged disable",
+    )
+    return (
+        *_cohort_metrics("rollout", candidates, rollouts_of(resolution.decisions)),
+        *_cohort_metrics("disable_rollout", disables, disable_rollouts_of(resolution.decisions)),
+    )
+
+
+def _cohort_metrics(
+    name: str, said: tuple[str, str, str], placed: Iterable[tuple[str, str, RolloutResult]]
+) -> tuple[Metric, ...]:
+    """``kernelpolicy_<name>_cohort``, ``_percent`` and ``_bucket_index`` of ``placed``;
+    ``said``: what the cohort is in, the percent's help, what the bucket is in."""
     from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort
 
     cohort = GaugeMetricFamily(
-        "kernelpolicy_rollout_cohort",
-        "1 for this node's cohort in a candidate's staged rollout (in, out, off: percent 0, "
+        f"kernelpolicy_{name}_cohort",
+        f"1 for this node's cohort in {said[0]} (in, out, off: percent 0, "
         "no-identity: nothing to place the node by), 0 for the others.",
         labels=["feature", "impl", "cohort"],
     )
-    percent = GaugeMetricFamily(
-        "kernelpolicy_rollout_percent",
-        "The share of nodes a candidate's staged rollout gives it to (the policy's percent).",
-        labels=["feature", "impl"],
-    )
+    percent = GaugeMetricFamily(f"kernelpolicy_{name}_percent", said[1], labels=["feature", "impl"])
     bucket = GaugeMetricFamily(
-        "kernelpolicy_rollout_bucket_index",
-        f"This node's bucket in a candidate's rollout (0-{ROLLOUT_BUCKETS - 1}); it is in below "
+        f"kernelpolicy_{name}_bucket_index",
+        f"This node's bucket in {said[2]} (0-{ROLLOUT_BUCKETS - 1}); it is in below "
         f"percent * {ROLLOUT_BUCKETS // 100}.",
         labels=["feature", "impl"],
     )
-    for feature, impl, result in rollouts_of(resolution.decisions):
+    for feature, impl, result in placed:
         for value in Cohort:
             cohort.add_metric([feature, impl, value.value], 1 if value is result.cohort else 0)
         percent.add_metric([feature, impl], result.percent)

@@ -114,7 +114,8 @@ def parse_context(body: bytes) -> dict[str, Any]:
 
 def _metadata(snapshot: Snapshot, feature: str | None = None) -> dict[str, Any]:
     """The fingerprint and revision; for a feature, where the node stands in each of its
-    candidates' rollouts too (as the resolution decided it)."""
+    candidates' rollouts and staged disables too (``rollout.<impl>.*``, ``disable.<impl>.*``,
+    as the resolution decided it)."""
     from kernelpolicy.engine.cohort import rollout_metadata
 
     metadata: dict[str, Any] = {

@@ -62,11 +62,13 @@ MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 
 
 class Rollout(Strict):
-    """A staged rollout: the candidate is tried on ``percent`` of the nodes it applies to.
+    """A staged rollout: the candidate is tried on ``percent`` of the nodes it applies to (on a
+    ``[[disable]]``: the switch-off applies on ``percent`` of the nodes).
 
     Which nodes is a stable hash of each node's identity salted with the feature, the
-    candidate and ``salt`` (change it to draw another cohort); raising ``percent`` only adds
-    nodes, and 0 is the kill switch (see :mod:`kernelpolicy.policy.rollout`).
+    candidate and ``salt`` (change it to draw another cohort; a disable's cohorts are drawn
+    apart from its candidate's); raising ``percent`` only adds nodes, and 0 is the kill switch
+    of a candidate, a disable that applies nowhere (see :mod:`kernelpolicy.policy.rollout`).
     """
 
     percent: float
@@ -312,12 +314,19 @@ class Gate(Strict):
 
 
 class Disable(Strict):
-    """An operator's switch-off: never choose ``impl`` for ``feature``, with the reason why."""
+    """An operator's switch-off: never choose ``impl`` for ``feature``, with the reason why.
+
+    ``rollout`` stages it: it applies only on the nodes of its cohort (``percent`` of the
+    fleet, 100 everywhere, 0 nowhere; a node without an identity is in no partial rollout).
+    A disable is no part of its feature's policy, so moving its percent (or adding or removing
+    it) keeps a node's ``halt_on`` halts, as a candidate's rollout percent moving does.
+    """
 
     feature: str
     impl: str
     reason: str
     reference: str | None = None
+    rollout: Rollout | None = None
 
 
 class PolicyFile(Strict):
