@@ -1,0 +1,54 @@
+"""The sixth audit's findings on vLLM's aiter kernels (vLLM 0.8.5.post1-0.33.0 on AMD, read from
+their release code): each fixed named cases that failed on the pack before it.
+
+- vLLM's V1 engine, the default from 0.10, has no aiter paged attention: in 0.10.x-0.13.0
+  VLLM_ROCM_USE_AITER_PAGED_ATTN=1 only turns vLLM's own custom paged attention off
+  (platforms/rocm.py use_rocm_custom_paged_attention: 0.10.2 :122-148, 0.13.0 :116-144), and
+  only 0.10.x's V0 backend imports the aiter kernel (attention/backends/rocm_flash_attn.py
+  0.10.2 :31-50): nothing is sent, inexpressible.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpolicy.bridge import Status
+from tests.bridge_audit_helpers import AITER, Case
+from tests.test_bridge_audit6 import assert_told6, told6
+
+PAGED = "rocm.aiter.paged_attention"
+PA = "VLLM_ROCM_USE_AITER_PAGED_ATTN"
+FORCE_PA = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_PAGED_ATTENTION": "aiter"}
+CASES = {
+    "vllm-0.12.0-mi325x-aiter-paged-attention-not-sent": Case(
+        "mi325x", "vllm", "0.12.0", env=FORCE_PA, feature=PAGED, status=Status.INEXPRESSIBLE,
+        absent=(PA,), warning="V1 engine has no aiter paged attention",
+    ),
+    "vllm-0.10.2-mi325x-aiter-paged-attention-not-sent": Case(
+        "mi325x", "vllm", "0.10.2", env=FORCE_PA, feature=PAGED, status=Status.INEXPRESSIBLE,
+        absent=(PA,),
+    ),
+    "vllm-0.13.0-mi355x-aiter-paged-attention-not-sent": Case(
+        "mi355x", "vllm", "0.13.0", env=FORCE_PA, feature=PAGED, status=Status.INEXPRESSIBLE,
+        absent=(PA,),
+    ),
+    # unchanged: with aiter on and the paged attention not chosen, vLLM keeps its own
+    "vllm-0.12.0-mi325x-native-paged-attention-off": Case(
+        "mi325x", "vllm", "0.12.0", env=AITER, feature=PAGED, present={PA: "0"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_release_is_told_about_aiter_kernels_6(case: Case) -> None:
+    """What each release is told about its aiter kernels, by the sixth audit's check."""
+    assert_told6(case)
+
+
+def test_an_operators_paged_attention_switch_is_kept_but_not_told() -> None:
+    """The operator's own VLLM_ROCM_USE_AITER_PAGED_ATTN=1 reaches vLLM as set (never
+    overwritten), but the decision tells vLLM no variable of its own for it."""
+    case = Case("mi325x", "vllm", "0.12.0", env={**AITER, PA: "1"}, feature=PAGED)
+    settings = told6(case)
+    told = settings.decisions[PAGED]
+    assert (told.impl, told.status, told.env) == ("aiter", Status.INEXPRESSIBLE, ())
