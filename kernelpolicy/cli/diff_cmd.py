@@ -34,8 +34,15 @@ TLS to TCP daemons with --tls-ca, and --tls-cert/--tls-key where they require cl
 certificates); one that does not answer within --daemon-timeout is named on stderr and
 counted, not fatal, unless none answers (exit 2)
 
+with --daemons, diff also says which policies each daemon runs (the digest of the policy texts
+it sends, against --policies' and --against's): "rollout progress: N of M daemons run
+--policies, K run --against, J other, F failing", and names each daemon whose last reload
+failed (it resolves with its last good policies) or that runs other policies
+
 exit status: 0 (with --exit-code: no node changes), 1 (--exit-code: some node changes),
-2 bad input (a bad snapshot is named), or no daemon of --daemons answered
+2 bad input (a bad snapshot is named), or no daemon of --daemons answered; a daemon that does
+not answer, runs other policies, answers otherwise or failed its last reload is warned of and
+never changes the status (--exit-code counts changes only)
 """
 
 
@@ -128,9 +135,13 @@ def run(args: argparse.Namespace) -> int:
     result = diff_fleet(
         inventory.nodes, old, new, steps=steps, skipped=inventory.skipped,
         unreachable=inventory.unreachable, duplicates=inventory.duplicates,
+        running=getattr(inventory, "running", ()),
     )  # fmt: skip
     for why in inventory.unreachable:
         sys.stderr.write(f"kernelpolicy: warning: {why}\n")
+    failing = _failing_warning(result)
+    if failing:
+        sys.stderr.write(f"kernelpolicy: warning: {failing}\n")
     for warning in result.warnings:
         sys.stderr.write(f"kernelpolicy: warning: {warning.message}\n")
     if args.json:
@@ -195,7 +206,7 @@ def render(result: Any, source: str) -> str:
         f"{source}: {counted(result.nodes, 'node')} in {classes}; "
         f"{_count(result.changed_nodes, result.nodes)} change"
     ]
-    lines += _who_answered(result) + _halted(result)
+    lines += _who_answered(result) + _progress(result) + _halted(result)
     totals = result.totals()
     if totals:
         lines += ["", "changes across the fleet:"]
@@ -238,6 +249,56 @@ def _who_answered(result: Any) -> list[str]:
         lines.append(f"unreachable: {counted(len(result.unreachable), 'daemon')}, not counted")
         lines += [f"  {why}" for why in result.unreachable]
     return lines
+
+
+_LISTED = 10  # daemons named one a line in the text (--json has each)
+
+
+def _progress(result: Any) -> list[str]:
+    """Which policies the live daemons run (rollout progress), then each daemon that runs
+    other policies or whose last reload failed, at most ``_LISTED`` of them."""
+    progress = result.progress()
+    if progress is None:
+        return []
+    lines = [
+        f"rollout progress: {progress['policies']:,} of {counted(progress['daemons'], 'daemon')} "
+        f"run --policies, {progress['against']:,} run --against, {progress['other']:,} other, "
+        f"{progress['failing']:,} failing"
+        + (
+            "; --policies and --against are one set"
+            if progress["against_digest"] == progress["policies_digest"]
+            else ""
+        )
+    ]
+    odd = [d for d in result.daemon_policies if d.runs.value == "other" or d.running.error]
+    for daemon in odd[:_LISTED]:
+        runs = (
+            f"other policies (digest {daemon.running.digest})" if daemon.runs.value == "other"
+            else _RUNS[daemon.runs.value]
+        )  # fmt: skip
+        failed = f"; last reload failed: {daemon.running.error}" if daemon.running.error else ""
+        lines.append(f"  {daemon.address}: runs {runs}{failed}")
+    if len(odd) > _LISTED:
+        lines.append(f"  and {len(odd) - _LISTED:,} more (--json's daemon_policies has each)")
+    return lines
+
+
+_RUNS = {"policies": "--policies", "against": "--against", "both": "--policies (= --against)"}
+
+
+def _failing_warning(result: Any) -> str | None:
+    """The stderr warning where some daemon's last policy reload failed, or ``None``."""
+    failing = [d for d in result.daemon_policies if d.running.error]
+    if not failing:
+        return None
+    first, daemons = failing[0], counted(len(result.daemon_policies), "daemon")
+    more = f" and {len(failing) - 1:,} more" if len(failing) > 1 else ""
+    return (
+        f"the last policy reload of {len(failing):,} of {daemons} failed ({first.address}: "
+        f"{first.running.error}{more}): each resolves with its last good policies until a "
+        "reload succeeds (rollout progress says which set that is); fix the policy files on "
+        "those nodes ('kernelpolicy check' them; 'kernelpolicy status' there shows the error)"
+    )
 
 
 def _halted(result: Any) -> list[str]:

@@ -1,7 +1,9 @@
 """Live daemons as a fleet's inventory: each ``kernelpolicy serve``'s platform snapshot, read
 over gRPC (``GetPlatform``, the snapshot the daemon resolves for), and the evidence it resolves
 with (``Resolve`` with ``include_inputs``: its inputs carry the evidence where its policies read
-any; where they read none, the node's evidence is unknown).
+any; where they read none, the node's evidence is unknown), and what it says of its policies:
+the digest of the policy texts it resolves with and its last reload's error
+(:class:`~kernelpolicy.fleet.result.Running`), for ``diff`` to say which set each daemon runs.
 
 Each daemon has its own timeout and is asked in parallel; one that does not answer (nothing
 listening, a daemon of another user behind a unix socket, a timeout, a bad snapshot) is
@@ -10,16 +12,19 @@ reported with its address and counted, not fatal, unless none answers.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelpolicy.encoding import escaped
+from kernelpolicy.encoding import escaped, one_line
 from kernelpolicy.errors import InventoryError, KernelPolicyError
 from kernelpolicy.evidence.store import Evidence, evidence_from_json
 from kernelpolicy.fleet.inventory import Inventory, Node
+from kernelpolicy.fleet.result import Running
 from kernelpolicy.limits import (
     DAEMON_TIMEOUT_SECONDS,
     MAX_DAEMON_DECISIONS,
@@ -30,13 +35,23 @@ from kernelpolicy.limits import (
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.safeio import parse_json, read_bytes_bounded
 
-__all__ = ["daemon_addresses", "load_daemons"]
+__all__ = ["DaemonInventory", "daemon_addresses", "load_daemons", "policy_digest"]
 
 _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
 _INSTANCE = re.compile(r"[0-9a-f]{1,64}")
 _HALT_KEY_CHARS = 300  # feature/impl: names of the policy set, bounded there
 _HALT_WHY_CHARS = 400  # the daemon's reason, a worker's failure message included
 _NAME_CHARS = 200  # a feature, implementation or error code a daemon names, shown in a line
+_ERROR_CHARS = 400  # a daemon's reload error (a policy error lists every issue), in a line
+_Answer = tuple[str, Evidence | None, dict[str, str], dict[str, str], Running]
+
+
+@dataclass(frozen=True)
+class DaemonInventory(Inventory):
+    """Live daemons as an inventory, with what each that answered says of its policies:
+    (address, :class:`~kernelpolicy.fleet.result.Running`), in inventory order."""
+
+    running: tuple[tuple[str, Running], ...] = ()
 
 
 def _fail(message: str) -> InventoryError:
@@ -73,13 +88,22 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
     return addresses
 
 
-def _snapshot(
-    address: str, timeout: float, credentials: Any
-) -> tuple[str, Evidence | None, dict[str, str], dict[str, str]]:
+def policy_digest(sources: Iterable[tuple[str, str]]) -> str:
+    """The digest of policy texts, (name, text) pairs in load order, as
+    :func:`kernelpolicy.policy.loader.load_policy_sources` computes ``PolicySet.digest`` (from
+    the base names and texts only): a daemon's texts need not load to be told apart."""
+    digest = hashlib.sha256()
+    for name, text in sources:
+        digest.update(Path(name).name.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _snapshot(address: str, timeout: float, credentials: Any) -> _Answer:
     """The daemon's platform snapshot (JSON), its evidence (``None``: it read none), its
     decisions (feature -> implementation, or ``error (<code>)``; at most
-    ``MAX_DAEMON_DECISIONS``) and its halts (``feature/impl`` -> why). Every name the daemon
-    sends is cut and escaped (:func:`_safe_name`): diff prints them on a terminal."""
+    ``MAX_DAEMON_DECISIONS``), its halts (``feature/impl`` -> why) and what it says of its
+    policies. Every name the daemon sends is cut and escaped (:func:`_safe_name`), and its
+    reload error too: diff prints them on a terminal."""
     from kernelpolicy.server.client import connect
 
     with connect(
@@ -107,7 +131,11 @@ def _snapshot(
         escaped(shown(key, _HALT_KEY_CHARS)): escaped(shown(why, _HALT_WHY_CHARS))
         for key, why in inputs.halted.items()
     }
-    return text, evidence, decided, halts
+    running = Running(
+        policy_digest((source.name, source.text) for source in inputs.policies),
+        one_line(answer.policy_error, _ERROR_CHARS) if answer.policy_error else None,
+    )
+    return text, evidence, decided, halts, running
 
 
 def _safe_name(name: str) -> str:
@@ -129,27 +157,28 @@ def instance_of(value: object) -> str | None:
     return f"{escaped(host[:253]) if isinstance(host, str) else '?'}/{instance}"
 
 
-def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str] | str:
-    """The daemon's node and its snapshot's text, or why it gave none (naming the address)."""
+def _ask(address: str, timeout: float, credentials: Any) -> tuple[Node, str, Running] | str:
+    """The daemon's node, its snapshot's text and what it says of its policies, or why it gave
+    none (naming the address)."""
     try:
-        text, evidence, decided, halts = _snapshot(address, timeout, credentials)
+        text, evidence, decided, halts, running = _snapshot(address, timeout, credentials)
         data = parse_json(text, address, _fail)
         instance = instance_of(data.pop("daemon", None)) if isinstance(data, dict) else None
         platform = Platform.from_dict(data, source=address)
         node = Node.of(address, platform, evidence, decided, instance=instance, halts=halts)
-        return node, platform.to_json()
+        return node, platform.to_json(), running
     except KernelPolicyError as exc:
         message = str(exc)
         return message if address in message else f"{address}: {message}"
 
 
-def same_daemons(answers: Sequence[tuple[Node, str]]) -> tuple[tuple[str, ...], ...]:
+def same_daemons(answers: Sequence[tuple[Node, str, Running]]) -> tuple[tuple[str, ...], ...]:
     """Addresses that answered for one daemon: one instance (its start), or, from daemons that
     publish none, one snapshot, identity and GPU UUIDs included (by its unix socket and TCP
     port, or two names of one host). Two daemons started from one ``--platform`` file are two
     instances, not one daemon."""
     by_daemon: dict[str, list[str]] = {}
-    for node, text in answers:
+    for node, text, _ in answers:
         if node.instance is not None:
             by_daemon.setdefault(f"instance {node.instance}", []).append(node.name)
         elif node.identity is not None:  # without one, two bare nodes can look alike
@@ -159,7 +188,7 @@ def same_daemons(answers: Sequence[tuple[Node, str]]) -> tuple[tuple[str, ...], 
 
 def load_daemons(
     addresses: Sequence[str], timeout: float = DAEMON_TIMEOUT_SECONDS, credentials: Any = None
-) -> Inventory:
+) -> DaemonInventory:
     """Each daemon's platform snapshot as one node named by its address.
 
     ``credentials``: grpc channel credentials for daemons that speak TLS (unix sockets take
@@ -167,7 +196,8 @@ def load_daemons(
 
     Returns:
         The nodes of the daemons that answered; ``unreachable`` names each that did not, and
-        why; ``duplicates`` the addresses that answered for one node.
+        why; ``duplicates`` the addresses that answered for one node; ``running`` what each
+        that answered says of its policies.
 
     Raises:
         InventoryError: No daemon answered (every address and why in the message).
@@ -178,7 +208,8 @@ def load_daemons(
     unreachable = tuple(a for a in answers if isinstance(a, str))
     if not answered:
         raise _fail("no daemon answered:\n  " + "\n  ".join(unreachable))
-    nodes = tuple(node for node, _ in answered)
-    return Inventory(
-        ", ".join(addresses), nodes, unreachable=unreachable, duplicates=same_daemons(answered)
-    )
+    return DaemonInventory(
+        ", ".join(addresses), tuple(node for node, _, _ in answered), unreachable=unreachable,
+        duplicates=same_daemons(answered),
+        running=tuple((node.name, running) for node, _, running in answered),
+    )  # fmt: skip

@@ -29,7 +29,15 @@ from kernelpolicy.fleet.notices import (
     same_daemon_warning,
 )
 from kernelpolicy.fleet.outcomes import ENGINES, Group, Outcome, Resolver, flag_options
-from kernelpolicy.fleet.result import Change, ClassDiff, FleetDiff, RolloutSteps
+from kernelpolicy.fleet.result import (
+    Change,
+    ClassDiff,
+    DaemonPolicies,
+    FleetDiff,
+    RolloutSteps,
+    Running,
+    Runs,
+)
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.rollout import CompiledRollout
@@ -175,6 +183,7 @@ def diff_fleet(
     skipped: Sequence[str] = (),
     unreachable: Sequence[str] = (),
     duplicates: Sequence[Sequence[str]] = (),
+    running: Sequence[tuple[str, Running]] = (),
 ) -> FleetDiff:
     """Compare ``old`` and ``new`` over ``nodes``.
 
@@ -187,6 +196,8 @@ def diff_fleet(
         skipped: Node names the inventory skipped, reported as such.
         unreachable: Daemons of the inventory that did not answer, reported as such.
         duplicates: Addresses that answered for one node (``Inventory.duplicates``), warned of.
+        running: (address, what it says of its policies) of each live daemon that answered
+            (``DaemonInventory.running``): which of ``old`` and ``new`` each runs.
     """
     fleet = _Fleet.build(nodes, old, new)
     placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
@@ -212,6 +223,9 @@ def diff_fleet(
         counted, tuple(skipped), tuple(unreachable),
         (*_warnings(fleet, old, new, duplicates), *_disagreements(disagree, total)),
         tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
+        tuple(DaemonPolicies(address, said, Runs.of(said.digest, old.digest, new.digest))
+              for address, said in running),
+        (old.digest, new.digest),
     )  # fmt: skip
 
 

@@ -1,16 +1,20 @@
 """What ``diff`` finds, as values: each change, each class of nodes and what the change does to
-it, each staged rollout's steps, and the whole comparison, whose :meth:`FleetDiff.to_dict` is
-``diff --json``. Computed in :mod:`kernelpolicy.fleet.diff`; rendered as text by the CLI."""
+it, each staged rollout's steps, which policies each live daemon runs, and the whole
+comparison, whose :meth:`FleetDiff.to_dict` is ``diff --json``. Computed in
+:mod:`kernelpolicy.fleet.diff`; rendered as text by the CLI."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernelpolicy.fleet.halted import HaltedKernel
 from kernelpolicy.fleet.notices import FleetWarning
 
-__all__ = ["Change", "ClassDiff", "FleetDiff", "RolloutSteps"]
+__all__ = [
+    "Change", "ClassDiff", "DaemonPolicies", "FleetDiff", "RolloutSteps", "Running", "Runs",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, order=True)
@@ -57,6 +61,51 @@ class RolloutSteps:
     steps: tuple[tuple[float, int], ...]  # (percent, nodes choosing impl)
 
 
+class Runs(enum.Enum):
+    """Which of the compared policy sets a live daemon resolves with, by the digest of the
+    policy texts it sends (``PolicySet.digest`` of them)."""
+
+    POLICIES = "policies"  # the set given as --policies
+    AGAINST = "against"  # the set given as --against
+    BOTH = "both"  # --policies and --against are one set, and the daemon runs it
+    OTHER = "other"
+
+    @classmethod
+    def of(cls, digest: str, policies: str, against: str) -> Runs:
+        """Which set a daemon of policy ``digest`` runs, of the sets of digests ``policies``
+        (``--policies``) and ``against`` (``--against``)."""
+        if digest == policies:
+            return cls.BOTH if digest == against else cls.POLICIES
+        return cls.AGAINST if digest == against else cls.OTHER
+
+
+@dataclass(frozen=True)
+class Running:
+    """What a live daemon says of its policies: the digest of the texts it resolves with, and
+    its last reload's error (cut and escaped; ``None`` where that reload loaded). A daemon
+    whose reload failed resolves with its last good policies, whose digest this is."""
+
+    digest: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DaemonPolicies:
+    """One live daemon (by its address), what it says of its policies, and which set it runs."""
+
+    address: str
+    running: Running
+    runs: Runs
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "address": self.address,
+            "runs": self.runs.value,
+            "policy_digest": self.running.digest,
+            "reload_error": self.running.error,
+        }
+
+
 @dataclass
 class FleetDiff:
     """The whole comparison; :meth:`to_dict` is ``diff --json``."""
@@ -70,6 +119,8 @@ class FleetDiff:
     warnings: tuple[FleetWarning, ...] = ()  # where the counts may not be what the fleet does
     instances: tuple[tuple[str, str], ...] = ()  # (address, HOST/ID) of each live daemon
     halted: tuple[HaltedKernel, ...] = ()  # kernels the live daemons halted, and where
+    daemon_policies: tuple[DaemonPolicies, ...] = ()  # live daemons only, in inventory order
+    digests: tuple[str, str] = ("", "")  # PolicySet.digest of --policies and of --against
 
     def hosts(self) -> dict[str, list[str]]:
         """Each host of the live daemons -> the addresses of its daemons, in inventory order."""
@@ -98,6 +149,24 @@ class FleetDiff:
                 names.setdefault(change, []).extend(reached)
         return names
 
+    def progress(self) -> dict[str, object] | None:
+        """How far the live daemons are: how many answered, how many run ``--policies``,
+        ``--against`` (a daemon of one set given as both counts in both), other policies, how
+        many failed their last reload, and the two sets' digests; ``None`` without live
+        daemons."""
+        if not self.daemon_policies:
+            return None
+        runs = [d.runs for d in self.daemon_policies]
+        return {
+            "daemons": len(runs),
+            "policies": sum(r in (Runs.POLICIES, Runs.BOTH) for r in runs),
+            "against": sum(r in (Runs.AGAINST, Runs.BOTH) for r in runs),
+            "other": runs.count(Runs.OTHER),
+            "failing": sum(d.running.error is not None for d in self.daemon_policies),
+            "policies_digest": self.digests[0],
+            "against_digest": self.digests[1],
+        }
+
     def to_dict(self) -> dict[str, object]:
         share, reached, totals = _share(self.nodes), self.reached(), self.totals()
         return {
@@ -109,6 +178,8 @@ class FleetDiff:
                 dict(zip(("address", "host", "instance"), (a, *i.rsplit("/", 1)), strict=True))
                 for a, i in self.instances
             ],
+            "policy_progress": self.progress(),
+            "daemon_policies": [d.to_dict() for d in self.daemon_policies],
             "warnings": [w.to_dict() for w in self.warnings],
             "halted": [h.to_dict() for h in self.halted],
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
