@@ -29,10 +29,8 @@ from tests.helpers import fixture, resolve_on, with_device, with_libraries
 PLATFORMS: dict[str, Callable[[], Platform]] = {
     "mi250x-aiter": lambda: with_libraries("mi250x", amd_aiter="0.1.13"),
     "mi300x-no-aiter": lambda: with_libraries("mi300x", amd_aiter=None),
-    "rx9070xt": lambda: with_device("rx7900xtx", arch="gfx1201", name="AMD Radeon RX 9070 XT"),
-    "rx9070xt-aiter": lambda: _with_aiter(
-        with_device("rx7900xtx", arch="gfx1201", name="AMD Radeon RX 9070 XT")
-    ),
+    "rx9070xt": lambda: with_device("rx7900xtx", arch="gfx1201"),
+    "rx9070xt-aiter": lambda: _with_aiter(with_device("rx7900xtx", arch="gfx1201")),
     "rx7900xtx-aiter": lambda: with_libraries("rx7900xtx", amd_aiter="0.1.13"),
 }
 """The audit's machines that are no fixture: a fixture with aiter added or removed, or another

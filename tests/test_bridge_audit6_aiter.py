@@ -5,7 +5,12 @@ their release code): each fixed named cases that failed on the pack before it.
   VLLM_ROCM_USE_AITER_PAGED_ATTN=1 only turns vLLM's own custom paged attention off
   (platforms/rocm.py use_rocm_custom_paged_attention: 0.10.2 :122-148, 0.13.0 :116-144), and
   only 0.10.x's V0 backend imports the aiter kernel (attention/backends/rocm_flash_attn.py
-  0.10.2 :31-50): nothing is sent, inexpressible.
+  0.10.2 :31-50): nothing is sent, inexpressible;
+- the sparse attention indexer's aiter op runs only where ``rocm_aiter_ops.is_enabled()`` (gfx9
+  in 0.15.1-0.18.1, gfx942/gfx950 from 0.19, on_mi3xx: _aiter_ops.py 0.19.1 :36-55), or from
+  0.28 on gfx11 and gfx1200/gfx1201 (sparse_attn_indexer.py 0.28.0 :856-859); elsewhere
+  ``forward_hip`` raises RuntimeError (0.20.0 :509-530, 0.33.0 :1176-1208): aiter on RDNA
+  before 0.28 and on gfx90a from 0.19 is inexpressible, so the requirement stops the engine.
 """
 
 from __future__ import annotations
@@ -19,7 +24,42 @@ from tests.test_bridge_audit6 import assert_told6, told6
 PAGED = "rocm.aiter.paged_attention"
 PA = "VLLM_ROCM_USE_AITER_PAGED_ATTN"
 FORCE_PA = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_PAGED_ATTENTION": "aiter"}
+INDEXER = "sparse_attn_indexer"
+REQUIRED = "sparse_attn_indexer is required here"
 CASES = {
+    "vllm-0.20.0-rx7900xtx-aiter-indexer-refused": Case(
+        "rx7900xtx-aiter", "vllm", "0.20.0", "mla-sparse", env=AITER, feature=INDEXER,
+        status=Status.ERROR, ok=False, error="vllm 0.28.0 is the first release",
+    ),
+    "vllm-0.15.1-rx9070xt-aiter-indexer-refused": Case(
+        "rx9070xt-aiter", "vllm", "0.15.1", "mla-sparse", env=AITER, feature=INDEXER,
+        status=Status.ERROR, ok=False, error="vllm 0.28.0 is the first release",
+    ),
+    "vllm-0.19.1-mi250x-aiter-indexer-refused": Case(
+        "mi250x-aiter", "vllm", "0.19.1", "mla-sparse", env=AITER, feature=INDEXER,
+        status=Status.ERROR, ok=False, error=REQUIRED,
+    ),
+    "vllm-0.33.0-mi250x-aiter-indexer-refused": Case(
+        "mi250x-aiter", "vllm", "0.33.0", "mla-sparse", env=AITER, feature=INDEXER,
+        status=Status.ERROR, ok=False, error="no release kernelpolicy knows runs it here",
+    ),
+    # unchanged: 0.15.1-0.18.1 gate aiter by on_gfx9, gfx90a included
+    "vllm-0.18.1-mi250x-aiter-indexer-told": Case(
+        "mi250x-aiter", "vllm", "0.18.1", "mla-sparse", env=AITER, feature=INDEXER,
+        present=AITER,
+    ),
+    # unchanged: from 0.28 gfx1200/gfx1201 take aiter (is_rdna_aiter_enabled), gfx11 its own path
+    "vllm-0.28.0-rx9070xt-aiter-indexer-told": Case(
+        "rx9070xt-aiter", "vllm", "0.28.0", "mla-sparse", env=AITER, feature=INDEXER,
+        present=AITER,
+    ),
+    "vllm-0.28.0-rx7900xtx-aiter-indexer-told": Case(
+        "rx7900xtx-aiter", "vllm", "0.28.0", "mla-sparse", env=AITER, feature=INDEXER,
+        present=AITER,
+    ),
+    "vllm-0.20.0-mi355x-aiter-indexer-told": Case(
+        "mi355x", "vllm", "0.20.0", "mla-sparse", env=AITER, feature=INDEXER, present=AITER,
+    ),
     "vllm-0.12.0-mi325x-aiter-paged-attention-not-sent": Case(
         "mi325x", "vllm", "0.12.0", env=FORCE_PA, feature=PAGED, status=Status.INEXPRESSIBLE,
         absent=(PA,), warning="V1 engine has no aiter paged attention",
