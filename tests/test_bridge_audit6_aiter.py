@@ -10,7 +10,11 @@ their release code): each fixed named cases that failed on the pack before it.
   in 0.15.1-0.18.1, gfx942/gfx950 from 0.19, on_mi3xx: _aiter_ops.py 0.19.1 :36-55), or from
   0.28 on gfx11 and gfx1200/gfx1201 (sparse_attn_indexer.py 0.28.0 :856-859); elsewhere
   ``forward_hip`` raises RuntimeError (0.20.0 :509-530, 0.33.0 :1176-1208): aiter on RDNA
-  before 0.28 and on gfx90a from 0.19 is inexpressible, so the requirement stops the engine.
+  before 0.28 and on gfx90a from 0.19 is inexpressible, so the requirement stops the engine;
+- vLLM fuses the shared experts only inside its aiter fused MoE
+  (``is_fusion_moe_shared_experts_enabled = is_fused_moe_enabled() and ...``: _aiter_ops.py
+  0.12.0 :492-493, 0.33.0 :2338-2339): the operator's VLLM_ROCM_USE_AITER_MOE=0 switches the
+  fusion off in the decision, and where moe.experts is not rocm_aiter the fusion is not told.
 """
 
 from __future__ import annotations
@@ -24,9 +28,28 @@ from tests.test_bridge_audit6 import assert_told6, told6
 PAGED = "rocm.aiter.paged_attention"
 PA = "VLLM_ROCM_USE_AITER_PAGED_ATTN"
 FORCE_PA = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_PAGED_ATTENTION": "aiter"}
+FUSION = "rocm.aiter.fusion_shared_experts"
+FUSE = "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"
+FORCE_FUSION = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_FUSION_SHARED_EXPERTS": "aiter"}
 INDEXER = "sparse_attn_indexer"
 REQUIRED = "sparse_attn_indexer is required here"
 CASES = {
+    "vllm-0.12.0-mi325x-fusion-without-aiter-moe-not-sent": Case(
+        "mi325x", "vllm", "0.12.0",
+        env={**FORCE_FUSION, "KERNELPOLICY_FORCE_MOE_EXPERTS": "triton"}, feature=FUSION,
+        status=Status.INEXPRESSIBLE, absent=(FUSE,), present={"VLLM_ROCM_USE_AITER_MOE": "0"},
+        warning="only inside its aiter fused MoE",
+    ),
+    "vllm-0.33.0-mi355x-fusion-without-aiter-moe-not-sent": Case(
+        "mi355x", "vllm", "0.33.0",
+        env={**FORCE_FUSION, "KERNELPOLICY_FORCE_MOE_EXPERTS": "triton"}, feature=FUSION,
+        status=Status.INEXPRESSIBLE, absent=(FUSE,),
+    ),
+    # unchanged: with the aiter fused MoE the fusion is told, and the MoE switch with it
+    "vllm-0.12.0-mi325x-fusion-told": Case(
+        "mi325x", "vllm", "0.12.0", env=FORCE_FUSION, feature=FUSION,
+        present={FUSE: "1", "VLLM_ROCM_USE_AITER_MOE": "1"},
+    ),
     "vllm-0.20.0-rx7900xtx-aiter-indexer-refused": Case(
         "rx7900xtx-aiter", "vllm", "0.20.0", "mla-sparse", env=AITER, feature=INDEXER,
         status=Status.ERROR, ok=False, error="vllm 0.28.0 is the first release",
@@ -92,3 +115,12 @@ def test_an_operators_paged_attention_switch_is_kept_but_not_told() -> None:
     settings = told6(case)
     told = settings.decisions[PAGED]
     assert (told.impl, told.status, told.env) == ("aiter", Status.INEXPRESSIBLE, ())
+
+
+def test_the_operators_moe_switch_off_turns_the_fusion_off() -> None:
+    """VLLM_ROCM_USE_AITER_MOE=0 (the operator's) leaves vLLM no aiter fused MoE to fuse the
+    shared experts into: the decision is native, and vLLM is told the fusion off."""
+    env = {**AITER, FUSE: "1", "VLLM_ROCM_USE_AITER_MOE": "0"}
+    settings = told6(Case("mi325x", "vllm", "0.12.0", env=env, feature=FUSION))
+    told = settings.decisions[FUSION]
+    assert (told.impl, told.status, told.env) == ("native", Status.TOLD, ((FUSE, "0"),))
