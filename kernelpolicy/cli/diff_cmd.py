@@ -39,6 +39,10 @@ it sends, against --policies' and --against's): "rollout progress: N of M daemon
 --policies, K run --against, J other, F failing", and names each daemon whose last reload
 failed (it resolves with its last good policies) or that runs other policies
 
+each staged rollout that the change touches gets its steps, with the nodes that join at each
+step (--json: every node at each step); changes that no rollout stages are counted apart: they
+land on all their nodes at the next reload
+
 exit status: 0 (with --exit-code: no node changes), 1 (--exit-code: some node changes),
 2 bad input (a bad snapshot is named), or no daemon of --daemons answered; a daemon that does
 not answer, runs other policies, answers otherwise or failed its last reload is warned of and
@@ -219,12 +223,7 @@ def render(result: Any, source: str) -> str:
         lines += [
             f"  {_change(c)}  {_count(n, len(cls.nodes))}" for c, n in sorted(cls.changes.items())
         ]
-    for rollout in result.rollouts:
-        lines += ["", f"rollout {rollout.feature} -> {rollout.impl} at {rollout.percent:g}%:"]
-        lines += [
-            f"  {p:g}%: {counted(n, 'node')}{'  (the policy)' if p == rollout.percent else ''}"
-            for p, n in rollout.steps
-        ]
+    lines += _rollouts(result) + _unstaged(result)
     unchanged = sum(1 for cls in result.classes if not cls.changes)
     if unchanged:
         lines += ["", counted(unchanged, "unchanged class", "unchanged classes")]
@@ -299,6 +298,39 @@ def _failing_warning(result: Any) -> str | None:
         "reload succeeds (rollout progress says which set that is); fix the policy files on "
         "those nodes ('kernelpolicy check' them; 'kernelpolicy status' there shows the error)"
     )
+
+
+def _rollouts(result: Any) -> list[str]:
+    """Each staged rollout the change touches, its steps with the nodes joining at each (the
+    first three named; --json has every node of every step), and how many it leaves out."""
+    lines = []
+    for rollout in (r for r in result.rollouts if r.changed):
+        lines += ["", f"rollout {rollout.feature} -> {rollout.impl} at {rollout.percent:g}%:"]
+        joining = rollout.joining() or [[] for _ in rollout.steps]
+        for (percent, nodes), new in zip(rollout.steps, joining, strict=True):
+            policy = "  (the policy)" if percent == rollout.percent else ""
+            joined = f"; {len(new):,} join: {nodes_in_words(new)}" if new else ""
+            lines.append(f"  {percent:g}%: {counted(nodes, 'node')}{joined}{policy}")
+    untouched = sum(1 for r in result.rollouts if not r.changed)
+    if untouched:
+        lines += ["", f"{counted(untouched, 'staged rollout')} the change leaves as it is, not "
+                  "shown (--json has each)"]  # fmt: skip
+    return lines
+
+
+def _unstaged(result: Any) -> list[str]:
+    """The changes no rollout stages: they land on all their nodes at the next reload."""
+    if not result.unstaged:
+        return []
+    lines = [
+        "",
+        f"not staged: lands on all {counted(len(result.unstaged_nodes), 'node')} at the next "
+        "reload",
+    ]
+    lines += [f"  {_change(c)}  {counted(n, 'node')}" for c, n in result.unstaged[:_LISTED]]
+    if len(result.unstaged) > _LISTED:
+        lines.append(f"  and {len(result.unstaged) - _LISTED:,} more changes")
+    return lines
 
 
 def _halted(result: Any) -> list[str]:

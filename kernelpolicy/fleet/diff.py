@@ -40,7 +40,7 @@ from kernelpolicy.fleet.result import (
 )
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.rollout import CompiledRollout
+from kernelpolicy.policy.rollout import Cohort, CompiledRollout
 
 __all__ = [
     "ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_fleet", "flag_options",
@@ -200,33 +200,105 @@ def diff_fleet(
             (``DaemonInventory.running``): which of ``old`` and ``new`` each runs.
     """
     fleet = _Fleet.build(nodes, old, new)
-    placed = [r for _, _, r in rollouts(old)] + [r for _, _, r in rollouts(new)]
-    before, after = Resolver(old), Resolver(new)
-    changed: set[int] = set()
-    reached: dict[tuple[int, Change], list[int]] = {}  # (class, change) -> its nodes
-    disagree: list[_Disagreeing] = []  # nodes answering otherwise than ``old`` decides
-    for group, (members, platform) in fleet.groups(placed).items():
-        current = fleet.outcome(before, group, platform)
-        disagree += fleet.disagreeing(members, current)
-        found = _changes(current, fleet.outcome(after, group, platform, after=True))
-        cls = fleet.summaries[group[0]]
-        for change in found:
-            cls.changes[change] = cls.changes.get(change, 0) + len(members)
-            reached.setdefault((group[0], change), []).extend(members)
-        if found:
-            changed.update(members)
-    _name_nodes(fleet, changed, reached)
-    counted = [_steps(fleet, new, (f, i, r), steps) for f, i, r in rollouts(new)]
+    tally = _Tally.count(fleet, old, new)
+    counted: list[RolloutSteps] = []
+    reachable: set[int] = set()
+    for feature, impl, rollout in rollouts(new):
+        found, reach = _steps(fleet, new, (feature, impl, rollout), steps)
+        changed = rollout != _rollout_of(old, feature, impl) or (feature, impl) in tally.through
+        counted.append(replace(found, changed=changed))
+        reachable.update(reach)
     total = len(fleet.members)
+    unstaged = sorted(
+        ((change, len(indices)) for change, indices in tally.unstaged.items()),
+        key=lambda item: (-item[1], item[0]),
+    )
+    unstaged_nodes = {index for indices in tally.unstaged.values() for index in indices}
     return FleetDiff(
-        len(fleet.members), fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
+        total, fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
-        (*_warnings(fleet, old, new, duplicates), *_disagreements(disagree, total)),
+        (*_warnings(fleet, old, new, duplicates, reachable),
+         *_disagreements(tally.disagree, total)),
         tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
         tuple(DaemonPolicies(address, said, Runs.of(said.digest, old.digest, new.digest))
               for address, said in running),
+        tuple(unstaged), tuple(fleet.members[index][3] for index in sorted(unstaged_nodes)),
         (old.digest, new.digest),
     )  # fmt: skip
+
+
+@dataclass
+class _Tally:
+    """What the change does, group by group: the nodes it changes, each (class, change)'s
+    nodes, the nodes answering otherwise than ``old`` decides, each change that no rollout
+    stages with its nodes, and the staged candidates (feature, impl) some node changes
+    through."""
+
+    changed: set[int] = field(default_factory=set)
+    reached: dict[tuple[int, Change], list[int]] = field(default_factory=dict)
+    disagree: list[_Disagreeing] = field(default_factory=list)
+    unstaged: dict[Change, list[int]] = field(default_factory=dict)
+    through: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def count(cls, fleet: _Fleet, old: PolicySet, new: PolicySet) -> _Tally:
+        """Each group resolved once with ``old`` and once with ``new``; the classes' counts and
+        names filled in."""
+        before, after = Resolver(old), Resolver(new)
+        tally = cls()
+        placed = [r for _, _, r in rollouts(old)]
+        staged = {(f, i): len(placed) + n for n, (f, i, _) in enumerate(rollouts(new))}
+        placed += [r for _, _, r in rollouts(new)]
+        for group, (members, platform) in fleet.groups(placed).items():
+            current = fleet.outcome(before, group, platform)
+            tally.disagree += fleet.disagreeing(members, current)
+            found = _changes(current, fleet.outcome(after, group, platform, after=True))
+            cls_diff = fleet.summaries[group[0]]
+            for change in found:
+                cls_diff.changes[change] = cls_diff.changes.get(change, 0) + len(members)
+                tally.reached.setdefault((group[0], change), []).extend(members)
+            if found:
+                tally.changed.update(members)
+            through, loose = _staging(found, group[1], staged)
+            tally.through |= through
+            for change in loose:
+                tally.unstaged.setdefault(change, []).extend(members)
+        _name_nodes(fleet, tally.changed, tally.reached)
+        return tally
+
+
+def _staging(
+    found: Sequence[Change], cohorts: Sequence[Cohort], staged: Mapping[tuple[str, str], int]
+) -> tuple[set[tuple[str, str]], list[Change]]:
+    """The staged candidates (feature, impl) a group's changes go through, and the changes no
+    rollout stages (they land on all their nodes at the next reload).
+
+    A decision is staged where it moves to a candidate that ``new`` stages, or off one whose
+    cohort leaves the node out (a lowered percent, the kill switch); ``staged`` gives each
+    staged candidate's index in ``cohorts``. An engine setting follows the decisions: staged
+    where every decision that changes with it is."""
+    through: set[tuple[str, str]] = set()
+    loose: list[Change] = []
+    for change in found:
+        if change.kind != "decision":
+            continue
+        onto, off = (change.name, change.new), (change.name, change.old)
+        if onto in staged:
+            through.add(onto)
+        elif off in staged and cohorts[staged[off]] is not Cohort.IN:
+            through.add(off)
+        else:
+            loose.append(change)
+    if loose or not through:
+        loose += [change for change in found if change.kind != "decision"]
+    return through, loose
+
+
+def _rollout_of(policies: PolicySet, feature: str, impl: str) -> CompiledRollout | None:
+    """The rollout of ``policies``' candidate ``impl`` of ``feature``, if it has one."""
+    compiled = policies.features.get(feature)
+    candidates = compiled.candidates if compiled is not None else ()
+    return next((c.rollout for c in candidates if c.impl == impl), None)
 
 
 def _disagreements(found: list[_Disagreeing], total: int) -> list[FleetWarning]:
@@ -255,16 +327,25 @@ def _name_nodes(
 
 
 def _warnings(
-    fleet: _Fleet, old: PolicySet, new: PolicySet, duplicates: Sequence[Sequence[str]]
+    fleet: _Fleet,
+    old: PolicySet,
+    new: PolicySet,
+    duplicates: Sequence[Sequence[str]],
+    reachable: set[int],
 ) -> tuple[FleetWarning, ...]:
-    """Where the counts may not be what the fleet does: identities matter only to a rollout,
+    """Where the counts may not be what the fleet does: identities matter only to the nodes a
+    staged candidate of ``new`` can reach (``reachable``: those that would run it at 100%),
     evidence only to a ``verified = true`` candidate."""
     total = len(fleet.members)
     found = same_daemon_warning(duplicates, dict(fleet.instances))
-    if rollouts(old) or rollouts(new):
+    if reachable:
         again = {name for group in duplicates for name in group[1:]}  # counted once here
-        members = [(name, identity) for _, identity, _, name in fleet.members if name not in again]
-        found += identity_warnings(members, total)
+        members = [
+            (name, identity)
+            for index, (_, identity, _, name) in enumerate(fleet.members)
+            if index in reachable and name not in again
+        ]
+        found += identity_warnings(members, len(members))
     found += evidence_warning(fleet.unknown, total, verified(old, new))
     return tuple(found)
 
@@ -274,21 +355,31 @@ def _steps(
     policies: PolicySet,
     staged_candidate: tuple[str, str, CompiledRollout],
     steps: Sequence[float],
-) -> RolloutSteps:
-    """How many nodes choose the candidate (feature, impl, rollout) at each percent."""
+) -> tuple[RolloutSteps, list[int]]:
+    """The nodes that choose the candidate (feature, impl, rollout) at each percent, and
+    those that would at 100% (the nodes it can reach)."""
     feature, impl, rollout = staged_candidate
-    counted: list[tuple[float, int]] = []
-    for percent in sorted({*steps, rollout.percent}):
-        staged = with_percent(policies, feature, impl, percent)
-        resolver = Resolver(staged, engines=())
-        groups = fleet.groups([r for _, _, r in rollouts(staged)])
-        reached = sum(
-            len(members)
-            for group, (members, platform) in groups.items()
-            if fleet.outcome(resolver, group, platform, after=True)[("decision", feature)] == impl
-        )
-        counted.append((percent, reached))
-    return RolloutSteps(feature, impl, rollout.percent, tuple(counted))
+    shown = sorted({*steps, rollout.percent})
+    choosing = {
+        percent: _choosing(fleet, with_percent(policies, feature, impl, percent), feature, impl)
+        for percent in sorted({*shown, 100.0})
+    }
+    names = tuple(tuple(fleet.members[index][3] for index in choosing[p]) for p in shown)
+    counts = tuple((p, len(choosing[p])) for p in shown)
+    return RolloutSteps(feature, impl, rollout.percent, counts, names), choosing[100.0]
+
+
+def _choosing(fleet: _Fleet, staged: PolicySet, feature: str, impl: str) -> list[int]:
+    """The nodes (indices into ``fleet.members``, in order) for which ``staged`` decides
+    ``impl`` for ``feature``."""
+    resolver = Resolver(staged, engines=())
+    groups = fleet.groups([r for _, _, r in rollouts(staged)])
+    return sorted(
+        index
+        for group, (members, platform) in groups.items()
+        if fleet.outcome(resolver, group, platform, after=True)[("decision", feature)] == impl
+        for index in members
+    )
 
 
 def with_percent(policies: PolicySet, feature: str, impl: str, percent: float) -> PolicySet:

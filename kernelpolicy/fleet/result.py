@@ -1,6 +1,6 @@
 """What ``diff`` finds, as values: each change, each class of nodes and what the change does to
-it, each staged rollout's steps, which policies each live daemon runs, and the whole
-comparison, whose :meth:`FleetDiff.to_dict` is ``diff --json``. Computed in
+it, each staged rollout's steps, the changes no rollout stages, which policies each live daemon
+runs, and the whole comparison, whose :meth:`FleetDiff.to_dict` is ``diff --json``. Computed in
 :mod:`kernelpolicy.fleet.diff`; rendered as text by the CLI."""
 
 from __future__ import annotations
@@ -53,12 +53,30 @@ class ClassDiff:
 
 @dataclass(frozen=True)
 class RolloutSteps:
-    """A staged rollout of the new policies and how many nodes would run it at each step."""
+    """A staged rollout of the new policies and how many nodes would run it at each step.
+
+    Attributes:
+        steps: (percent, nodes choosing ``impl`` there), percents ascending.
+        names: The names of those nodes at each step, in inventory order (as ``steps``).
+        changed: Whether the change touches this rollout: its candidate's rollout differs
+            from the current policies' (or they have none), or some node changes through it.
+    """
 
     feature: str
     impl: str
     percent: float
-    steps: tuple[tuple[float, int], ...]  # (percent, nodes choosing impl)
+    steps: tuple[tuple[float, int], ...]
+    names: tuple[tuple[str, ...], ...] = ()
+    changed: bool = True
+
+    def joining(self) -> list[list[str]]:
+        """Per step, the nodes that run ``impl`` there and did not at the step before."""
+        found: list[list[str]] = []
+        before: set[str] = set()
+        for names in self.names:
+            found.append([name for name in names if name not in before])
+            before = set(names)
+        return found
 
 
 class Runs(enum.Enum):
@@ -120,6 +138,8 @@ class FleetDiff:
     instances: tuple[tuple[str, str], ...] = ()  # (address, HOST/ID) of each live daemon
     halted: tuple[HaltedKernel, ...] = ()  # kernels the live daemons halted, and where
     daemon_policies: tuple[DaemonPolicies, ...] = ()  # live daemons only, in inventory order
+    unstaged: tuple[tuple[Change, int], ...] = ()  # changes no rollout stages, most nodes first
+    unstaged_nodes: tuple[str, ...] = ()  # the nodes they reach, in inventory order
     digests: tuple[str, str] = ("", "")  # PolicySet.digest of --policies and of --against
 
     def hosts(self) -> dict[str, list[str]]:
@@ -185,14 +205,26 @@ class FleetDiff:
             "changes": [{**c.to_dict(), "nodes": n, "share": share(n)} for c, n in totals],
             "nodes_by_change": [{**c.to_dict(), "node_names": reached[c]} for c, _ in totals],
             "classes": [_class_dict(cls) for cls in self.classes],
-            "rollouts": [
-                {
-                    "feature": r.feature, "impl": r.impl, "percent": r.percent,
-                    "steps": [{"percent": p, "nodes": n, "share": share(n)} for p, n in r.steps],
-                }
-                for r in self.rollouts
-            ],
-        }  # fmt: skip
+            "rollouts": [_rollout_dict(r, share) for r in self.rollouts],
+            "not_staged": {
+                "nodes": len(self.unstaged_nodes),
+                "share": share(len(self.unstaged_nodes)),
+                "node_names": list(self.unstaged_nodes),
+                "changes": [{**c.to_dict(), "nodes": n} for c, n in self.unstaged],
+            },
+        }
+
+
+def _rollout_dict(rollout: RolloutSteps, share: Callable[[int], float]) -> dict[str, object]:
+    names = rollout.names or tuple(() for _ in rollout.steps)
+    return {
+        "feature": rollout.feature, "impl": rollout.impl, "percent": rollout.percent,
+        "changed": rollout.changed,
+        "steps": [
+            {"percent": p, "nodes": n, "share": share(n), "node_names": list(named)}
+            for (p, n), named in zip(rollout.steps, names, strict=True)
+        ],
+    }  # fmt: skip
 
 
 def _share(total: int) -> Callable[[int], float]:
