@@ -77,11 +77,23 @@ def add_platform_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_resolve_options(parser: argparse.ArgumentParser) -> None:
+    """--platform, --env, --policies: what an answer is worked out from."""
     add_platform_option(parser)
-    parser.add_argument(
-        "--env", metavar="K=V", action="append", default=[],
-        help="set an environment variable for this answer (repeatable; K= unsets it)",
-    )  # fmt: skip
+    add_answer_options(parser)
+
+
+def add_answer_options(
+    parser: argparse.ArgumentParser,
+    *,
+    env_help: str = "set an environment variable for this answer (repeatable; K= unsets it)",
+) -> None:
+    """--env and --policies (``matrix`` says its --env is set on every platform)."""
+    parser.add_argument("--env", metavar="K=V", action="append", default=[], help=env_help)
+    add_policies_option(parser)
+
+
+def add_policies_option(parser: argparse.ArgumentParser) -> None:
+    """--policies: the policy files and directories, in every command that reads them."""
     parser.add_argument(
         "--policies", metavar="PATH", action="append", type=Path,
         help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.bridge.model import Status
-from kernelpolicy.cli.common import HelpFormatter, add_platform_option
+from kernelpolicy.cli.common import HelpFormatter, add_platform_option, add_policies_option
 from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
 
 if TYPE_CHECKING:
@@ -49,11 +49,7 @@ def register(commands: Any) -> None:
     )
     add_engine_options(parser)
     add_platform_option(parser)
-    parser.add_argument(
-        "--policies", metavar="PATH", action="append", type=Path,
-        help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
-        "bundled pack)",
-    )  # fmt: skip
+    add_policies_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     parser.set_defaults(run=run)
 

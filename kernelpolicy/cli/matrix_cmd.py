@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelpolicy.cli.common import HelpFormatter, environment, local_policies, local_settings
+from kernelpolicy.cli.common import (
+    HelpFormatter,
+    add_answer_options,
+    environment,
+    local_policies,
+    local_settings,
+)
 from kernelpolicy.cli.exits import add_model_kind_option, report_platforms_exit, scope_of
 from kernelpolicy.errors import PlatformFileError, ResolutionError
 from kernelpolicy.suggest import did_you_mean
@@ -45,15 +51,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--platforms", metavar="DIR", type=Path, help="directory of *.json snapshots"
     )
-    parser.add_argument(
-        "--env", metavar="K=V", action="append", default=[],
-        help="set on every platform (repeatable; K= unsets)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--policies", metavar="PATH", action="append", type=Path,
-        help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
-        "bundled pack)",
-    )  # fmt: skip
+    add_answer_options(parser, env_help="set on every platform (repeatable; K= unsets it)")
     parser.add_argument(
         "-o", "--output", choices=OUTPUTS, default="narrow",
         help="narrow (default: the features that differ between platforms), wide (every "

@@ -14,6 +14,7 @@ from kernelpolicy.cli import status_cmd
 from kernelpolicy.cli.common import (
     HelpFormatter,
     add_platform_option,
+    add_policies_option,
     environment,
     local_policies,
     local_settings,
@@ -21,8 +22,8 @@ from kernelpolicy.cli.common import (
 )
 from kernelpolicy.cli.port_file import check_port_file, remove_port_file, write_port_file
 from kernelpolicy.cli.status_cmd import quiet_grpc as _quiet_grpc
-from kernelpolicy.cli.warm_cmd import vocab_sizes
-from kernelpolicy.warming import DEFAULT_DEVICE, DEFAULT_JOBS, DEFAULT_VOCABS
+from kernelpolicy.cli.warm_cmd import add_build_options
+from kernelpolicy.warming import DEFAULT_DEVICE, DEFAULT_VOCABS
 
 if TYPE_CHECKING:
     from kernelpolicy.server.fleet import WarmStart
@@ -67,11 +68,7 @@ def _add_serving_options(serve: argparse.ArgumentParser) -> None:
         help="host:port or unix:/path (repeatable; default 127.0.0.1:50151 and the unix socket "
         "in a private directory: $XDG_RUNTIME_DIR/kernelpolicy/, /run/kernelpolicy/ for root)",
     )  # fmt: skip
-    serve.add_argument(
-        "--policies", metavar="PATH", action="append", type=Path,
-        help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
-        "bundled pack)",
-    )  # fmt: skip
+    add_policies_option(serve)
     add_platform_option(serve)
     serve.add_argument(
         "--env", metavar="K=V", action="append", default=[],
@@ -122,19 +119,7 @@ def _add_warm_options(serve: argparse.ArgumentParser) -> None:
         "cache, as 'kernelpolicy warm' does; /readyz answers 503 until they are built (the "
         "answers are served meanwhile)",
     )  # fmt: skip
-    serve.add_argument(
-        "--warm-vocab", type=vocab_sizes, action="extend", metavar="N[,N...]",
-        help="with --warm: vocabulary sizes of the models served (repeatable, or "
-        f"comma-separated, as warm's --vocab; default {','.join(map(str, DEFAULT_VOCABS))})",
-    )  # fmt: skip
-    serve.add_argument(
-        "--warm-jobs", type=int, default=DEFAULT_JOBS, metavar="N",
-        help="with --warm: build processes at once (default: the CPUs, at most 8)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--warm-device", default=DEFAULT_DEVICE, metavar="DEVICE",
-        help=f"with --warm: the device to build for (default {DEFAULT_DEVICE})",
-    )  # fmt: skip
+    add_build_options(serve, prefix="warm-")
 
 
 def run_serve(args: argparse.Namespace) -> int:

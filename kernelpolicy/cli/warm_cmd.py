@@ -30,21 +30,30 @@ def register(commands: Any) -> None:
         formatter_class=HelpFormatter,
     )
     add_resolve_options(parser)
-    parser.add_argument(
-        "--vocab", type=vocab_sizes, action="extend", metavar="N[,N...]",
-        help="vocabulary sizes of the models served (repeatable, or comma-separated; default "
-        f"{','.join(map(str, DEFAULT_VOCABS))})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
-        help="build processes at once (default: the CPUs, at most 8)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--device", default=DEFAULT_DEVICE,
-        help=f"the device to build for (default {DEFAULT_DEVICE}: the first GPU this process sees)",
-    )  # fmt: skip
+    add_build_options(parser)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(run=run)
+
+
+def add_build_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
+    """What to build and how: ``--vocab``, ``--jobs``, ``--device`` for ``kernelpolicy warm``;
+    the same options, in the same words, as ``serve --warm-vocab`` and the others with
+    ``prefix="warm-"`` (each said to go with ``--warm``)."""
+    said = "with --warm: " if prefix else ""
+    parser.add_argument(
+        f"--{prefix}vocab", type=vocab_sizes, action="extend", metavar="N[,N...]",
+        help=f"{said}vocabulary sizes of the models served (repeatable, or comma-separated; "
+        f"default {','.join(map(str, DEFAULT_VOCABS))})",
+    )  # fmt: skip
+    parser.add_argument(
+        f"--{prefix}jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+        help=f"{said}build processes at once (default: the CPUs, at most 8)",
+    )  # fmt: skip
+    parser.add_argument(
+        f"--{prefix}device", default=DEFAULT_DEVICE, metavar="DEVICE",
+        help=f"{said}the device to build for (default {DEFAULT_DEVICE}: the first GPU this "
+        "process sees)",
+    )  # fmt: skip
 
 
 def vocab_sizes(text: str) -> list[int]:
