@@ -253,7 +253,7 @@ def test_a_variant_warm_built_runs_the_first_call_on_triton(
     with it in a cache that is not trusted (ignored, said in one line), the call goes to torch
     while the variant builds in the background."""
     from kernelpolicy.kernel_cache import BuiltRecord, prepare_kernel_cache
-    from kernelpolicy.kernels.cache_lookup import forget_kernel_cache, kernel_cache
+    from kernelpolicy.kernels.cache_lookup import kernel_cache, looking_for_kernel_cache
     from kernelpolicy.kernels.sampling_triton.cached import describe
 
     build = SlowBuild()
@@ -261,29 +261,28 @@ def test_a_variant_warm_built_runs_the_first_call_on_triton(
         build.release.set()  # built in the calling thread: it must not wait
     threads: list[str] = []
     root = prepare_kernel_cache(tmp_path)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(root / "triton"))  # as exec gives it
-    forget_kernel_cache()
-    monkeypatch.setattr(sys.modules[__name__], "ENTRY", None)
+    exec_gave = {"TRITON_CACHE_DIR": str(root / "triton")}  # the worker's environment
+    with looking_for_kernel_cache(exec_gave):  # looked for afresh, and forgotten after
+        monkeypatch.setattr(sys.modules[__name__], "ENTRY", None)
 
-    def recorded_build(s: Any, v: Any) -> None:
-        threads.append(threading.current_thread().name)
-        build(s, v)
+        def recorded_build(s: Any, v: Any) -> None:
+            threads.append(threading.current_thread().name)
+            build(s, v)
 
-    sampler = _cached_sampler(recorded_build, kernel_cache, monkeypatch)
-    logits, k = torch.randn(4, 300), torch.full((4,), 5)
-    variant = sampler.variant(logits, k, None)
-    if recorded:
-        BuiltRecord(root).add(describe(sampler.tuning, variant))
-    if not trusted:
-        (root / "flashinfer").chmod(0o770)
-    resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(policy(False)))
-    kernel = resolution.impl(FEATURE)
-    kernel_cache()  # looked for (a call that finds it not looked for yet is served elsewhere)
-    ids = kernel(logits, k, None)
-    assert ids.shape == (4,)
-    build.release.set()
-    assert sampler.builds.wait(variant, timeout=60)
-    forget_kernel_cache()
+        sampler = _cached_sampler(recorded_build, kernel_cache, monkeypatch)
+        logits, k = torch.randn(4, 300), torch.full((4,), 5)
+        variant = sampler.variant(logits, k, None)
+        if recorded:
+            BuiltRecord(root).add(describe(sampler.tuning, variant))
+        if not trusted:
+            (root / "flashinfer").chmod(0o770)
+        resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(policy(False)))
+        kernel = resolution.impl(FEATURE)
+        kernel_cache()  # looked for (a call that finds it not looked for yet is served elsewhere)
+        ids = kernel(logits, k, None)
+        assert ids.shape == (4,)
+        build.release.set()
+        assert sampler.builds.wait(variant, timeout=60)
     assert build.started == [variant]
     said = capfd.readouterr().err.splitlines()
     if recorded and trusted:

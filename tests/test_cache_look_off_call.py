@@ -17,7 +17,7 @@ import pytest
 from kernelpolicy import kernel_cache as kernel_cache_module
 from kernelpolicy.kernel_cache import BuiltRecord, prepare_kernel_cache
 from kernelpolicy.kernels.builds import Builds, BuildStats, Compiling
-from kernelpolicy.kernels.cache_lookup import forget_kernel_cache, kernel_cache
+from kernelpolicy.kernels.cache_lookup import kernel_cache, looking_for_kernel_cache
 
 
 class InKernelCache:
@@ -51,15 +51,14 @@ class Walk:
 def walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Walk]:
     root = prepare_kernel_cache(tmp_path)
     BuiltRecord(root).add("held")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(root / "triton"))
     fake = Walk()
     monkeypatch.setattr(kernel_cache_module, "cache_problem", fake)
-    forget_kernel_cache()
-    try:
-        yield fake
-    finally:
-        fake.release.set()
-        forget_kernel_cache()
+    # not looked for yet, as in a worker that exec gave the cache's TRITON_CACHE_DIR
+    with looking_for_kernel_cache({"TRITON_CACHE_DIR": str(root / "triton")}):
+        try:
+            yield fake
+        finally:  # a look blocked in the walk holds the lookup's lock: end it first
+            fake.release.set()
 
 
 def call(require: Callable[[], None]) -> tuple[threading.Event, list[Any]]:

@@ -182,31 +182,34 @@ def test_verify_refuses_an_untrusted_store_before_running(
 
 
 @pytest.mark.parametrize(
-    ("how", "triton", "flashinfer", "recorded"),
+    ("how", "gpu", "triton", "recorded"),
     [
-        pytest.param("trusted", "kernels/triton", "kernels/flashinfer", True, id="trusted"),
-        pytest.param("your-own", "/mine/triton", "kernels/flashinfer", False, id="your-own-triton"),
-        pytest.param("untrusted", None, None, False, id="untrusted-cache"),
-        pytest.param("missing-cpu", None, None, False, id="none-on-a-cpu-run"),
-        pytest.param(
-            "missing-gpu", "kernels/triton", "kernels/flashinfer", True, id="created-for-a-gpu-run"
-        ),
+        pytest.param("trusted", False, None, True, id="trusted"),
+        pytest.param("trusted", True, "kernels/triton", True, id="trusted-on-a-gpu-run"),
+        pytest.param("your-own", True, "/mine/triton", False, id="your-own-triton"),
+        pytest.param("untrusted", True, None, False, id="untrusted-cache"),
+        pytest.param("missing-cpu", False, None, False, id="none-on-a-cpu-run"),
+        pytest.param("missing-gpu", True, "kernels/triton", True, id="created-for-a-gpu-run"),
     ],
 )
 def test_verify_uses_and_fills_the_kernel_cache(
     how: str,
+    gpu: bool,
     triton: str | None,
-    flashinfer: str | None,
     recorded: bool,
     cache: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """While the suite runs, Triton and FlashInfer are pointed at the node's kernel cache (as
-    exec and warm do), and the samplers find its record (they load what warm built and record
-    what they build); a variable of your own is kept, an untrusted cache is said in one line and
-    not used, and the environment is put back after the run. A GPU run creates a missing cache
-    (as warm does); a CPU run, which compiles nothing, leaves the cache directory alone."""
+    """While the suite runs, the samplers find the node's kernel cache's record (they load what
+    warm built and record what they build) and, on a run that compiles (a GPU run), Triton is
+    pointed at it through its own setting (as exec and warm point theirs); a TRITON_CACHE_DIR of
+    your own is kept, an untrusted cache is said in one line and not used, and neither the
+    environment nor Triton's setting is changed after the run (nor the environment during it:
+    tests/test_verify_environ.py). A GPU run creates a missing cache (as warm does); a CPU run,
+    which compiles nothing, leaves the cache directory alone."""
+    import triton as triton_module
+
     from kernelpolicy.cli import verify_cmd
     from kernelpolicy.kernel_cache import kernel_cache_dir, prepare_kernel_cache
     from kernelpolicy.kernels import cache_lookup
@@ -215,7 +218,7 @@ def test_verify_uses_and_fills_the_kernel_cache(
     root = kernel_cache_dir(cache / "kernelpolicy")
     if not how.startswith("missing"):
         prepare_kernel_cache(cache / "kernelpolicy")
-    monkeypatch.setattr(verify_cmd, "_builds_kernels", lambda device: how == "missing-gpu")
+    monkeypatch.setattr(verify_cmd, "_builds_kernels", lambda device: gpu)
     for name in ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.setenv(name, "-")  # put back to what it was (unset) after the test
         monkeypatch.delenv(name)
@@ -225,11 +228,11 @@ def test_verify_uses_and_fills_the_kernel_cache(
     if how == "untrusted":
         planted.write_bytes(b"\0code")
         planted.chmod(0o664)
+    before = (dict(os.environ), triton_module.knobs.cache.dir)
     seen: dict[str, object] = {}
 
     def run(*args: object, **kwargs: object) -> Any:
-        seen["triton"] = os.environ.get("TRITON_CACHE_DIR")
-        seen["flashinfer"] = os.environ.get("FLASHINFER_WORKSPACE_BASE")
+        seen["triton"] = triton_module.knobs.cache.dir
         record = cache_lookup.kernel_cache()
         seen["record"] = None if record is None else record.root
         yield from ()
@@ -237,8 +240,7 @@ def test_verify_uses_and_fills_the_kernel_cache(
     monkeypatch.setattr(suite, "iter_run", run)
     assert main(["verify", "--feature", "sampler.top_k_top_p", "--no-store"]) == 0
     expected = {
-        "triton": triton and str(root.parent / triton),
-        "flashinfer": flashinfer and str(root.parent / flashinfer),
+        "triton": before[1] if triton is None else str(root.parent / triton),
         "record": root if recorded else None,
     }
     assert seen == expected
@@ -250,6 +252,5 @@ def test_verify_uses_and_fills_the_kernel_cache(
         ]
     else:
         assert err == []
-    assert os.environ.get("TRITON_CACHE_DIR") == ("/mine/triton" if how == "your-own" else None)
-    assert "FLASHINFER_WORKSPACE_BASE" not in os.environ
+    assert (dict(os.environ), triton_module.knobs.cache.dir) == before
     assert root.exists() is (how != "missing-cpu")

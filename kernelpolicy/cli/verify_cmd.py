@@ -110,16 +110,25 @@ def run(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[None]:
-    """Point Triton and FlashInfer at the node's kernel cache while the suite runs, as exec does
-    for the engines it starts and warm for its builds: verify loads what warm built and what it
-    builds goes there, recorded for the workers (``kernel_cache.BuiltRecord``). With ``create``
-    (a GPU run: it compiles) the cache is created private where it is missing, as warm does;
-    one that is not trusted is said in one line and not used. A variable you set is kept.
-    Triton and FlashInfer read these variables from the process's environment (FlashInfer when
-    it is imported), so they are set there for the run and put back after it."""
+    """Use the node's kernel cache while the suite runs, as exec does for the engines it starts
+    and warm for its builds: verify loads what warm built and what it builds goes there,
+    recorded for the workers (``kernel_cache.BuiltRecord``). With ``create`` (a GPU run: it
+    compiles) the cache is created private where it is missing, as warm does, and Triton is
+    pointed at it (``cache_lookup.using_kernel_cache``: Triton's own setting, not the
+    environment); one that is not trusted is said in one line and not used. A TRITON_CACHE_DIR
+    you set is kept, and the cache is then used only where it names the cache's own directory.
+    Nothing is written into this process's environment: FlashInfer, which reads its workspace
+    from the environment when it is imported, builds where yours says
+    (``FLASHINFER_WORKSPACE_BASE``; ``kernelpolicy exec`` gives workers the cache's)."""
     from kernelpolicy.errors import UntrustedFileError
-    from kernelpolicy.kernel_cache import cache_environment, kernel_cache_dir, prepare_kernel_cache
-    from kernelpolicy.kernels.cache_lookup import forget_kernel_cache
+    from kernelpolicy.kernel_cache import (
+        BuiltRecord,
+        cache_environment,
+        kernel_cache_dir,
+        prepare_kernel_cache,
+        record_in_use,
+    )
+    from kernelpolicy.kernels.cache_lookup import using_kernel_cache
     from kernelpolicy.settings import default_cache_dir
 
     cache = cache_dir or default_cache_dir()
@@ -131,18 +140,15 @@ def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[Non
         extra, problem = {}, str(exc)
     if problem is not None and kernel_cache_dir(cache).exists():  # a missing one: nothing
         print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
-    before = {name: os.environ.get(name) for name in extra}
-    os.environ.update(extra)
-    forget_kernel_cache()  # the samplers look for the cache again: this one
-    try:
+    record: BuiltRecord | None
+    if "TRITON_CACHE_DIR" in extra:  # the cache, trusted (just checked), and yours unset
+        record = BuiltRecord(kernel_cache_dir(cache))
+    else:  # yours, or none: the cache a worker with this environment would use
+        record, said = record_in_use(os.environ)
+        if said is not None and said != problem:
+            print(f"kernelpolicy: warning: kernel cache not used: {said}", file=sys.stderr)
+    with using_kernel_cache(record, triton=create and "TRITON_CACHE_DIR" in extra):
         yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        forget_kernel_cache()
 
 
 def _document(
