@@ -10,7 +10,13 @@ each finding fixed named cases that failed on the pack before it.
 - vLLM 0.9.2's V1 engine picks AITER flash attention by VLLM_ROCM_USE_AITER and
   VLLM_ROCM_USE_AITER_MHA on any gfx9, gfx90a included, with no aiter check
   (platforms/rocm.py:224-229, on_gfx9 :116-118): where Triton attention is chosen and the
-  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MHA=0 is sent from 0.9.
+  operator set VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MHA=0 is sent from 0.9;
+- VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION=1 where AITER unified attention is not supported (no
+  aiter, an MI250X, RDNA) stopped every release, though only 0.11.1-0.18.1 select by it:
+  0.8.5.post1-0.11.0 do not define it, and 0.19.1-0.33.0 define it but read it nowhere (the knob
+  tables; _aiter_ops.py 0.19.1 :1063, :1091 only store it): there the switch counts as ``auto``
+  (the bridge's :meth:`~kernelpolicy.bridge.release.MatchedRelease.unread_request`), with a
+  warning, and the engine is told the first candidate accepted.
 
 The AMD machines of the audit are fixtures with another aiter or arch (:data:`PLATFORMS`).
 """
@@ -62,7 +68,39 @@ ATTN = "attention.backend"
 MLA = "attention.mla"
 MLA_OFF = {"VLLM_ROCM_USE_AITER_MLA": "0"}
 MHA_OFF = {"VLLM_ROCM_USE_AITER_MHA": "0"}
+UNIFIED = {**AITER, "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}
+UNREAD = "does not read VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION"
+NOT_SUPPORTED = "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION=1 requires rocm_aiter_unified"
 CASES = {
+    "vllm-0.19.1-mi250x-unified-unread-not-blocking": Case(
+        "mi250x", "vllm", "0.19.1", env=UNIFIED, feature=ATTN, warning=UNREAD,
+        flags=("--attention-backend", "TRITON_ATTN"),
+    ),
+    "vllm-0.33.0-rx7900xtx-unified-unread-not-blocking": Case(
+        "rx7900xtx", "vllm", "0.33.0", env=UNIFIED, feature=ATTN, warning=UNREAD,
+    ),
+    "vllm-0.11.0-mi300x-no-aiter-unified-undefined-not-blocking": Case(
+        "mi300x-no-aiter", "vllm", "0.11.0", env=UNIFIED, feature=ATTN, present=MHA_OFF,
+        warning=UNREAD,
+    ),
+    "vllm-0.8.5.post1-mi250x-unified-undefined-not-blocking": Case(
+        "mi250x", "vllm", "0.8.5.post1", env=UNIFIED, feature=ATTN, status=Status.DEFAULT,
+        warning=UNREAD,
+    ),
+    # unchanged: 0.11.1-0.18.1 select AITER unified attention by the variable
+    "vllm-0.12.0-mi250x-unified-read-refused": Case(
+        "mi250x", "vllm", "0.12.0", env=UNIFIED, feature=ATTN, status=Status.ERROR, ok=False,
+        error=NOT_SUPPORTED,
+    ),
+    "vllm-0.18.1-mi300x-no-aiter-unified-read-refused": Case(
+        "mi300x-no-aiter", "vllm", "0.18.1", env=UNIFIED, feature=ATTN, status=Status.ERROR,
+        ok=False, error=NOT_SUPPORTED,
+    ),
+    # unchanged: supported, the request is honoured (by the flag from 0.19)
+    "vllm-0.33.0-mi325x-unified-requested": Case(
+        "mi325x", "vllm", "0.33.0", env=UNIFIED, feature=ATTN,
+        flags=("--attention-backend", "ROCM_AITER_UNIFIED_ATTN"),
+    ),
     "vllm-0.9.2-mi300x-no-aiter-mha-switch-off": Case(
         "mi300x-no-aiter", "vllm", "0.9.2", env=AITER, feature=ATTN, present=MHA_OFF,
     ),

@@ -7,9 +7,12 @@ from collections.abc import Iterable, Mapping
 
 from packaging.version import Version
 
+from kernelpolicy.engine.model import Decision, ErrorCode
+from kernelpolicy.engine.switches import switch_value
 from kernelpolicy.knobs import KnobTable, knob_table, shipped
 from kernelpolicy.limits import shown
-from kernelpolicy.policy.compiled import CompiledEngineRule
+from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
+from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import StackVersion, parse_version
 
 CHOOSE_HINT = "pass --engine-version to choose"
@@ -112,6 +115,31 @@ class MatchedRelease:
             release = below[-1] if below else None
         knob = table.env(name, release) if release is not None else None
         return knob is not None and knob.defined and knob.read_in is not None
+
+    def unread_request(
+        self, feature: CompiledFeature, decision: Decision, env: Mapping[str, str]
+    ) -> str | None:
+        """The variable whose ``on`` made ``decision`` an error (a switch asked for an
+        implementation that is not supported here), where it is one of this engine's own and
+        this release does not read it (:meth:`reads`): set for another release, it asks this
+        one for nothing, so the switch counts as ``auto`` here. None where the decision is no
+        such error, some variable that asked is read, or there are no tables to tell."""
+        if decision.error_code is not ErrorCode.REQUIRED_UNSUPPORTED or self.table is None:
+            return None
+        requested = next((r for r in decision.candidates if r.switch == "on"), None)
+        candidate = feature.candidate(requested.impl) if requested is not None else None
+        if candidate is None:
+            return None
+        asking = [
+            variable
+            for switch in candidate.spec.switches
+            if switch.true == "on"
+            for variable, value in [switch_value(switch, env)]
+            if value is not None and switched_on(env, variable)
+        ]
+        if not asking or any(not self.table.prefixed(v) or self.reads(v) for v in asking):
+            return None
+        return asking[0]
 
     def unread(self, env: Mapping[str, str]) -> list[str]:
         """One warning per variable of this engine set in ``env`` that the release does not

@@ -143,7 +143,7 @@ def _tell_until_settled(
     unsettled: set[str] = set()  # what kept changing after the first pass
     for attempt in range(len(features) + 2):
         context = RuleContext(resolution.platform, seen, release.matched, release.given)
-        teller = _Teller(engine, context, model_kind)
+        teller = _Teller(engine, context, model_kind, release)
         told = {
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
             for name, decision in resolution.decisions.items()
@@ -180,10 +180,13 @@ def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule
 class _Teller:
     """Works out one decision at a time, collecting the errors and warnings on the way."""
 
-    def __init__(self, engine: str, context: RuleContext, model_kind: str) -> None:
+    def __init__(
+        self, engine: str, context: RuleContext, model_kind: str, release: MatchedRelease
+    ) -> None:
         self.engine = engine
         self.context = context
         self.model_kind = model_kind
+        self.release = release
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.about: list[tuple[str, str]] = []  # (feature, warning) of the warnings about one
@@ -199,7 +202,11 @@ class _Teller:
         if relevant and kind not in (None, self.model_kind):
             return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error, model_kind=kind)
         if decision.error is not None:
-            return self.told_error(feature, decision.error, relevant)
+            asked = self.release.unread_request(feature, decision, self.context.env)
+            if asked is None or not relevant:
+                return self.told_error(feature, decision.error, relevant)
+            decision = self.unasked(feature, decision, asked)
+            impl = decision.impl
         if not relevant:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
         if impl is None:
@@ -216,6 +223,20 @@ class _Teller:
         if told.plugin is not None and name in PLUGIN_FEATURES.get(engine, frozenset()):
             self.bypass_warning(name)
         return told
+
+    def unasked(self, feature: CompiledFeature, decision: Decision, variable: str) -> Decision:
+        """``decision``, an error because ``variable`` asked for an implementation not
+        supported here, as it is with that switch at ``auto``, since this release does not read
+        the variable: the first candidate accepted here, said in a warning."""
+        accepted = next((r.impl for r in decision.candidates if r.accepted), None)
+        name, engine = feature.name, self.engine
+        self.warn(
+            name,
+            f"{name}: {decision.error}; but {engine} {self.context.version} does not read "
+            f"{variable}, so it asks this release for nothing: not blocking; "
+            + (f"{engine} is told {accepted}" if accepted else "no candidate is accepted here"),
+        )
+        return replace(decision, impl=accepted, error=None, error_code=None)
 
     def told_error(self, feature: CompiledFeature, error: str, relevant: bool) -> Told:
         """A decision that is an error: it stops this engine where it is told about the
