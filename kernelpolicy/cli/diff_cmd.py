@@ -305,7 +305,13 @@ def _rollouts(result: Any) -> list[str]:
     first three named; --json has every node of every step), and how many it leaves out."""
     lines = []
     for rollout in (r for r in result.rollouts if r.changed):
-        lines += ["", f"rollout {rollout.feature} -> {rollout.impl} at {rollout.percent:g}%:"]
+        at = f"at {rollout.percent:g}%"
+        lines += [
+            "",
+            f"disable {rollout.feature}/{rollout.impl} {at} (nodes switched off):"
+            if rollout.disable
+            else f"rollout {rollout.feature} -> {rollout.impl} {at}:",
+        ]
         joining = rollout.joining() or [[] for _ in rollout.steps]
         for (percent, nodes), new in zip(rollout.steps, joining, strict=True):
             policy = "  (the policy)" if percent == rollout.percent else ""

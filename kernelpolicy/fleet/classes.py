@@ -1,7 +1,8 @@
 """Classes of identical nodes: what about a node a decision can read, as a key and in words.
 
 Two nodes of one class differ only in identity (machine ID, GPU UUIDs, bus addresses) and probe
-messages, so one resolution decides for both (within one rollout cohort).
+messages, so one resolution decides for both (within one cohort of each staged candidate and
+each staged ``[[disable]]``: ``diff`` splits a class by them, see :data:`.outcomes.Group`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from kernelpolicy.digest import sha256
 from kernelpolicy.evidence.store import Evidence
@@ -28,7 +29,15 @@ from kernelpolicy.fleet.notices import (
     label_disagreement_warning,
     same_daemon_warning,
 )
-from kernelpolicy.fleet.outcomes import ENGINES, Group, Outcome, Resolver, flag_options
+from kernelpolicy.fleet.outcomes import (
+    ENGINES,
+    Group,
+    Outcome,
+    Resolver,
+    disable_rollouts,
+    flag_options,
+    staged_disables,
+)
 from kernelpolicy.fleet.result import (
     Change,
     ClassDiff,
@@ -208,6 +217,12 @@ def diff_fleet(
         changed = rollout != _rollout_of(old, feature, impl) or (feature, impl) in tally.through
         counted.append(replace(found, changed=changed))
         reachable.update(reach)
+    switched, switched_off = disable_rollouts(
+        old, new, steps, partial(_choosing, fleet),
+        through=tally.through, name=lambda index: fleet.members[index][3],
+    )  # fmt: skip
+    counted += switched
+    reachable.update(switched_off)
     total = len(fleet.members)
     unstaged = sorted(
         ((change, len(indices)) for change, indices in tally.unstaged.items()),
@@ -238,7 +253,7 @@ class _Tally:
     reached: dict[tuple[int, Change], list[int]] = field(default_factory=dict)
     disagree: list[_Disagreeing] = field(default_factory=list)
     unstaged: dict[Change, list[int]] = field(default_factory=dict)
-    through: set[tuple[str, str]] = field(default_factory=set)
+    through: set[tuple[str, ...]] = field(default_factory=set)  # + "disable": a staged one's
 
     @classmethod
     def count(cls, fleet: _Fleet, old: PolicySet, new: PolicySet) -> _Tally:
@@ -246,9 +261,12 @@ class _Tally:
         names filled in."""
         before, after = Resolver(old), Resolver(new)
         tally = cls()
-        placed = [r for _, _, r in rollouts(old)]
+        placed = _placed(old)
         staged = {(f, i): len(placed) + n for n, (f, i, _) in enumerate(rollouts(new))}
-        placed += [r for _, _, r in rollouts(new)]
+        disabled: dict[tuple[str, str], list[int]] = {}
+        for n, item in enumerate(staged_disables(new), start=len(placed) + len(staged)):
+            disabled.setdefault(item[:2], []).append(n)
+        placed += _placed(new)
         for group, (members, platform) in fleet.groups(placed).items():
             current = fleet.outcome(before, group, platform)
             tally.disagree += fleet.disagreeing(members, current)
@@ -259,7 +277,7 @@ class _Tally:
                 tally.reached.setdefault((group[0], change), []).extend(members)
             if found:
                 tally.changed.update(members)
-            through, loose = _staging(found, group[1], staged)
+            through, loose = _staging(found, group[1], staged, disabled)
             tally.through |= through
             for change in loose:
                 tally.unstaged.setdefault(change, []).extend(members)
@@ -268,16 +286,21 @@ class _Tally:
 
 
 def _staging(
-    found: Sequence[Change], cohorts: Sequence[Cohort], staged: Mapping[tuple[str, str], int]
-) -> tuple[set[tuple[str, str]], list[Change]]:
+    found: Sequence[Change],
+    cohorts: Sequence[Cohort],
+    staged: Mapping[tuple[str, str], int],
+    disabled: Mapping[tuple[str, str], Sequence[int]],
+) -> tuple[set[tuple[str, ...]], list[Change]]:
     """The staged candidates (feature, impl) a group's changes go through, and the changes no
     rollout stages (they land on all their nodes at the next reload).
 
     A decision is staged where it moves to a candidate that ``new`` stages, or off one whose
     cohort leaves the node out (a lowered percent, the kill switch); ``staged`` gives each
-    staged candidate's index in ``cohorts``. An engine setting follows the decisions: staged
-    where every decision that changes with it is."""
-    through: set[tuple[str, str]] = set()
+    staged candidate's index in ``cohorts``; or off a candidate that a staged disable of
+    ``new`` switches off here, or onto one whose staged disables all leave the node out
+    (``disabled``: their indices in ``cohorts``). An engine setting follows the decisions:
+    staged where every decision that changes with it is."""
+    through: set[tuple[str, ...]] = set()
     loose: list[Change] = []
     for change in found:
         if change.kind != "decision":
@@ -287,11 +310,21 @@ def _staging(
             through.add(onto)
         elif off in staged and cohorts[staged[off]] is not Cohort.IN:
             through.add(off)
+        elif any(cohorts[n] is Cohort.IN for n in disabled.get(off, ())):
+            through.add((*off, "disable"))
+        elif onto in disabled and all(cohorts[n] is not Cohort.IN for n in disabled[onto]):
+            through.add((*onto, "disable"))
         else:
             loose.append(change)
     if loose or not through:
         loose += [change for change in found if change.kind != "decision"]
     return through, loose
+
+
+def _placed(policies: PolicySet) -> list[CompiledRollout]:
+    """The rollouts of ``policies`` a node is placed in: its candidates', then its staged
+    disables' (the cohorts of a :data:`~.outcomes.Group`)."""
+    return [r for _, _, r in rollouts(policies)] + [d.rollout for d in staged_disables(policies)]
 
 
 def _rollout_of(policies: PolicySet, feature: str, impl: str) -> CompiledRollout | None:
@@ -373,7 +406,7 @@ def _choosing(fleet: _Fleet, staged: PolicySet, feature: str, impl: str) -> list
     """The nodes (indices into ``fleet.members``, in order) for which ``staged`` decides
     ``impl`` for ``feature``."""
     resolver = Resolver(staged, engines=())
-    groups = fleet.groups([r for _, _, r in rollouts(staged)])
+    groups = fleet.groups(_placed(staged))
     return sorted(
         index
         for group, (members, platform) in groups.items()

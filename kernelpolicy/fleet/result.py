@@ -60,6 +60,8 @@ class RolloutSteps:
         names: The names of those nodes at each step, in inventory order (as ``steps``).
         changed: Whether the change touches this rollout: its candidate's rollout differs
             from the current policies' (or they have none), or some node changes through it.
+        disable: The rollout of a staged ``[[disable]]`` of the candidate: ``steps`` count
+            the nodes it switches off (that run ``impl`` where it applies nowhere).
     """
 
     feature: str
@@ -68,6 +70,7 @@ class RolloutSteps:
     steps: tuple[tuple[float, int], ...]
     names: tuple[tuple[str, ...], ...] = ()
     changed: bool = True
+    disable: bool = False
 
     def joining(self) -> list[list[str]]:
         """Per step, the nodes that run ``impl`` there and did not at the step before."""
@@ -219,7 +222,7 @@ def _rollout_dict(rollout: RolloutSteps, share: Callable[[int], float]) -> dict[
     names = rollout.names or tuple(() for _ in rollout.steps)
     return {
         "feature": rollout.feature, "impl": rollout.impl, "percent": rollout.percent,
-        "changed": rollout.changed,
+        "changed": rollout.changed, "disable": rollout.disable,
         "steps": [
             {"percent": p, "nodes": n, "share": share(n), "node_names": list(named)}
             for (p, n), named in zip(rollout.steps, names, strict=True)
