@@ -312,3 +312,21 @@ def test_several_staged_disables_show_the_one_that_applies(tmp_path: Path) -> No
     assert result.cohort is Cohort.IN
     assert result.percent == 50.0
     assert resolution.decisions[FEATURE].impl == "plain"
+
+
+def test_the_pack_cache_keeps_the_disable_rollout(tmp_path: Path) -> None:
+    """A set read back from the compiled-pack cache (records, no pydantic) stages the disable
+    alike: same rollout, same decisions and fingerprints."""
+    from kernelpolicy.policy.packcache import load_cached
+
+    ops = 'schema = "kernelpolicy.policy/v1"\n' + disable("{ percent = 50 }")
+    sources = [("/p/demo.toml", FEATURE_TEXT), ("/p/ops.toml", ops)]
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    fresh, cached = load_cached(sources, cache), load_cached(sources, cache)
+    assert type(cached.disables[0].spec).__name__ == "SpecRecord"
+    assert cached.disables[0].rollout == fresh.disables[0].rollout
+    for machine_id in (INSIDE, OUTSIDE):
+        one, other = (resolve_policies(node(machine_id), {}, s) for s in (fresh, cached))
+        assert one.decisions[FEATURE].impl == other.decisions[FEATURE].impl
+        assert one.fingerprint == other.fingerprint
