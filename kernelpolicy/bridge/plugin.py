@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from kernelpolicy.errors import SettingsError
-from kernelpolicy.knobs import CARRIED_TO_WORKERS
+from kernelpolicy.knobs import CARRIED_TO_WORKERS, PLUGIN_ALLOWLIST, PLUGIN_FEATURES, PLUGIN_SINCE
 from kernelpolicy.limits import MAX_INPUTS_BYTES, MAX_NESTING_DEPTH, shown
 from kernelpolicy.safeio import parse_json
+from kernelpolicy.settings import switched_on
 
 # The engines with a kernelpolicy plugin; the variable that turns it on, and the one that
 # carries the inputs (names other code and the plugin depend on).
@@ -23,6 +26,35 @@ NAME = "kernelpolicy"  # its entry point's name (pyproject.toml, vllm.general_pl
 ENABLE = "KERNELPOLICY_VLLM_PLUGIN"
 INPUTS = "KERNELPOLICY_VLLM_PLUGIN_INPUTS"
 _KEPT_PREFIXES = ("KERNELPOLICY_", "VLLM_", "SGLANG_", "SGL_", "HOME", "XDG_")
+
+
+def plugin_blocked(engine: str, env: Mapping[str, str]) -> str | None:
+    """Why kernelpolicy's plugin will not run in ``engine`` started with ``env`` (the operator
+    turned it off, or the engine's plugin list leaves it out), or None."""
+    if env.get(ENABLE, "").strip() and not switched_on(env, ENABLE):
+        return f"{ENABLE} turns it off"
+    allowlist = PLUGIN_ALLOWLIST.get(engine)
+    if allowlist is not None and allowlist in env:
+        value = env[allowlist]
+        if NAME not in value.split(","):
+            return (
+                f"{allowlist}={shown(value)} does not name {NAME} ({engine} loads only the "
+                f"plugins it names: add {NAME} to it)"
+            )
+    return None
+
+
+def plugin_routes(
+    engine: str, env: Mapping[str, str], release: Version | None, feature: str
+) -> bool:
+    """kernelpolicy's plugin routes ``feature`` inside ``release`` of ``engine`` (the release
+    it runs, not the one the rules are matched as: 0.34.0 runs the plugin as released)."""
+    since = PLUGIN_SINCE.get(engine)
+    return (
+        plugin_blocked(engine, env) is None
+        and since is not None and release is not None and release >= Version(since)
+        and feature in PLUGIN_FEATURES.get(engine, frozenset())
+    )  # fmt: skip
 
 
 def plugin_environment(

@@ -22,22 +22,13 @@ from kernelpolicy.bridge.model import (
 )
 from kernelpolicy.bridge.per_call import per_batch, per_dtype
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
-from kernelpolicy.bridge.plugin import NAME as PLUGIN_NAME
-from kernelpolicy.bridge.plugin import carried_to_workers
+from kernelpolicy.bridge.plugin import carried_to_workers, plugin_blocked, plugin_routes
 from kernelpolicy.bridge.release import MatchedRelease, named_versions
 from kernelpolicy.engine.model import Decision
 from kernelpolicy.engine.resolution import Resolution
 from kernelpolicy.errors import SettingsError
 from kernelpolicy.inputs import distribution
-from kernelpolicy.knobs import (
-    PLUGIN_ALLOWLIST,
-    PLUGIN_BYPASS,
-    PLUGIN_FEATURES,
-    PLUGIN_SINCE,
-    knob_table,
-    runner_v2_routed,
-)
-from kernelpolicy.limits import shown
+from kernelpolicy.knobs import PLUGIN_BYPASS, PLUGIN_FEATURES, knob_table, runner_v2_routed
 from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
 from kernelpolicy.policy.schema.model import MODEL_KINDS
 from kernelpolicy.versions import LazySpecifierSet
@@ -217,7 +208,8 @@ class _Teller:
             return self.refused(feature, told)
         by_dtype = per_dtype(decision, impl)
         told = replace(told, by_batch=by_batch, batch_conditions=conditions, by_dtype=by_dtype)
-        if (told.per_batch or told.per_dtype) and told.plugin is None and self.plugin_routes(name):
+        routes = plugin_routes(engine, self.context.env, self.context.given, name)
+        if (told.per_batch or told.per_dtype) and told.plugin is None and routes:
             note = "routes the engine's calls per call through resolve().select()"
             told = replace(told, plugin=note, env=(*told.env, (PLUGIN_SWITCH, "1")))
         if told.plugin is not None and name in PLUGIN_FEATURES.get(engine, frozenset()):
@@ -334,32 +326,6 @@ class _Teller:
             f"reaches {self.engine} only with {variable}={off}",
         )
 
-    def plugin_blocked(self) -> str | None:
-        """Why kernelpolicy's plugin will not run in this engine (the operator turned it off, or
-        the engine's plugin list leaves it out), or None."""
-        raw = self.context.env.get(PLUGIN_SWITCH, "").strip()
-        if raw and not self.context.on(PLUGIN_SWITCH):
-            return f"{PLUGIN_SWITCH} turns it off"
-        allowlist = PLUGIN_ALLOWLIST.get(self.engine)
-        if allowlist is not None and allowlist in self.context.env:
-            value = self.context.env[allowlist]
-            if PLUGIN_NAME not in value.split(","):
-                return (
-                    f"{allowlist}={shown(value)} does not name {PLUGIN_NAME} ({self.engine} "
-                    f"loads only the plugins it names: add {PLUGIN_NAME} to it)"
-                )
-        return None
-
-    def plugin_routes(self, feature: str) -> bool:
-        """kernelpolicy's plugin routes ``feature`` inside this engine release."""
-        since = PLUGIN_SINCE.get(self.engine)
-        version = self.context.given  # 0.34.0 runs the plugin as released, not as 0.33.0
-        return (
-            self.plugin_blocked() is None
-            and since is not None and version is not None and version >= Version(since)
-            and feature in PLUGIN_FEATURES.get(self.engine, frozenset())
-        )  # fmt: skip
-
     def _by_rule(self, feature: CompiledFeature, impl: str) -> Told:
         name, engine = feature.name, self.engine
         candidate = feature.candidate(impl)
@@ -383,7 +349,7 @@ class _Teller:
             else Status.DEFAULT
         )  # fmt: skip
         env = tuple(spec.env.items())
-        blocked = self.plugin_blocked() if spec.plugin else None
+        blocked = plugin_blocked(engine, self.context.env) if spec.plugin else None
         if blocked is not None:
             return Told(
                 name, impl, Status.INEXPRESSIBLE, env=env,
