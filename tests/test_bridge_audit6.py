@@ -16,7 +16,11 @@ each finding fixed named cases that failed on the pack before it.
   0.8.5.post1-0.11.0 do not define it, and 0.19.1-0.33.0 define it but read it nowhere (the knob
   tables; _aiter_ops.py 0.19.1 :1063, :1091 only store it): there the switch counts as ``auto``
   (the bridge's :meth:`~kernelpolicy.bridge.release.MatchedRelease.unread_request`), with a
-  warning, and the engine is told the first candidate accepted.
+  warning, and the engine is told the first candidate accepted;
+- vLLM >= 0.19 runs ROCM_ATTN first without aiter, TRITON_ATTN only for the models it refuses
+  (platforms/rocm.py 0.19.1 :329-336, 0.33.0 :553-564): Triton attention gets no pin there
+  (inexpressible), but where vLLM >= 0.28 would put AITER unified attention first (gfx1200/
+  gfx1201 with aiter and VLLM_ROCM_USE_AITER on: 0.33.0 :562-563).
 
 The AMD machines of the audit are fixtures with another aiter or arch (:data:`PLATFORMS`).
 """
@@ -71,13 +75,36 @@ MHA_OFF = {"VLLM_ROCM_USE_AITER_MHA": "0"}
 UNIFIED = {**AITER, "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}
 UNREAD = "does not read VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION"
 NOT_SUPPORTED = "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION=1 requires rocm_aiter_unified"
+PINNED = ("--attention-backend",)
 CASES = {
+    "vllm-0.19.1-mi300x-triton-not-pinned": Case(
+        "mi300x", "vllm", "0.19.1", feature=ATTN, status=Status.INEXPRESSIBLE, absent=PINNED,
+        warning="runs its ROCM_ATTN backend first",
+    ),
+    "vllm-0.33.0-rx7900xtx-triton-not-pinned": Case(
+        "rx7900xtx", "vllm", "0.33.0", feature=ATTN, status=Status.INEXPRESSIBLE,
+        absent=PINNED,
+    ),
+    "vllm-0.24.0-mi250x-triton-not-pinned": Case(
+        "mi250x", "vllm", "0.24.0", env=AITER, feature=ATTN, status=Status.INEXPRESSIBLE,
+        absent=PINNED,
+    ),
+    # unchanged: vLLM >= 0.28 puts AITER unified attention first on RDNA4 with aiter on
+    "vllm-0.28.0-rx9070xt-aiter-triton-pinned": Case(
+        "rx9070xt-aiter", "vllm", "0.28.0", env=AITER, feature=ATTN,
+        flags=("--attention-backend", "TRITON_ATTN"),
+    ),
+    # unchanged: TRITON_ATTN is vLLM's default without aiter in 0.13-0.18
+    "vllm-0.18.1-mi250x-triton-pinned": Case(
+        "mi250x", "vllm", "0.18.1", feature=ATTN, flags=("--attention-backend", "TRITON_ATTN"),
+    ),
     "vllm-0.19.1-mi250x-unified-unread-not-blocking": Case(
         "mi250x", "vllm", "0.19.1", env=UNIFIED, feature=ATTN, warning=UNREAD,
-        flags=("--attention-backend", "TRITON_ATTN"),
+        status=Status.INEXPRESSIBLE, absent=PINNED,
     ),
     "vllm-0.33.0-rx7900xtx-unified-unread-not-blocking": Case(
         "rx7900xtx", "vllm", "0.33.0", env=UNIFIED, feature=ATTN, warning=UNREAD,
+        status=Status.INEXPRESSIBLE,
     ),
     "vllm-0.11.0-mi300x-no-aiter-unified-undefined-not-blocking": Case(
         "mi300x-no-aiter", "vllm", "0.11.0", env=UNIFIED, feature=ATTN, present=MHA_OFF,
