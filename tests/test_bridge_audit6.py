@@ -20,7 +20,11 @@ each finding fixed named cases that failed on the pack before it.
 - vLLM >= 0.19 runs ROCM_ATTN first without aiter, TRITON_ATTN only for the models it refuses
   (platforms/rocm.py 0.19.1 :329-336, 0.33.0 :553-564): Triton attention gets no pin there
   (inexpressible), but where vLLM >= 0.28 would put AITER unified attention first (gfx1200/
-  gfx1201 with aiter and VLLM_ROCM_USE_AITER on: 0.33.0 :562-563).
+  gfx1201 with aiter and VLLM_ROCM_USE_AITER on: 0.33.0 :562-563);
+- SGLang's own ROCm default is aiter attention whatever SGLANG_USE_AITER says (0.4.9.post6
+  model_executor/model_runner.py:394-395, 0.5.23 arg_groups/model_override_base.py:326-327; for
+  MLA with 16 or 128 heads per rank, :341-348): the triton pin stays on gfx942/gfx950 with aiter,
+  with a warning that it moves SGLang off aiter and how to let kernelpolicy choose aiter.
 
 The AMD machines of the audit are fixtures with another aiter or arch (:data:`PLATFORMS`).
 """
@@ -76,6 +80,8 @@ UNIFIED = {**AITER, "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}
 UNREAD = "does not read VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION"
 NOT_SUPPORTED = "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION=1 requires rocm_aiter_unified"
 PINNED = ("--attention-backend",)
+SG_TRITON = ("--attention-backend", "triton")
+SG_AITER = "SGLang's own ROCm attention default is aiter"
 CASES = {
     "vllm-0.19.1-mi300x-triton-not-pinned": Case(
         "mi300x", "vllm", "0.19.1", feature=ATTN, status=Status.INEXPRESSIBLE, absent=PINNED,
@@ -97,6 +103,31 @@ CASES = {
     # unchanged: TRITON_ATTN is vLLM's default without aiter in 0.13-0.18
     "vllm-0.18.1-mi250x-triton-pinned": Case(
         "mi250x", "vllm", "0.18.1", feature=ATTN, flags=("--attention-backend", "TRITON_ATTN"),
+    ),
+    "sglang-0.5.23-mi325x-triton-pin-warns-aiter-default": Case(
+        "mi325x", "sglang", "0.5.23", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=SG_TRITON, warning=SG_AITER,
+    ),
+    "sglang-0.4.6.post5-mi325x-triton-pin-warns-aiter-default": Case(
+        "mi325x", "sglang", "0.4.6.post5", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=SG_TRITON, warning=SG_AITER,
+    ),
+    "sglang-0.5.3.post3-mi355x-triton-pin-warns-aiter-default": Case(
+        "mi355x", "sglang", "0.5.3.post3", feature=ATTN, status=Status.INEXPRESSIBLE,
+        flags=SG_TRITON, warning=SG_AITER,
+    ),
+    "sglang-0.5.23-mi325x-triton-mla-pin-warns-aiter-default": Case(
+        "mi325x", "sglang", "0.5.23", "mla", feature=MLA, status=Status.INEXPRESSIBLE,
+        flags=SG_TRITON, warning="MLA default on ROCm is aiter",
+    ),
+    # unchanged: without aiter SGLang's own aiter default cannot run; the pin stays
+    "sglang-0.5.6.post2-mi250x-triton-pinned": Case(
+        "mi250x", "sglang", "0.5.6.post2", feature=ATTN, flags=SG_TRITON,
+    ),
+    # unchanged: with its switch on kernelpolicy chooses aiter and pins nothing
+    "sglang-0.5.23-mi325x-aiter-not-pinned": Case(
+        "mi325x", "sglang", "0.5.23", env={"SGLANG_USE_AITER": "1"}, feature=ATTN,
+        absent=PINNED, present={"SGLANG_USE_AITER": "1"},
     ),
     "vllm-0.19.1-mi250x-unified-unread-not-blocking": Case(
         "mi250x", "vllm", "0.19.1", env=UNIFIED, feature=ATTN, warning=UNREAD,
