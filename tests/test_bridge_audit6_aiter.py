@@ -14,7 +14,12 @@ their release code): each fixed named cases that failed on the pack before it.
 - vLLM fuses the shared experts only inside its aiter fused MoE
   (``is_fusion_moe_shared_experts_enabled = is_fused_moe_enabled() and ...``: _aiter_ops.py
   0.12.0 :492-493, 0.33.0 :2338-2339): the operator's VLLM_ROCM_USE_AITER_MOE=0 switches the
-  fusion off in the decision, and where moe.experts is not rocm_aiter the fusion is not told.
+  fusion off in the decision, and where moe.experts is not rocm_aiter the fusion is not told;
+- from 0.21 vLLM fuses all-reduce + RMSNorm with aiter by default where VLLM_ROCM_USE_AITER is
+  on and tensor parallelism is above 1 (config/vllm.py 0.21.0 :119-129, :222, :244;
+  compilation/passes/pass_manager.py :145-147): where kernelpolicy chose torch there, a warning
+  says how to turn the fusion off (kernelpolicy sends no --compilation-config, which vLLM keeps
+  one of: utils/argparse_utils.py 0.21.0 :369-429).
 """
 
 from __future__ import annotations
@@ -31,9 +36,27 @@ FORCE_PA = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_PAGED_ATTENTION": "aiter"}
 FUSION = "rocm.aiter.fusion_shared_experts"
 FUSE = "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"
 FORCE_FUSION = {**AITER, "KERNELPOLICY_FORCE_ROCM_AITER_FUSION_SHARED_EXPERTS": "aiter"}
+AR = "allreduce_rmsnorm"
+FORCE_AR_TORCH = {**AITER, "KERNELPOLICY_FORCE_ALLREDUCE_RMSNORM": "torch"}
 INDEXER = "sparse_attn_indexer"
 REQUIRED = "sparse_attn_indexer is required here"
 CASES = {
+    "vllm-0.21.0-mi325x-allreduce-torch-warns-fusion": Case(
+        "mi325x", "vllm", "0.21.0", env=FORCE_AR_TORCH, feature=AR, status=Status.INEXPRESSIBLE,
+        absent=("--compilation-config",), warning="-cc.pass_config.fuse_allreduce_rms=false",
+    ),
+    "vllm-0.33.0-mi355x-allreduce-torch-warns-fusion": Case(
+        "mi355x", "vllm", "0.33.0", env=FORCE_AR_TORCH, feature=AR, status=Status.INEXPRESSIBLE,
+        warning="fuses all-reduce + RMSNorm with aiter by default",
+    ),
+    # unchanged: no aiter fusion before 0.21, and none without the switch
+    "vllm-0.20.2-mi325x-allreduce-torch-default": Case(
+        "mi325x", "vllm", "0.20.2", env=FORCE_AR_TORCH, feature=AR, status=Status.DEFAULT,
+    ),
+    "vllm-0.21.0-mi325x-allreduce-torch-no-switch-default": Case(
+        "mi325x", "vllm", "0.21.0", env={"KERNELPOLICY_FORCE_ALLREDUCE_RMSNORM": "torch"},
+        feature=AR, status=Status.DEFAULT,
+    ),
     "vllm-0.12.0-mi325x-fusion-without-aiter-moe-not-sent": Case(
         "mi325x", "vllm", "0.12.0",
         env={**FORCE_FUSION, "KERNELPOLICY_FORCE_MOE_EXPERTS": "triton"}, feature=FUSION,
