@@ -16,7 +16,7 @@ from kernelpolicy.cli import main
 from kernelpolicy.cli.diff_cmd import render
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.fleet import Node, diff_fleet
-from kernelpolicy.fleet.diff import with_percent
+from kernelpolicy.fleet.staging import with_percent
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy import PolicySet, load_policy_text
 from tests.fleet_helpers import staged_policy

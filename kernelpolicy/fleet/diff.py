@@ -47,25 +47,21 @@ from kernelpolicy.fleet.result import (
     Running,
     Runs,
 )
+from kernelpolicy.fleet.staging import (
+    DEFAULT_STEPS,
+    placed_rollouts,
+    rollout_of,
+    rollouts,
+    staged_through,
+    with_percent,
+)
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.rollout import Cohort, CompiledRollout
+from kernelpolicy.policy.rollout import CompiledRollout
 
 __all__ = [
     "ENGINES", "Change", "ClassDiff", "FleetDiff", "RolloutSteps", "diff_fleet", "flag_options",
 ]  # fmt: skip
-
-DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
-
-
-def rollouts(policies: PolicySet) -> list[tuple[str, str, CompiledRollout]]:
-    """(feature, impl, rollout) of every candidate rolled out in stages, in policy order."""
-    return [
-        (name, c.impl, c.rollout)
-        for name, feature in policies.features.items()
-        for c in feature.candidates
-        if c.rollout is not None
-    ]
 
 
 def _changes(old: Outcome, new: Outcome) -> list[Change]:
@@ -214,7 +210,7 @@ def diff_fleet(
     reachable: set[int] = set()
     for feature, impl, rollout in rollouts(new):
         found, reach = _steps(fleet, new, (feature, impl, rollout), steps)
-        changed = rollout != _rollout_of(old, feature, impl) or (feature, impl) in tally.through
+        changed = rollout != rollout_of(old, feature, impl) or (feature, impl) in tally.through
         counted.append(replace(found, changed=changed))
         reachable.update(reach)
     switched, switched_off = disable_rollouts(
@@ -261,12 +257,12 @@ class _Tally:
         names filled in."""
         before, after = Resolver(old), Resolver(new)
         tally = cls()
-        placed = _placed(old)
+        placed = placed_rollouts(old)
         staged = {(f, i): len(placed) + n for n, (f, i, _) in enumerate(rollouts(new))}
         disabled: dict[tuple[str, str], list[int]] = {}
         for n, item in enumerate(staged_disables(new), start=len(placed) + len(staged)):
             disabled.setdefault(item[:2], []).append(n)
-        placed += _placed(new)
+        placed += placed_rollouts(new)
         for group, (members, platform) in fleet.groups(placed).items():
             current = fleet.outcome(before, group, platform)
             tally.disagree += fleet.disagreeing(members, current)
@@ -277,61 +273,12 @@ class _Tally:
                 tally.reached.setdefault((group[0], change), []).extend(members)
             if found:
                 tally.changed.update(members)
-            through, loose = _staging(found, group[1], staged, disabled)
+            through, loose = staged_through(found, group[1], staged, disabled)
             tally.through |= through
             for change in loose:
                 tally.unstaged.setdefault(change, []).extend(members)
         _name_nodes(fleet, tally.changed, tally.reached)
         return tally
-
-
-def _staging(
-    found: Sequence[Change],
-    cohorts: Sequence[Cohort],
-    staged: Mapping[tuple[str, str], int],
-    disabled: Mapping[tuple[str, str], Sequence[int]],
-) -> tuple[set[tuple[str, ...]], list[Change]]:
-    """The staged candidates (feature, impl) a group's changes go through, and the changes no
-    rollout stages (they land on all their nodes at the next reload).
-
-    A decision is staged where it moves to a candidate that ``new`` stages, or off one whose
-    cohort leaves the node out (a lowered percent, the kill switch); ``staged`` gives each
-    staged candidate's index in ``cohorts``; or off a candidate that a staged disable of
-    ``new`` switches off here, or onto one whose staged disables all leave the node out
-    (``disabled``: their indices in ``cohorts``). An engine setting follows the decisions:
-    staged where every decision that changes with it is."""
-    through: set[tuple[str, ...]] = set()
-    loose: list[Change] = []
-    for change in found:
-        if change.kind != "decision":
-            continue
-        onto, off = (change.name, change.new), (change.name, change.old)
-        if onto in staged:
-            through.add(onto)
-        elif off in staged and cohorts[staged[off]] is not Cohort.IN:
-            through.add(off)
-        elif any(cohorts[n] is Cohort.IN for n in disabled.get(off, ())):
-            through.add((*off, "disable"))
-        elif onto in disabled and all(cohorts[n] is not Cohort.IN for n in disabled[onto]):
-            through.add((*onto, "disable"))
-        else:
-            loose.append(change)
-    if loose or not through:
-        loose += [change for change in found if change.kind != "decision"]
-    return through, loose
-
-
-def _placed(policies: PolicySet) -> list[CompiledRollout]:
-    """The rollouts of ``policies`` a node is placed in: its candidates', then its staged
-    disables' (the cohorts of a :data:`~.outcomes.Group`)."""
-    return [r for _, _, r in rollouts(policies)] + [d.rollout for d in staged_disables(policies)]
-
-
-def _rollout_of(policies: PolicySet, feature: str, impl: str) -> CompiledRollout | None:
-    """The rollout of ``policies``' candidate ``impl`` of ``feature``, if it has one."""
-    compiled = policies.features.get(feature)
-    candidates = compiled.candidates if compiled is not None else ()
-    return next((c.rollout for c in candidates if c.impl == impl), None)
 
 
 def _disagreements(found: list[_Disagreeing], total: int) -> list[FleetWarning]:
@@ -406,23 +353,10 @@ def _choosing(fleet: _Fleet, staged: PolicySet, feature: str, impl: str) -> list
     """The nodes (indices into ``fleet.members``, in order) for which ``staged`` decides
     ``impl`` for ``feature``."""
     resolver = Resolver(staged, engines=())
-    groups = fleet.groups(_placed(staged))
+    groups = fleet.groups(placed_rollouts(staged))
     return sorted(
         index
         for group, (members, platform) in groups.items()
         if fleet.outcome(resolver, group, platform, after=True)[("decision", feature)] == impl
         for index in members
     )
-
-
-def with_percent(policies: PolicySet, feature: str, impl: str, percent: float) -> PolicySet:
-    """``policies`` with one candidate's rollout at ``percent`` (same cohort order)."""
-    compiled = policies.features[feature]
-    candidates = tuple(
-        replace(c, rollout=c.rollout.with_percent(percent))
-        if c.impl == impl and c.rollout is not None
-        else c
-        for c in compiled.candidates
-    )
-    features = {**policies.features, feature: replace(compiled, candidates=candidates)}
-    return replace(policies, features=features)
