@@ -206,19 +206,7 @@ def diff_fleet(
     """
     fleet = _Fleet.build(nodes, old, new)
     tally = _Tally.count(fleet, old, new)
-    counted: list[RolloutSteps] = []
-    reachable: set[int] = set()
-    for feature, impl, rollout in rollouts(new):
-        found, reach = _steps(fleet, new, (feature, impl, rollout), steps)
-        changed = rollout != rollout_of(old, feature, impl) or (feature, impl) in tally.through
-        counted.append(replace(found, changed=changed))
-        reachable.update(reach)
-    switched, switched_off = disable_rollouts(
-        old, new, steps, partial(_choosing, fleet),
-        through=tally.through, name=lambda index: fleet.members[index][3],
-    )  # fmt: skip
-    counted += switched
-    reachable.update(switched_off)
+    counted, reachable = _rollout_steps(fleet, tally, old, new, steps)
     total = len(fleet.members)
     unstaged = sorted(
         ((change, len(indices)) for change, indices in tally.unstaged.items()),
@@ -236,6 +224,27 @@ def diff_fleet(
         tuple(unstaged), tuple(fleet.members[index][3] for index in sorted(unstaged_nodes)),
         (old.digest, new.digest),
     )  # fmt: skip
+
+
+def _rollout_steps(
+    fleet: _Fleet, tally: _Tally, old: PolicySet, new: PolicySet, steps: Sequence[float]
+) -> tuple[list[RolloutSteps], set[int]]:
+    """Each staged rollout of ``new`` (its candidates', then its disables') counted at
+    ``steps``, and the nodes any of them can reach (those it would at 100%)."""
+    counted: list[RolloutSteps] = []
+    reachable: set[int] = set()
+    for feature, impl, rollout in rollouts(new):
+        found, reach = _steps(fleet, new, (feature, impl, rollout), steps)
+        changed = rollout != rollout_of(old, feature, impl) or (feature, impl) in tally.through
+        counted.append(replace(found, changed=changed))
+        reachable.update(reach)
+    switched, switched_off = disable_rollouts(
+        old, new, steps, partial(_choosing, fleet),
+        through=tally.through, name=lambda index: fleet.members[index][3],
+    )  # fmt: skip
+    counted += switched
+    reachable.update(switched_off)
+    return counted, reachable
 
 
 @dataclass
