@@ -12,7 +12,6 @@ implementation here too, so a caller that skips ``select()`` still gets correct 
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelpolicy.dtypes import dtype_name
-from kernelpolicy.kernels import torch_impl, transfer
+from kernelpolicy.kernels import TopKTopP, top_k_top_p_entry, torch_impl, transfer
 from kernelpolicy.kernels.builds import Builds
 from kernelpolicy.kernels.torch_impl import Generators
 
@@ -45,11 +44,12 @@ def prepare_flashinfer() -> None:
 
 def _seeded_and_unfiltered_to_torch(
     kernel: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], torch.Tensor],
-) -> Callable[..., torch.Tensor]:
-    """The sampler signature around a kernel that takes (logits, k, p): seeded rows and calls
-    with neither k nor p go to the torch implementation, as the policies route them."""
+) -> TopKTopP:
+    """The sampler contract (:class:`~kernelpolicy.kernels.TopKTopP`) around a kernel that takes
+    (logits, k, p): seeded rows and calls with neither k nor p go to the torch implementation,
+    as the policies route them."""
 
-    @functools.wraps(kernel)
+    @top_k_top_p_entry
     def sampler(
         logits: torch.Tensor,
         k: torch.Tensor | None,
@@ -62,6 +62,10 @@ def _seeded_and_unfiltered_to_torch(
             return torch_impl.top_k_top_p(logits, k, p, generators, k_max=k_max)
         return kernel(logits, k, p)
 
+    # the kernel's name and doc, not its signature: no __wrapped__, which inspect.signature
+    # would follow to (logits, k, p)
+    for name in ("__name__", "__qualname__", "__doc__"):
+        setattr(sampler, name, getattr(kernel, name))
     return sampler
 
 

@@ -4,6 +4,7 @@ reproducible with per-row generators, and free of host synchronisation.
 Signatures (the same for every implementation of a feature):
 
 * ``top_k_top_p(logits, k, p, generators=None, *, k_max=None) -> int64 [batch]``
+  (:class:`kernelpolicy.kernels.TopKTopP`)
 * ``greedy(logits) -> int64 [batch]``
 * ``rmsnorm(x, weight, eps, residual=None) -> out`` or ``(out, residual)``
 * ``allreduce_rmsnorm(x, residual, weight, eps, group=None) -> (out, residual)``
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kernelpolicy.kernels import top_k_top_p_entry
 from kernelpolicy.kernels import torch_sampling as sampling
 from kernelpolicy.kernels.torch_sampling import Generators, binned, blocks
 from kernelpolicy.kernels.torch_sampling.top_k import SORT_ROWS, top_p_by_sort
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 
+@top_k_top_p_entry
 def top_k_top_p(
     logits: torch.Tensor,
     k: torch.Tensor | None,
@@ -38,24 +41,9 @@ def top_k_top_p(
     *,
     k_max: int | None = None,
 ) -> torch.Tensor:
-    """Sample one token per row after top-k and then top-p filtering.
-
-    Semantics in :mod:`kernelpolicy.kernels.torch_sampling`: exactly ``k`` tokens kept (ties at
-    the k-th value: the lowest ids), then vLLM's top-p cut with ties by lower id first; NaN is
-    never drawn, ``+inf`` logits share all the mass, a row with nothing finite gives token 0.
-
-    Args:
-        logits: ``[batch, vocab]``.
-        k: Per-row top-k (``<= 0`` or ``>= vocab`` means none), or ``None``.
-        p: Per-row top-p (``>= 1`` means none), or ``None``.
-        generators: Row -> ``torch.Generator`` for seeded requests.
-        k_max: An upper bound of every row's ``k`` (a row without top-k counts as ``vocab``),
-            used when ``k`` lives on the GPU; without it, the bound is read from ``k``, which
-            costs a device synchronisation there. A ``k`` on the host is read for free.
-
-    Returns:
-        ``int64 [batch]`` token ids, every one in ``[0, vocab)``.
-    """
+    """Sample one token per row after top-k and then top-p filtering, as
+    :class:`kernelpolicy.kernels.TopKTopP` says (its exact reference), on the CPU or a GPU. A
+    ``k`` on the host is read for free; on the GPU, ``k_max`` spares the synchronisation."""
     vocab = logits.shape[-1]
     u = sampling.uniforms(logits.shape[0], logits.device, generators)
     if k is None and p is None:

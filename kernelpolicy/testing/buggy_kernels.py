@@ -6,7 +6,14 @@ all-NaN or all -inf row it returns ``vocab_size``, an id outside the vocabulary.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from kernelpolicy.kernels import top_k_top_p_entry
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernels.torch_impl import Generators
 
 
 def greedy_out_of_range(logits: torch.Tensor) -> torch.Tensor:
@@ -15,8 +22,14 @@ def greedy_out_of_range(logits: torch.Tensor) -> torch.Tensor:
     return torch.where(dead, logits.shape[-1], ids)
 
 
+@top_k_top_p_entry
 def top_k_ignores_k(
-    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None, generators: object = None
+    logits: torch.Tensor,
+    k: torch.Tensor | None,
+    p: torch.Tensor | None,
+    generators: Generators = None,
+    *,
+    k_max: int | None = None,
 ) -> torch.Tensor:
     """Samples from the full softmax whatever k and p say (a filtering bug)."""
     x = torch.nan_to_num(logits.float(), nan=-1e30, posinf=1e30, neginf=-1e30)
@@ -24,11 +37,12 @@ def top_k_ignores_k(
     return torch.multinomial(probs, 1).squeeze(-1)
 
 
+@top_k_top_p_entry
 def sampler_fails_when_called(
     logits: torch.Tensor,
     k: torch.Tensor | None,
     p: torch.Tensor | None,
-    generators: object = None,
+    generators: Generators = None,
     *,
     k_max: int | None = None,
 ) -> torch.Tensor:
@@ -36,11 +50,12 @@ def sampler_fails_when_called(
     raise RuntimeError(f"PassManager::run failed (planted) for {logits.dtype}")
 
 
+@top_k_top_p_entry
 def top_k_top_p_fails_float16(
     logits: torch.Tensor,
     k: torch.Tensor | None,
     p: torch.Tensor | None,
-    generators: object = None,
+    generators: Generators = None,
     *,
     k_max: int | None = None,
 ) -> torch.Tensor:
@@ -49,4 +64,4 @@ def top_k_top_p_fails_float16(
 
     if logits.dtype == torch.float16:
         raise RuntimeError("no float16 kernel (planted)")
-    return top_k_top_p(logits, k, p, generators, k_max=k_max)  # type: ignore[arg-type]
+    return top_k_top_p(logits, k, p, generators, k_max=k_max)

@@ -1,7 +1,7 @@
 """Sort-free top-k/top-p sampling in Triton: the ``triton`` implementation (CUDA).
 
-Same signature and semantics as :func:`kernelpolicy.kernels.torch_impl.top_k_top_p`, built so
-that the logits are read about twice and nothing is sorted at vocabulary size. Per call:
+The sampler contract (:class:`kernelpolicy.kernels.TopKTopP`), built so that the logits are
+read about twice and nothing is sorted at vocabulary size. Per call:
 
 1. ``group_kernel`` (2-D grid): the maximum, the second maximum and the softmax sum of every
    group of ``GS`` logits.
@@ -54,6 +54,7 @@ import contextlib
 
 import torch
 
+from kernelpolicy.kernels import top_k_top_p_entry
 from kernelpolicy.kernels.sampling_triton import jit, variants
 from kernelpolicy.kernels.sampling_triton.draws import Draws
 from kernelpolicy.kernels.sampling_triton.failures import (
@@ -95,6 +96,7 @@ GRAPHS = DEFAULT.graphs
 """The default sampler's CUDA graphs (scripts report them)."""
 
 
+@top_k_top_p_entry
 def top_k_top_p(
     logits: torch.Tensor,
     k: torch.Tensor | None,
@@ -110,7 +112,7 @@ def top_k_top_p(
 
 # The engine's serving form (kernelpolicy.kernels.builds.nonblocking_form): a variant not built
 # yet builds in the background while another implementation serves its calls.
-top_k_top_p.nonblocking = DEFAULT.nonblocking  # type: ignore[attr-defined]  # read by getattr
+top_k_top_p.nonblocking = top_k_top_p_entry(DEFAULT.nonblocking)  # type: ignore[attr-defined]  # read by getattr
 
 
 def prefetch() -> None:

@@ -163,8 +163,9 @@ class Sampler:
         *,
         k_max: int | None = None,
     ) -> torch.Tensor:
-        """Sample one token per row after top-k and then top-p filtering (the package doc),
-        building the kernels the call needs inline when they are not built yet.
+        """Sample one token per row after top-k and then top-p filtering
+        (:class:`kernelpolicy.kernels.TopKTopP`; how: the package doc), building the kernels
+        the call needs inline when they are not built yet.
 
         ``k`` on the host costs nothing; on the GPU, pass ``k_max`` or its maximum is read with
         a device synchronisation. Rows whose ``k`` is ``<= 0`` or ``>= vocab`` are top-p (or
