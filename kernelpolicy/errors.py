@@ -9,8 +9,8 @@ Every error kernelpolicy raises on purpose derives from :class:`KernelPolicyErro
     ├── PolicyError            policy files are invalid; ``.issues`` lists file, line, feature, key
     ├── UntrustedFileError     a policy file, directory or evidence store is owned or writable
     │                          by another user (see kernelpolicy.trust)
-    ├── EvidenceError          stored or sent conformance evidence is malformed or cannot be
-    │                          written
+    ├── EvidenceError          stored or sent evidence (verify's results) is malformed or
+    │                          cannot be written
     ├── ResolutionError        a decision is an error (a required kernel is unsupported, an
     │                          unknown feature or implementation was asked for)
     ├── DaemonError            the daemon cannot listen, or a client's request to it failed
@@ -88,7 +88,8 @@ class UntrustedFileError(KernelPolicyError):
 
 
 class EvidenceError(KernelPolicyError):
-    """Conformance evidence is malformed, too large, or cannot be written safely.
+    """Evidence (the results ``kernelpolicy verify`` stores) is malformed, too large, or cannot
+    be written safely.
 
     Reading evidence never raises it to the engine: an unreadable store is no evidence, with
     the reason in ``Evidence.problem``. It reaches callers that write evidence

@@ -123,7 +123,7 @@ def test_verify_your_own_kernel(
         ),
         pytest.param(
             ["verify", "--feature", "mhc"],
-            "no conformance checks for feature 'mhc'",
+            "verify has no checks for feature 'mhc'",
             id="unknown-feature",
         ),
         pytest.param(

@@ -106,7 +106,7 @@ def test_a_sampler_failing_for_one_dtype_is_recorded_per_dtype() -> None:
 
 def test_unknown_feature() -> None:
     """Asking for a feature without checks names the checked ones."""
-    with pytest.raises(KernelPolicyError, match="no conformance checks for feature 'mhc'"):
+    with pytest.raises(KernelPolicyError, match="verify has no checks for feature 'mhc'"):
         suite.targets(["mhc"])
 
 

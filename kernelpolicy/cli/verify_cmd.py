@@ -1,4 +1,4 @@
-"""``kernelpolicy verify``: run the conformance suite here and store the results as evidence."""
+"""``kernelpolicy verify``: run the verify suite here and store the results as evidence."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kernelpolicy.errors import KernelPolicyError
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "verify",
-        help="run the conformance suite on this machine and store the evidence",
+        help="run the verify suite on this machine and store the evidence",
         description=(
             "Check every implementation that can run here: robustness on NaN/inf logits and "
             "the sampling distribution (chi-square) for samplers, float64 accuracy for RMSNorm "

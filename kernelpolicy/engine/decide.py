@@ -62,7 +62,7 @@ def resolve_policies(
             ``KERNELPOLICY_FORCE_<FEATURE>``.
         policies: A compiled policy set.
         overrides: Feature -> implementation to force (settings); env forces win.
-        evidence: Stored conformance results for this platform, for ``verified = true``.
+        evidence: The stored ``verify`` results for this platform, for ``verified = true``.
         halts: ``feature/impl`` -> why, for the candidates halted on this node (the daemon's
             ``halt_on`` state, see :mod:`kernelpolicy.server.halts`): each is rejected with a
             ``halted`` check. Pairs the policies do not have are ignored.

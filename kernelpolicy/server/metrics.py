@@ -175,7 +175,7 @@ class SnapshotCollector(Collector):
         files.add_metric([], len(snapshot.sources))
         evidence = GaugeMetricFamily(
             "kernelpolicy_evidence_passed",
-            "Stored conformance results on this platform: 1 passed, 0 failed.",
+            "Stored verify results on this platform: 1 passed, 0 failed.",
             labels=["feature", "impl"],
         )
         problem = GaugeMetricFamily(

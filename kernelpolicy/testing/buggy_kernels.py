@@ -1,4 +1,4 @@
-"""Kernels with planted bugs, to show that the conformance suite catches them.
+"""Kernels with planted bugs, to show that the verify suite catches them.
 
 ``greedy_out_of_range`` reproduces the aiter greedy-sampling bug from the SGLang report: for an
 all-NaN or all -inf row it returns ``vocab_size``, an id outside the vocabulary.

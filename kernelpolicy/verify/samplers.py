@@ -1,5 +1,5 @@
-"""Conformance checks of samplers: robustness on pathological logits (every dtype the signature
-promises), the id-0 contract for rows with nothing finite, shapes (batch 1, large
+"""The verify suite's checks of samplers: robustness on pathological logits (every dtype the
+signature promises), the id-0 contract for rows with nothing finite, shapes (batch 1, large
 vocabularies, k above a kernel's own limit), and the distribution (chi-square per dtype, per-row
 mixes of k/p/None, tie-heavy rows). Check names carry the dtype."""
 

@@ -1,4 +1,5 @@
-"""Run the conformance checks for every implementation that can run here."""
+"""The verify suite (``kernelpolicy verify``): run the checks of every implementation that can
+run here; what it finds is stored as evidence (:mod:`kernelpolicy.evidence`)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def targets(
     unknown = (wanted_features or set()) - set(CHECKS)
     if unknown:
         raise KernelPolicyError(
-            f"no conformance checks for feature {sorted(unknown)[0]!r}; "
+            f"verify has no checks for feature {sorted(unknown)[0]!r}; "
             f"checked features: {', '.join(CHECKS)}"
         )
     return [

@@ -48,7 +48,7 @@ IN_PLACE_SHAPES = 256  # call shapes whose in-place captures of small logits are
 POINTER_SIGHTINGS = 2  # calls at one address (or of one small shape) before a capture
 COPY_BYTES = 32 << 20  # logits up to this size are copied into a graph's buffer until read in place
 # rows above which calls run eagerly: each graph owns its work buffers (32 KiB a row for the
-# per-row kernel alone), so a few graphs of huge batches (the conformance suite's 50,000 rows)
+# per-row kernel alone), so a few graphs of huge batches (the verify suite's 50,000 rows)
 # would hold gigabytes; serving batches are far smaller
 GRAPH_MAX_ROWS = 4096
 
