@@ -14,7 +14,7 @@ from kernelpolicy.cli.common import (
     refuse_tls_without,
 )
 from kernelpolicy.cli.exits import add_model_kind_option, report_exit, scope_of
-from kernelpolicy.cli.provenance import value_sources
+from kernelpolicy.cli.provenance import AnswerEnv, value_sources
 from kernelpolicy.encoding import escaped_lines
 from kernelpolicy.errors import ResolutionError
 from kernelpolicy.render import explain_table, in_process
@@ -89,15 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.address is None:  # a daemon's implementations are imported on its node, not here
         _warn_unimportable(resolution, chosen)
     if args.json:
-        document = resolution.to_dict()
-        if args.address is not None:  # the daemon's own state, as status --json has it
-            document = {**document, **_daemon_state(resolution)}
-        document["decisions"] = {f: document["decisions"][f] for f in chosen}
-        for feature, entry in document["decisions"].items():
-            entry["model_kind"] = scope_of(resolution.policies, feature)
-            entry["in_process"] = in_process(resolution.decisions[feature])
-            sources = value_sources(resolution, feature, inputs)
-            entry["sources"] = [source.to_dict() for source in sources]
+        document = _document(resolution, chosen, inputs, daemon=args.address is not None)
         add_engines_to_document(document, engines)
         json.dump(document, sys.stdout, indent=2)
         print()
@@ -115,6 +107,23 @@ def run(args: argparse.Namespace) -> int:
     stale = args.address is not None and _report_stale(args.address, resolution)
     decisions = [(f, resolution.decisions[f]) for f in chosen]
     return max(report_exit(resolution.policies, decisions, args.model_kind), int(stale))
+
+
+def _document(
+    resolution: Resolution, chosen: list[str], inputs: AnswerEnv, *, daemon: bool
+) -> dict[str, Any]:
+    """The explain JSON document of the ``chosen`` features (a daemon's own state beside it,
+    as status --json has it), before the engines' settings are added."""
+    document = resolution.to_dict()
+    if daemon:
+        document = {**document, **_daemon_state(resolution)}
+    document["decisions"] = {f: document["decisions"][f] for f in chosen}
+    for feature, entry in document["decisions"].items():
+        entry["model_kind"] = scope_of(resolution.policies, feature)
+        entry["in_process"] = in_process(resolution.decisions[feature])
+        sources = value_sources(resolution, feature, inputs)
+        entry["sources"] = [source.to_dict() for source in sources]
+    return document
 
 
 def _daemon_state(resolution: Resolution) -> dict[str, Any]:
