@@ -19,7 +19,7 @@ from kernelpolicy.fleet import Node, diff_fleet
 from kernelpolicy.fleet.staging import with_percent
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy import PolicySet, load_policy_text
-from tests.fleet_helpers import staged_policy
+from tests.fleet_helpers import rolled_out, staged_policy
 from tests.helpers import FIXTURES, ROOT
 
 STEP_0, STEP_50 = ROOT / "docs/rollout/step-0", ROOT / "docs/rollout/step-50"
@@ -159,15 +159,7 @@ def _runs_fastnv(node: Node, policies: PolicySet) -> bool:
 def test_engine_settings_follow_a_staged_decision(tmp_path: Path) -> None:
     """The sampler rolled out at 0% (the kill switch) over the fixtures: its decision and the
     vLLM and SGLang settings that follow it are all staged; nothing lands outside it."""
-    new = tmp_path / "new"
-    new.mkdir()
-    for path in sorted((ROOT / "policies").glob("*.toml")):
-        text = path.read_text()
-        if path.name == "10-sampler.toml":
-            text = text.replace(
-                'impl = "flashinfer"\n', 'impl = "flashinfer"\nrollout = { percent = 0 }\n', 1
-            )
-        (new / path.name).write_text(text)
+    new = rolled_out(tmp_path, 0)
     from kernelpolicy.fleet import load_inventory
     from kernelpolicy.policy import load_policies
 

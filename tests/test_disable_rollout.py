@@ -14,49 +14,10 @@ from kernelpolicy.engine.cohort import disable_rollouts_of, rollout_metadata
 from kernelpolicy.engine.model import CheckKind, ErrorCode, Reason
 from kernelpolicy.errors import PolicyError
 from kernelpolicy.labels import PREFIX, node_labels
-from kernelpolicy.platform.model import Platform
-from kernelpolicy.policy import PolicySet, load_policies
+from kernelpolicy.policy import load_policies
 from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort, compile_rollout
 from kernelpolicy.server.metrics import rollout_metrics
-from tests.helpers import fixture
-
-FEATURE = "demo.kernel"
-FEATURE_TEXT = f"""schema = "kernelpolicy.policy/v1"
-[features."{FEATURE}"]
-description = "demo"
-fallback = "plain"
-in_process = false
-[[features."{FEATURE}".candidates]]
-impl = "fast"
-[[features."{FEATURE}".candidates]]
-impl = "plain"
-"""
-# Machine IDs whose buckets in the disable of demo.kernel/fast (no salt) are 2251 and 7070.
-INSIDE, OUTSIDE = "c" * 32, "a" * 32
-
-
-def disable(rollout: str | None, impl: str = "fast", reason: str = "bad tokens") -> str:
-    line = "" if rollout is None else f"rollout = {rollout}\n"
-    return (
-        f'\n[[disable]]\nfeature = "{FEATURE}"\nimpl = "{impl}"\nreason = "{reason}"\n'
-        f'reference = "https://example.com/4711"\n{line}'
-    )
-
-
-def policies(tmp_path: Path, *disables: str) -> PolicySet:
-    (tmp_path / "demo.toml").write_text(FEATURE_TEXT)
-    (tmp_path / "ops.toml").write_text('schema = "kernelpolicy.policy/v1"\n' + "".join(disables))
-    return load_policies([tmp_path / "demo.toml", tmp_path / "ops.toml"])
-
-
-def node(machine_id: str | None) -> Platform:
-    data = fixture("h100-sxm").to_dict()
-    if machine_id is None:
-        for device in data["devices"]:
-            device.pop("uuid", None)
-    else:
-        data["machine_id"] = machine_id
-    return Platform.from_dict(data)
+from tests.rollout_helpers import FEATURE, FEATURE_TEXT, INSIDE, OUTSIDE, disable, node, policies
 
 
 def bucket(machine_id: str, salt: str = "") -> int:

@@ -10,7 +10,7 @@ import pytest
 from kernelpolicy.server.client import connect
 from kernelpolicy.testing.daemon import running_daemon
 from tests.http_helpers import call, post
-from tests.test_disable_rollout import FEATURE, FEATURE_TEXT, INSIDE, OUTSIDE, disable, node
+from tests.rollout_helpers import FEATURE, FEATURE_TEXT, INSIDE, OUTSIDE, disable, node
 
 
 @pytest.mark.parametrize(

@@ -19,24 +19,8 @@ from kernelpolicy.fleet.diff import flag_options
 from kernelpolicy.labels import node_labels
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy import PolicySet, load_policies
-from tests.fleet_helpers import NAMES
+from tests.fleet_helpers import NAMES, rolled_out
 from tests.helpers import FIXTURES, ROOT, bundled
-
-
-def rolled_out(tmp_path: Path, percent: float = 50) -> Path:
-    """The bundled pack with the FlashInfer sampler rolled out to ``percent``."""
-    new = tmp_path / "new"
-    new.mkdir()
-    for path in sorted((ROOT / "policies").glob("*.toml")):
-        text = path.read_text()
-        if path.name == "10-sampler.toml":
-            text = text.replace(
-                'impl = "flashinfer"\n',
-                f'impl = "flashinfer"\nrollout = {{ percent = {percent} }}\n',
-                1,
-            )
-        (new / path.name).write_text(text)
-    return new
 
 
 def inventory(tmp_path: Path, count: int) -> tuple[Path, Path]:

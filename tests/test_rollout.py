@@ -18,6 +18,7 @@ from kernelpolicy.platform.probing import probe
 from kernelpolicy.policy import PolicySet, load_policies
 from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort, compile_rollout
 from tests.helpers import fixture
+from tests.rollout_helpers import node
 
 IDENTITIES = [hashlib.sha256(f"node-{i}".encode()).hexdigest()[:32] for i in range(10_000)]
 # 10,000 nodes: a share's standard deviation is at most 0.5 percentage points; 2 is 4 sigma.
@@ -35,16 +36,6 @@ def policy(tmp_path: Path, *candidates: str, name: str = "demo.kernel") -> Polic
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     return load_policies([path])
-
-
-def node(machine_id: str | None, base: str = "h100-sxm") -> Platform:
-    data = fixture(base).to_dict()
-    if machine_id is None:
-        for device in data["devices"]:
-            device.pop("uuid", None)
-    else:
-        data["machine_id"] = machine_id
-    return Platform.from_dict(data)
 
 
 def members(feature: str, impl: str, percent: float, salt: str = "") -> set[str]:
