@@ -20,7 +20,7 @@ from kernelpolicy.bridge.model import (
     Status,
     Told,
 )
-from kernelpolicy.bridge.per_call import per_batch, per_dtype
+from kernelpolicy.bridge.per_call import per_batch, per_dtype, unmet_note
 from kernelpolicy.bridge.plugin import ENABLE as PLUGIN_SWITCH
 from kernelpolicy.bridge.plugin import carried_to_workers, plugin_blocked, plugin_routes
 from kernelpolicy.bridge.release import MatchedRelease, named_versions
@@ -214,6 +214,10 @@ class _Teller:
             told = replace(told, plugin=note, env=(*told.env, (PLUGIN_SWITCH, "1")))
         if told.plugin is not None and name in PLUGIN_FEATURES.get(engine, frozenset()):
             self.bypass_warning(name)
+        elif told.plugin is None and told.status in (Status.TOLD, Status.DEFAULT):
+            unmet = unmet_note(feature, decision, impl, engine, self.context.platform)
+            if unmet is not None:
+                self.warn(name, unmet)
         return told
 
     def unasked(self, feature: CompiledFeature, decision: Decision, variable: str) -> Decision:
