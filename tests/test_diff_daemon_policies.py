@@ -96,6 +96,9 @@ def test_failing_daemons_are_found_in_json(
     assert "fleet-example.toml" in error
     assert "\n" not in error
     assert f"the last policy reload of 2 of 3 daemons failed ({daemons[1]}: " in err
+    (failed,) = [w for w in document["warnings"] if w["code"] == "reload-failed"]
+    assert (failed["nodes"], failed["node_names"]) == (2, daemons[1:])
+    assert failed["message"] in err
 
 
 def test_the_reviewed_case_names_both_failing_daemons(

@@ -143,9 +143,6 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     for why in inventory.unreachable:
         sys.stderr.write(f"kernelpolicy: warning: {why}\n")
-    failing = _failing_warning(result)
-    if failing:
-        sys.stderr.write(f"kernelpolicy: warning: {failing}\n")
     for warning in result.warnings:
         sys.stderr.write(f"kernelpolicy: warning: {warning.message}\n")
     if args.json:
@@ -283,21 +280,6 @@ def _progress(result: Any) -> list[str]:
 
 
 _RUNS = {"policies": "--policies", "against": "--against", "both": "--policies (= --against)"}
-
-
-def _failing_warning(result: Any) -> str | None:
-    """The stderr warning where some daemon's last policy reload failed, or ``None``."""
-    failing = [d for d in result.daemon_policies if d.running.error]
-    if not failing:
-        return None
-    first, daemons = failing[0], counted(len(result.daemon_policies), "daemon")
-    more = f" and {len(failing) - 1:,} more" if len(failing) > 1 else ""
-    return (
-        f"the last policy reload of {len(failing):,} of {daemons} failed ({first.address}: "
-        f"{first.running.error}{more}): each resolves with its last good policies until a "
-        "reload succeeds (rollout progress says which set that is); fix the policy files on "
-        "those nodes ('kernelpolicy check' them; 'kernelpolicy status' there shows the error)"
-    )
 
 
 def _rollouts(result: Any) -> list[str]:

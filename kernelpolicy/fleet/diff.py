@@ -27,6 +27,7 @@ from kernelpolicy.fleet.notices import (
     evidence_warning,
     identity_warnings,
     label_disagreement_warning,
+    reload_failed_warning,
     same_daemon_warning,
 )
 from kernelpolicy.fleet.outcomes import (
@@ -217,7 +218,8 @@ def diff_fleet(
         total, fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
         (*_warnings(fleet, old, new, duplicates, reachable),
-         *_disagreements(tally.disagree, total)),
+         *_disagreements(tally.disagree, total),
+         *reload_failed_warning([(a, r.error) for a, r in running if r.error], len(running))),
         tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
         tuple(DaemonPolicies(address, said, Runs.of(said.digest, old.digest, new.digest))
               for address, said in running),

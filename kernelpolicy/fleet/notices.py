@@ -28,6 +28,7 @@ class Concern(enum.Enum):
     EVIDENCE_UNKNOWN = "evidence-unknown"
     DAEMON_DISAGREES = "daemon-disagrees"
     LABELS_DISAGREE = "labels-disagree"
+    RELOAD_FAILED = "reload-failed"
 
 
 @dataclass(frozen=True)
@@ -177,4 +178,20 @@ def label_disagreement_warning(
         "daemons resolve with what the labels do not carry ('kernelpolicy explain' there says "
         "what); their changes are counted from what --policies decides, not from what the "
         "labels say"
+    ))]  # fmt: skip
+
+
+def reload_failed_warning(failing: Sequence[tuple[str, str]], total: int) -> list[FleetWarning]:
+    """Live daemons whose last policy reload failed: each of ``failing`` is (address, its
+    error, cut and escaped when read); ``total`` the daemons that answered."""
+    if not failing:
+        return []
+    (first, error), more = failing[0], len(failing) - 1
+    also = f" and {more:,} more" if more else ""
+    daemons = f"{total:,} daemon" + ("" if total == 1 else "s")
+    return [FleetWarning(Concern.RELOAD_FAILED, len(failing), tuple(a for a, _ in failing), (
+        f"the last policy reload of {len(failing):,} of {daemons} failed ({first}: "
+        f"{error}{also}): each resolves with its last good policies until a reload succeeds "
+        "(rollout progress says which set that is); fix the policy files on those nodes "
+        "('kernelpolicy check' them; 'kernelpolicy status' there shows the error)"
     ))]  # fmt: skip
