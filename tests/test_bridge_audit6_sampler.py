@@ -1,0 +1,61 @@
+"""The sixth audit's sampler findings (vLLM 0.12.0-0.33.0 and SGLang 0.4.3-0.5.23 on AMD and
+NVIDIA, read from their release code): each fixed named cases that failed on the pack before it.
+
+- SGLang's own sampling backend is flashinfer where FlashInfer imports on CUDA and pytorch
+  elsewhere (is_flashinfer_available: 0.4.6.post5 server_args.py:312-315, 0.5.13 :2759-2763,
+  0.5.23 arg_groups/overrides.py:1018-1026; 0.4.3 :234-237 wherever CUDA is): ``--sampling-backend``
+  is sent only where it differs from that default (the old note of the fifth audit's sampler
+  commit: it was sent equal to it, harmless noise).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpolicy.bridge import Status
+from tests.bridge_audit_helpers import Case
+from tests.test_bridge_audit6 import assert_told6
+
+SAMPLER = "sampler.top_k_top_p"
+BACKEND = ("--sampling-backend",)
+PYTORCH = ("--sampling-backend", "pytorch")
+CASES = {
+    "sglang-0.5.23-h100-flashinfer-default": Case(
+        "h100-sxm", "sglang", "0.5.23", feature=SAMPLER, status=Status.DEFAULT, absent=BACKEND,
+    ),
+    "sglang-0.4.6.post5-h200-flashinfer-default": Case(
+        "h200", "sglang", "0.4.6.post5", feature=SAMPLER, status=Status.DEFAULT, absent=BACKEND,
+    ),
+    "sglang-0.5.23-mi325x-torch-default": Case(
+        "mi325x", "sglang", "0.5.23", feature=SAMPLER, status=Status.DEFAULT, absent=BACKEND,
+    ),
+    "sglang-0.5.13-mi355x-aiter-inexpressible-nothing-sent": Case(
+        "mi355x", "sglang", "0.5.13", env={"VLLM_ROCM_USE_AITER": "1"}, feature=SAMPLER,
+        status=Status.INEXPRESSIBLE, absent=BACKEND,
+    ),
+    "sglang-0.5.23-t4-torch-default": Case(
+        "t4", "sglang", "0.5.23", feature=SAMPLER, status=Status.DEFAULT, absent=BACKEND,
+    ),
+    "sglang-0.5.23-h100-real-triton-nothing-sent": Case(
+        "h100-real", "sglang", "0.5.23", feature=SAMPLER, status=Status.INEXPRESSIBLE,
+        absent=BACKEND,
+    ),
+    # unchanged: where FlashInfer is installed SGLang's default is flashinfer, so pytorch is sent
+    "sglang-0.5.23-a100-triton-pytorch-sent": Case(
+        "a100", "sglang", "0.5.23", feature=SAMPLER, status=Status.INEXPRESSIBLE, flags=PYTORCH,
+    ),
+    "sglang-0.5.23-h100-torch-forced-pytorch-sent": Case(
+        "h100-sxm", "sglang", "0.5.23", env={"KERNELPOLICY_FORCE_SAMPLER_TOP_K_TOP_P": "torch"},
+        feature=SAMPLER, flags=PYTORCH,
+    ),
+    # unchanged: 0.4.3 defaults to flashinfer wherever CUDA is, with FlashInfer's old API
+    "sglang-0.4.3-t4-torch-pytorch-sent": Case(
+        "t4", "sglang", "0.4.3", feature=SAMPLER, flags=PYTORCH,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_what_each_release_is_told_about_sampling_6(case: Case) -> None:
+    """What each release is told about sampling, by the sixth audit's check."""
+    assert_told6(case)
