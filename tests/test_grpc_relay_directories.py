@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpolicy.server import grpc_relay
 from kernelpolicy.server.grpc_relay import GrpcRelay, remove_stale_directories
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
@@ -70,6 +71,25 @@ def _with_other_content(parent: Path) -> Path:
     return directory
 
 
+LISTENING: list[socket.socket] = []  # sockets a case keeps listening until the test ends
+
+
+def _another_namespaces(parent: Path) -> Path:
+    """A daemon in another PID namespace sharing /tmp: its PID runs nowhere here, but its
+    socket answers."""
+    directory = Path(tempfile.mkdtemp(prefix=f"kernelpolicy-grpc-{_dead_pid()}-", dir=parent))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(directory / "grpc.sock"))
+    sock.listen()
+    LISTENING.append(sock)
+    return directory
+
+
+def _socket_not_made_yet(parent: Path) -> Path:
+    """A daemon between making its directory and binding its socket."""
+    return Path(tempfile.mkdtemp(prefix=f"kernelpolicy-grpc-{_dead_pid()}-", dir=parent))
+
+
 def _not_a_relay_name(parent: Path) -> Path:
     directory = parent / "kernelpolicy-grpc-notapid"
     directory.mkdir()
@@ -84,6 +104,8 @@ def _not_a_relay_name(parent: Path) -> Path:
         pytest.param(_another_users, False, id="another-users-is-kept", marks=needs_root),
         pytest.param(_a_link, False, id="a-link-is-kept"),
         pytest.param(_with_other_content, False, id="other-content-is-kept"),
+        pytest.param(_another_namespaces, False, id="a-socket-that-answers-is-kept"),
+        pytest.param(_socket_not_made_yet, False, id="a-socket-not-made-yet-is-kept"),
         pytest.param(_not_a_relay_name, False, id="another-name-is-kept"),
     ],
 )  # fmt: skip
@@ -92,7 +114,11 @@ def test_only_a_dead_daemons_relay_directory_is_removed(
 ) -> None:
     (parent / "elsewhere").mkdir()
     planted = plant(parent)
-    assert remove_stale_directories(str(parent)) == ([str(planted)] if removed else [])
+    try:
+        assert remove_stale_directories(str(parent)) == ([str(planted)] if removed else [])
+    finally:
+        while LISTENING:
+            LISTENING.pop().close()
     assert os.path.lexists(planted) is not removed
     assert len(list((parent / "elsewhere").iterdir())) == (1 if plant is _a_link else 0)
 
@@ -109,3 +135,12 @@ def test_a_new_relay_removes_them_and_names_its_own_for_its_process(
     finally:
         relay.close()
     assert list(parent.iterdir()) == []
+
+
+def test_a_crowded_temp_directory_costs_a_bounded_scan(
+    parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grpc_relay, "MAX_RELAY_SCAN_ENTRIES", 2)
+    stale = [_dead_daemons(parent) for _ in range(3)]
+    assert len(remove_stale_directories(str(parent))) == 2
+    assert sum(path.exists() for path in stale) == 1

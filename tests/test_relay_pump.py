@@ -180,6 +180,7 @@ def test_a_side_gone_closes_the_pair_and_tells_the_loop_once() -> None:
         assert _at_end(relay.server)
         relay.server.sendall(b"late answer")  # the pump's write to the closed client fails
         wait_until(lambda: relay.closed == ["closed"], "the loop told of the close")
+        assert pumps.on_loop(len, pumps.pump) == 0  # a closed pair is forgotten
         pumps.cut(relay)  # the loop cutting a pair that is gone already changes nothing
         other = pumps.relayed()
         other.client.sendall(b"still relaying")
@@ -196,6 +197,7 @@ def test_a_cut_closes_both_sides_without_telling_the_loop() -> None:
         kept.client.sendall(b"ping")
         assert _read_exactly(kept.server, 4) == b"ping"
         assert relay.closed == []
+        assert pumps.on_loop(len, pumps.pump) == 1  # the cut one is forgotten
 
 
 def test_activity_is_told_at_most_once_a_second() -> None:
@@ -211,7 +213,9 @@ def test_activity_is_told_at_most_once_a_second() -> None:
 def test_stop_cuts_every_pair() -> None:
     with pumping() as pumps:
         relays = [pumps.relayed() for _ in range(3)]
+        assert pumps.on_loop(len, pumps.pump) == 3
         pumps.stop()
+        assert pumps.on_loop(len, pumps.pump) == 0
         for relay in relays:
             assert _at_end(relay.client)
             assert _at_end(relay.server)

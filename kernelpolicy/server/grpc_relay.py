@@ -280,10 +280,13 @@ def _private_directory() -> str:
 def remove_stale_directories(parent: str) -> list[str]:
     """Remove from ``parent`` the relay directories of this user's daemons that are gone (a
     daemon killed before it could remove its own): a real directory, this user's, named for a
-    process that no longer runs, holding nothing but the relay's socket. What it removed.
+    process that does not run here, whose socket is there and refuses a connection (no one
+    listens: a daemon of another PID namespace sharing ``/tmp`` still answers on its own),
+    holding nothing but that socket. What it removed.
 
     At most ``MAX_RELAY_SCAN_ENTRIES`` entries of ``parent`` are looked at; anything else
-    (another user's, a link, a running process's, other content) is left alone.
+    (another user's, a link, a running process's, a socket that answers or is not made yet,
+    other content) is left alone.
     """
     removed: list[str] = []
     try:
@@ -299,8 +302,10 @@ def remove_stale_directories(parent: str) -> list[str]:
                 info = entry.stat(follow_symlinks=False)
                 if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
                     continue
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(entry.path, "grpc.sock"))
+                socket_path = os.path.join(entry.path, "grpc.sock")
+                if not _refused(socket_path):
+                    continue
+                os.unlink(socket_path)
                 os.rmdir(entry.path)  # fails, and keeps it, if anything else is in it
             except OSError:
                 continue
@@ -316,6 +321,21 @@ def _running(pid: int) -> bool:
     except (PermissionError, OverflowError, ValueError):
         return True  # another user's process, or no pid at all: not ours to judge
     return True
+
+
+def _refused(path: str) -> bool:
+    """Whether ``path`` is a unix socket no one listens on (a connection refused at once)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False  # not there yet, not a socket, busy: left alone
+    finally:
+        probe.close()
+    return False
 
 
 def _bind_name(sock: socket.socket, peer: str) -> None:

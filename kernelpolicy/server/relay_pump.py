@@ -35,7 +35,7 @@ TOUCH_SECONDS = 1.0
 class _Side:
     """One socket of a pair: the bytes read from the other side that it has yet to take."""
 
-    __slots__ = ("ended", "eof_owed", "fd", "held", "other", "pair", "reading", "sock", "writing")
+    __slots__ = ("ended", "fd", "held", "other", "pair", "reading", "sock", "writing")
 
     def __init__(self, pair: Pair, sock: socket.socket) -> None:
         self.pair = pair
@@ -44,9 +44,8 @@ class _Side:
         self.other: _Side = self
         self.held = b""  # read from the other side, not yet written here
         self.reading = False  # a reader callback is set for this side
-        self.writing = False  # a writer callback is set (it holds bytes, or owes an end)
+        self.writing = False  # a writer callback is set (it holds bytes)
         self.ended = False  # this side sent its end of file
-        self.eof_owed = False  # the other side ended: shut this side's writing once it is empty
 
 
 class Pair:
@@ -76,6 +75,10 @@ class Pump:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._pairs: dict[Pair, None] = {}
+
+    def __len__(self) -> int:
+        """The pairs being relayed (a closed or cut pair is forgotten at once)."""
+        return len(self._pairs)
 
     def add(self, pair: Pair) -> None:
         """Start moving ``pair``'s bytes; its sockets are the pump's from now on."""
@@ -133,27 +136,21 @@ class Pump:
             side.held = side.held[sent:]
             if side.held:
                 return
-            if not side.other.ended:
-                self._read(side.other, on=True)
+            self._read(side.other, on=True)  # what it held came from there: read on
         self._write(side, on=False)
-        if side.eof_owed:
-            self._shut(side)
 
     def _ended(self, side: _Side) -> None:
         """``side`` sent its end of file: pass it on and keep the other way open, unless the
-        other side has ended too (then neither way carries bytes)."""
+        other side has ended too (then neither way carries bytes). The other side holds
+        nothing of this one's here: this side is read only while it does not."""
         side.ended = True
         self._read(side, on=False)
-        other = side.other
-        if other.ended:
+        if side.other.ended:
             self._close(side.pair)
-        elif other.held:
-            other.eof_owed = True  # once what it holds is written
         else:
-            self._shut(other)
+            self._shut(side.other)
 
     def _shut(self, side: _Side) -> None:
-        side.eof_owed = False
         try:
             side.sock.shutdown(socket.SHUT_WR)
         except OSError:
