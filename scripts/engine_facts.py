@@ -30,11 +30,32 @@ def _first(root: Path, *relatives: str) -> tuple[str | None, str | None]:
 
 
 def vllm_aiter_sampler(root: Path) -> dict[str, Any]:
-    """The top-k/top-p sampler installs its aiter path (``forward_hip``) on ROCm."""
+    """The top-k/top-p sampler installs its aiter path (``forward_hip``) on ROCm: ``True``;
+    ``"disabled"`` where it installs it but ``forward_hip`` hard-codes ``DISABLE_AITER_SAMPLER =
+    True`` and returns ``forward_native`` (PyTorch) for every call (vLLM 0.14.0-0.22.1,
+    topk_topp_sampler.py 0.14.0 :178, :191); ``False`` where it never installs it."""
     relative = "vllm/v1/sample/ops/topk_topp_sampler.py"
     text = _read(root, relative)
     installed = text is not None and re.search(r"self\.forward\s*=\s*self\.forward_hip", text)
-    return {"value": bool(installed), "file": relative if text is not None else None}
+    if not installed or text is None:
+        return {"value": False, "file": relative if text is not None else None}
+    body = _code(text).split("def forward_hip(", 1)[-1].split("\n    def ", 1)[0]
+    disabled = re.search(r"^\s*DISABLE_AITER_SAMPLER\s*=\s*True\b", body, re.MULTILINE) and (
+        re.search(r"if\s+DISABLE_AITER_SAMPLER\s*:\s*\n\s*return\s+self\.forward_native\(", body)
+    )
+    return {"value": "disabled" if disabled else True, "file": relative}
+
+
+def vllm_aiter_allreduce_rms(root: Path) -> dict[str, Any]:
+    """The compilation pass manager fuses all-reduce + RMSNorm with aiter
+    (``RocmAiterAllReduceFusionPass`` under ``pass_config.fuse_allreduce_rms``, from vLLM
+    0.21.0: compilation/passes/pass_manager.py 0.21.0 :145-147); before it no aiter fused
+    all-reduce + RMSNorm exists and the two run apart on ROCm."""
+    text, relative = _first(
+        root, "vllm/compilation/passes/pass_manager.py", "vllm/compilation/pass_manager.py"
+    )
+    fused = text is not None and re.search(r"RocmAiterAllReduceFusionPass\(", _code(text))
+    return {"value": bool(fused), "file": relative}
 
 
 def vllm_flashinfer_sampler_capability(root: Path) -> dict[str, Any]:
@@ -129,6 +150,7 @@ def sglang_aiter_greedy(root: Path) -> dict[str, Any]:
 FACTS: dict[str, dict[str, Fact]] = {
     "vllm": {
         "aiter_sampler": vllm_aiter_sampler,
+        "aiter_allreduce_rms": vllm_aiter_allreduce_rms,
         "flashinfer_sampler_capability": vllm_flashinfer_sampler_capability,
         "mhc": vllm_mhc,
         "sparse_indexer_native_archs": vllm_sparse_indexer_native,

@@ -78,7 +78,7 @@ engines.vllm = [{}]
         ),
         pytest.param(
             '{ versions = ">=0.10", facts = { no_such_fact = true } }, { versions = "<0.10" }',
-            "vllm rule 1: fact 'no_such_fact' is not in the knob tables (aiter_sampler,",
+            "vllm rule 1: fact 'no_such_fact' is not in the knob tables (aiter_allreduce_rms,",
             id="unknown-fact",
         ),
     ],
