@@ -6,6 +6,7 @@ named ``*Cache`` or a module-level ``*CACHE*`` value that is no constant (a limi
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -50,12 +51,13 @@ def _keeps_a_cache(path: Path) -> bool:
     return False
 
 
-def _cache_modules() -> set[str]:
-    return {
+@functools.cache
+def _cache_modules() -> frozenset[str]:
+    return frozenset(
         path.relative_to(ROOT).as_posix()
         for path in sorted(PACKAGE.rglob("*.py"))
         if "_generated" not in path.parts and _keeps_a_cache(path)
-    }
+    )
 
 
 def test_the_table_has_its_columns_and_a_cell_in_each() -> None:
