@@ -10,7 +10,10 @@ NVIDIA, read from their release code): each fixed named cases that failed on the
   in ``forward_hip``, which returns the PyTorch path for every call (topk_topp_sampler.py 0.14.0
   :177-192, 0.22.1 :196-211; gone in 0.23.0): the aiter candidate is inexpressible there (knob
   fact ``aiter_sampler = "disabled"``), and where torch is chosen no "set VLLM_ROCM_USE_AITER=0"
-  advice is given (vLLM samples with PyTorch anyway).
+  advice is given (vLLM samples with PyTorch anyway);
+- vLLM 0.12.0-0.13.0 run that sampler on gfx90a too (``rocm_aiter_ops.is_enabled()`` accepts
+  every gfx9 until 0.18.1: _aiter_ops.py 0.12.0 :26-44), where the policy does not choose aiter:
+  inexpressible with VLLM_ROCM_USE_AITER=1 on an MI250X with aiter.
 """
 
 from __future__ import annotations
@@ -60,6 +63,24 @@ CASES = {
     "vllm-0.23.0-mi300x-torch-aiter-rejected": Case(
         "mi300x", "vllm", "0.23.0", env=AITER, feature=SAMPLER, status=Status.INEXPRESSIBLE,
         warning=REJECTED,
+    ),
+    "vllm-0.12.0-mi250x-aiter-runs-on-gfx90a": Case(
+        "mi250x-aiter", "vllm", "0.12.0", env=AITER, feature=SAMPLER,
+        status=Status.INEXPRESSIBLE, warning="on gfx90a too",
+    ),
+    "vllm-0.13.0-mi250x-aiter-runs-on-gfx90a": Case(
+        "mi250x-aiter", "vllm", "0.13.0", env=AITER, feature=SAMPLER,
+        status=Status.INEXPRESSIBLE, warning="Set VLLM_ROCM_USE_AITER=0",
+    ),
+    # unchanged: disabled in 0.14-0.22, gfx942/gfx950 only from 0.19, no aiter installed
+    "vllm-0.14.0-mi250x-aiter-sampler-disabled-anyway": Case(
+        "mi250x-aiter", "vllm", "0.14.0", env=AITER, feature=SAMPLER, status=Status.DEFAULT,
+    ),
+    "vllm-0.23.0-mi250x-aiter-not-on-gfx90a": Case(
+        "mi250x-aiter", "vllm", "0.23.0", env=AITER, feature=SAMPLER, status=Status.DEFAULT,
+    ),
+    "vllm-0.12.0-mi250x-no-aiter": Case(
+        "mi250x", "vllm", "0.12.0", env=AITER, feature=SAMPLER, status=Status.DEFAULT,
     ),
     "sglang-0.5.23-h100-flashinfer-default": Case(
         "h100-sxm", "sglang", "0.5.23", feature=SAMPLER, status=Status.DEFAULT, absent=BACKEND,
