@@ -90,7 +90,7 @@ def test_a_disable_salt_draws_apart_from_the_candidate() -> None:
         pytest.param("{ percent = 50 }", OUTSIDE, Cohort.OUT, "fast", id="out"),
         pytest.param("{ percent = 0 }", INSIDE, Cohort.OFF, "fast", id="zero-nowhere"),
         pytest.param("{ percent = 100 }", OUTSIDE, Cohort.IN, "plain", id="hundred-everywhere"),
-        pytest.param("{ percent = 50 }", None, Cohort.NO_IDENTITY, "fast", id="no-identity"),
+        pytest.param("{ percent = 50 }", None, Cohort.NO_IDENTITY, "plain", id="no-identity"),
         pytest.param("{ percent = 100 }", None, Cohort.IN, "plain", id="hundred-no-identity"),
     ],
 )
@@ -127,6 +127,21 @@ def test_explain_says_the_node_is_in_the_cohort(tmp_path: Path) -> None:
     }  # fmt: skip
 
 
+def test_a_node_without_identity_is_switched_off(tmp_path: Path) -> None:
+    """A node with nothing to place it by is switched off by a staged disable (in doubt, never
+    the kernel the disable was written against), and its disabled check says why."""
+    resolution = resolve_policies(node(None), {}, policies(tmp_path, disable("{ percent = 50 }")))
+    decision = resolution.decisions[FEATURE]
+    assert decision.impl == "plain"
+    [check] = decision.candidates[0].failures
+    assert check.message == (
+        f"disabled by policy ({tmp_path / 'ops.toml'}:3): bad tokens; in the 50% rollout of "
+        "this disable by doubt: the snapshot names no machine ID or GPU UUID to place the node "
+        "by, and a staged switch-off applies where it cannot be placed"
+    )
+    assert not any("does not apply" in reason for reason in decision.reasons)
+
+
 @pytest.mark.parametrize(
     ("rollout", "machine_id", "said"),
     [
@@ -138,11 +153,6 @@ def test_explain_says_the_node_is_in_the_cohort(tmp_path: Path) -> None:
         pytest.param(
             "{ percent = 0 }", OUTSIDE, "a disable staged at 0% does not apply here (nor on any "
             "node)", id="zero",
-        ),
-        pytest.param(
-            "{ percent = 50 }", None, "a disable staged at 50% does not apply here: the snapshot "
-            "names no machine ID or GPU UUID to place the node by, and a node without one is in "
-            "no partial rollout", id="no-identity",
         ),
     ],
 )  # fmt: skip

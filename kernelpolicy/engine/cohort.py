@@ -20,7 +20,7 @@ from typing import Any
 from kernelpolicy.engine.model import Check, CheckKind, Decision, Note, RolloutResult
 from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import CompiledDisable
-from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort, CompiledRollout
+from kernelpolicy.policy.rollout import ROLLOUT_BUCKETS, Cohort, CompiledRollout, disable_applies
 
 
 def place(rollout: CompiledRollout, platform: Platform) -> RolloutResult:
@@ -133,7 +133,7 @@ def place_disables(disables: tuple[CompiledDisable, ...], platform: Platform) ->
             continue
         result = place(disable.rollout, platform)
         staged.setdefault((disable.spec.feature, disable.spec.impl), []).append((disable, result))
-        if result.cohort is Cohort.IN:
+        if disable_applies(result.cohort):
             applying.append(disable)
     return NodeDisables(tuple(applying), {key: tuple(found) for key, found in staged.items()})
 
@@ -166,7 +166,7 @@ def staged_disables(
             _not_applied(disable, result), disable.spec.reference, result, _written(disable)
         )
         for disable, result in placed
-        if result.cohort is not Cohort.IN
+        if not disable_applies(result.cohort)
     ]
 
 
@@ -178,6 +178,12 @@ def _written(disable: CompiledDisable) -> str:
 
 
 def _in_cohort(result: RolloutResult) -> str:
+    if result.cohort is Cohort.NO_IDENTITY:
+        return (
+            f"{_percent(result.percent)}% rollout of this disable by doubt: the snapshot names "
+            "no machine ID or GPU UUID to place the node by, and a staged switch-off applies "
+            "where it cannot be placed"
+        )
     bucket = result.bucket
     where = "every node" if bucket is None else f"bucket {bucket} of {ROLLOUT_BUCKETS}"
     return f"{_percent(result.percent)}% cohort of this disable ({where})"
@@ -189,11 +195,6 @@ def _not_applied(disable: CompiledDisable, result: RolloutResult) -> str:
     said = f"{disable.source}: {disable.spec.reason}"
     if result.cohort is Cohort.OFF:
         return f"{staged} (nor on any node): {said}"
-    if result.cohort is Cohort.NO_IDENTITY:
-        return (
-            f"{staged}: the snapshot names no machine ID or GPU UUID to place the node by, and "
-            f"a node without one is in no partial rollout: {said}"
-        )
     joins = _percent(((result.bucket or 0) + 1) * 100 / ROLLOUT_BUCKETS)
     return f"{staged} (bucket {result.bucket}; in from {joins}%): {said}"
 
@@ -213,7 +214,7 @@ def disable_rollouts_of(
                 and item.rollout is not None
             ]
             if found:
-                applying = (r for r in found if r.cohort is Cohort.IN)
+                applying = (r for r in found if disable_applies(r.cohort))
                 yield feature, candidate.impl, next(applying, found[0])
 
 

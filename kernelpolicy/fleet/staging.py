@@ -10,7 +10,7 @@ from dataclasses import replace
 from kernelpolicy.fleet.outcomes import staged_disables
 from kernelpolicy.fleet.result import Change
 from kernelpolicy.policy.compiled import PolicySet
-from kernelpolicy.policy.rollout import Cohort, CompiledRollout
+from kernelpolicy.policy.rollout import Cohort, CompiledRollout, disable_applies
 
 DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
 """The percents ``kernelpolicy diff`` counts a staged rollout's nodes at, by default."""
@@ -51,9 +51,9 @@ def staged_through(
             through.add(onto)
         elif off in staged and cohorts[staged[off]] is not Cohort.IN:
             through.add(off)
-        elif any(cohorts[n] is Cohort.IN for n in disabled.get(off, ())):
+        elif any(disable_applies(cohorts[n]) for n in disabled.get(off, ())):
             through.add((*off, "disable"))
-        elif onto in disabled and all(cohorts[n] is not Cohort.IN for n in disabled[onto]):
+        elif onto in disabled and not any(disable_applies(cohorts[n]) for n in disabled[onto]):
             through.add((*onto, "disable"))
         else:
             loose.append(change)

@@ -19,7 +19,9 @@ from typing import Any
 
 from kernelpolicy.digest import sha256
 
-__all__ = ["ROLLOUT_BUCKETS", "Cohort", "CompiledRollout", "compile_rollout"]
+__all__ = [
+    "ROLLOUT_BUCKETS", "Cohort", "CompiledRollout", "compile_rollout", "disable_applies",
+]  # fmt: skip
 
 ROLLOUT_BUCKETS = 10_000
 """Buckets a node can fall in: a percent has two decimals (0.01% is one bucket)."""
@@ -32,6 +34,13 @@ class Cohort(StrEnum):
     OUT = "out"  # its bucket is at or above the percent
     OFF = "off"  # percent 0: the kill switch, no node is in
     NO_IDENTITY = "no-identity"  # the snapshot names no machine ID and no GPU UUID
+
+
+def disable_applies(cohort: Cohort) -> bool:
+    """Whether a staged ``[[disable]]`` switches its candidate off on a node of ``cohort``: in
+    its cohort, and also with no identity to place the node by (in doubt, the switch-off, never
+    the kernel it was written against; a candidate's rollout in doubt is the fallback)."""
+    return cohort is Cohort.IN or cohort is Cohort.NO_IDENTITY
 
 
 @dataclass(frozen=True)
