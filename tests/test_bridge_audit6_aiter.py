@@ -15,6 +15,9 @@ their release code): each fixed named cases that failed on the pack before it.
   (``is_fusion_moe_shared_experts_enabled = is_fused_moe_enabled() and ...``: _aiter_ops.py
   0.12.0 :492-493, 0.33.0 :2338-2339): the operator's VLLM_ROCM_USE_AITER_MOE=0 switches the
   fusion off in the decision, and where moe.experts is not rocm_aiter the fusion is not told;
+- vLLM has no aiter fused all-reduce + RMSNorm before 0.21.0 (RocmAiterAllReduceFusionPass
+  arrives in compilation/passes/pass_manager.py 0.21.0 :145-147; knob fact
+  ``aiter_allreduce_rms``): aiter there is inexpressible, and vLLM runs the two apart;
 - from 0.21 vLLM fuses all-reduce + RMSNorm with aiter by default where VLLM_ROCM_USE_AITER is
   on and tensor parallelism is above 1 (config/vllm.py 0.21.0 :119-129, :222, :244;
   compilation/passes/pass_manager.py :145-147): where kernelpolicy chose torch there, a warning
@@ -41,6 +44,23 @@ FORCE_AR_TORCH = {**AITER, "KERNELPOLICY_FORCE_ALLREDUCE_RMSNORM": "torch"}
 INDEXER = "sparse_attn_indexer"
 REQUIRED = "sparse_attn_indexer is required here"
 CASES = {
+    "vllm-0.15.1-mi325x-allreduce-aiter-no-fusion": Case(
+        "mi325x", "vllm", "0.15.1", env=AITER, feature=AR, status=Status.INEXPRESSIBLE,
+        warning="no aiter fused all-reduce + RMSNorm",
+    ),
+    "vllm-0.10.2-mi325x-allreduce-aiter-no-fusion": Case(
+        "mi325x", "vllm", "0.10.2", env=AITER, feature=AR, status=Status.INEXPRESSIBLE,
+    ),
+    "vllm-0.20.2-mi355x-allreduce-aiter-no-fusion": Case(
+        "mi355x", "vllm", "0.20.2", env=AITER, feature=AR, status=Status.INEXPRESSIBLE,
+    ),
+    # unchanged: from 0.21 the fusion is aiter's where the switch is on
+    "vllm-0.21.0-mi325x-allreduce-aiter-told": Case(
+        "mi325x", "vllm", "0.21.0", env=AITER, feature=AR, present=AITER,
+    ),
+    "vllm-0.33.0-mi355x-allreduce-aiter-told": Case(
+        "mi355x", "vllm", "0.33.0", env=AITER, feature=AR, present=AITER,
+    ),
     "vllm-0.21.0-mi325x-allreduce-torch-warns-fusion": Case(
         "mi325x", "vllm", "0.21.0", env=FORCE_AR_TORCH, feature=AR, status=Status.INEXPRESSIBLE,
         absent=("--compilation-config",), warning="-cc.pass_config.fuse_allreduce_rms=false",
