@@ -182,25 +182,28 @@ def _say_unknown(env: Mapping[str, str]) -> None:
     unknown = [name for name in unknown_variables(env) if name not in _SAID]
     for name in unknown[: max(MAX_SAID - len(_SAID), 0)]:
         _SAID.add(name)
-        print(f"kernelpolicy: warning: {unknown_message(name)}", file=sys.stderr)
+        message = unknown_message(name)
+        if message is not None:
+            print(f"kernelpolicy: warning: {message}", file=sys.stderr)
 
 
-def unknown_message(name: str) -> str:
+def unknown_message(name: str) -> str | None:
     """What is said of the unknown variable ``name``: that kernelpolicy ignores it, and the
     known names closest to it (compared by what follows the prefix, which alone would make
-    every name close), else the settings' variables."""
+    every name close); ``None`` where no known name is close: then it is no misspelling of
+    ours but a name of its own (a policy's switch may be called ``KERNELPOLICY_DEMO_FAST``),
+    and nothing is said."""
     from kernelpolicy.encoding import one_line
     from kernelpolicy.suggest import close_names
 
     tails = {v.removeprefix(_PREFIX): v for v in (*VARIABLES, *NOT_SETTINGS) if v[-1] != "_"}
     found = close_names(name.removeprefix(_PREFIX), tails)
-    said = (
+    if not found:
+        return None
+    return (
         f"unknown variable {one_line(name, 80)} (no setting of kernelpolicy's; ignored unless "
-        "a policy reads it)"
+        f"a policy reads it); did you mean {' or '.join(tails[f] for f in found)}?"
     )
-    if found:
-        return f"{said}; did you mean {' or '.join(tails[f] for f in found)}?"
-    return f"{said}; the settings: {', '.join(VARIABLES)}"
 
 
 def given_variables(env: Mapping[str, str]) -> dict[str, str]:
