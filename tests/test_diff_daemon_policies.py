@@ -204,24 +204,3 @@ def test_policy_digest_is_the_policy_sets(sources: list[Path]) -> None:
     expected = load_policy_sources(read).digest
     assert policy_digest(read) == expected
     assert policy_digest([(Path(name).name, text) for name, text in read]) == expected
-
-
-def test_a_daemon_answering_at_two_addresses_is_counted_once() -> None:
-    """Its unix socket and its TCP port answered for one node (the inventory's duplicates): the
-    progress and the reload-failed warning count one daemon, as the identities do."""
-    from kernelpolicy.fleet.diff import diff_fleet
-    from kernelpolicy.fleet.result import Running
-    from kernelpolicy.policy import load_policies
-
-    policies = load_policies([ROOT / "policies"])
-    failing = Running(policies.digest, "bad.toml: no")
-    result = diff_fleet(
-        [], policies, policies, duplicates=[["unix:/run/kp.sock", "127.0.0.1:50151"]],
-        running=[("unix:/run/kp.sock", failing), ("127.0.0.1:50151", failing)],
-    )  # fmt: skip
-    assert [d.address for d in result.daemon_policies] == ["unix:/run/kp.sock"]
-    progress = result.progress()
-    assert progress is not None
-    assert (progress["daemons"], progress["failing"]) == (1, 1)
-    (warning,) = [w for w in result.warnings if w.concern.value == "reload-failed"]
-    assert warning.names == ("unix:/run/kp.sock",)

@@ -205,8 +205,6 @@ def diff_fleet(
         running: (address, what it says of its policies) of each live daemon that answered
             (``DaemonInventory.running``): which of ``old`` and ``new`` each runs.
     """
-    again = {address for group in duplicates for address in group[1:]}  # one daemon, once
-    running = [(address, said) for address, said in running if address not in again]
     fleet = _Fleet.build(nodes, old, new)
     tally = _Tally.count(fleet, old, new)
     counted, reachable = _rollout_steps(fleet, tally, old, new, steps)
