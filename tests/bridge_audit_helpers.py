@@ -4,11 +4,12 @@ used by every audit's table (tests/test_bridge_audit_releases*.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kernelpolicy import Platform
 from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
-from tests.helpers import fixture, resolve_on
+from tests.helpers import fixture, resolve_on, with_device, with_libraries
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,36 @@ def told_with(case: Case, libraries: Mapping[str, str]) -> EngineSettings:
         resolve_on(platform, **case.env), case.engine, case.env,
         engine_version=case.version, model_kind=case.model_kind,
     )  # fmt: skip
+
+
+# The sixth audit's AMD machines (tests/test_bridge_audit6*.py).
+PLATFORMS: dict[str, Callable[[], Platform]] = {
+    "mi250x-aiter": lambda: with_libraries("mi250x", amd_aiter="0.1.13"),
+    "mi300x-no-aiter": lambda: with_libraries("mi300x", amd_aiter=None),
+    "rx9070xt": lambda: with_device("rx7900xtx", arch="gfx1201"),
+    "rx9070xt-aiter": lambda: _with_aiter(with_device("rx7900xtx", arch="gfx1201")),
+    "rx7900xtx-aiter": lambda: with_libraries("rx7900xtx", amd_aiter="0.1.13"),
+}
+"""The audit's machines that are no fixture: a fixture with aiter added or removed, or another
+arch (the RX 9070 XT is gfx1201, RDNA4)."""
+
+
+def _with_aiter(platform: Platform) -> Platform:
+    changed: Platform = platform.replace(libraries={**platform.libraries, "amd-aiter": "0.1.13"})
+    return changed
+
+
+def told6(case: Case) -> EngineSettings:
+    """What the case's release is told on its machine (a fixture or one of
+    :data:`PLATFORMS`), resolved with its ``env``."""
+    made = PLATFORMS.get(case.fixture)
+    platform = made() if made is not None else fixture(case.fixture)
+    return engine_settings(
+        resolve_on(platform, **case.env), case.engine, case.env,
+        engine_version=case.version, model_kind=case.model_kind,
+    )  # fmt: skip
+
+
+def assert_told6(case: Case) -> None:
+    """The release is told what ``case`` says, on the case's machine."""
+    assert_settings(case, told6(case))

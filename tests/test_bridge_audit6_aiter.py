@@ -30,8 +30,7 @@ from __future__ import annotations
 import pytest
 
 from kernelpolicy.bridge import Status
-from tests.bridge_audit_helpers import AITER, Case
-from tests.test_bridge_audit6 import assert_told6, told6
+from tests.bridge_audit_helpers import AITER, Case, assert_told6, told6
 
 PAGED = "rocm.aiter.paged_attention"
 PA = "VLLM_ROCM_USE_AITER_PAGED_ATTN"

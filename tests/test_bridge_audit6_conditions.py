@@ -18,9 +18,8 @@ import pytest
 from kernelpolicy.bridge import Status, engine_settings
 from kernelpolicy.engine import resolve_policies
 from kernelpolicy.policy import load_policies
-from tests.bridge_audit_helpers import Case
+from tests.bridge_audit_helpers import Case, told6
 from tests.helpers import fixture
-from tests.test_bridge_audit6 import told6
 
 EVERY_CALL = "for every call, but only resolve().select()"
 GREEDY = "sampler.greedy"

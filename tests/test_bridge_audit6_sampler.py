@@ -21,8 +21,7 @@ from __future__ import annotations
 import pytest
 
 from kernelpolicy.bridge import Status
-from tests.bridge_audit_helpers import Case
-from tests.test_bridge_audit6 import assert_told6, told6
+from tests.bridge_audit_helpers import Case, assert_told6, told6
 
 SAMPLER = "sampler.top_k_top_p"
 AITER = {"VLLM_ROCM_USE_AITER": "1"}

@@ -28,7 +28,6 @@ from tests.helpers import FIXTURES
 ROOT = Path(__file__).resolve().parent.parent
 LITERAL = re.compile(r"KERNELPOLICY_[A-Z0-9_]*")
 UNKNOWN = "unknown variable {} (no setting of kernelpolicy's; ignored unless a policy reads it)"
-SETTINGS = f"; the settings: {', '.join(VARIABLES)}"
 
 
 @pytest.fixture(autouse=True)
