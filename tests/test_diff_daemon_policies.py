@@ -19,11 +19,10 @@ import pytest
 
 from kernelpolicy.cli import main
 from kernelpolicy.fleet import Node, diff_fleet
-from kernelpolicy.fleet.daemons import policy_digest
 from kernelpolicy.fleet.result import Running, Runs
 from kernelpolicy.platform.model import load_platform
 from kernelpolicy.policy import load_policy_text
-from kernelpolicy.policy.loader import load_policy_sources, read_policy_sources
+from kernelpolicy.policy.loader import load_policy_sources, policy_digest, read_policy_sources
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
 from tests import hostile_daemon as shared
 from tests.fleet_helpers import staged_policy

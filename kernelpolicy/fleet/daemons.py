@@ -12,9 +12,8 @@ reported with its address and counted, not fatal, unless none answers.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +32,10 @@ from kernelpolicy.limits import (
     shown,
 )
 from kernelpolicy.platform.model import Platform
+from kernelpolicy.policy.loader import policy_digest
 from kernelpolicy.safeio import parse_json, read_bytes_bounded
 
-__all__ = ["DaemonInventory", "daemon_addresses", "load_daemons", "policy_digest"]
+__all__ = ["DaemonInventory", "daemon_addresses", "load_daemons"]
 
 _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
 _INSTANCE = re.compile(r"[0-9a-f]{1,64}")
@@ -86,16 +86,6 @@ def daemon_addresses(text: str) -> tuple[str, ...]:
         except KernelPolicyError as exc:
             raise _fail(str(exc)) from None
     return addresses
-
-
-def policy_digest(sources: Iterable[tuple[str, str]]) -> str:
-    """The digest of policy texts, (name, text) pairs in load order, as
-    :func:`kernelpolicy.policy.loader.load_policy_sources` computes ``PolicySet.digest`` (from
-    the base names and texts only): a daemon's texts need not load to be told apart."""
-    digest = hashlib.sha256()
-    for name, text in sources:
-        digest.update(Path(name).name.encode() + b"\0" + text.encode() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 def _snapshot(address: str, timeout: float, credentials: Any) -> _Answer:

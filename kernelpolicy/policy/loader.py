@@ -76,6 +76,21 @@ def load_policies(paths: Iterable[str | Path], *, allow_untrusted: bool = False)
     return load_policy_sources(read_policy_sources(paths, allow_untrusted=allow_untrusted))
 
 
+def digest_part(name: str, data: bytes) -> bytes:
+    """What one policy file adds to ``PolicySet.digest``: its base name and text (a node that
+    keeps its files at other paths has the same digest)."""
+    return Path(name).name.encode() + b"\0" + data + b"\0"
+
+
+def policy_digest(sources: Iterable[tuple[str, str]]) -> str:
+    """``PolicySet.digest`` of (name, text) pairs in load order, without loading them (a
+    daemon's texts need not load to be told apart)."""
+    digest = hashlib.sha256()
+    for name, text in sources:
+        digest.update(digest_part(name, text.encode()))
+    return digest.hexdigest()[:16]
+
+
 def load_policy_sources(sources: Sequence[tuple[str, str]]) -> PolicySet:
     """Load policy documents given as (name, text) pairs, as if read from files of those names.
 
@@ -102,7 +117,7 @@ def load_policy_sources(sources: Sequence[tuple[str, str]]) -> PolicySet:
         for name, text in sources:
             cursor.at(name)
             data = text.encode()
-            digest.update(Path(name).name.encode() + b"\0" + data + b"\0")
+            digest.update(digest_part(name, data))
             if len(data) > MAX_POLICY_FILE_BYTES:
                 issues.append(
                     PolicyIssue(
