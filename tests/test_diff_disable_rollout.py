@@ -102,3 +102,24 @@ def test_an_unstaged_disable_lands_everywhere() -> None:
     result = diff_fleet(fleet, old, new, steps=(10, 100))
     assert not any(r.disable for r in result.rollouts)
     assert [n for _, n in result.unstaged] == [10]
+
+
+def test_nodes_leaving_a_lowered_disable_are_staged_through_it() -> None:
+    """Lowered from 50% to 10%, the disable gives fastnv back to the nodes that leave its
+    cohort: those changes go through the staged disable, none lands everywhere unstaged."""
+    fleet = nodes(H100, 40, "n")
+    old, new = policies(staged_policy(None) + disable(50), staged_policy(None) + disable(10))
+    result = diff_fleet(fleet, old, new)
+    back = [n for n in in_cohort(fleet, 50) if n not in in_cohort(fleet, 10)]
+    assert back
+    assert sorted(name for c in result.classes for name in c.changed) == sorted(back)
+    assert (result.unstaged, result.unstaged_nodes) == ((), ())
+
+
+def test_an_unchanged_staged_disable_is_not_shown_as_changed() -> None:
+    """The same staged disable in both sets is a rollout the change leaves as it is."""
+    fleet = nodes(H100, 40, "n")
+    text = staged_policy(None) + disable(25)
+    old, new = policies(text, text)
+    [staged] = [r for r in diff_fleet(fleet, old, new).rollouts if r.disable]
+    assert staged.changed is False
