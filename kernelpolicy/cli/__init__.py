@@ -26,7 +26,7 @@ examples:
   kernelpolicy matrix                     decisions on every shipped fixture
   kernelpolicy env --engine vllm          vLLM's variables and flags for them
   kernelpolicy exec --engine vllm -- vllm serve MODEL  start vLLM with them
-  kernelpolicy verify                     check the kernels here, kept as evidence
+  kernelpolicy verify                     check kernels here, kept as evidence
   kernelpolicy warm                       build the GPU kernels ahead of use
   kernelpolicy serve                      the daemon (gRPC, flagd-compatible)
   kernelpolicy status                     a daemon's revision, reload errors
