@@ -1,5 +1,6 @@
 """What the evidence tests share (tests/test_evidence.py, tests/test_evidence_trust.py): a
-passed conformance result of ``sampler.greedy``'s ``fast`` and a policy that prefers it."""
+passed verify result of ``sampler.greedy``'s ``fast``, a policy that prefers it, and the pieces
+of such a pack (its feature's head, a candidate to format) for tests that build their own."""
 
 from __future__ import annotations
 
@@ -15,4 +16,18 @@ entry = "kernelpolicy.kernels.torch_impl:greedy"
 verified = true
 [[features."sampler.greedy".candidates]]
 impl = "torch"
+"""
+
+GREEDY = "sampler.greedy"
+HEAD = f"""
+schema = "kernelpolicy.policy/v1"
+[features."{GREEDY}"]
+description = "greedy"
+fallback = "torch"
+"""
+CANDIDATE = f"""
+[[features."{GREEDY}".candidates]]
+impl = "{{impl}}"
+entry = "kernelpolicy.kernels.torch_impl:greedy"
+{{extra}}
 """

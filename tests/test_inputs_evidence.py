@@ -15,21 +15,9 @@ from kernelpolicy.evidence.store import store_evidence
 from kernelpolicy.inputs import evidence_for, given, platform_evidence
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policy_sources
+from tests.evidence_helpers import CANDIDATE, GREEDY, HEAD
 from tests.helpers import FIXTURES, fixture
 
-GREEDY = "sampler.greedy"
-HEAD = f"""
-schema = "kernelpolicy.policy/v1"
-[features."{GREEDY}"]
-description = "greedy"
-fallback = "torch"
-"""
-CANDIDATE = f"""
-[[features."{GREEDY}".candidates]]
-impl = "{{impl}}"
-entry = "kernelpolicy.kernels.torch_impl:greedy"
-{{extra}}
-"""
 PLAIN = HEAD + CANDIDATE.format(impl="torch", extra="")
 VERIFIED = HEAD + "".join(
     CANDIDATE.format(impl=i, extra=e) for i, e in (("fast", "verified = true"), ("torch", ""))

@@ -18,22 +18,10 @@ from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as p
 from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2_grpc as pb_grpc
 from kernelpolicy.server.client import connect
 from kernelpolicy.testing.daemon import running_daemon
+from tests.evidence_helpers import CANDIDATE, GREEDY, HEAD, RESULT
 from tests.helpers import fixture
 
-GREEDY = "sampler.greedy"
-PASSED = {"feature": GREEDY, "impl": "fast", "status": "passed", "checks": []}
-HEAD = f"""
-schema = "kernelpolicy.policy/v1"
-[features."{GREEDY}"]
-description = "greedy"
-fallback = "torch"
-"""
-CANDIDATE = f"""
-[[features."{GREEDY}".candidates]]
-impl = "{{impl}}"
-entry = "kernelpolicy.kernels.torch_impl:greedy"
-{{extra}}
-"""
+PASSED = RESULT
 VERIFIED = HEAD + "".join(
     CANDIDATE.format(impl=i, extra=e) for i, e in (("fast", "verified = true"), ("torch", ""))
 )
