@@ -61,6 +61,12 @@ MAX_SETTING_CHARS = 64 * KIB
 """One ``KERNELPOLICY_*`` value."""
 MAX_ENV_VALUE_CHARS = 4 * KIB
 """One environment value a policy reads (longer values are an error for that switch)."""
+MAX_UNKNOWN_VARIABLES_SAID = 16
+"""Unknown ``KERNELPOLICY_*`` variables said per process, at most (each once; a process that is
+handed environments, ``resolve(env=...)`` in a loop, cannot make it say more)."""
+MAX_PORT_CHARS = 32
+"""Digits read as a port in an address given (leading zeros allowed; the range decides): more
+than ``int()`` reads is no port."""
 SHOWN_ENV_VALUE_CHARS = 64
 """How much of an environment value logs, errors and API answers show (the rest is cut)."""
 MAX_ENGINE_RULE_WORDS = 64
@@ -98,6 +104,9 @@ MAX_REQUEST_ENV_ENTRIES = 1024
 """Variables in one request's hypothetical environment (``env``)."""
 SHOWN_ERROR_CHARS = 512
 """How much of an error message the daemon sends back or logs for one rejected request."""
+MAX_PEER_KEY_CHARS = 100
+"""The longest key a client's peer string of an unknown form gets (``server.peers``): one per
+string, still bounded."""
 MAX_ANSWER_CACHE_ENTRIES = 1024
 """Cached serialised answers per policy revision (least recently used are dropped)."""
 MAX_ANSWER_CACHE_BYTES = 16 * MIB
@@ -235,7 +244,23 @@ MAX_DAEMON_DECISIONS = 10_000
 """Decisions ``kernelpolicy diff --daemons`` reads from one daemon's answer (a policy set of
 10,000 features, the largest the limits above are sized for): a daemon that answers more is
 counted as not answering, with this named, and none of its decisions is kept or compared. Each
-name in an answer is cut to 200 characters and escaped before it is compared or printed."""
+name in an answer is cut to ``SHOWN_DAEMON_NAME_CHARS`` and escaped before it is compared or
+printed."""
+SHOWN_DAEMON_NAME_CHARS = 200
+"""How much of a feature, implementation or error code a daemon names ``diff --daemons`` keeps
+and shows in a line (the rest is cut)."""
+SHOWN_DAEMON_ERROR_CHARS = 400
+"""How much of a daemon's last reload error (a policy error lists every issue) ``diff
+--daemons`` shows in a line."""
+SHOWN_DAEMON_HALT_KEY_CHARS = 300
+"""How much of a daemon's halt key (``feature/impl``: names of its policy set, bounded there)
+``diff --daemons`` keeps."""
+SHOWN_DAEMON_HALT_REASON_CHARS = 400
+"""How much of a daemon's halt reason (a worker's failure message included) ``diff --daemons``
+keeps."""
+SHOWN_STATUS_CHARS = 1024
+"""How much of one string a daemon sent (an error, a path, a halt reason) ``kernelpolicy
+status``'s text report shows."""
 
 # Run-time reports from workers to their node's daemon (issue 29, the halt loop).
 REPORT_QUEUE_EVENTS = 1024
@@ -265,6 +290,9 @@ MAX_HALT_THRESHOLD = 1_000_000
 MAX_HALTS_FILE_BYTES = 256 * KIB
 """The node's halts file (``x.halts.json`` beside the daemon's socket) a worker reads: a halt per
 candidate with ``halt_on``, each a reason of a few hundred characters."""
+MAX_HALT_REASON_CHARS = 2 * MAX_REPORT_DETAIL_CHARS
+"""One halt's reason read from the halts file (the rule's words and a worker's detail); a file
+with a longer one is not read."""
 
 # Kernel variants built in the background (kernels/builds.py).
 MAX_BUILD_SECONDS = 900.0

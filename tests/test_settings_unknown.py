@@ -15,8 +15,8 @@ import pytest
 import kernelpolicy.settings as settings_module
 from kernelpolicy import SettingsError
 from kernelpolicy.cli import main
+from kernelpolicy.limits import MAX_UNKNOWN_VARIABLES_SAID as MAX_SAID
 from kernelpolicy.settings import (
-    MAX_SAID,
     NOT_SETTINGS,
     VARIABLES,
     Settings,

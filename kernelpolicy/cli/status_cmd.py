@@ -8,11 +8,10 @@ from typing import Any
 from kernelpolicy.cli.common import HelpFormatter, add_tls_client_options, tls_credentials
 from kernelpolicy.encoding import one_line, some_lines
 from kernelpolicy.errors import KernelPolicyError
+from kernelpolicy.limits import SHOWN_STATUS_CHARS
 
 CLEAR_TIMEOUT = 10.0
 """Seconds ``--clear-halt`` waits for the daemon to answer (it answers once it resolved again)."""
-SHOWN_CHARS = 1024
-"""How much of one string a daemon sent (an error, a path, a halt reason) the text report shows."""
 SHOWN_POLICY_FILES = 100
 """How many of the daemon's policy files the text report names."""
 
@@ -225,25 +224,26 @@ def _print_report(report: dict[str, Any]) -> None:
     digest = report["policy_digest"]
     print(
         f"{report['address']}: {health_word}, revision {report['revision']}, "
-        f"fingerprint {one_line(report['fingerprint'], SHOWN_CHARS)}, "
-        f"policy digest {'unknown' if digest is None else one_line(digest, SHOWN_CHARS)}"
+        f"fingerprint {one_line(report['fingerprint'], SHOWN_STATUS_CHARS)}, "
+        f"policy digest {'unknown' if digest is None else one_line(digest, SHOWN_STATUS_CHARS)}"
     )
     files = report["policy_files"]
-    listed = [one_line(name, SHOWN_CHARS) for name in files[:SHOWN_POLICY_FILES]]
+    listed = [one_line(name, SHOWN_STATUS_CHARS) for name in files[:SHOWN_POLICY_FILES]]
     if len(files) > SHOWN_POLICY_FILES:
         listed.append(f"...(and {len(files) - SHOWN_POLICY_FILES} more)")
     print(f"policies: {', '.join(listed)}")
     if report["policy_error"]:
-        error = some_lines(report["policy_error"], limit=SHOWN_CHARS)
+        error = some_lines(report["policy_error"], limit=SHOWN_STATUS_CHARS)
         print(f"last reload FAILED (serving the last good policies):\n{error}")
     for feature, error in report["errors"].items():
-        print(f"decision error: {one_line(feature, SHOWN_CHARS)}: {one_line(error, SHOWN_CHARS)}")
+        shown_error = one_line(error, SHOWN_STATUS_CHARS)
+        print(f"decision error: {one_line(feature, SHOWN_STATUS_CHARS)}: {shown_error}")
     for feature, impls in report["halted"].items():
-        name = one_line(feature, SHOWN_CHARS)
+        name = one_line(feature, SHOWN_STATUS_CHARS)
         for impl, why in impls.items():
             print(
-                f"HALTED: {name}/{one_line(impl, SHOWN_CHARS)}: {one_line(why, SHOWN_CHARS)} "
-                f"(kernelpolicy status --clear-halt {name})"
+                f"HALTED: {name}/{one_line(impl, SHOWN_STATUS_CHARS)}: "
+                f"{one_line(why, SHOWN_STATUS_CHARS)} (kernelpolicy status --clear-halt {name})"
             )
 
 
@@ -325,6 +325,8 @@ def _clear(address: str, feature: str, as_json: bool) -> int:
             raise KernelPolicyError(f"{address}: --clear-halt {feature}: {one_line(error)}")
         return 2
     if not as_json:
-        lifted = ", ".join(f"{feature}/{one_line(impl, SHOWN_CHARS)}" for impl in cleared or ())
+        lifted = ", ".join(
+            f"{feature}/{one_line(impl, SHOWN_STATUS_CHARS)}" for impl in cleared or ()
+        )
         print(f"{address}: cleared {lifted}" if lifted else f"{address}: {feature}: not halted")
     return 0

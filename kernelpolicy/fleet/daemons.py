@@ -29,6 +29,10 @@ from kernelpolicy.limits import (
     MAX_DAEMON_DECISIONS,
     MAX_INVENTORY_NODES,
     MAX_PLATFORM_FILE_BYTES,
+    SHOWN_DAEMON_ERROR_CHARS,
+    SHOWN_DAEMON_HALT_KEY_CHARS,
+    SHOWN_DAEMON_HALT_REASON_CHARS,
+    SHOWN_DAEMON_NAME_CHARS,
     shown,
 )
 from kernelpolicy.platform.model import Platform
@@ -39,10 +43,6 @@ __all__ = ["DaemonInventory", "daemon_addresses", "load_daemons"]
 
 _PARALLEL = 16  # daemons asked at once: bounded threads, each mostly waiting on the network
 _INSTANCE = re.compile(r"[0-9a-f]{1,64}")
-_HALT_KEY_CHARS = 300  # feature/impl: names of the policy set, bounded there
-_HALT_WHY_CHARS = 400  # the daemon's reason, a worker's failure message included
-_NAME_CHARS = 200  # a feature, implementation or error code a daemon names, shown in a line
-_ERROR_CHARS = 400  # a daemon's reload error (a policy error lists every issue), in a line
 _Answer = tuple[str, Evidence | None, dict[str, str], dict[str, str], Running]
 
 
@@ -118,21 +118,23 @@ def _snapshot(address: str, timeout: float, credentials: Any) -> _Answer:
         for d in answer.decisions
     }
     halts = {
-        escaped(shown(key, _HALT_KEY_CHARS)): escaped(shown(why, _HALT_WHY_CHARS))
+        escaped(shown(key, SHOWN_DAEMON_HALT_KEY_CHARS)): escaped(
+            shown(why, SHOWN_DAEMON_HALT_REASON_CHARS)
+        )
         for key, why in inputs.halted.items()
     }
     running = Running(
         policy_digest((source.name, source.text) for source in inputs.policies),
-        one_line(answer.policy_error, _ERROR_CHARS) if answer.policy_error else None,
+        one_line(answer.policy_error, SHOWN_DAEMON_ERROR_CHARS) if answer.policy_error else None,
     )
     return text, evidence, decided, halts, running
 
 
 def _safe_name(name: str) -> str:
-    """A name from a daemon's answer as a line can show it: cut to ``_NAME_CHARS`` and
+    """A name from a daemon's answer as a line can show it: cut to ``SHOWN_DAEMON_NAME_CHARS`` and
     escaped, so that no escape sequence or line break in it reaches a terminal. A name of the
     policy language (``[a-z0-9_.]``) stays as it is."""
-    return escaped(shown(name, _NAME_CHARS))
+    return escaped(shown(name, SHOWN_DAEMON_NAME_CHARS))
 
 
 def instance_of(value: object) -> str | None:

@@ -7,9 +7,9 @@ import ipaddress
 from typing import NamedTuple
 
 from kernelpolicy.errors import DaemonError
+from kernelpolicy.limits import MAX_PORT_CHARS
 
 MAX_PORT = 65535
-MAX_PORT_CHARS = 32  # digits read as a port (leading zeros allowed; the range decides)
 
 
 class HostPort(NamedTuple):

@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError
-from kernelpolicy.limits import MAX_HALTS_FILE_BYTES, MAX_REPORT_DETAIL_CHARS
+from kernelpolicy.limits import MAX_HALT_REASON_CHARS, MAX_HALTS_FILE_BYTES
 from kernelpolicy.safeio import parse_json, read_bytes_bounded, write_atomic
 
 __all__ = ["NodeHalts", "file_stamp", "read_halts", "remove_halts", "write_halts"]
 
 FORMAT = 1
-_MAX_WHY_CHARS = 2 * MAX_REPORT_DETAIL_CHARS  # a halt's reason: the rule's words and a detail
 
 
 def write_halts(path: Path, halts: Mapping[str, str]) -> None:
@@ -124,9 +123,9 @@ def _parse(path: Path, data: bytes) -> dict[str, str]:
         raise KernelPolicyError(f'{path}: expected "halts", an object of feature/impl -> why')
     for key, why in halts.items():
         feature, _, impl = key.partition("/")
-        if not (feature and impl and isinstance(why, str) and len(why) <= _MAX_WHY_CHARS):
+        if not (feature and impl and isinstance(why, str) and len(why) <= MAX_HALT_REASON_CHARS):
             raise KernelPolicyError(
                 f"{path}: halt {key[:80]!r}: expected a feature/impl key and a reason of at "
-                f"most {_MAX_WHY_CHARS} characters"
+                f"most {MAX_HALT_REASON_CHARS} characters"
             )
     return dict(halts)

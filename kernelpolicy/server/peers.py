@@ -23,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import unquote
 
+from kernelpolicy.limits import MAX_PEER_KEY_CHARS
 from kernelpolicy.server.addresses import split_address
 
 LOOPBACK_PEER = "loopback"
@@ -32,18 +33,16 @@ IPV6_GROUP_PREFIX = 64
 RELAY_PREFIX = "kernelpolicy-relay/"
 """The abstract socket names the gRPC relay (``server.grpc_relay``) binds its connections to,
 ``kernelpolicy-relay/<random>/<the TCP client's grpc peer>``: the relayed call's peer."""
-KEY_CHARS = 100
-"""The longest key an unknown form of peer gets: one per string, still bounded."""
 
 
 def peer_group(host: str) -> str:
     """The peer a client address belongs to (see the module's docstring): ``loopback``, an
     IPv4 address, an IPv6 /64 (``2001:db8:1:2::/64``), or ``host`` itself (cut to
-    ``KEY_CHARS``) where it is no IP address."""
+    ``MAX_PEER_KEY_CHARS``) where it is no IP address."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return host[:KEY_CHARS]
+        return host[:MAX_PEER_KEY_CHARS]
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is None:
             if address.is_loopback:
@@ -74,7 +73,7 @@ def peer_key(peer: str) -> str:
         return peer_group(rest[1:].split("]", 1)[0])
     if kind == "ipv4":
         return peer_group(split_address(rest).host or rest)
-    return peer[:KEY_CHARS]
+    return peer[:MAX_PEER_KEY_CHARS]
 
 
 def _is_group(key: str) -> bool:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kernelpolicy.cache_dir import default_cache_dir
+from kernelpolicy.limits import MAX_UNKNOWN_VARIABLES_SAID
 from kernelpolicy.settings.readers import (
     ACCEPTED_BOOLEANS,
     bundled_policy_dir,
@@ -155,9 +156,6 @@ test keeps it equal to the ``KERNELPOLICY_*`` literals of those files and the pa
 _PREFIX = variable("")
 _PREFIXES = tuple(name for name in NOT_SETTINGS if name.endswith("_"))
 _SAID: set[str] = set()
-MAX_SAID = 16
-"""Unknown variables said per process, at most (each once; a process that is handed
-environments, ``resolve(env=...)`` in a loop, cannot make it say more)."""
 
 
 def unknown_variables(env: Mapping[str, str]) -> list[str]:
@@ -180,7 +178,7 @@ def _say_unknown(env: Mapping[str, str]) -> None:
     cache that is not used is said), with the known name closest to it. A process that sets
     no ``KERNELPOLICY_*`` variable pays one pass over its variables' names, importing nothing."""
     unknown = [name for name in unknown_variables(env) if name not in _SAID]
-    for name in unknown[: max(MAX_SAID - len(_SAID), 0)]:
+    for name in unknown[: max(MAX_UNKNOWN_VARIABLES_SAID - len(_SAID), 0)]:
         _SAID.add(name)
         message = unknown_message(name)
         if message is not None:
