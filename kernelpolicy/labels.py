@@ -140,7 +140,7 @@ def node_labels(
 
     Args:
         resolution: The node's resolution.
-        evidence: Conformance results stored on this node, for the ``verified.*`` labels.
+        evidence: The verify results stored on this node, for the ``verified.*`` labels.
         prefix: The label prefix (a DNS subdomain).
 
     Raises:

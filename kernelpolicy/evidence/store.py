@@ -1,4 +1,5 @@
-"""Evidence: stored conformance results for one platform and one set of library versions.
+"""Evidence: the results ``kernelpolicy verify`` stored for one platform and one set of
+library versions.
 
 A small JSON file per key in ``<cache dir>/evidence/``; the key hashes what the results depend
 on (the device kind, driver, torch build and every probed library version), so an upgrade of
@@ -55,7 +56,7 @@ _STORE = "evidence store"
 
 
 def platform_key(platform: Platform) -> str:
-    """What conformance results depend on, hashed.
+    """What a verify result depends on, hashed: the key its evidence is stored under.
 
     Of the libraries, only the kernel stack every probe reads (``DEFAULT_LIBRARIES``) counts:
     ``verify`` probes those, while ``explain``, ``resolve()`` and the daemon also probe what
@@ -120,7 +121,7 @@ class EvidenceEntry:
 
 @dataclass(frozen=True)
 class Evidence:
-    """(feature, impl) -> the last conformance result on this platform key."""
+    """(feature, impl) -> the last verify result on this platform key."""
 
     key: str
     entries: Mapping[tuple[str, str], EvidenceEntry] = field(default_factory=dict)

@@ -1,5 +1,6 @@
-"""Each node's stored conformance evidence as ``diff`` needs it: what ``verified = true``
-candidates are decided with on that node, exactly as its daemon decides them.
+"""Each node's stored evidence (what ``kernelpolicy verify`` found) as ``diff`` needs it: what
+``verified = true`` candidates are decided with on that node, exactly as its daemon decides
+them.
 
 Where it comes from depends on the inventory:
 
