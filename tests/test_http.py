@@ -118,7 +118,7 @@ def test_single_evaluation_table(
     assert document["key"] == key
     assert {k: document.get(k) for k in expected} == expected
     if status == 200:
-        assert set(document["metadata"]) == {"fingerprint", "revision"}
+        assert set(document["metadata"]) == {"fingerprint", "policy_digest", "revision"}
     if expected.get("reason") == "DISABLED":
         assert "value" not in document  # the caller's code default applies
 

@@ -201,6 +201,7 @@ class Daemon:
             listen=self.bound,
             revision=self.state.snapshot.revision,
             fingerprint=self.state.snapshot.resolution.fingerprint,
+            policy_digest=self.state.snapshot.policies.digest,
             policies=[name for name, _ in self.state.snapshot.sources],
         )
 
@@ -286,7 +287,8 @@ class Daemon:
             )
             if isinstance(prepared, str):
                 self._log("warning", "kernelpolicy.reload.failed", why=why, error=prepared,
-                          serving_revision=snapshot.revision)  # fmt: skip
+                          serving_revision=snapshot.revision,
+                          serving_policy_digest=snapshot.policies.digest)  # fmt: skip
             else:
                 self._emit(
                     "kernelpolicy.reload",
@@ -294,6 +296,7 @@ class Daemon:
                     revision=snapshot.revision,
                     changed=list(change.flags) if change else [],
                     fingerprint=snapshot.resolution.fingerprint,
+                    policy_digest=snapshot.policies.digest,
                 )
 
     async def _watch_files(self) -> None:

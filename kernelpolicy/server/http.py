@@ -348,15 +348,17 @@ class HttpListener:
 
     async def _readyz(self, request: web.Request) -> web.StreamResponse:
         why = self.not_ready()
-        if why is not None:
-            return _json(503, {"status": "not ready", "why": why})
         snapshot = self.state.snapshot
+        digest = snapshot.policies.digest  # which policies, ready or not (a stale set's too)
+        if why is not None:
+            return _json(503, {"status": "not ready", "why": why, "policy_digest": digest})
         return _json(
             200,
             {
                 "status": "ready",
                 "revision": snapshot.revision,
                 "fingerprint": snapshot.resolution.fingerprint,
+                "policy_digest": digest,
                 "policy_error": snapshot.policy_error,
             },
         )

@@ -113,13 +113,14 @@ def parse_context(body: bytes) -> dict[str, Any]:
 
 
 def _metadata(snapshot: Snapshot, feature: str | None = None) -> dict[str, Any]:
-    """The fingerprint and revision; for a feature, where the node stands in each of its
-    candidates' rollouts and staged disables too (``rollout.<impl>.*``, ``disable.<impl>.*``,
-    as the resolution decided it)."""
+    """The fingerprint, the policy digest and the revision; for a feature, where the node
+    stands in each of its candidates' rollouts and staged disables too (``rollout.<impl>.*``,
+    ``disable.<impl>.*``, as the resolution decided it)."""
     from kernelpolicy.engine.cohort import rollout_metadata
 
     metadata: dict[str, Any] = {
         "fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision,
+        "policy_digest": snapshot.policies.digest,
     }  # fmt: skip
     decision = snapshot.resolution.decisions.get(feature) if feature is not None else None
     if decision is not None:

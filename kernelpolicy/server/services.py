@@ -160,10 +160,14 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
 
 
 def _metadata(snapshot: Snapshot, feature: str | None = None) -> struct_pb2.Struct:
-    """The fingerprint and revision; for a feature, its candidates' rollout cohorts too
-    (``rollout.<impl>.cohort``, ``.percent``, ``.bucket``), as the resolution decided them."""
+    """The fingerprint, the policy digest and the revision; for a feature, its candidates'
+    rollout cohorts too (``rollout.<impl>.cohort``, ``.percent``, ``.bucket``), as the
+    resolution decided them."""
     metadata = struct_pb2.Struct()
-    metadata.update({"fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision})
+    metadata.update({
+        "fingerprint": snapshot.resolution.fingerprint, "revision": snapshot.revision,
+        "policy_digest": snapshot.policies.digest,
+    })  # fmt: skip
     decision = snapshot.resolution.decisions.get(feature) if feature is not None else None
     if decision is not None:
         metadata.update(rollout_metadata(decision))
