@@ -35,7 +35,7 @@ change it makes to the decision goes through the Resolution's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, TypeAlias
 
 from kernelpolicy.dtypes import dtype_name
 from kernelpolicy.engine.loading import EntryUnloadable, Importing
@@ -43,7 +43,23 @@ from kernelpolicy.errors import ResolutionError
 from kernelpolicy.kernels.builds import Compiling
 
 if TYPE_CHECKING:
+    import torch
+
     from kernelpolicy.engine.fallbacks import Fallbacks
+    from kernelpolicy.kernels import TopKTopP
+
+RoutedKernel: TypeAlias = "Callable[Concatenate[torch.Tensor, ...], Any]"
+"""An implementation of a feature routed per call: called as the kernel is, with the input whose
+rows and dtype choose it first. The sampler contract, :class:`~kernelpolicy.kernels.TopKTopP`
+(a sampler's logits first), is one, which mypy checks (``_routable``); a feature that is not
+routed may be any callable (``rmsnorm(x, weight, epsilon)``)."""
+
+if TYPE_CHECKING:
+
+    def _routable(sampler: TopKTopP) -> RoutedKernel:
+        """Never called: mypy fails here if the sampler contract stops being routable."""
+        return sampler
+
 
 TABLE_LIMIT = 8192
 """(rows, dtype) pairs remembered before the table starts over (a server sees a few hundred)."""
@@ -185,7 +201,7 @@ class Routed(Serving):
     def __init__(self, fallbacks: Fallbacks, feature: str) -> None:
         super().__init__(fallbacks, feature)
         # dtype -> rows -> (impl, function): two lookups are cheaper than hashing a tuple.
-        self._table: dict[object, dict[int, tuple[str, Callable[..., Any]]]] = {}
+        self._table: dict[object, dict[int, tuple[str, RoutedKernel]]] = {}
         self._size = 0
         # an import failure shows now, as impl() always did; a choice that cannot be loaded
         # leaves the order, and the next one is tried
@@ -203,7 +219,7 @@ class Routed(Serving):
         assert impl is not None
         return impl
 
-    def __call__(self, logits: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, logits: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         try:
             impl, function = self._table[logits.dtype][logits.shape[0]]
         except KeyError:
@@ -230,7 +246,7 @@ class Routed(Serving):
         """The implementation a call of ``batch`` rows of ``dtype`` runs (loads it)."""
         return self._choose((batch, dtype))[0]
 
-    def _choose(self, key: tuple[int, object]) -> tuple[str, Callable[..., Any]]:
+    def _choose(self, key: tuple[int, object]) -> tuple[str, RoutedKernel]:
         while True:  # each implementation that fails to load leaves the order: this ends
             decision = self._fallbacks.decisions[self._feature]
             order = decision.order_for(key[0], dtype_name(key[1]))
