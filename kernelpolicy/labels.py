@@ -382,12 +382,14 @@ def _not_a_directory(directory: Path) -> str | None:
     return None if stat.S_ISDIR(mode) else f"{directory} is not a directory"
 
 
-def nfd_text(labels: dict[str, str], fingerprint: str) -> str:
-    """The features.d file for ``labels``, with a comment saying who writes it."""
+def nfd_text(labels: dict[str, str], fingerprint: str, policy_digest: str) -> str:
+    """The features.d file for ``labels``, with a comment saying who writes it and from what:
+    the resolution's ``fingerprint`` (of the node and its policies) and the ``policy_digest``
+    of the policy files alone (``PolicySet.digest``, as the label ``policy.digest``)."""
     from kernelpolicy.versions import KERNELPOLICY_VERSION
 
     return render_nfd(
         labels,
-        comment=f"Written by kernelpolicy {KERNELPOLICY_VERSION} (policy fingerprint "
-        f"{fingerprint}); rewritten on every policy revision, do not edit.",
+        comment=f"Written by kernelpolicy {KERNELPOLICY_VERSION} (fingerprint {fingerprint}, "
+        f"policy digest {policy_digest}); rewritten on every new revision, do not edit.",
     )

@@ -1,14 +1,15 @@
 """The policy digest (``PolicySet.digest``: which policy files a daemon serves) on every answer a
 fleet reads from a real daemon on loopback: ``/readyz`` (200, and 503 while it serves stale
 policies), the OFREP and flagd flag metadata (one flag and all), and the log events of its start
-and of each reload, whether it loaded or failed (the last good set's digest then). Each surface
-is read at three moments: at start, after a reload that changed the files, after one that
-failed."""
+and of each reload, whether it loaded or failed (the last good set's digest then), and the NFD
+feature file (its comment and its ``policy.digest`` label). Each surface is read at three
+moments: at start, after a reload that changed the files, after one that failed."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -69,9 +70,19 @@ def _flagd_all(running: RunningDaemon, channel: grpc.Channel) -> list[str]:
     return [json_format.MessageToDict(m)["policy_digest"] for m in (answer.metadata, flag)]
 
 
+def _nfd_file(running: RunningDaemon, channel: grpc.Channel) -> list[str]:
+    """The feature file's comment (its policy digest), then its label ``policy.digest``."""
+    assert running.daemon.labels_dir is not None
+    lines = (running.daemon.labels_dir / "kernelpolicy").read_text().splitlines()
+    said = re.search(r"\bpolicy digest ([0-9a-f]+)\)", lines[0])
+    (label,) = [line.split("=", 1)[1] for line in lines if "/policy.digest=" in line]
+    return [said.group(1) if said else lines[0], label]
+
+
 READERS: dict[str, _Read] = {
     "readyz": _readyz, "ofrep-one": _ofrep_one, "ofrep-bulk": _ofrep_bulk,
     "flagd-v1": _flagd(f1, f1_grpc), "flagd-v2": _flagd(f2, f2_grpc), "flagd-v1-all": _flagd_all,
+    "nfd-file": _nfd_file,
 }  # fmt: skip
 
 
@@ -83,14 +94,16 @@ def _digest(policies: Path) -> str:
 def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One daemon serving a copy of the bundled pack (``/readyz`` not ready while a reload
     fails), each surface read at each of MOMENTS; the digests; its JSON log events."""
-    policies = tmp_path_factory.mktemp("digest") / "policies"
+    home = tmp_path_factory.mktemp("digest")
+    policies, labels = home / "policies", home / "features.d"
     shutil.copytree(ROOT / "policies", policies)
+    labels.mkdir()
     log = io.StringIO()
-    found: dict[str, Any] = {"digests": {}, "reads": {}}
+    found: dict[str, Any] = {"digests": {}, "reads": {}, "fingerprints": {}}
     with (
         running_daemon(fixture("h100-sxm"), [policies], watch=False, http="127.0.0.1:0",
-                       ready_requires_current_policy=True, log_format="json",
-                       log_stream=log) as running,
+                       ready_requires_current_policy=True, labels_dir=labels,
+                       log_format="json", log_stream=log) as running,
         grpc.insecure_channel(running.daemon.bound[0]) as channel,
     ):  # fmt: skip
         for moment in MOMENTS:
@@ -104,6 +117,10 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 running.call(running.daemon.reload("test"))
             if moment != "failed":
                 found["digests"][moment] = _digest(policies)
+            found["fingerprints"][moment] = running.daemon.state.snapshot.resolution.fingerprint
+            found.setdefault("comments", {})[moment] = (
+                (labels / "kernelpolicy").read_text().splitlines()[0]
+            )
             found["reads"][moment] = {
                 name: read(running, channel) for name, read in READERS.items()
             }
@@ -126,6 +143,7 @@ def test_the_digests_differ(seen: dict[str, Any]) -> None:
         pytest.param("flagd-v2", lambda d, ok: [d], id="flagd-v2-resolve-string"),
         pytest.param("flagd-v1-all", lambda d, ok: [d, d],
                      id="flagd-v1-resolve-all: answer and flag"),
+        pytest.param("nfd-file", lambda d, ok: [d, d], id="nfd-file: comment and label"),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("moment", MOMENTS)
@@ -153,3 +171,17 @@ def test_load_and_reload_events_carry_the_digest(
     """The structured log event of each load says which policies the daemon serves after it."""
     (logged,) = [line for line in seen["log"] if line.get("event") == event]
     assert logged[key] == seen["digests"][moment]
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_the_feature_files_comment_says_what_it_carries(seen: dict[str, Any], moment: str) -> None:
+    """Its comment names the resolution's fingerprint as the fingerprint and the policy files'
+    digest as the policy digest (it said "policy fingerprint" of the resolution's)."""
+    from kernelpolicy.versions import KERNELPOLICY_VERSION
+
+    served = "reloaded" if moment == "failed" else moment  # the last good set's labels stay
+    fingerprint, digest = seen["fingerprints"][served], seen["digests"][served]
+    assert seen["comments"][moment] == (
+        f"# Written by kernelpolicy {KERNELPOLICY_VERSION} (fingerprint {fingerprint}, "
+        f"policy digest {digest}); rewritten on every new revision, do not edit."
+    )

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = json.dumps(labels, indent=2) + "\n"
     else:
-        text = nfd_text(labels, resolution.fingerprint)
+        text = nfd_text(labels, resolution.fingerprint, resolution.policies.digest)
     if args.write is not None:
         from kernelpolicy.labels import write_feature_file
 

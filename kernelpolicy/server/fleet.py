@@ -165,8 +165,10 @@ class Fleet:
                 allow_untrusted=state.allow_untrusted, always=True,
             )  # fmt: skip
             assert evidence is not None  # asked for always
-            labels = node_labels(snapshot.resolution, evidence)
-            write_feature_file(self.labels_dir, nfd_text(labels, snapshot.resolution.fingerprint))
+            resolution = snapshot.resolution
+            labels = node_labels(resolution, evidence)
+            text = nfd_text(labels, resolution.fingerprint, resolution.policies.digest)
+            write_feature_file(self.labels_dir, text)
         except KernelPolicyError as exc:  # a full disk must not stop the daemon serving
             self.warn("kernelpolicy.labels.failed", str(exc))
 
