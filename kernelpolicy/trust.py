@@ -27,13 +27,18 @@ def owner_ok(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
-def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str | None:
+def owner_mode_problem(
+    info: os.stat_result, code_gid: int | None = None, *, sticky_passes: bool = True
+) -> str | None:
     """The rule for one file or directory, from its ``stat``: why it may not be trusted, or None.
 
     Refused: owned by a user other than root or the current one; writable by group or others
     (a directory with the sticky bit, like ``/tmp``, may be world-writable when root owns it:
     others cannot replace what is in it). ``code_gid``: a group that may write it all the same
-    (the group that can write kernelpolicy's code, for what ships with it).
+    (the group that can write kernelpolicy's code, for what ships with it). ``sticky_passes``
+    False: the sticky bit does not help, for a directory where the names matter as well as what
+    is in them (a daemon's socket directory: others could take the names beside its socket
+    first).
     """
     mode = stat.S_IMODE(info.st_mode)
     if not owner_ok(info.st_uid):
@@ -41,12 +46,12 @@ def owner_mode_problem(info: os.stat_result, code_gid: int | None = None) -> str
             f"owned by uid {info.st_uid} (mode {mode:04o}); expected root or uid "
             f"{os.geteuid()}, the user running kernelpolicy"
         )
-    sticky = stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX and info.st_uid == 0
+    rootdir = stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and sticky_passes
+    sticky = rootdir and mode & stat.S_ISVTX
     writers = mode & (stat.S_IWGRP | stat.S_IWOTH)
     if code_gid is not None and info.st_gid == code_gid:
         writers &= ~stat.S_IWGRP  # that group can change the code that reads it anyway
     if writers and not sticky:
-        rootdir = stat.S_ISDIR(info.st_mode) and info.st_uid == 0
         return (
             f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} "
             f"(mode {mode:04o}, owner uid {info.st_uid}); expected no group or other write "

@@ -1,17 +1,22 @@
 """The node's halts file cannot be blocked by another user, and a write that fails shows
-(review: a non-root daemon's explicit socket in /tmp was accepted, its halts file and the
-guessable temporary name ``.x.halts.json.<pid>.tmp`` lived there, and a name another user took
-first made every publication fail, only logged as ``kernelpolicy.halts.unpublished``)."""
+(review: a non-root daemon's explicit socket in /tmp was accepted, its halts file lived there,
+with a temporary name then guessable, ``.x.halts.json.<pid>.tmp``, and a name another user took
+first made every publication fail, only logged as ``kernelpolicy.halts.unpublished``). The
+temporary names are unpredictable now (``safeio.write_atomic``); the names beside the socket
+are kept from others by the socket directory's rule, kernelpolicy.trust's without its sticky
+exception."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from kernelpolicy.errors import DaemonError
 from kernelpolicy.server.sockets import prepare_socket
+from kernelpolicy.trust import owner_mode_problem
 from tests.halts_helpers import halts_daemon
 from tests.helpers import said_as_user
 
@@ -43,8 +48,8 @@ def test_a_socket_whose_directory_others_may_write_is_refused(
     mode: int, uid: int, refused: bool, short_dir: Path
 ) -> None:
     """Others may take the names beside the socket in such a directory, the sticky bit
-    notwithstanding (the report socket, the halts file and its temporary name): the daemon
-    refuses it in one line that says what to use instead."""
+    notwithstanding (the report socket, the halts file): the daemon refuses it in one line that
+    says what to use instead."""
     short_dir.chmod(mode)
     address = f"unix:{short_dir / 'kp.sock'}"
     said = said_as_user(uid, lambda: _prepare(address)) if uid else _prepare(address)
@@ -56,6 +61,35 @@ def test_a_socket_whose_directory_others_may_write_is_refused(
     assert "the halts file" in said
     assert "$XDG_RUNTIME_DIR/kernelpolicy/" in said
     assert "\n" not in said
+
+
+def _directory(uid: int, mode: int) -> os.stat_result:
+    return os.stat_result((stat.S_IFDIR | mode, 1, 1, 2, uid, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("uid", "mode", "trusted", "socket_ok"),
+    [
+        pytest.param(0, 0o1777, True, False, id="root-sticky-like-tmp"),
+        pytest.param(0, 0o1770, True, False, id="root-sticky-group-writable"),
+        pytest.param(0, 0o0777, False, False, id="root-world-writable"),
+        pytest.param(0, 0o0755, True, True, id="root-0755"),
+        pytest.param(os.geteuid(), 0o0700, True, True, id="ours-0700"),
+        pytest.param(OTHER, 0o0700, False, False, id="another-user's"),
+    ],
+)
+def test_the_socket_directory_rule_is_trusts_without_the_sticky_exception(
+    uid: int, mode: int, trusted: bool, socket_ok: bool
+) -> None:
+    """One directory-trust rule: where trust lets a root-owned sticky directory pass (nobody
+    else can replace what is in it), a socket's directory is refused (others can take the names
+    beside the socket), and everywhere else the two agree."""
+    info = _directory(uid, mode)
+    assert (owner_mode_problem(info) is None) == trusted
+    refused = owner_mode_problem(info, sticky_passes=False)
+    assert (refused is None) == socket_ok
+    if not socket_ok and uid != OTHER:
+        assert "expected no group or other write (chmod go-w)" in (refused or "")
 
 
 def test_a_failed_publication_is_counted_until_one_succeeds(short_dir: Path) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernelpolicy.errors import DaemonError, UntrustedFileError
-from kernelpolicy.trust import owner_ok, private_dir
+from kernelpolicy.trust import owner_mode_problem, owner_ok, private_dir
 
 SOCKET_NAME = "kernelpolicy.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, with the terminating NUL
@@ -182,17 +182,19 @@ def prepare_socket(address: str, *, default: bool) -> Path:
 
 
 def _check_directory(directory: Path, where: str) -> None:
-    """The socket's directory: owned by root or us, and writable by nobody else, the sticky
-    bit notwithstanding. In a sticky world-writable directory such as /tmp nobody else can
-    remove our socket, but anyone can take the names beside it first: the report socket, and
-    the halts file and its temporary name (``x.halts.json``, ``.x.halts.json.<pid>.tmp``),
-    which would block every publication of the node's halts to its workers."""
+    """The socket's directory follows kernelpolicy's directory-trust rule
+    (:func:`kernelpolicy.trust.owner_mode_problem`: owned by root or us, and writable by nobody
+    else), the sticky bit notwithstanding. In a sticky world-writable directory such as /tmp
+    nobody else can remove our socket, but anyone can take the names beside it first: the
+    report socket (``x.report.sock``) and the halts file (``x.halts.json``), which would block
+    every publication of the node's halts to its workers (its temporary names are unpredictable,
+    :func:`kernelpolicy.safeio.write_atomic`: those cannot be taken ahead)."""
     try:
         info = directory.stat()
     except OSError as exc:
         raise DaemonError(f"{where}: {directory}: {exc.strerror or exc}") from None
     mode = stat.S_IMODE(info.st_mode)
-    if not owner_ok(info.st_uid) or mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if owner_mode_problem(info, sticky_passes=False) is not None:
         raise DaemonError(
             f"{where}: its directory {directory} (owner uid {info.st_uid}, mode {mode:04o}) may "
             "be written by another user, who could replace the socket or take the names of the "
