@@ -114,6 +114,9 @@ MAX_ANSWER_CACHE_BYTES = 16 * MIB
 MAX_CALL_CACHE_ENTRIES = 8192
 """Distinct call contexts the cache of one feature's ``select`` (or of one gate) keeps per
 resolution; the next one starts it over. The daemon's clients choose the contexts."""
+MAX_STRING_MEMO_ENTRIES = 64
+"""Strings one compiled test of a string variable remembers its answer for
+(``engine.string_memos``); a caller's further strings are answered without being kept."""
 
 
 def shown(value: str, limit: int = SHOWN_ENV_VALUE_CHARS) -> str:

@@ -19,6 +19,7 @@ from kernelpolicy.digest import file_stamps
 from kernelpolicy.dtypes import ROUTING_VARIABLES
 from kernelpolicy.engine.hotpath import type_guard
 from kernelpolicy.engine.model import Decision, DtypeRule
+from kernelpolicy.engine.string_memos import StringTests, first_sight
 from kernelpolicy.policy.cel import evaluate, extension_stamp
 from kernelpolicy.policy.compiled import CompiledFeature, PolicySet
 
@@ -46,8 +47,8 @@ def namespace() -> dict[str, Any]:
     from kernelpolicy.policy.transpile import HELPERS
 
     return {
-        **HELPERS, "_dtype_size": dtype_size, "type": type, "str": str, "int": int,
-        "float": float,
+        **HELPERS, "_dtype_size": dtype_size, "_first_sight": first_sight, "type": type,
+        "str": str, "int": int, "float": float,
     }  # fmt: skip
 
 
@@ -55,25 +56,33 @@ def compiled_rules(
     policies: PolicySet,
     decisions: Mapping[str, Decision],
     static: Mapping[str, object],
-    scope: Mapping[str, Any],
+    scope: dict[str, Any],
 ) -> dict[str, list[str]]:
-    """Feature -> the lines of a Python body that returns the implementation for a call."""
+    """Feature -> the lines of a Python body that returns the implementation for a call; the
+    memos of its string tests go into ``scope``, where the body runs."""
     rules: dict[str, list[str]] = {}
-    for name, decision in decisions.items():
+    for index, (name, decision) in enumerate(decisions.items()):
         if decision.error is not None or not decision.order:
             continue
         feature = policies.features[name]
+        declared = feature.spec.context
+        strings = StringTests(str(index), (v for v, kind in declared.items() if kind == "string"))
         try:
             chain = _Chain(feature, decision, static, scope)
-            body = _routed(decision, chain, feature)
+            body = strings.rewrite(_routed(decision, chain, feature))
         except Exception:  # Untranslatable, or Python refusing the translation
             continue  # (too many nested parentheses, RecursionError): CEL decides, as verified
         # Booleans are taken by truthiness, as a hand-written rule would; other kinds are
-        # guarded (None for a string must not quietly pick a kernel). A guard or the body
-        # failing sends the call through the cache and CEL, which raise with the details.
-        declared = feature.spec.context
-        guards = " and ".join(type_guard(v, kind) for v, kind in declared.items() if kind != "bool")
-        rules[name] = [f"if {guards or 'True'}:", *_indent(body, 4)]
+        # guarded (None for a string must not quietly pick a kernel), a string read only by
+        # tests against literals by its tests' memos (engine.string_memos). A guard, a memo or
+        # the body failing sends the call through the cache and CEL, which raise with the
+        # details.
+        guards = " and ".join(
+            type_guard(v, kind)
+            for v, kind in declared.items()
+            if kind != "bool" and (kind != "string" or v in strings.guarded)
+        )
+        rules[name] = [*strings.prelude(scope), f"if {guards or 'True'}:", *_indent(body, 4)]
     return rules
 
 
