@@ -71,7 +71,8 @@ def test_daemons_are_told_apart_by_instance(
     same_daemon: list[int | str],
 ) -> None:
     """--json names each daemon's host and instance; only addresses of one instance are one
-    daemon (two daemons of one snapshot file were one node before); the text counts them."""
+    daemon (two daemons of one snapshot file were one node before); the text counts them, one
+    daemon given by two addresses once (it said 2 instances, 2 daemons on its host)."""
     again = twins[0].replace("/kp.sock", "/./kp.sock")  # another address of daemon 0
     addresses = [again if g == "0-again" else twins[int(g)] for g in given]
     out, err = _diff(capsys, addresses, "--json")
@@ -88,8 +89,10 @@ def test_daemons_are_told_apart_by_instance(
         assert f"one daemon, instance {host}/{instance}" in err
     text, _ = _diff(capsys, addresses)
     host = published[addresses[0]]["host"]
-    assert f"answered: {len(addresses)} daemon instance" in text
-    assert (f"  {host}: 2 daemons" in text) is (len(addresses) == 2)
+    counted = "1 daemon instance" if instances == 1 else f"{instances} daemon instances"
+    shown = f" ({len(addresses)} addresses)" if len(addresses) != instances else ""
+    assert f"answered: {counted} on 1 host{shown}\n" in text  # one daemon once
+    assert (f"  {host}: 2 daemons" in text) is (instances == 2)
 
 
 @pytest.mark.parametrize(

@@ -232,10 +232,12 @@ def _who_answered(result: Any) -> list[str]:
     that did not answer."""
     lines = []
     if result.instances:  # daemons started apart, though from one snapshot file
-        hosts = result.hosts()
+        hosts, daemons = result.hosts(), result.daemons()
+        given = len(result.instances)  # addresses: one daemon may answer at several
         lines.append(
-            f"answered: {counted(len(result.instances), 'daemon instance')} on "
+            f"answered: {counted(len(daemons), 'daemon instance')} on "
             f"{counted(len(hosts), 'host')}"
+            + (f" ({counted(given, 'address', 'addresses')})" if given != len(daemons) else "")
         )
         lines += [f"  {host}: {counted(len(names), 'daemon')} ({nodes_in_words(names)})"
                   for host, names in hosts.items() if len(names) > 1]  # fmt: skip
@@ -273,7 +275,9 @@ def _progress(result: Any) -> list[str]:
             else _RUNS[daemon.runs.value]
         )  # fmt: skip
         failed = f"; last reload failed: {daemon.running.error}" if daemon.running.error else ""
-        lines.append(f"  {daemon.address}: runs {runs}{failed}")
+        also = daemon.addresses[1:]
+        at = f" (also {nodes_in_words(list(also))})" if also else ""
+        lines.append(f"  {daemon.address}{at}: runs {runs}{failed}")
     if len(odd) > _LISTED:
         lines.append(f"  and {len(odd) - _LISTED:,} more (--json's daemon_policies has each)")
     return lines

@@ -42,11 +42,10 @@ from kernelpolicy.fleet.outcomes import (
 from kernelpolicy.fleet.result import (
     Change,
     ClassDiff,
-    DaemonPolicies,
     FleetDiff,
     RolloutSteps,
     Running,
-    Runs,
+    daemons_once,
 )
 from kernelpolicy.fleet.staging import (
     DEFAULT_STEPS,
@@ -203,7 +202,8 @@ def diff_fleet(
         unreachable: Daemons of the inventory that did not answer, reported as such.
         duplicates: Addresses that answered for one node (``Inventory.duplicates``), warned of.
         running: (address, what it says of its policies) of each live daemon that answered
-            (``DaemonInventory.running``): which of ``old`` and ``new`` each runs.
+            (``DaemonInventory.running``): which of ``old`` and ``new`` each runs, each daemon
+            counted once by its instance (:func:`~kernelpolicy.fleet.result.daemons_once`).
     """
     fleet = _Fleet.build(nodes, old, new)
     tally = _Tally.count(fleet, old, new)
@@ -214,15 +214,14 @@ def diff_fleet(
         key=lambda item: (-item[1], item[0]),
     )
     unstaged_nodes = {index for indices in tally.unstaged.values() for index in indices}
+    daemons = daemons_once(running, dict(fleet.instances), (old.digest, new.digest))
+    failing = [(d.address, d.running.error) for d in daemons if d.running.error]
     return FleetDiff(
         total, fleet.summaries, sum(len(c.changed) for c in fleet.summaries),
         counted, tuple(skipped), tuple(unreachable),
         (*_warnings(fleet, old, new, duplicates, reachable),
-         *_disagreements(tally.disagree, total),
-         *reload_failed_warning([(a, r.error) for a, r in running if r.error], len(running))),
-        tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)),
-        tuple(DaemonPolicies(address, said, Runs.of(said.digest, old.digest, new.digest))
-              for address, said in running),
+         *_disagreements(tally.disagree, total), *reload_failed_warning(failing, len(daemons))),
+        tuple(fleet.instances), tuple(halted_kernels(fleet.node_halts(), old, new)), daemons,
         tuple(unstaged), tuple(fleet.members[index][3] for index in sorted(unstaged_nodes)),
         (old.digest, new.digest),
     )  # fmt: skip

@@ -6,7 +6,7 @@ runs, and the whole comparison, whose :meth:`FleetDiff.to_dict` is ``diff --json
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kernelpolicy.fleet.halted import HaltedKernel
@@ -14,6 +14,7 @@ from kernelpolicy.fleet.notices import FleetWarning
 
 __all__ = [
     "Change", "ClassDiff", "DaemonPolicies", "FleetDiff", "RolloutSteps", "Running", "Runs",
+    "daemons_once",
 ]  # fmt: skip
 
 
@@ -112,19 +113,43 @@ class Running:
 
 @dataclass(frozen=True)
 class DaemonPolicies:
-    """One live daemon (by its address), what it says of its policies, and which set it runs."""
+    """One live daemon (by its first address), what it says of its policies, which set it
+    runs, and every address that answered for it (``addresses``; the first is ``address``)."""
 
     address: str
     running: Running
     runs: Runs
+    addresses: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
             "address": self.address,
+            "addresses": list(self.addresses or (self.address,)),
             "runs": self.runs.value,
             "policy_digest": self.running.digest,
             "reload_error": self.running.error,
         }
+
+
+def daemons_once(
+    running: Sequence[tuple[str, Running]],
+    instances: Mapping[str, str],
+    digests: tuple[str, str],
+) -> tuple[DaemonPolicies, ...]:
+    """Each live daemon once, in inventory order: the addresses of one instance (``instances``:
+    address -> ``HOST/ID``, the ID each daemon draws at its start) are one daemon, said by the
+    first to answer; an address without an instance (a daemon of before) is a daemon of its
+    own. Never grouped by host or snapshot: two daemons of one host, or of one ``--platform``
+    file, are two. ``digests``: those of ``--policies`` and ``--against``."""
+    found: dict[tuple[str, str], tuple[str, Running, list[str]]] = {}
+    for address, said in running:
+        instance = instances.get(address)
+        key = ("address", address) if instance is None else ("instance", instance)
+        found.setdefault(key, (address, said, []))[2].append(address)
+    return tuple(
+        DaemonPolicies(address, said, Runs.of(said.digest, *digests), tuple(addresses))
+        for address, said, addresses in found.values()
+    )
 
 
 @dataclass
@@ -145,11 +170,20 @@ class FleetDiff:
     unstaged_nodes: tuple[str, ...] = ()  # the nodes they reach, in inventory order
     digests: tuple[str, str] = ("", "")  # PolicySet.digest of --policies and of --against
 
-    def hosts(self) -> dict[str, list[str]]:
-        """Each host of the live daemons -> the addresses of its daemons, in inventory order."""
+    def daemons(self) -> dict[str, list[str]]:
+        """Each live daemon instance (``HOST/ID``) -> the addresses that answered for it, in
+        inventory order."""
         found: dict[str, list[str]] = {}
         for address, instance in self.instances:
-            found.setdefault(instance.rsplit("/", 1)[0], []).append(address)
+            found.setdefault(instance, []).append(address)
+        return found
+
+    def hosts(self) -> dict[str, list[str]]:
+        """Each host of the live daemons -> its daemons, each by its first address, in
+        inventory order (one daemon given by two addresses is one)."""
+        found: dict[str, list[str]] = {}
+        for instance, addresses in self.daemons().items():
+            found.setdefault(instance.rsplit("/", 1)[0], []).append(addresses[0])
         return found
 
     @property
@@ -173,7 +207,8 @@ class FleetDiff:
         return names
 
     def progress(self) -> dict[str, object] | None:
-        """How far the live daemons are: how many answered, how many run ``--policies``,
+        """How far the live daemons are, each counted once however many of its addresses
+        answered (``daemon_policies``): how many answered, how many run ``--policies``,
         ``--against`` (a daemon of one set given as both counts in both), other policies, how
         many failed their last reload, and the two sets' digests; ``None`` without live
         daemons."""

@@ -147,19 +147,17 @@ def resolve_response(
     return response
 
 
-def resolved_platform_json(resolution: Resolution) -> str:
+def resolved_platform_json(resolution: Resolution, instance: Mapping[str, str]) -> str:
     """The snapshot as the daemon resolves it (``GetPlatform``): for each variable its policies
     read, the daemon's own value (``serve --env`` included; absent where it is unset), and each
     force it applies (a settings override too) as ``KERNELPOLICY_FORCE_<FEATURE>``, so that
     ``diff --daemons``, resolving this snapshot, decides what the daemon decides; and the
-    daemon's instance (:func:`~kernelpolicy.server.node.daemon_instance`, key ``daemon``)."""
-    from kernelpolicy.server.node import daemon_instance
-
+    daemon's ``instance`` (``ServingState.instance``, key ``daemon``)."""
     read = read_variables(resolution.policies)
     env = {k: v for k, v in resolution.platform.env.items() if k not in read}
     env.update(resolution.env)
     env.update({force_variable(feature): impl for feature, impl in resolution.overrides.items()})
-    return json.dumps({**resolution.platform.to_dict(), "env": env, "daemon": daemon_instance()})
+    return json.dumps({**resolution.platform.to_dict(), "env": env, "daemon": dict(instance)})
 
 
 def inputs_message(

@@ -3,7 +3,6 @@ candidates the daemon halted on this node; and as a fleet tells it apart (its in
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,17 +65,13 @@ def halts_for_node(settings: Settings) -> dict[str, str]:
     return found.halts
 
 
-@functools.cache
-def _instance() -> tuple[str, str]:
+def daemon_instance() -> dict[str, str]:
+    """A daemon's start among a fleet's daemons: ``{"instance": <16 hex>, "host": <name>}``, a
+    random ID drawn anew at each call and the host name. Each daemon draws one when it is made
+    (``ServingState.instance``), not each process: two daemons of one process (an embedding,
+    the tests' ``running_daemon``) are two. ``GetPlatform`` publishes it beside the snapshot
+    (key ``daemon``), so that ``diff --daemons`` tells two daemons started from one
+    ``--platform`` file apart, and counts one daemon given by two addresses once."""
     # os.urandom and uname, not secrets and socket: this module is on every worker's first
     # resolve() (halts_for_node), where those two imports cost 5-7 ms (bench_resolve.py)
-    return os.urandom(8).hex(), os.uname().nodename[:253]
-
-
-def daemon_instance() -> dict[str, str]:
-    """This daemon's start among a fleet's daemons: ``{"instance": <16 hex>, "host": <name>}``,
-    a random ID drawn once per process and the host name. ``GetPlatform`` publishes it beside
-    the snapshot (key ``daemon``), so that ``diff --daemons`` tells two daemons started from one
-    ``--platform`` file apart, and one daemon given by two addresses from them."""
-    instance, host = _instance()
-    return {"instance": instance, "host": host}
+    return {"instance": os.urandom(8).hex(), "host": os.uname().nodename[:253]}

@@ -60,7 +60,7 @@ class KernelPolicyService(pb_grpc.KernelPolicyServicer):  # type: ignore[misc]
         cached = snapshot.cache.get("platform")
         if cached is None:
             cached = pb.PlatformSnapshot(
-                json=resolved_platform_json(snapshot.resolution)
+                json=resolved_platform_json(snapshot.resolution, self.state.instance)
             ).SerializeToString()
             snapshot.cache.put("platform", cached)
         return cached

@@ -30,6 +30,7 @@ from kernelpolicy.platform.model import Platform
 from kernelpolicy.policy.compiled import PolicySet
 from kernelpolicy.policy.loader import load_policy_sources, read_policy_sources
 from kernelpolicy.server.halts import Halts
+from kernelpolicy.server.node import daemon_instance
 
 
 class AnswerCache:
@@ -135,6 +136,7 @@ class ServingState:
         self.allow_untrusted = allow_untrusted
         self._subscribers: set[asyncio.Queue[Change]] = set()
         self.halts = Halts()  # what workers reported, and the candidates halted on this node
+        self.instance = daemon_instance()  # this daemon among a fleet's (GetPlatform's daemon)
         # Raises at start-up: there is nothing to serve yet.
         sources = tuple(read_policy_sources(self.policy_paths, allow_untrusted=allow_untrusted))
         self.snapshot = self._build(1, sources, None)
