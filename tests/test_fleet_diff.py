@@ -101,7 +101,7 @@ def test_the_changed_nodes_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     for cls in document["classes"]:
         if cls["changed_nodes"]:
-            assert f"changes on {nodes_in_words(cls['changed_nodes'])})" in out
+            assert f"changes on {nodes_in_words(cls['changed_nodes'])}" in out
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_text_output_names_classes_and_shares(
     out = capsys.readouterr().out
     assert "changes across the fleet:" in out
     assert "decision sampler.top_k_top_p: flashinfer -> triton  3 of 14 nodes (21.4%)" in out
-    assert "(1 node; changes on h100-sxm)" in out
+    assert "\n  1 node; changes on h100-sxm\n" in out  # below its summary: 80 columns
     assert "rollout sampler.top_k_top_p -> flashinfer at 0%:" in out
     assert "  0%: 0 nodes  (the policy)" in out
     assert "  100%: 3 nodes" in out

@@ -215,8 +215,7 @@ def render(result: Any, source: str) -> str:
     for cls in result.classes:
         if not cls.changes:
             continue
-        lines += ["", f"class {cls.key}: {cls.summary} ({counted(len(cls.nodes), 'node')}; "
-                  f"changes on {nodes_in_words(cls.changed)})"]  # fmt: skip
+        lines += ["", *_class_head(cls)]
         lines += [
             f"  {_change(c)}  {_count(n, len(cls.nodes))}" for c, n in sorted(cls.changes.items())
         ]
@@ -239,8 +238,9 @@ def _who_answered(result: Any) -> list[str]:
             f"{counted(len(hosts), 'host')}"
             + (f" ({counted(given, 'address', 'addresses')})" if given != len(daemons) else "")
         )
-        lines += [f"  {host}: {counted(len(names), 'daemon')} ({nodes_in_words(names)})"
-                  for host, names in hosts.items() if len(names) > 1]  # fmt: skip
+        for host, names in hosts.items():
+            if len(names) > 1:
+                lines += named_lines(f"  {host}: {counted(len(names), 'daemon')}", names, " (", ")")
     if result.skipped:
         lines.append(f"skipped {counted(len(result.skipped), 'node')} without kernelpolicy labels")
     if result.unreachable:
@@ -301,8 +301,11 @@ def _rollouts(result: Any) -> list[str]:
         joining = rollout.joining() or [[] for _ in rollout.steps]
         for (percent, nodes), new in zip(rollout.steps, joining, strict=True):
             policy = "  (the policy)" if percent == rollout.percent else ""
-            joined = f"; {len(new):,} join: {nodes_in_words(new)}" if new else ""
-            lines.append(f"  {percent:g}%: {counted(nodes, 'node')}{joined}{policy}")
+            step = f"  {percent:g}%: {counted(nodes, 'node')}"
+            if new:
+                lines += named_lines(f"{step}; {len(new):,} join", new, ": ", policy)
+            else:
+                lines.append(f"{step}{policy}")
     untouched = sum(1 for r in result.rollouts if not r.changed)
     if untouched:
         lines += ["", f"{counted(untouched, 'staged rollout')} the change leaves as it is, not "
@@ -337,6 +340,38 @@ def _halted(result: Any) -> list[str]:
                      f"the new policies {fate} the halt")  # fmt: skip
         lines += [f"    {why} ({nodes_in_words(names)})" for why, names in kernel.reasons.items()]
     return lines
+
+
+WIDTH = 80
+"""The text's columns: a list of node names never carries a line past them (a name alone longer
+than a line is written whole); a class's summary, a daemon's error are as long as they are."""
+
+
+def named_lines(head: str, names: list[str], opening: str, closing: str) -> list[str]:
+    """``head``, ``opening``, the names in words (:func:`nodes_in_words`) and ``closing`` on one
+    line where it fits ``WIDTH``; else ``head``, ``closing`` (unless it only closes a bracket)
+    and a colon, and the first three names below, one a line, indented past the line's own
+    indent, then how many more. ``closing``: ``")"``, ``"  (the policy)"`` or nothing."""
+    inline = f"{head}{opening}{nodes_in_words(names)}{closing}"
+    if len(inline) <= WIDTH:
+        return [inline]
+    pad = " " * (len(head) - len(head.lstrip()) + 4)
+    more = [f"{pad}and {len(names) - 3:,} more"] if len(names) > 3 else []
+    after = "" if closing.strip() in ("", ")") else " " + closing.strip()
+    return [f"{head}{after}:", *(pad + name for name in names[:3]), *more]
+
+
+def _class_head(cls: Any) -> list[str]:
+    """A changed class's head: its key and summary, how many nodes and which change, on one
+    line where it fits ``WIDTH``, else the nodes on the lines below the summary."""
+    nodes = counted(len(cls.nodes), "node")
+    line = f"class {cls.key}: {cls.summary} ({nodes}; changes on {nodes_in_words(cls.changed)})"
+    if len(line) <= WIDTH:
+        return [line]
+    return [
+        f"class {cls.key}: {cls.summary}",
+        *named_lines(f"  {nodes}; changes on", cls.changed, " ", ""),
+    ]
 
 
 def nodes_in_words(names: list[str], shown: int = 3) -> str:
