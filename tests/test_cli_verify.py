@@ -181,37 +181,52 @@ def test_verify_refuses_an_untrusted_store_before_running(
     assert json.loads(capsys.readouterr().out)["evidence"].startswith(str(cache))
 
 
+MINE = "/mine/flashinfer"  # a FLASHINFER_WORKSPACE_BASE of yours: verify runs in-process
+IN_THE_CACHE = {"TRITON_CACHE_DIR": "K/triton", "FLASHINFER_WORKSPACE_BASE": "K/flashinfer"}
+NOT_USED = {"triton": "unchanged", "record": None}
+
+
 @pytest.mark.parametrize(
-    ("how", "gpu", "triton", "recorded"),
+    ("how", "gpu", "flashinfer", "seen"),
     [
-        pytest.param("trusted", False, None, True, id="trusted"),
-        pytest.param("trusted", True, "kernels/triton", True, id="trusted-on-a-gpu-run"),
-        pytest.param("your-own", True, "/mine/triton", False, id="your-own-triton"),
-        pytest.param("untrusted", True, None, False, id="untrusted-cache"),
-        pytest.param("missing-cpu", False, None, False, id="none-on-a-cpu-run"),
-        pytest.param("missing-gpu", True, "kernels/triton", True, id="created-for-a-gpu-run"),
+        pytest.param("trusted", False, None, {"triton": "unchanged", "record": "K"}, id="trusted"),
+        pytest.param("trusted", True, MINE, {"triton": "K/triton", "record": "K"},
+                     id="trusted-on-a-gpu-run"),
+        pytest.param("trusted", True, None, {"child": IN_THE_CACHE}, id="child-on-a-gpu-run"),
+        pytest.param("your-own", True, MINE, {"triton": "/mine/triton", "record": None},
+                     id="your-own-triton"),
+        pytest.param("your-own", True, None,
+                     {"child": {**IN_THE_CACHE, "TRITON_CACHE_DIR": "/mine/triton"}},
+                     id="your-own-triton-child"),
+        pytest.param("untrusted", True, None, NOT_USED, id="untrusted-cache"),
+        pytest.param("missing-cpu", False, None, NOT_USED, id="none-on-a-cpu-run"),
+        pytest.param("missing-gpu", True, None, {"child": IN_THE_CACHE},
+                     id="created-for-a-gpu-run"),
     ],
-)
+)  # fmt: skip
 def test_verify_uses_and_fills_the_kernel_cache(
     how: str,
     gpu: bool,
-    triton: str | None,
-    recorded: bool,
+    flashinfer: str | None,
+    seen: dict[str, Any],
     cache: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """While the suite runs, the samplers find the node's kernel cache's record (they load what
     warm built and record what they build) and, on a run that compiles (a GPU run), Triton is
-    pointed at it through its own setting (as exec and warm point theirs); a TRITON_CACHE_DIR of
-    your own is kept, an untrusted cache is said in one line and not used, and neither the
-    environment nor Triton's setting is changed after the run (nor the environment during it:
-    tests/test_verify_environ.py). A GPU run creates a missing cache (as warm does); a CPU run,
-    which compiles nothing, leaves the cache directory alone."""
+    pointed at it through its own setting (as exec and warm point theirs); where FlashInfer's
+    workspace is not set, a GPU run runs again in a child whose environment points FlashInfer
+    and Triton at it (FlashInfer reads nothing else), and the suite does not run here. A
+    TRITON_CACHE_DIR or FLASHINFER_WORKSPACE_BASE of your own is kept, an untrusted cache is
+    said in one line and not used, and neither the environment nor Triton's setting is changed
+    after the run (nor the environment during it: tests/test_verify_environ.py). A GPU run
+    creates a missing cache (as warm does); a CPU run, which compiles nothing, leaves the cache
+    directory alone."""
     import triton as triton_module
 
-    from kernelpolicy.cli import verify_cmd
-    from kernelpolicy.kernel_cache import kernel_cache_dir, prepare_kernel_cache
+    from kernelpolicy.cli import verify_child, verify_cmd
+    from kernelpolicy.kernel_cache import VARIABLES, kernel_cache_dir, prepare_kernel_cache
     from kernelpolicy.kernels import cache_lookup
     from kernelpolicy.verify import suite
 
@@ -219,31 +234,42 @@ def test_verify_uses_and_fills_the_kernel_cache(
     if not how.startswith("missing"):
         prepare_kernel_cache(cache / "kernelpolicy")
     monkeypatch.setattr(verify_cmd, "_builds_kernels", lambda device: gpu)
-    for name in ("TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+    for name in VARIABLES:
         monkeypatch.setenv(name, "-")  # put back to what it was (unset) after the test
         monkeypatch.delenv(name)
     if how == "your-own":
         monkeypatch.setenv("TRITON_CACHE_DIR", "/mine/triton")
+    if flashinfer is not None:
+        monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", flashinfer)
     planted = root / "triton" / "planted.cubin"  # verify tightens the directories, not this
     if how == "untrusted":
         planted.write_bytes(b"\0code")
         planted.chmod(0o664)
     before = (dict(os.environ), triton_module.knobs.cache.dir)
-    seen: dict[str, object] = {}
+    found: dict[str, object] = {}
 
     def run(*args: object, **kwargs: object) -> Any:
-        seen["triton"] = triton_module.knobs.cache.dir
+        found["triton"] = triton_module.knobs.cache.dir
         record = cache_lookup.kernel_cache()
-        seen["record"] = None if record is None else record.root
+        found["record"] = None if record is None else str(record.root)
         yield from ()
 
+    def child(argv: list[str], env: dict[str, str]) -> int:
+        found["child"] = {name: env.get(name) for name in VARIABLES}
+        return 0
+
     monkeypatch.setattr(suite, "iter_run", run)
+    monkeypatch.setattr(verify_child, "run", child)
     assert main(["verify", "--feature", "sampler.top_k_top_p", "--no-store"]) == 0
-    expected = {
-        "triton": before[1] if triton is None else str(root.parent / triton),
-        "record": root if recorded else None,
-    }
-    assert seen == expected
+
+    def placed(value: Any) -> Any:  # K: the cache's root; unchanged: Triton's own setting
+        if isinstance(value, dict):
+            return {k: placed(v) for k, v in value.items()}
+        if value == "unchanged":
+            return before[1]
+        return str(root) + value[1:] if isinstance(value, str) and value[:1] == "K" else value
+
+    assert found == placed(seen)
     err = [line for line in capsys.readouterr().err.splitlines() if "kernel cache" in line]
     if how == "untrusted":
         assert err == [

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelpolicy.cli.common import HelpFormatter
 from kernelpolicy.errors import KernelPolicyError
+
+if TYPE_CHECKING:
+    from kernelpolicy.kernel_cache import BuiltRecord
 
 
 def register(commands: Any) -> None:
@@ -83,21 +84,20 @@ def run(args: argparse.Namespace) -> int:
         from kernelpolicy.evidence.store import prepare_store
 
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
-    with kernel_cache_in_use(settings.cache_dir, create=_builds_kernels(device)):
+    builds = _builds_kernels(device)
+    extra, record = kernel_cache_found(settings.cache_dir, create=builds)
+    if builds and "FLASHINFER_WORKSPACE_BASE" in extra:  # only its environment points it
+        from kernelpolicy.cli import verify_child
+
+        return verify_child.run(
+            verify_child.command(args), verify_child.environment(os.environ, extra)
+        )
+    from kernelpolicy.kernels.cache_lookup import using_kernel_cache
+
+    with using_kernel_cache(record, triton=builds and "TRITON_CACHE_DIR" in extra):
         reports = _reports(args, suite, device, out, profile)
     results = [r.to_dict() for r in reports]
-    stored = None
-    if storing:
-        from kernelpolicy.evidence.store import store_evidence
-        from kernelpolicy.platform.probing import probe
-
-        created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        stored = str(
-            store_evidence(
-                probe(), results, created, settings.cache_dir,
-                allow_untrusted=settings.allow_untrusted_files,
-            )
-        )  # fmt: skip
+    stored = _store(results, settings) if storing else None
     document = _document(profile.name, stored, True, results)
     if out is not None:
         _write_json(out, document)
@@ -108,18 +108,37 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "failed" for r in reports) else 0
 
 
-@contextlib.contextmanager
-def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[None]:
-    """Use the node's kernel cache while the suite runs, as exec does for the engines it starts
-    and warm for its builds: verify loads what warm built and what it builds goes there,
-    recorded for the workers (``kernel_cache.BuiltRecord``). With ``create`` (a GPU run: it
-    compiles) the cache is created private where it is missing, as warm does, and Triton is
-    pointed at it (``cache_lookup.using_kernel_cache``: Triton's own setting, not the
-    environment); one that is not trusted is said in one line and not used. A TRITON_CACHE_DIR
-    you set is kept, and the cache is then used only where it names the cache's own directory.
-    Nothing is written into this process's environment: FlashInfer, which reads its workspace
-    from the environment when it is imported, builds where yours says
-    (``FLASHINFER_WORKSPACE_BASE``; ``kernelpolicy exec`` gives workers the cache's)."""
+def _store(results: list[dict[str, Any]], settings: Any) -> str:
+    """Store ``results`` as this platform's evidence; returns the file written."""
+    from kernelpolicy.evidence.store import store_evidence
+    from kernelpolicy.platform.probing import probe
+
+    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return str(
+        store_evidence(
+            probe(), results, created, settings.cache_dir,
+            allow_untrusted=settings.allow_untrusted_files,
+        )
+    )  # fmt: skip
+
+
+def kernel_cache_found(
+    cache_dir: Path | None, *, create: bool
+) -> tuple[dict[str, str], BuiltRecord | None]:
+    """The node's kernel cache for the suite, as exec gives it to the engines it starts: verify
+    loads what warm built, and what it builds goes there, recorded for the workers. With
+    ``create`` (a GPU run: it compiles) a missing cache is created private, as warm does; one
+    that is not trusted is said in one line and not used.
+
+    Returns:
+        The cache's variables that this process's environment does not set
+        (``kernel_cache.cache_environment``; none where it is not used), and the record the
+        suite uses: the cache's where ``TRITON_CACHE_DIR`` is among them, else that of the
+        cache a worker with this environment would use (a TRITON_CACHE_DIR you set is kept).
+        ``run`` points Triton at the cache through Triton's own setting and, where FlashInfer's
+        variable is among them on a GPU run, runs again in a child whose environment carries
+        them (:mod:`kernelpolicy.cli.verify_child`): FlashInfer reads the environment only.
+    """
     from kernelpolicy.errors import UntrustedFileError
     from kernelpolicy.kernel_cache import (
         BuiltRecord,
@@ -128,7 +147,6 @@ def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[Non
         prepare_kernel_cache,
         record_in_use,
     )
-    from kernelpolicy.kernels.cache_lookup import using_kernel_cache
     from kernelpolicy.settings import default_cache_dir
 
     cache = cache_dir or default_cache_dir()
@@ -140,15 +158,12 @@ def kernel_cache_in_use(cache_dir: Path | None, *, create: bool) -> Iterator[Non
         extra, problem = {}, str(exc)
     if problem is not None and kernel_cache_dir(cache).exists():  # a missing one: nothing
         print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
-    record: BuiltRecord | None
     if "TRITON_CACHE_DIR" in extra:  # the cache, trusted (just checked), and yours unset
-        record = BuiltRecord(kernel_cache_dir(cache))
-    else:  # yours, or none: the cache a worker with this environment would use
-        record, said = record_in_use(os.environ)
-        if said is not None and said != problem:
-            print(f"kernelpolicy: warning: kernel cache not used: {said}", file=sys.stderr)
-    with using_kernel_cache(record, triton=create and "TRITON_CACHE_DIR" in extra):
-        yield
+        return extra, BuiltRecord(kernel_cache_dir(cache))
+    record, said = record_in_use(os.environ)  # yours, or none
+    if said is not None and said != problem:
+        print(f"kernelpolicy: warning: kernel cache not used: {said}", file=sys.stderr)
+    return extra, record
 
 
 def _document(
