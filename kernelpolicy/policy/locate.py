@@ -127,17 +127,23 @@ def locate(text: str, loc: Sequence[str | int]) -> int | None:
     index = index_of(text)
     if len(loc) < 2 or loc[0] not in {"features", "gates", "disable"}:
         return index.first_key(str(loc[0])) if loc else None
-    if loc[0] == "disable":
-        return index.nth(True, ("disable",), loc[1] if isinstance(loc[1], int) else 0)
-    table, name = str(loc[0]), str(loc[1])
     rest = list(loc[2:])
-    if len(rest) >= 2 and rest[0] == "candidates" and isinstance(rest[1], int):
-        start = index.nth(True, (table, name, "candidates"), rest[1])
+    if loc[0] == "disable":  # [[disable]] entries: the n-th header, then the key under it
+        start = index.nth(True, ("disable",), loc[1] if isinstance(loc[1], int) else 0)
+    elif len(rest) >= 2 and rest[0] == "candidates" and isinstance(rest[1], int):
+        start = index.nth(True, (str(loc[0]), str(loc[1]), "candidates"), rest[1])
         rest = rest[2:]
     else:
-        start = index.nth(False, (table, name), 0)
+        start = index.nth(False, (str(loc[0]), str(loc[1])), 0)
     if start is None:
         return None
+    return _within(index, start, rest)
+
+
+def _within(index: TomlIndex, start: int, rest: list[str | int]) -> int:
+    """The line that sets the key path ``rest`` in the table whose header is on line ``start``,
+    looking into its sub-tables (``[[...candidates.known_issues]]``) for a key it does not
+    set; else the line of the last header found on the way."""
     position = 0
     while position < len(rest):
         key = rest[position]
