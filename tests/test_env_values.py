@@ -18,6 +18,7 @@ import kernelpolicy
 from kernelpolicy.cli import main
 from kernelpolicy.engine.decide import resolve_policies
 from kernelpolicy.engine.resolution import Resolution
+from kernelpolicy.errors import SettingsError
 from kernelpolicy.limits import MAX_ENV_VALUE_CHARS, SHOWN_ENV_VALUE_CHARS
 from kernelpolicy.logs import log_resolution
 from kernelpolicy.platform.model import Platform, load_platform
@@ -119,9 +120,16 @@ def test_short_values_are_shown_whole(h100: Platform) -> None:
     ],
 )
 def test_long_forced_implementations(value: str, message: str, h100: Platform) -> None:
-    """A forced implementation's value is carried and shown the same way."""
+    """A forced implementation's value is carried and shown the same way: in resolve()'s
+    SettingsError (it names no implementation), and in the engine's decision error where
+    such a force reaches the engine (a daemon's reload, whose forces were checked at start)."""
     env = {"KERNELPOLICY_FORCE_SAMPLER_GREEDY": value, "KERNELPOLICY_LOG_FORMAT": "off"}
-    resolution = kernelpolicy.resolve(h100, env)
+    with pytest.raises(SettingsError) as error:
+        kernelpolicy.resolve(h100, env)
+    assert message in str(error.value)
+    assert TAIL not in str(error.value)
+    policies = kernelpolicy.resolve(h100, OFF).policies
+    resolution = resolve_policies(h100, env, policies, {})
     assert message in (resolution.decision("sampler.greedy").error or "")
     assert TAIL not in _everything_shown(resolution)
 
@@ -157,7 +165,8 @@ def test_rebuilt_from_carried_inputs_decides_the_same(value: str, h100: Platform
     """A client rebuilding the resolution from what an answer carries (platform, env, overrides)
     gets the same decisions, reasons and fingerprint: the carried form is stable."""
     env = {SWITCH: value, "KERNELPOLICY_FORCE_MHC": value, "KERNELPOLICY_LOG_FORMAT": "off"}
-    first = kernelpolicy.resolve(h100, env)
+    # Straight to the engine: resolve() refuses a force that names no implementation.
+    first = resolve_policies(h100, env, kernelpolicy.resolve(h100, OFF).policies, {})
     again = resolve_policies(
         Platform.from_dict(first.platform.to_dict()), first.env, first.policies, first.overrides
     )

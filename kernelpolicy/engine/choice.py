@@ -92,6 +92,9 @@ def _only_disabled(result: CandidateResult) -> bool:
 
 
 def _forced(feature: CompiledFeature, results: list[CandidateResult], forced: str) -> Decision:
+    """What ``forced`` gives. A name the feature lacks gets here only where the forces were not
+    checked against these policies (a daemon's reload of files that dropped it): the front
+    doors refuse it first (:func:`kernelpolicy.engine.forces.check_forces`)."""
     variable = force_variable(feature.name)
     match = next((r for r in results if r.impl == forced), None)
     if match is None:
