@@ -47,14 +47,17 @@ SCHEMA = "kernelpolicy.engine-knobs/v1"
 # Every minor release from vLLM 0.10 and SGLang 0.4.10 (its newest patch, and the first where a
 # boundary needs it), the releases the bundled fixtures name, and the ones the reviews checked
 # (vLLM 0.8.5.post1 and 0.9.2 read VLLM_ROCM_USE_AITER before 0.10; SGLang 0.4.5-0.4.9 hold the
-# FlashInfer sampler API's and aiter's boundaries).
+# FlashInfer sampler API's and aiter's boundaries), and the other vLLM releases the seventh audit
+# ran (0.15.0, 0.17.0, 0.18.0, 0.19.0, 0.20.1, 0.22.0, 0.27.0): a release the tables lack has its
+# variables checked against the newest release below it (bridge/release.py).
 RELEASES: dict[str, tuple[str, ...]] = {
     "vllm": (
         "0.7.3", "0.8.5.post1", "0.9.2", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "0.11.1",
-        "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
-        "0.18.1", "0.19.1",
-        "0.20.0", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
-        "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+        "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0",
+        "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1",
+        "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+        "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+        "0.33.0",
     ),
     "sglang": (
         "0.4.3", "0.4.5", "0.4.6.post5", "0.4.9.post6", "0.4.10.post2", "0.5.1.post3", "0.5.2",

@@ -1,11 +1,17 @@
 """What the bridge-audit tests share: a :class:`Case` of what one engine release must be told
 on one fixture, how it is told (:func:`told`) and the one check of it (:func:`assert_told`),
-used by every audit's table (tests/test_bridge_audit_releases*.py)."""
+used by every audit's table (tests/test_bridge_audit_releases*.py); and the real ``kernelpolicy
+env --json`` run in this process on the seventh audit's machines (:func:`env_json`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from kernelpolicy import Platform
 from kernelpolicy.bridge import MODEL_KINDS, EngineSettings, Status, engine_settings
@@ -113,3 +119,66 @@ def told6(case: Case) -> EngineSettings:
 def assert_told6(case: Case) -> None:
     """The release is told what ``case`` says, on the case's machine."""
     assert_settings(case, told6(case))
+
+
+# The seventh audit's NVIDIA machines (tests/test_bridge_audit7*.py): fixtures with another
+# FlashInfer, or another GPU of the fixture's family.
+MACHINES7: dict[str, Callable[[], Platform]] = {
+    "h100-fi-0.2.10": lambda: with_libraries("h100-sxm", flashinfer_python="0.2.10"),
+    "h100-fi-0.2.14.post1": lambda: with_libraries("h100-sxm", flashinfer_python="0.2.14.post1"),
+    "h100-fi-0.2.5": lambda: with_libraries("h100-sxm", flashinfer_python="0.2.5"),
+    "h100-fi-none": lambda: with_libraries("h100-sxm", flashinfer_python=None),
+    "a100-fi-0.7.2.post1": lambda: with_libraries("a100", flashinfer_python="0.7.2.post1"),
+    "b300": lambda: with_device("b200", arch="sm_103", capability="10.3"),
+    "rtx5090": lambda: with_device("h200", arch="sm_120", capability="12.0"),
+}
+"""The audit's machines that are no fixture (a B300 is sm_103, capability 10.3; an RTX 5090
+sm_120); the others are fixtures by name."""
+
+
+@dataclass(frozen=True)
+class Said:
+    """What ``kernelpolicy env --json`` said: its exit code, the settings it printed (None
+    where it printed none) and its stderr (warnings, errors)."""
+
+    code: int
+    settings: dict[str, Any] | None
+    stderr: str
+
+    def decision(self, feature: str) -> dict[str, Any]:
+        assert self.settings is not None, self.stderr
+        found: dict[str, Any] = self.settings["decisions"][feature]
+        return found
+
+    def warned(self, fragment: str) -> bool:
+        return any(fragment in line for line in self.stderr.splitlines() if "warning" in line)
+
+
+def env_json(
+    machine: str,
+    directory: Path,
+    engine: str,
+    version: str,
+    env: Mapping[str, str] | None = None,
+    model_kind: str = "mha",
+) -> Said:
+    """The real ``kernelpolicy env --engine ENGINE --engine-version VERSION --json`` on
+    ``machine`` (a fixture or one of :data:`MACHINES7`, written as a snapshot under
+    ``directory``), with each of ``env`` as ``--env K=V``, run in this process."""
+    from kernelpolicy.cli import main
+
+    made = MACHINES7.get(machine)
+    platform = made() if made is not None else fixture(machine)
+    path = directory / f"{machine}.json"
+    path.write_text(platform.to_json())
+    argv = [
+        "env", "--engine", engine, "--engine-version", version, "--json",
+        "--platform", str(path), "--model-kind", model_kind,
+    ]  # fmt: skip
+    for key, value in (env or {}).items():
+        argv += ["--env", f"{key}={value}"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    printed = out.getvalue()
+    return Said(code, json.loads(printed) if printed else None, err.getvalue())

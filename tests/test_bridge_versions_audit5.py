@@ -279,13 +279,13 @@ def test_a_version_held_as_other_builds_of_its_release_is_checked_against_them(
     [
         pytest.param("vllm", "0.8.5.post1", ("0.8.5.post1",), id="in-the-tables"),
         pytest.param("sglang", "0.5.6.post2+rocm", ("0.5.6.post2",), id="post-with-local"),
-        pytest.param("vllm", "0.32.1", (), id="between-releases-no-check"),
+        pytest.param("vllm", "0.32.1", ("0.32.0",), id="between-releases-newest-below"),
         pytest.param("vllm", "0.8.5rc1", ("0.8.5.post1",), id="rc-of-a-release-held-as-post"),
     ],
 )
 def test_which_releases_knobs_stand_for_a_version(
     engine: str, version: str, checked: tuple[str, ...]
 ) -> None:
-    """Only builds of the same release stand for it; a version between releases stays
-    unchecked (its knobs may be either neighbour's)."""
+    """Builds of the same release stand for it; a version between releases is checked
+    against the newest release below it, as the rules' reads are (the seventh audit)."""
     assert MatchedRelease(engine, version).checked == checked

@@ -36,7 +36,7 @@ engines.vllm = [{}]
     [
         pytest.param(
             '{ env = { VLLM_ROCM_USE_AITER_PAGED_ATTN = "1" } }',
-            "vllm 0.14.0, ..., 0.25.1 (15 releases): sets VLLM_ROCM_USE_AITER_PAGED_ATTN, which "
+            "vllm 0.14.0, ..., 0.25.1 (21 releases): sets VLLM_ROCM_USE_AITER_PAGED_ATTN, which "
             "this release defines but reads nowhere",
             id="defined-but-unread",
         ),

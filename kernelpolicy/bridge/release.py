@@ -27,7 +27,9 @@ class MatchedRelease:
     knob tables where it is newer than them, where none is given, or where it cannot be read;
     without tables, where there is none, as a release newer than every version the rules name
     (``named``). :attr:`note` says which, and which releases' knobs stand for a version the
-    tables hold only as other builds of its release (``0.8.5`` as 0.8.5.post1).
+    tables hold only as other builds of its release (``0.8.5`` as 0.8.5.post1), or for one
+    between their releases (``0.10.1.1`` checked as 0.10.1, the newest below it, as
+    :meth:`reads` reads it; its rules are matched by its own version).
 
     Attributes:
         given: The release the engine runs, where its version was read: the version given
@@ -36,8 +38,10 @@ class MatchedRelease:
         matched: The version the rules' ``versions`` are tested with; None only for an engine
             without tables whose rules name no version.
         known: The tables' release the rules were matched as, or whose knobs stand for a
-            version the tables hold only as another build of its release; None: no check.
-        checked: The tables' releases the operator's variables are checked against.
+            version the tables hold only as another build of its release; None where there
+            is none (a version between the tables' releases, or no tables).
+        checked: The tables' releases the operator's variables are checked against (for a
+            version between them, the newest below it); empty: no check.
         note: What was assumed, for the settings' warnings; None where nothing was.
     """
 
@@ -102,6 +106,14 @@ class MatchedRelease:
                 f"release as {' and '.join(self.checked)}: the variables set are checked "
                 f"against {'both' if len(self.checked) > 1 else 'its knobs'}"
             )
+        elif not exact and (below := _newest_below(table, ships)) is not None:
+            # the rules are matched by the version itself; its variables as reads() reads them
+            self.checked = (below,)
+            self.note = (
+                f"{self.engine} {ships} is not in kernelpolicy's knob tables: the variables "
+                f"set are checked against {below}'s knobs, the newest release below it "
+                "(regenerate the tables with scripts/gen_engine_tables.py to check its own)"
+            )
 
     def reads(self, name: str) -> bool:
         """The release the rules are matched for defines and reads variable ``name``: the
@@ -111,8 +123,7 @@ class MatchedRelease:
             return False
         release = self.known
         if release is None and self.matched is not None:
-            below = [r for r in table.releases if Version(r) <= self.matched]
-            release = below[-1] if below else None
+            release = _newest_below(table, self.matched)
         knob = table.env(name, release) if release is not None else None
         return knob is not None and knob.defined and knob.read_in is not None
 
@@ -190,3 +201,9 @@ def _same_release(table: KnobTable, ships: Version) -> tuple[str, ...]:
     below = [r for r in same if Version(r) < ships]
     above = [r for r in same if Version(r) > ships]
     return tuple(r for r in (below[-1:] + above[:1]))
+
+
+def _newest_below(table: KnobTable, version: Version) -> str | None:
+    """The newest release of the tables at or below ``version``; None where none is."""
+    below = [r for r in table.releases if Version(r) <= version]
+    return below[-1] if below else None
