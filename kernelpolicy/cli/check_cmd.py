@@ -66,16 +66,17 @@ def run(args: argparse.Namespace) -> int:
         allow_untrusted=settings.allow_untrusted_files,
     )
     files, policies, issues = report.files, report.policies, report.issues
+    notes = [*report.notes, *_repeated(args.paths or list(settings.policy_paths))]
     if args.json:
         print(json.dumps({
             "ok": not issues,
             "files": files,
             "features": sorted(policies.features) if policies else [],
             "issues": [issue.__dict__ for issue in issues],
-            "notes": report.notes,
+            "notes": notes,
         }, indent=2))  # fmt: skip
         return 1 if issues else 0
-    for note in report.notes:
+    for note in notes:
         print(f"note: {note}")
     if issues:
         for issue in issues:
@@ -88,3 +89,23 @@ def run(args: argparse.Namespace) -> int:
             f"{counted(len(policies.gates), 'gate')} in {counted(len(files), 'file')}"
         )
     return 1 if issues else 0
+
+
+def _repeated(paths: list[Path]) -> list[str]:
+    """A note for each path given that leads where one given before it does (read once): the
+    bundled pack named as such, since ``+policies`` in a source tree is the pack twice."""
+    from kernelpolicy.errors import PolicyError
+    from kernelpolicy.policy.files import list_policy_paths
+    from kernelpolicy.settings import bundled_policy_dir
+
+    try:
+        repeated = list_policy_paths(paths).repeated
+    except PolicyError:  # the report has it as an issue
+        return []
+    bundled = bundled_policy_dir()
+    return [
+        f"{path}: the bundled pack ({bundled} leads there), given again; read once"
+        if earlier == bundled
+        else f"{path}: the same as {earlier}, given before it; read once"
+        for path, earlier in repeated
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpolicy.errors import KernelPolicyError, PolicyError, PolicyIssue, UntrustedFileError
@@ -61,14 +61,25 @@ EMPTY_DIRECTORY = "a directory with no *.toml files"
 class PolicyListing:
     """The policy files a set of paths means, and the directories among the paths that hold
     none (an empty ``+/etc/kernelpolicy/policies.d`` from a ConfigMap adds nothing, which is
-    fine; ``check`` says so)."""
+    fine; ``check`` says so).
+
+    Attributes:
+        files: Each policy file once, in load order.
+        empty_directories: The directories given that hold no policy file.
+        repeated: (path given, the path given before it that leads to the same file or
+            directory): ``+policies`` in a source tree, whose ``kernelpolicy/bundled_policies``
+            links to ``policies/``, is the bundled pack given twice; it is read once.
+    """
 
     files: list[Path]
     empty_directories: list[Path]
+    repeated: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 def list_policy_paths(paths: Iterable[str | Path]) -> PolicyListing:
-    """Expand directories to their ``*.toml`` files (sorted); keep files as given.
+    """Expand directories to their ``*.toml`` files (sorted); keep files as given. A file or
+    directory met again under another name (its real path, links followed, one met before) is
+    listed once, where it was met first: the same file twice would define its features twice.
 
     A ``+PATH`` entry adds to the bundled pack (see :func:`expand_policy_paths`).
 
@@ -79,25 +90,45 @@ def list_policy_paths(paths: Iterable[str | Path]) -> PolicyListing:
     with boundary() as cursor:
         files: list[Path] = []
         empty: list[Path] = []
+        repeated: list[tuple[Path, Path]] = []
+        given: dict[str, Path] = {}  # real path -> the path given for it first
+        read: set[str] = set()  # the real paths of the files listed
         for raw in expand_policy_paths(paths):
             if not raw.strip():  # Path("") is the current directory: never what was meant
                 raise PolicyError([PolicyIssue("<policies>", "an empty policy path")])
             path = Path(raw)
             cursor.at(str(path))
+            real = os.path.realpath(path)
+            if real in given:
+                repeated.append((path, given[real]))
+                continue
+            given[real] = path
             if _is_dir(path):
                 found = _toml_files(path, MAX_POLICY_FILES + 1 - len(files))
-                files.extend(found)
+                files.extend(_unread(found, read))
                 if not found:
                     empty.append(path)
             else:
-                files.append(path)
+                files.extend(_unread([path], read))
             if len(files) > MAX_POLICY_FILES:
                 raise _too_many(len(files))
         if not files:  # every path given is a directory, and none holds a policy file
             message = f"{EMPTY_DIRECTORY}; expected policy files there"
             issues = [PolicyIssue(str(directory), message) for directory in empty]
             raise PolicyError(issues or [PolicyIssue("<policies>", "no policy paths given")])
-        return PolicyListing(files, empty)
+        return PolicyListing(files, empty, repeated)
+
+
+def _unread(found: list[Path], read: set[str]) -> list[Path]:
+    """The files of ``found`` whose real path is not in ``read`` (a file given, then its
+    directory), adding theirs to it."""
+    fresh = []
+    for path in found:
+        real = os.path.realpath(path)
+        if real not in read:
+            read.add(real)
+            fresh.append(path)
+    return fresh
 
 
 def policy_files(paths: Iterable[str | Path]) -> list[Path]:
