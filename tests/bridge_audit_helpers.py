@@ -182,3 +182,28 @@ def env_json(
         code = main(argv)
     printed = out.getvalue()
     return Said(code, json.loads(printed) if printed else None, err.getvalue())
+
+
+def assert_said(case: Case, directory: Path) -> Said:
+    """The real ``kernelpolicy env --json`` (:func:`env_json`) says what ``case`` says: whether
+    the engine may start and the error, the feature's status, the variables and flags sent
+    and not sent, and a warning that holds ``case.warning``."""
+    said = env_json(case.fixture, directory, case.engine, case.version, case.env, case.model_kind)
+    assert (said.code == 0) is case.ok, said.stderr
+    assert case.error in said.stderr, said.stderr
+    if not case.ok:
+        return said
+    assert said.decision(case.feature)["status"] == case.status.value, said.decision(case.feature)
+    assert said.settings is not None
+    env, words = said.settings["env"], said.settings["flags"]
+    for name in case.absent:
+        assert name not in env or name in case.env, env
+        assert name not in words, words
+    for name, value in case.present.items():
+        assert env.get(name) == value, env
+    if case.flags:
+        runs = [tuple(words[i : i + len(case.flags)]) for i in range(len(words))]
+        assert case.flags in runs, words
+    if case.warning:
+        assert said.warned(case.warning), said.stderr
+    return said
