@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from kernelpolicy.code_cache import code_cached
 from kernelpolicy.engine.fallbacks import Host
@@ -83,5 +84,33 @@ def _resolve(
     host = Host(log=runtime_log(settings.log_format), reporter=node_reporter(settings))
     halts = halts_for_node(settings) if node_halts else None
     resolution = inputs.resolve(host=host, halts=halts)
-    log_resolution(resolution.log_fields(), settings.log_format)
+    log_resolution(resolved_fields(resolution), settings.log_format)
     return resolution
+
+
+def resolved_fields(resolution: Resolution) -> dict[str, Any]:
+    """The fields of ``resolve()``'s ``kernelpolicy.resolved`` event, whose level they set.
+
+    ``errors`` and ``warnings`` are those of the features every kind of model uses; a feature
+    of one kind (``model_kind``: the sparse indexer and MHC of sparse-MLA models, the MLA or
+    MHA attention backend) has its own in ``model_kind_errors`` and ``model_kind_warnings``,
+    which leave the level alone: a worker's process serves one model, which ``resolve()`` does
+    not know, so an MI300X's sparse indexer error would have made every worker's resolution an
+    error. The policy files are named by their digest and counted (``policy_digest``,
+    ``policy_files``), as the daemon's events name them, where their paths made the line long.
+    """
+    fields = resolution.log_fields()
+    del fields["errors"], fields["warnings"], fields["policies"]
+    features = resolution.policies.features
+    one_kind = {name for name, feature in features.items() if feature.spec.model_kind}
+    errors = resolution.errors
+    warned = {name: d.warnings for name, d in resolution.decisions.items() if d.warnings}
+    fields["errors"] = {n: e for n, e in errors.items() if n not in one_kind} or None
+    fields["warnings"] = [w for n, ws in warned.items() if n not in one_kind for w in ws] or None
+    if found := {n: e for n, e in errors.items() if n in one_kind}:
+        fields["model_kind_errors"] = found
+    if said := [w for n, ws in warned.items() if n in one_kind for w in ws]:
+        fields["model_kind_warnings"] = said
+    fields["policy_digest"] = resolution.policies.digest
+    fields["policy_files"] = len(resolution.policies.files)
+    return fields

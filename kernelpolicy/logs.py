@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from functools import cache
 from typing import Any, TextIO
 
+from kernelpolicy.limits import shown
+
 
 @cache
 def _logger(fmt: str, stream: TextIO) -> Any:
@@ -132,11 +134,38 @@ def runtime_log(fmt: str) -> Callable[[str, str], None] | None:
     return lambda feature, note: log_runtime_fallback(feature, note, fmt)
 
 
+_EVENT_TEXT_CHARS = 200
+_EVENT_ENTRIES = 32
+
+
+def bounded(value: Any) -> Any:
+    """``value`` as an event carries it: each string cut to ``_EVENT_TEXT_CHARS`` (a dict's keys
+    too), each list and dict to its first ``_EVENT_ENTRIES`` entries and a last one counting
+    the rest (``"(N more)"``), nested values the same way. A resolution's line stays a few
+    KiB whatever the policies say (how many features, how long an error)."""
+    if isinstance(value, str):
+        return shown(value, _EVENT_TEXT_CHARS)
+    if isinstance(value, Mapping):
+        items = list(value.items())
+        kept: dict[str, Any] = {
+            shown(str(k), _EVENT_TEXT_CHARS): bounded(v) for k, v in items[:_EVENT_ENTRIES]
+        }
+        if len(items) > _EVENT_ENTRIES:
+            kept["(more)"] = f"({len(items) - _EVENT_ENTRIES} more)"
+        return kept
+    if isinstance(value, list | tuple):
+        listed = [bounded(v) for v in value[:_EVENT_ENTRIES]]
+        more = len(value) - _EVENT_ENTRIES
+        return [*listed, f"({more} more)"] if more > 0 else listed
+    return value
+
+
 def log_resolution(fields: Mapping[str, Any], fmt: str, stream: TextIO | None = None) -> None:
     """Emit the one ``kernelpolicy.resolved`` event of a resolution (``fields``: what
-    ``Resolution.log_fields()`` gives; nothing when ``fmt`` is ``off``): to ``stream`` when one
-    is given, else to the standard ``kernelpolicy`` logger. Its level is error when the fields
-    name errors, warning when they name warnings, else info."""
+    ``Resolution.log_fields()`` gives, or ``resolve()``'s own view of it; nothing when ``fmt``
+    is ``off``), each field :func:`bounded`: to ``stream`` when one is given, else to the
+    standard ``kernelpolicy`` logger. Its level is error when ``errors`` names any, warning when
+    ``warnings`` does, else info (whatever else the fields carry)."""
     if fmt == "off":
         return
     errors, warnings = fields.get("errors"), fields.get("warnings")
@@ -145,4 +174,4 @@ def log_resolution(fields: Mapping[str, Any], fmt: str, stream: TextIO | None = 
         return  # dropped anyway: not even structlog is imported (it costs ~85 ms cold)
     log = get_logger(fmt, stream) if stream is not None else host_logger(fmt)
     emit = log.error if errors else log.warning if warnings else log.info
-    emit("kernelpolicy.resolved", **fields)
+    emit("kernelpolicy.resolved", **{name: bounded(value) for name, value in fields.items()})

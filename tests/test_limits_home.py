@@ -19,6 +19,7 @@ DISPLAY = {
     "policy/schema_messages.py:_SHOWN_CHARS": "a value shown in a validation message",
     "trust.py:MAX_NAMED_ABOVE": "directories named in one message",
     "labels.py:_HASH_CHARS": "the hash kept in a label value kernelpolicy writes",
+    "logs.py:_EVENT_TEXT_CHARS": "a text (an error, a warning, a name) in a resolution's event",
 }
 """Cuts and counts of what a message shows: display, not a bound on input."""
 

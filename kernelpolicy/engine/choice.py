@@ -128,11 +128,7 @@ def _chosen(
         order.append(fallback)
     lines = [_chosen_line(chosen, reason, results[:index])]
     lines += [_rejected_line(r) for r in results if r is not chosen and not r.accepted]
-    warnings = tuple(
-        _fallback_warning(r, chosen)
-        for r in results[:index]
-        if _warn_about(r) and (feature.spec.in_process or not _hardware_only(r))
-    )
+    warnings = tuple(_fallback_warning(r, chosen) for r in results[:index] if _warn_about(r))
     if chosen.when:
         lines.append(
             f"per call: {chosen.impl} only where `{chosen.when}`, "
@@ -151,20 +147,20 @@ _POLICY_DECISIONS = (CheckKind.WORKAROUND, CheckKind.DISABLED, CheckKind.ROLLOUT
 _NOT_REFUSALS = (CheckKind.SWITCH_OFF, CheckKind.ROLLOUT)
 
 
-def _hardware_only(result: CandidateResult) -> bool:
-    """Rejected for the device alone: for an engine-only feature (an attention backend for
-    another GPU generation) that is the policy working, not something to fix."""
-    return {f.kind for f in result.failures} <= DEVICE_CHECKS
-
-
 def _warn_about(result: CandidateResult) -> bool:
-    """Warn when a candidate meant for this kind of machine, left on auto, was rejected for a
-    reason someone can fix (not a workaround or an operator's switch-off)."""
+    """Warn when a candidate meant for this machine's hardware, left on auto, was rejected for
+    a reason someone can fix (not a workaround or an operator's switch-off).
+
+    A candidate that fails a check of the device itself (:data:`DEVICE_CHECKS`: another vendor,
+    no GPU, a compute capability, arch or compute-unit count the device lacks, such as a
+    Blackwell-only kernel on a Hopper node) is not meant for it: nothing installed or set
+    makes it run, so it is the policy working, never a warning. ``explain`` still shows it
+    among the rejected candidates, with no hint (:attr:`CandidateResult.hints`)."""
     kinds = {f.kind for f in result.failures}
     return (
         result.switch == "auto"
         and bool(kinds)
-        and not kinds & {CheckKind.VENDOR, CheckKind.NO_DEVICE}
+        and not kinds & DEVICE_CHECKS
         and not kinds <= set(_POLICY_DECISIONS)
     )
 
