@@ -4,6 +4,7 @@ local answer (the same document and fingerprint), with where each value came fro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,35 @@ reference = "r"
 impl = "torch"
 entry = "json:loads"
 """
+
+
+INCIDENT = """schema = "kernelpolicy.policy/v1"
+[[disable]]
+feature = "sampler.greedy"
+impl = "aiter"
+reason = "incident 7"
+"""
+
+
+def test_a_daemons_policy_file_is_named_by_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A [[disable]]'s file is named by the path the daemon read (as a local explain and
+    status name it), where --address named its base name alone (first-day review, finding 13);
+    the fingerprint is still the daemon's."""
+    directory = tmp_path / "pol"
+    directory.mkdir()
+    (directory / "incident.toml").write_text(INCIDENT)
+    incident = directory / "incident.toml"
+    env = {"SGLANG_USE_AITER": "1"}  # the disable is then the one reason aiter is rejected
+    with running_daemon(fixture("mi300x"), [ROOT / "policies", directory], env,
+                        watch=False) as running:  # fmt: skip
+        address = running.daemon.bound[0]
+        assert main(["explain", "--address", address, "sampler.greedy", "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert main(["explain", "--address", address, "sampler.greedy"]) == 0
+        text = capsys.readouterr().out
+        fingerprint = running.daemon.state.snapshot.resolution.fingerprint
+    assert document["fingerprint"] == fingerprint
+    assert f"disabled by policy ({incident}:2)" in text
+    assert f"hint: remove the [[disable]] entry in {incident}" in text

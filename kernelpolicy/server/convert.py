@@ -167,9 +167,9 @@ def inputs_message(
 
     ``evidence`` (the node's) is sent only where it is the evidence of the answer's platform:
     an answer about a platform with another key used none (:mod:`kernelpolicy.server.hypothetical`).
+    Each policy text goes with the path the daemon read it from, so that a client names a
+    file as a local answer and ``status`` do (the digest takes base names: the same digest).
     """
-    from pathlib import Path
-
     from kernelpolicy.inputs import platform_evidence
 
     evidence = platform_evidence(evidence, resolution.platform)
@@ -177,7 +177,7 @@ def inputs_message(
         platform_json=resolution.platform.to_json(indent=None),
         env=dict(resolution.env),
         overrides=dict(resolution.overrides),
-        policies=[pb.PolicySource(name=Path(n).name, text=t) for n, t in sources],
+        policies=[pb.PolicySource(name=n, text=t) for n, t in sources],
         evidence_json=evidence_to_json(evidence) if evidence is not None else "",
         halted=halts_of(resolution.decisions),
     )
