@@ -8,7 +8,8 @@ format, as for any library. A library is silent until its host configures loggin
 library's convention): the ``kernelpolicy`` logger carries a :class:`logging.NullHandler`, so
 Python's last-resort handler never prints our warnings to an unconfigured host's stderr, and an
 event no handler of the host would take is not even rendered. The CLI and the daemon own their
-process and write their own lines (:func:`get_logger`: console or JSON, on stderr).
+process and write their own lines (:func:`get_logger`: console or JSON, on stderr); what the
+library says while a command runs reaches stderr too, through :func:`warnings_on_stderr`.
 
 structlog is imported on first use only (with rich installed it costs ~100 ms), and loggers are
 built per call site rather than through structlog's process-global configuration, so embedding
@@ -18,7 +19,8 @@ kernelpolicy never changes the host application's logging.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, TextIO
 
@@ -68,7 +70,8 @@ def host_logger(fmt: str) -> Any:
 
     def to_record(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
         fields = dict(event)
-        return {"msg": renderer(logger, method, event), "extra": {"kernelpolicy": fields}}
+        extra = {"kernelpolicy": fields, "kernelpolicy_format": fmt}
+        return {"msg": renderer(logger, method, event), "extra": extra}
 
     import logging
 
@@ -119,6 +122,37 @@ def log_warning(event: str, fmt: str, **fields: Any) -> None:
     (nothing is even rendered otherwise), never when ``fmt`` is ``off``."""
     if fmt != "off" and _host_wants(30):  # logging.WARNING
         host_logger(fmt).warning(event, **fields)
+
+
+@contextmanager
+def warnings_on_stderr(stream: TextIO | None = None) -> Iterator[None]:
+    """Within it, the library's warnings and errors (the ``kernelpolicy`` logger's) are written
+    on ``stream`` (default: stderr, looked up at each line) as the CLI writes its own: a console
+    event as ``kernelpolicy: warning: MESSAGE`` (its ``message`` field, else the event), a JSON
+    event as its JSON line. For a process that owns its terminal, the CLI: it wraps each command
+    in this, so that what the library says to a host's logging (a misspelt
+    ``KERNELPOLICY_*`` variable) reaches the person who typed the command; the handler goes
+    when the block ends, leaving the process's logging as it found it."""
+    import logging
+
+    class Terminal(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            out = stream or sys.stderr
+            fields = getattr(record, "kernelpolicy", None) or {}
+            if getattr(record, "kernelpolicy_format", None) == "json":
+                print(record.getMessage(), file=out, flush=True)
+                return
+            text = fields.get("message") or record.getMessage()
+            print(f"kernelpolicy: {record.levelname.lower()}: {text}", file=out, flush=True)
+
+    quiet_library()
+    handler = Terminal(logging.WARNING)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:

@@ -112,7 +112,7 @@ import sys
 import kernelpolicy
 from kernelpolicy.platform.fixtures import fixture_dir
 p = lambda n: kernelpolicy.load_platform(fixture_dir() / f'platforms/{{n}}.json')
-kernelpolicy.resolve(p('cpu'), env={{}})
+kernelpolicy.resolve(p('cpu'), env={{'KERNELPOLICY_LOG_FROMAT': 'json'}})  # misspelt: a warning
 kernelpolicy.resolve(p('mi300x'), env={{'VLLM_ROCM_USE_AITER': '1'}})
 r = kernelpolicy.resolve(p('h100-sxm'), env={{}})
 r.impl('sampler.top_k_top_p')  # flashinfer is not installed: a runtime fallback warning
@@ -128,9 +128,9 @@ r.impl('sampler.top_k_top_p')  # flashinfer is not installed: a runtime fallback
             "import logging; logging.getLogger('other').warning('x')", 0,
             id="another-library-logs-first",
         ),
-        pytest.param("import logging; logging.basicConfig()", 3, id="basic-config-warnings"),
+        pytest.param("import logging; logging.basicConfig()", 4, id="basic-config-warnings"),
         pytest.param(
-            "import logging; logging.basicConfig(level=logging.INFO)", 4, id="basic-config-info"
+            "import logging; logging.basicConfig(level=logging.INFO)", 5, id="basic-config-info"
         ),
         pytest.param(
             "import logging; logging.basicConfig(level=logging.ERROR)", 0, id="errors-only"
@@ -138,8 +138,9 @@ r.impl('sampler.top_k_top_p')  # flashinfer is not installed: a runtime fallback
     ],
 )  # fmt: skip
 def test_library_is_silent_until_the_host_configures_logging(configure: str, shown: int) -> None:
-    """resolve() and a runtime fallback print nothing to an unconfigured host's stderr (a
-    NullHandler on the package logger); once the host configures logging, its level decides."""
+    """resolve() (a misspelt KERNELPOLICY_* variable in its environment included) and a runtime
+    fallback print nothing to an unconfigured host's stderr (a NullHandler on the package
+    logger); once the host configures logging, its level decides."""
     done = subprocess.run(
         [sys.executable, "-c", _HOST.format(configure=configure)],
         check=False, capture_output=True, text=True, cwd=ROOT, timeout=120,

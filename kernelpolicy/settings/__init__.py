@@ -14,8 +14,9 @@ devices a process sees, from the mapping it is given), ``XDG_CACHE_HOME`` and
 ``KERNELPOLICY_VLLM_PLUGIN_STATS``, and ``KERNELPOLICY_FORCE_*`` and the engines' switches as
 part of the answer's environment. Those are the one list :data:`NOT_SETTINGS`: with the
 settings' :data:`VARIABLES`, every ``KERNELPOLICY_*`` variable kernelpolicy knows. Any other
-(``KERNELPOLICY_SOCKETT``) is ignored, and said once per process in one line on stderr, with
-the known name closest to it (:func:`unknown_variables`).
+(``KERNELPOLICY_SOCKETT``) is ignored, and said once per process, with the known name closest
+to it (:func:`unknown_variables`): a warning through the ``kernelpolicy`` logger, as the
+library's other warnings are, which the CLI shows on stderr.
 
 The settings are declared once, by the :class:`Settings` dataclass; the variables are read and
 validated by the pydantic-settings model built from it
@@ -28,7 +29,6 @@ its first ``resolve()``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -174,15 +174,29 @@ def unknown_variables(env: Mapping[str, str]) -> list[str]:
 
 
 def _say_unknown(env: Mapping[str, str]) -> None:
-    """Say each unknown variable of ``env`` once per process (one line on stderr, as the kernel
-    cache that is not used is said), with the known name closest to it. A process that sets
+    """Say each unknown variable of ``env`` once per process, with the known name closest to
+    it: a warning of the library (``kernelpolicy.unknown_variable``, its ``message`` and
+    ``variable``), through the ``kernelpolicy`` logger in ``env``'s ``KERNELPOLICY_LOG_FORMAT``
+    (:func:`kernelpolicy.logs.log_warning`: a host that configured no logging sees nothing; the
+    CLI shows it on stderr, :func:`kernelpolicy.logs.warnings_on_stderr`). A process that sets
     no ``KERNELPOLICY_*`` variable pays one pass over its variables' names, importing nothing."""
     unknown = [name for name in unknown_variables(env) if name not in _SAID]
     for name in unknown[: max(MAX_UNKNOWN_VARIABLES_SAID - len(_SAID), 0)]:
         _SAID.add(name)
         message = unknown_message(name)
         if message is not None:
-            print(f"kernelpolicy: warning: {message}", file=sys.stderr)
+            from kernelpolicy.encoding import one_line
+            from kernelpolicy.logs import log_warning
+
+            said = {"variable": one_line(name, 80), "message": message}
+            log_warning("kernelpolicy.unknown_variable", _log_format(env), **said)
+
+
+def _log_format(env: Mapping[str, str]) -> str:
+    """``env``'s log format, read before the settings are validated (a bad value is refused
+    then; until that, console)."""
+    value = env.get(variable("log_format"), "console")
+    return value if value in ("console", "json", "off") else "console"
 
 
 def unknown_message(name: str) -> str | None:
