@@ -4,14 +4,15 @@ variables that release does not read (from the knob tables, :mod:`kernelpolicy.k
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from packaging.version import Version
 
-from kernelpolicy.engine.model import Decision, ErrorCode
-from kernelpolicy.engine.switches import switch_value
-from kernelpolicy.knobs import KnobTable, knob_table, shipped
+from kernelpolicy.engine.model import CandidateResult, CheckKind, Decision, ErrorCode, Reason
+from kernelpolicy.engine.switches import evaluate_switches, force_variable, switch_value
+from kernelpolicy.knobs import PREFIXES, KnobTable, knob_table, shipped
 from kernelpolicy.limits import shown
-from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature
+from kernelpolicy.policy.compiled import CompiledEngineRule, CompiledFeature, switch_variables
 from kernelpolicy.settings import switched_on
 from kernelpolicy.versions import StackVersion, parse_version
 
@@ -152,6 +153,103 @@ class MatchedRelease:
             return None
         return asking[0]
 
+    def as_read(
+        self,
+        feature: CompiledFeature,
+        decision: Decision,
+        env: Mapping[str, str],
+        operator_env: Mapping[str, str],
+    ) -> tuple[Decision, str | None]:
+        """``decision`` as this release reads the variables that decided it, and the warning
+        that says so (None where it is unchanged): an error asked for by a variable of this
+        engine the release does not read (:meth:`unread_request`) becomes the first candidate
+        accepted here; one that another engine's variables stopped, or a candidate they
+        switched off (:meth:`without_others`), what it is without them. ``env`` is what the
+        engine will see, ``operator_env`` what the resolution read."""
+        asked = self.unread_request(feature, decision, env)
+        if asked is not None:
+            accepted = next((r.impl for r in decision.candidates if r.accepted), None)
+            told = f"{self.engine} is told {accepted}" if accepted else "no candidate is accepted"
+            said = (
+                f"{feature.name}: {decision.error}; but {self.engine} {self.matched} does not "
+                f"read {asked}, so it asks this release for nothing: not blocking; "
+                + (told if accepted else f"{told} here")
+            )
+            return replace(decision, impl=accepted, error=None, error_code=None), said
+        other = self.without_others(feature, decision, operator_env)
+        if other is None:
+            return decision, None
+        chosen, variables = other
+        return chosen, self.others_note(feature.name, decision, chosen, variables, operator_env)
+
+    def owner(self, name: str) -> str | None:
+        """The other engine whose variable ``name`` is (``VLLM_*`` for SGLang, ``SGLANG_*``
+        for vLLM, by :data:`~kernelpolicy.knobs.PREFIXES`), which this one never reads; None
+        where it is this engine's, no engine's (``KERNELPOLICY_*``), or there are no tables."""
+        if self.table is None or self.table.prefixed(name):
+            return None
+        return next(
+            (e for e, p in PREFIXES.items() if e != self.engine and name.startswith(p)), None
+        )
+
+    def without_others(
+        self, feature: CompiledFeature, decision: Decision, env: Mapping[str, str]
+    ) -> tuple[Decision, tuple[str, ...]] | None:
+        """``decision`` as it is without the other engines' switch variables set in ``env``
+        (:meth:`owner`), and those variables, where they stopped it or switched off a
+        candidate it prefers: a variable this engine never reads asks it for nothing. None
+        where they changed nothing, or only turned a candidate on (``VLLM_ROCM_USE_AITER`` is
+        SGLang's aiter switch too, by the policies' aliases), or the decision was forced.
+
+        Their errors: an implementation they ask for that is not supported here (SGLang told
+        VLLM_USE_FLASHINFER_SAMPLER=1 without FlashInfer), a value they cannot read, a switch of
+        theirs that disagrees with one of this engine's. Their ``off``: vLLM's
+        VLLM_USE_FLASHINFER_SAMPLER=0 does not take SGLang's FlashInfer sampler away, nor
+        SGLang's SGLANG_IS_FLASHINFER_AVAILABLE=false vLLM's."""
+        theirs = tuple(
+            sorted(
+                {v for c in feature.candidates for s in c.spec.switches for v in switch_variables(s)
+                 if env.get(v, "").strip() and self.owner(v) is not None}
+            )
+        )  # fmt: skip
+        if not theirs or env.get(force_variable(feature.name), "").strip():
+            return None
+        stopped = decision.error_code in (
+            ErrorCode.REQUIRED_UNSUPPORTED, ErrorCode.BAD_ENVIRONMENT, ErrorCode.SWITCH_CONFLICT
+        )  # fmt: skip
+        if not stopped and (decision.error is not None or decision.reason not in _PREFERENCE):
+            return None
+        ours = {k: v for k, v in env.items() if k not in theirs}
+        impl = _choice(feature, decision.candidates, ours)
+        if impl is None or (not stopped and impl == decision.impl):
+            return None
+        # one choice for the engine: the routes per call were worked out with their variables
+        chosen = replace(
+            decision, impl=impl or None, error=None, error_code=None,
+            order=(impl,) if impl else (), routes=(), dtype_rules=(),
+        )  # fmt: skip
+        return chosen, theirs
+
+    def others_note(
+        self,
+        feature: str,
+        decision: Decision,
+        chosen: Decision,
+        variables: tuple[str, ...],
+        env: Mapping[str, str],
+    ) -> str:
+        """The warning for a decision :meth:`without_others` told without ``variables``."""
+        said = ", ".join(f"{v}={shown(env[v])}" for v in variables)
+        owners = " and ".join(sorted({self.owner(v) or "" for v in variables}))
+        one = len(variables) == 1
+        before = f"is an error: {decision.error}" if decision.error else f"chose {decision.impl}"
+        return (
+            f"{feature}: {said} {'is' if one else 'are'} {owners}'s, which {self.engine} "
+            f"does not read: {self.engine} is told {chosen.impl or 'no implementation'}, the "
+            f"choice without {'it' if one else 'them'} (the resolution, which reads every "
+            f"engine's variables, {before})"
+        )
+
     def unread(self, env: Mapping[str, str]) -> list[str]:
         """One warning per variable of this engine set in ``env`` that the release does not
         define, or defines and reads nowhere, with its replacement where the tables know it;
@@ -207,3 +305,30 @@ def _newest_below(table: KnobTable, version: Version) -> str | None:
     """The newest release of the tables at or below ``version``; None where none is."""
     below = [r for r in table.releases if Version(r) <= version]
     return below[-1] if below else None
+
+
+_PREFERENCE = (Reason.PREFERRED, Reason.FALLBACK)
+
+
+def _choice(
+    feature: CompiledFeature, results: Iterable[CandidateResult], env: Mapping[str, str]
+) -> str | None:
+    """The implementation ``choose()`` takes from ``results`` once their switches are read
+    from ``env`` ("" where none is accepted), or None where ``env`` itself is the problem (a
+    bad value, switches that disagree, a request the platform refuses). A candidate only
+    loses its switch-off here, never gains one: a switch ``env`` lacks is unset, and an unset
+    switch that is off by default (aiter's) would turn off what another engine's name for it
+    turned on."""
+    first = ""
+    for result, candidate in zip(results, feature.candidates, strict=False):
+        outcome = evaluate_switches(candidate.spec.switches, env)
+        if result.impl != candidate.impl or outcome.error is not None or outcome.conflict:
+            return None
+        others = [f for f in result.failures if f.kind is not CheckKind.SWITCH_OFF]
+        if outcome.state == "on":  # requested: supported unless the platform says no
+            refused = [f for f in others if f.kind is not CheckKind.ROLLOUT]
+            return None if refused else result.impl
+        off = outcome.state == "off" and len(others) < len(result.failures)
+        if not first and not others and not off:
+            first = result.impl
+    return first

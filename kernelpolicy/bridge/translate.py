@@ -134,7 +134,7 @@ def _tell_until_settled(
     unsettled: set[str] = set()  # what kept changing after the first pass
     for attempt in range(len(features) + 2):
         context = RuleContext(resolution.platform, seen, release.matched, release.given)
-        teller = _Teller(engine, context, model_kind, release)
+        teller = _Teller(engine, context, model_kind, release, env)
         told = {
             name: _with_gives_up(teller.tell(features[name], decision), resolution)
             for name, decision in resolution.decisions.items()
@@ -172,10 +172,16 @@ class _Teller:
     """Works out one decision at a time, collecting the errors and warnings on the way."""
 
     def __init__(
-        self, engine: str, context: RuleContext, model_kind: str, release: MatchedRelease
+        self,
+        engine: str,
+        context: RuleContext,
+        model_kind: str,
+        release: MatchedRelease,
+        operator_env: Mapping[str, str],
     ) -> None:
         self.engine = engine
         self.context = context
+        self.operator_env = operator_env  # what the resolution read (context.env adds what is told)
         self.model_kind = model_kind
         self.release = release
         self.errors: list[str] = []
@@ -192,12 +198,14 @@ class _Teller:
         kind = feature.spec.model_kind
         if relevant and kind not in (None, self.model_kind):
             return Told(name, impl, Status.OTHER_MODEL_KIND, note=decision.error, model_kind=kind)
-        if decision.error is not None:
-            asked = self.release.unread_request(feature, decision, self.context.env)
-            if asked is None or not relevant:
-                return self.told_error(feature, decision.error, relevant)
-            decision = self.unasked(feature, decision, asked)
+        if relevant:  # as this release reads the variables that decided it
+            env = self.context.env
+            decision, said = self.release.as_read(feature, decision, env, self.operator_env)
+            if said is not None:
+                self.warn(name, said)
             impl = decision.impl
+        if decision.error is not None:
+            return self.told_error(feature, decision.error, relevant)
         if not relevant:
             return Told(name, impl, Status.NOT_FOR_ENGINE)
         if impl is None:
@@ -219,20 +227,6 @@ class _Teller:
             if unmet is not None:
                 self.warn(name, unmet)
         return told
-
-    def unasked(self, feature: CompiledFeature, decision: Decision, variable: str) -> Decision:
-        """``decision``, an error because ``variable`` asked for an implementation not
-        supported here, as it is with that switch at ``auto``, since this release does not read
-        the variable: the first candidate accepted here, said in a warning."""
-        accepted = next((r.impl for r in decision.candidates if r.accepted), None)
-        name, engine = feature.name, self.engine
-        self.warn(
-            name,
-            f"{name}: {decision.error}; but {engine} {self.context.version} does not read "
-            f"{variable}, so it asks this release for nothing: not blocking; "
-            + (f"{engine} is told {accepted}" if accepted else "no candidate is accepted here"),
-        )
-        return replace(decision, impl=accepted, error=None, error_code=None)
 
     def told_error(self, feature: CompiledFeature, error: str, relevant: bool) -> Told:
         """A decision that is an error: it stops this engine where it is told about the
