@@ -14,7 +14,7 @@ from dataclasses import replace
 from packaging.version import Version
 
 from kernelpolicy.bridge.context import RuleContext
-from kernelpolicy.bridge.merging import kept_variables, merged
+from kernelpolicy.bridge.merging import kept_variables, merged, overriding
 from kernelpolicy.bridge.model import (
     EngineSettings,
     Status,
@@ -80,6 +80,11 @@ def engine_settings(
     merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
     kept = kept_variables(engine, env, merged_env, carried, warnings)
     merged_env.update(kept)
+    for feature, text in overriding(
+        engine, env, told, features, sent=merged_env, reads=release.reads, version=release.matched
+    ):
+        warnings.append(text)
+        about.append((feature, text))
     return EngineSettings(
         engine=engine, version=version, release=release.known, fingerprint=resolution.fingerprint,
         model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
