@@ -70,6 +70,22 @@ VERIFY_ERRORS = [
         ["--impl 'flashinfer': no built-in implementation of rmsnorm has that name; known: torch"],
         marks=needs_torch, id="verify-impl-not-of-feature",
     ),
+    pytest.param(
+        ["verify", "--feature", "sampler.gredy", "--no-store"],
+        ["verify has no checks for feature 'sampler.gredy'; did you mean 'sampler.greedy'?; "
+         "checked features: sampler.top_k_top_p, sampler.greedy"],
+        marks=needs_torch, id="verify-feature-typo",
+    ),
+    pytest.param(
+        ["verify", "--feature", "sampler.gredy", "--entry", "kernelpolicy.cli:main"],
+        ["verify has no checks for feature 'sampler.gredy'; did you mean 'sampler.greedy'?"],
+        marks=needs_torch, id="verify-entry-feature-typo",
+    ),
+    pytest.param(
+        ["verify", "--feature", "sampler.greedy", "--feature", "rmsnrm", "--no-store"],
+        ["feature 'rmsnrm'; did you mean 'rmsnorm'?"], marks=needs_torch,
+        id="verify-second-feature-typo",
+    ),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernelpolicy.verify.profile import FULL, QUICK
 
+    _check_features(suite.CHECKS, args.feature or [])
     device = _device(args.device)
     out = _output_file(args.out)
     profile = QUICK if args.quick else FULL
@@ -323,6 +325,23 @@ def _check_entry(entry: str) -> None:
         ) from None
     if not callable(function):
         raise KernelPolicyError(f"--entry {entry}: {attr!r} is not callable")
+
+
+def _check_features(checked: Iterable[str], features: list[str]) -> None:
+    """Each --feature must be one the suite checks; a typo names the close ones.
+
+    Raises:
+        KernelPolicyError: A feature the suite has no checks for.
+    """
+    from kernelpolicy.suggest import did_you_mean
+
+    known = list(checked)
+    for feature in features:
+        if feature not in known:
+            raise KernelPolicyError(
+                f"verify has no checks for feature {feature!r}{did_you_mean(feature, known)}; "
+                f"checked features: {', '.join(known)}"
+            )
 
 
 def _check_selection(suite: Any, features: list[str] | None, impls: list[str] | None) -> None:
