@@ -196,13 +196,16 @@ class _Started:
         thread.start()
 
     def _publish(self, addresses: list[str]) -> None:
+        log_format, quiet = self.daemon.log_format, self.args.quiet
         try:
             if self.args.port_file:
                 self.written.append(write_port_file(self.args.port_file, addresses))
-            if not self.args.quiet:
+            if not quiet:
                 print(self.table(), flush=True)
                 print(flush=True)
-                print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+            say_decision_errors(self.daemon.state.snapshot.resolution, log_format, quiet=quiet)
+            if not quiet:
+                say_serving(addresses, log_format)
         except Exception as exc:  # the daemon listens already: it stops as on SIGTERM
             self.failed.append(exc)  # (its sockets and halts files removed), then this is said
             self.daemon.stop()
@@ -216,6 +219,51 @@ class _Started:
             thread.join(PUBLISH_WAIT_SECONDS)
         for stamp in self.written:
             remove_port_file(self.args.port_file, stamp)
+
+
+def say_serving(addresses: list[str], log_format: str) -> None:
+    """``serving on ADDR, ...`` on stderr; with JSON logs the event ``kernelpolicy.serve.serving``
+    (``addresses``) instead, so that every line there is JSON for a log pipeline."""
+    if log_format == "json":
+        from kernelpolicy.logs import get_logger
+
+        get_logger(log_format).info("kernelpolicy.serve.serving", addresses=addresses)
+    else:
+        print(f"serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
+
+
+DECISION_ERROR_EVENT = "kernelpolicy.serve.decision_error"
+"""The event, at start, of a decision that is an error (explain's table shows it as ERROR)."""
+
+
+def say_decision_errors(resolution: Any, log_format: str, *, quiet: bool = False) -> None:
+    """Each decision of ``resolution`` that is an error, on stderr: an error event for those
+    explain counts by default (every model's, an mha model's), an info event (none with
+    ``quiet``) for those of another kind of model only; plain ``kernelpolicy: error:`` lines
+    where the log is off. The explain table shows them too, but not with ``--quiet``, and a
+    daemon serving an error is no daemon to start quietly."""
+    from kernelpolicy.cli.exits import counted, scope_of
+    from kernelpolicy.logs import get_logger
+
+    policies = resolution.policies
+    for feature, decision in resolution.decisions.items():
+        if decision.error is None:
+            continue
+        code = decision.error_code.value if decision.error_code else "error"
+        scope = scope_of(policies, feature)
+        if counted(policies, feature, "mha"):
+            if log_format == "off":
+                print(f"kernelpolicy: error: {feature}: {decision.error} ({code})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            else:
+                get_logger(log_format).error(
+                    DECISION_ERROR_EVENT, feature=feature, error_code=code, error=decision.error
+                )
+        elif not quiet and log_format != "off":
+            get_logger(log_format).info(
+                DECISION_ERROR_EVENT, feature=feature, error_code=code, error=decision.error,
+                model_kind=scope,
+            )  # fmt: skip
 
 
 def _warm_start(args: argparse.Namespace, settings: Settings) -> WarmStart | None:

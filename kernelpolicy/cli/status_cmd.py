@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_tls_client_options, tls_credentials
+from kernelpolicy.cli.exits import add_model_kind_option
 from kernelpolicy.encoding import one_line, some_lines
 from kernelpolicy.errors import KernelPolicyError
 from kernelpolicy.limits import SHOWN_STATUS_CHARS
@@ -14,6 +15,8 @@ CLEAR_TIMEOUT = 10.0
 """Seconds ``--clear-halt`` waits for the daemon to answer (it answers once it resolved again)."""
 SHOWN_POLICY_FILES = 100
 """How many of the daemon's policy files the text report names."""
+SHOWN_FEATURES = 100
+"""How many of the daemon's features an unknown --clear-halt feature's error names."""
 
 
 def register(commands: Any) -> None:
@@ -31,9 +34,11 @@ def register(commands: Any) -> None:
             "only over the unix socket, as root or the daemon's user."
         ),
         epilog=(
-            "exit status: 0 serving and the last reload succeeded (--clear-halt: the daemon "
-            "answered); 1 not serving, or the last reload failed (the last good policies keep "
-            "serving); 2 no daemon answered, a daemon was refused (run by another user), an "
+            "exit status: 0 serving, the last reload succeeded and no decision counted is an "
+            "error (--clear-halt: the daemon answered); 1 not serving, the last reload failed "
+            "(the last good policies keep serving), or a decision is an error for every model "
+            "or for --model-kind (default mha), as explain --address counts them (each named "
+            "on stderr); 2 no daemon answered, a daemon was refused (run by another user), an "
             "unknown feature, or bad usage\n\n"
             "examples:\n"
             "  kernelpolicy status\n"
@@ -60,6 +65,7 @@ def register(commands: Any) -> None:
         help="lift every halt of FEATURE on this node and count its events from zero",
     )  # fmt: skip
     add_tls_client_options(status)
+    add_model_kind_option(status)
     status.set_defaults(run=run_status)
 
 
@@ -282,7 +288,8 @@ def run_status(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
         else:
             _print_report(report)
-        return 0 if report["serving"] and not report["policy_error"] else 1
+        failed = _counted_errors(address, credentials, args.model_kind) if report["errors"] else 0
+        return max(failed, 0 if report["serving"] and not report["policy_error"] else 1)
     message = f"no daemon answered ({'; '.join(problems) or 'nothing tried'})"
     if problems and all("no such socket" in problem for problem in problems):
         message += (
@@ -295,6 +302,27 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps({"serving": False, "error": message}, indent=2))
         return 2
     raise KernelPolicyError(message)
+
+
+def _counted_errors(address: str, credentials: Any, model_kind: str) -> int:
+    """1 where a decision of the daemon at ``address`` is an error for every model or for
+    ``model_kind``, said on stderr as ``explain --address`` says it (its answer rebuilt here,
+    for the kind of model each feature matters to), else 0. A daemon that answered Explain but
+    not this is counted as failing: its errors are there."""
+    import sys
+
+    from kernelpolicy.cli.exits import report_exit
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.server.client import connect
+
+    try:
+        with connect(address, timeout=10.0, credentials=credentials) as client:
+            resolution = client.resolve()
+    except DaemonError as exc:
+        print(f"kernelpolicy: exit 1: {one_line(address)}: its decision errors could not be "
+              f"told apart by model kind: {one_line(str(exc))}", file=sys.stderr)  # fmt: skip
+        return 1
+    return report_exit(resolution.policies, resolution.decisions.items(), model_kind)
 
 
 def _clear(address: str, feature: str, as_json: bool) -> int:
@@ -318,6 +346,8 @@ def _clear(address: str, feature: str, as_json: bool) -> int:
             f"{address}: --clear-halt {feature}: the daemon answered neither an error nor the "
             f"list of what it lifted: {one_line(json.dumps(answer), 200)}"
         )
+    if isinstance(error, str):
+        answer["error"] = error = error + _unknown_feature_hint(address, feature)
     if as_json:
         print(json.dumps({"address": address, "feature": feature, **answer}, indent=2))
     if isinstance(error, str):
@@ -330,3 +360,29 @@ def _clear(address: str, feature: str, as_json: bool) -> int:
         )
         print(f"{address}: cleared {lifted}" if lifted else f"{address}: {feature}: not halted")
     return 0
+
+
+def _unknown_feature_hint(address: str, feature: str) -> str:
+    """Where the daemon's policies define no ``feature``: the close names and the features it
+    has (``; did you mean 'sampler.greedy'?; the daemon's policies define: ...``), as explain
+    says of an unknown feature; else (or where the daemon does not list them) nothing."""
+    import grpc
+
+    from kernelpolicy.errors import DaemonError
+    from kernelpolicy.server._generated.kernelpolicy.v1 import kernelpolicy_pb2 as pb
+    from kernelpolicy.server.client import connect
+    from kernelpolicy.suggest import did_you_mean
+
+    try:
+        with connect(address, timeout=CLEAR_TIMEOUT) as client:
+            client.wait_ready()
+            listed = client.stub.ListFeatures(pb.ListFeaturesRequest(), timeout=CLEAR_TIMEOUT)
+    except (DaemonError, grpc.RpcError):
+        return ""
+    names = [one_line(f.name, SHOWN_STATUS_CHARS) for f in listed.features if not f.gate]
+    if feature in names:
+        return ""
+    shown = names[:SHOWN_FEATURES]
+    if len(names) > SHOWN_FEATURES:
+        shown.append(f"...(and {len(names) - SHOWN_FEATURES} more)")
+    return f"{did_you_mean(feature, names)}; the daemon's policies define: {', '.join(shown)}"
