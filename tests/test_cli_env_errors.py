@@ -71,3 +71,55 @@ def test_a_bad_switch_value_is_one_error(capsys: pytest.CaptureFixture[str]) -> 
     )
     assert " features: " in errors[0]
     assert "sampler.top_k_top_p" in errors[0].split(" features: ")[1].split(", ")
+
+
+EXPECTED_VERSION = "expected the engine's release, PEP 440 (0.12.0, 0.11.1rc2, 0.10.1.1+cu128)"
+
+
+@pytest.mark.parametrize(
+    ("command", "version"),
+    [
+        pytest.param(["env"], "banana", id="env-word"),
+        pytest.param(["env"], "", id="env-empty"),
+        pytest.param(["env"], "0.12.0 nightly", id="env-trailing-word"),
+        pytest.param(["exec"], "banana", id="exec-word"),
+        pytest.param(["exec"], "v0.12..0", id="exec-double-dot"),
+    ],
+)
+def test_engine_version_typed_must_be_a_version(
+    command: list[str], version: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An --engine-version that is no version is a usage error naming the form expected (it was
+    a warning, 'unreadable: matched as ...; pass --engine-version to choose', and exit 0); exec
+    refuses it before looking up or starting anything."""
+    h100 = str(FIXTURES / "h100-sxm.json")
+    argv = [*command, "--engine", "vllm", "--engine-version", version, "--platform", h100]
+    with pytest.raises(SystemExit) as exited:
+        # a command not found: were the version taken, exec would end with 127, not replace
+        # this process
+        main([*argv, *(["--", "kernelpolicy-no-such-command"] if command == ["exec"] else [])])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1] == (
+        f"kernelpolicy: error: argument --engine-version: {version!r} is not a version; "
+        f"{EXPECTED_VERSION}"
+    )
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param("0.12.0", id="release"),
+        pytest.param("0.11.1rc2", id="pre-release"),
+        pytest.param("0.10.1.1+cu128", id="local-build"),
+    ],
+)
+def test_engine_version_typed_as_pep_440_is_taken(
+    version: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PEP 440 version is the one the settings are for (their header names it)."""
+    h100 = str(FIXTURES / "h100-sxm.json")
+    argv = ["env", "--engine", "vllm", "--engine-version", version, "--platform", h100]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(f"settings for vllm {version}")

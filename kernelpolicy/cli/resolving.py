@@ -108,9 +108,9 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="the inference engine to tell: vllm, sglang (or another the policies name)",
     )  # fmt: skip
     parser.add_argument(
-        "--engine-version", metavar="VERSION",
-        help="the engine's version (default: the installed distribution's, from the probe or "
-        "the --platform snapshot)",
+        "--engine-version", metavar="VERSION", type=engine_version,
+        help="the engine's version, PEP 440 (0.12.0, 0.11.1rc2; default: the installed "
+        "distribution's, from the probe or the --platform snapshot)",
     )  # fmt: skip
     parser.add_argument(
         "--model-kind", choices=MODEL_KINDS, default="mha",
@@ -119,6 +119,26 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "V3.2/V4, GLM-5), told the indexer's settings and no attention backend (vLLM and "
         "SGLang pick their sparse one)",
     )  # fmt: skip
+
+
+def engine_version(value: str) -> str:
+    """``--engine-version``: a version the bridge reads (as the installed one's metadata is
+    read), else a usage error naming the form expected; an unreadable installed version keeps
+    the bridge's warning, but one typed here is a mistake.
+
+    Raises:
+        argparse.ArgumentTypeError: ``value`` is no version.
+    """
+    from kernelpolicy.limits import shown
+    from kernelpolicy.versions import UnreadableVersion, parse_version
+
+    parsed = parse_version(value)
+    if isinstance(parsed, UnreadableVersion):
+        raise argparse.ArgumentTypeError(
+            f"{shown(value)!r} is not a version; expected the engine's release, PEP 440 "
+            "(0.12.0, 0.11.1rc2, 0.10.1.1+cu128)"
+        )
+    return value
 
 
 def check_engine(resolution: Resolution, engine: str) -> None:
