@@ -180,3 +180,31 @@ def test_check_help_names_the_json_keys(capsys: pytest.CaptureFixture[str]) -> N
         main(["check", "--help"])
     promised = " ".join(capsys.readouterr().out.split()).split("print {", 1)[1].split("}")[0]
     assert sorted(promised.split(", ")) == printed
+
+
+PLUS_HELP = (
+    "--policies PATH policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or "
+    "the bundled pack); with a leading + it is added to the bundled pack, which it replaces "
+    "otherwise: +/etc/kernelpolicy/policies.d"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        *(pytest.param(c, PLUS_HELP, id=c)
+          for c in ("explain", "env", "exec", "labels", "matrix", "serve", "warm")),
+        pytest.param("diff", "--policies PATH the policies the fleet runs now (default: "
+                     "KERNELPOLICY_POLICY_PATHS or the bundled pack); file or directory, "
+                     "repeatable, +DIR adds to the bundled pack", id="diff"),
+    ],
+)  # fmt: skip
+def test_policies_help_says_what_the_plus_does(
+    command: str,
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--policies' help says that a leading + adds to the bundled pack, with an example, as
+    every doc example writes it (first-day review, finding 10)."""
+    assert expected in " ".join(_help(command, monkeypatch, capsys).split())

@@ -215,3 +215,53 @@ def test_explain_warns_about_an_unimportable_entry(tmp_path: Path) -> None:
     assert "x.y -> fast: entry cannot be imported here: no module named 'no_such_pkg'" in (
         out.stderr
     )
+
+
+INCIDENT = """schema = "kernelpolicy.policy/v1"
+[[disable]]
+feature = "sampler.greedy"
+impl = "aiter"
+reason = "incident 7"
+"""
+H100 = ["--platform", platform("h100-sxm")]
+ADVICE = "(both paths, or +DIR to add a directory to the bundled pack: {advice})"
+
+
+@pytest.mark.parametrize(
+    ("argv", "paths", "advice"),
+    [
+        pytest.param(["explain", *H100], ["{d}"], "--policies +{d}", id="explain-directory"),
+        pytest.param(["explain", *H100], ["{d}/incident.toml"], "--policies +{d}/incident.toml",
+                     id="explain-file"),
+        pytest.param(["labels", *H100], ["{d}", "{d}/incident.toml"],
+                     "--policies +{d} --policies +{d}/incident.toml", id="labels-two-paths"),
+        pytest.param(["matrix"], ["{d}"], "--policies +{d}", id="matrix"),
+        pytest.param(["env", "--engine", "vllm", *H100], ["{d}"], "--policies +{d}", id="env"),
+    ],
+)  # fmt: skip
+def test_a_disable_alone_advises_the_plus_of_the_option_given(
+    tmp_path: Path,
+    argv: list[str],
+    paths: list[str],
+    advice: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--policies DIR with a [[disable]] alone advises --policies +DIR (the option given), where
+    it advised 'kernelpolicy check +DIR FILE' (first-day review, finding 10); with the + it
+    loads."""
+    (tmp_path / "incident.toml").write_text(INCIDENT)
+    given = [p.format(d=tmp_path) for p in paths]
+    options = [word for path in given for word in ("--policies", path)]
+    assert main([*argv, *options]) == 2
+    err = capsys.readouterr().err
+    assert ADVICE.format(advice=advice.format(d=tmp_path)) in err
+    assert "kernelpolicy check" not in err
+    plus = [word for path in given for word in ("--policies", f"+{path}")]
+    assert main(["explain", *plus, *H100, "sampler.greedy"]) == 0
+
+
+def test_check_keeps_its_own_advice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """check takes the paths as arguments: its advice stays 'kernelpolicy check +DIR FILE'."""
+    (tmp_path / "incident.toml").write_text(INCIDENT)
+    assert main(["check", str(tmp_path)]) == 1
+    assert ADVICE.format(advice="kernelpolicy check +DIR FILE") in capsys.readouterr().out

@@ -97,7 +97,8 @@ def add_policies_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policies", metavar="PATH", action="append", type=Path,
         help="policy file or directory (repeatable; default: KERNELPOLICY_POLICY_PATHS or the "
-        "bundled pack)",
+        "bundled pack); with a leading + it is added to the bundled pack, which it replaces "
+        "otherwise: +/etc/kernelpolicy/policies.d",
     )  # fmt: skip
 
 
@@ -214,9 +215,33 @@ def local_policies(args: argparse.Namespace, local: Settings) -> PolicySet:
     """
     from kernelpolicy.inputs import existing_policy_paths, load_policies_for
 
-    if getattr(args, "policies", None):
-        return load_policies_for(local, existing_policy_paths(args.policies, "--policies"))
-    return load_policies_for(local)
+    given = getattr(args, "policies", None)
+    if not given:
+        return load_policies_for(local)
+    try:
+        return load_policies_for(local, existing_policy_paths(given, "--policies"))
+    except PolicyError as exc:
+        raise _plus_advice(exc, given) from None
+
+
+CHECK_PLUS_ADVICE = "kernelpolicy check +DIR FILE"
+"""How the loader says to add a directory to the bundled pack (a [[disable]] loaded without
+the file that defines its feature), in ``check``'s words: the other commands say
+``--policies +DIR`` (:func:`_plus_advice`)."""
+
+
+def _plus_advice(error: PolicyError, given: Sequence[str | Path]) -> PolicyError:
+    """``error`` with the loader's advice to add to the bundled pack in the words of the option
+    given, ``--policies +DIR`` for each path of it, where none of them had the ``+``."""
+    import dataclasses
+
+    if any(str(path).startswith("+") for path in given):
+        return error
+    plus = " ".join(f"--policies +{path}" for path in given)
+    return PolicyError([
+        dataclasses.replace(issue, message=issue.message.replace(CHECK_PLUS_ADVICE, plus))
+        for issue in error.issues
+    ])  # fmt: skip
 
 
 def disable_abbreviations(parser: argparse.ArgumentParser) -> None:

@@ -70,7 +70,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--policies", metavar="PATH", action="append", type=Path,
         help="the policies the fleet runs now (default: KERNELPOLICY_POLICY_PATHS or the "
-        "bundled pack)",
+        "bundled pack); file or directory, repeatable, +DIR adds to the bundled pack",
     )  # fmt: skip
     inventory = parser.add_mutually_exclusive_group()
     inventory.add_argument(
