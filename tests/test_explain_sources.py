@@ -70,6 +70,33 @@ def _explain(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, 
                      "override: KERNELPOLICY_OVERRIDES={'sampler.top_k_top_p': 'torch'} from "
                      "--env", {"variable": "KERNELPOLICY_OVERRIDES", "from": "override",
                                "set_in": "--env"}, id="override"),
+        # first-day review, finding 1: a force or override of the shell was dropped in silence
+        pytest.param({FORCE: "torch"}, {}, ["--platform", "SNAPSHOT"],
+                     f"force: {FORCE} unset in the snapshot (your shell has {FORCE}=torch, "
+                     "ignored with --platform; pass --env to use it)",
+                     {"variable": FORCE, "from": "unset", "value": None,
+                      "ignored_shell_value": "torch"}, id="shell-force-ignored-with-platform"),
+        pytest.param({FORCE: "torch"}, {FORCE: "triton"}, ["--platform", "SNAPSHOT"],
+                     f"force: {FORCE}=triton in the snapshot (your shell has {FORCE}=torch, "
+                     "ignored with --platform; pass --env to use it)",
+                     {"variable": FORCE, "from": "force", "set_in": "snapshot",
+                      "ignored_shell_value": "torch"}, id="shell-force-beside-the-snapshots"),
+        pytest.param({FORCE: "torch"}, {}, ["--platform", "SNAPSHOT", "--env", f"{FORCE}=torch"],
+                     f"force: {FORCE}=torch from --env",
+                     {"variable": FORCE, "ignored_shell_value": None}, id="shell-force-by-env"),
+        pytest.param({FORCE: "torch"}, {FORCE: "torch"}, ["--platform", "SNAPSHOT"],
+                     f"force: {FORCE}=torch in the snapshot",
+                     {"variable": FORCE, "ignored_shell_value": None}, id="same-force-both"),
+        pytest.param({"KERNELPOLICY_OVERRIDES": f'{{"{TOPK}": "torch"}}'}, {},
+                     ["--platform", "SNAPSHOT"],
+                     "override: none in the snapshot (your shell has KERNELPOLICY_OVERRIDES="
+                     "{'sampler.top_k_top_p': 'torch'}, ignored with --platform; pass --env to "
+                     "use it)", {"variable": "KERNELPOLICY_OVERRIDES", "from": "unset",
+                                 "ignored_shell_value": "{'sampler.top_k_top_p': 'torch'}"},
+                     id="shell-override-ignored-with-platform"),
+        pytest.param({FORCE: "torch"}, {}, [], f"force: {FORCE}=torch from your shell",
+                     {"variable": FORCE, "from": "force", "set_in": "shell"},
+                     id="shell-force-without-platform"),
     ],
 )  # fmt: skip
 def test_every_switch_says_where_its_value_came_from(

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from kernelpolicy.cli.common import HelpFormatter, add_resolve_options
-from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_args
+from kernelpolicy.cli.resolving import add_engine_options, check_engine, resolve_explained
 
 
 def register(commands: Any) -> None:
@@ -53,12 +53,14 @@ def run(args: argparse.Namespace) -> int:
     from kernelpolicy.bridge import engine_settings
     from kernelpolicy.bridge.formats import render
 
-    resolution, env = resolve_args(args)
+    resolution, inputs = resolve_explained(args)
     check_engine(resolution, args.engine)
     settings = engine_settings(
-        resolution, args.engine, env,
+        resolution, args.engine, inputs.env,
         engine_version=args.engine_version, model_kind=args.model_kind,
     )  # fmt: skip
+    if inputs.snapshot:
+        note_ignored_shell(resolution, inputs, settings)
     for warning in settings.warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
     if not settings.ok:
@@ -69,6 +71,32 @@ def run(args: argparse.Namespace) -> int:
             print(f"kernelpolicy: note: {note}", file=sys.stderr)
     sys.stdout.write(render(settings, args.format))
     return 0
+
+
+def engine_prefixes(engine: str) -> tuple[str, ...]:
+    """The prefixes of ``engine``'s own variables (``VLLM_``), which its settings read too."""
+    return (engine.upper().replace("-", "_") + "_",)
+
+
+def note_ignored_shell(resolution: Any, inputs: Any, settings: Any) -> None:
+    """With --platform: each variable this shell sets that the answer would read (the policies'
+    switches, a force or override, the engine's own variables), which the snapshot's
+    environment replaced, said on stderr with how to use it."""
+    from kernelpolicy.cli.provenance import left_out
+    from kernelpolicy.engine.switches import read_variables
+    from kernelpolicy.limits import shown
+
+    read = {*read_variables(resolution.policies), *settings.env}
+    shell = {k: v for k, v in inputs.shell.items() if inputs.ignored_shell_value(k) is not None}
+    prefixes = engine_prefixes(settings.engine)
+    for name, value, there in left_out(inputs.env, shell, read, prefixes):
+        said = "unset" if there is None else f"{name}={shown(there, 40)}"
+        print(
+            f"kernelpolicy: note: your shell has {name}={shown(value, 40)}, ignored with "
+            f"--platform ({said} in the snapshot, whose environment the answer uses); pass --env "
+            "to use it",
+            file=sys.stderr,
+        )
 
 
 def report_errors(resolution: Any, errors: tuple[str, ...]) -> None:

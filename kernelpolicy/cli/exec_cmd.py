@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     warnings = _warnings(args, resolution.platform.libraries, settings, flag_warnings)
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
+    if args.platform:
+        _note_snapshot_unused(resolution, env, settings)
     for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
         print(f"kernelpolicy: note: {note}", file=sys.stderr)
     local = settings_from(environ)
@@ -133,6 +135,28 @@ def _warnings(
             f"{settings.version} is the one started, and decides what it is told"
         )
     return warnings
+
+
+def _note_snapshot_unused(resolution: Any, environ: Mapping[str, str], settings: Any) -> None:
+    """With --platform: the engine starts here and inherits this shell's environment, so the
+    answer uses it (not the snapshot's, as ``env --platform`` does): each variable the answer
+    reads that the snapshot records otherwise is said on stderr, with what the engine gets."""
+    from kernelpolicy.cli.env_cmd import engine_prefixes
+    from kernelpolicy.cli.provenance import left_out
+    from kernelpolicy.engine.switches import read_variables
+    from kernelpolicy.limits import shown
+
+    read = {*read_variables(resolution.policies), *settings.env}
+    snapshot = resolution.platform.env
+    prefixes = engine_prefixes(settings.engine)
+    for name, value, here in left_out(environ, snapshot, read, prefixes):
+        gets = "unset" if here is None else f"{name}={shown(here, 40)}"
+        print(
+            f"kernelpolicy: note: the snapshot has {name}={shown(value, 40)}, not used: the "
+            f"engine starts here with this shell's environment ({gets}), as the answer does; "
+            "set it here to use it",
+            file=sys.stderr,
+        )
 
 
 def _unstartable(name: str, environ: Mapping[str, str]) -> tuple[int, str] | None:

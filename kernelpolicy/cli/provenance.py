@@ -2,16 +2,19 @@
 ``--platform`` snapshot, ``KERNELPOLICY_OVERRIDES``, ``KERNELPOLICY_FORCE_*``, or nowhere.
 
 With ``--platform`` the snapshot's environment replaces this shell's (the answer is for the
-machine in the snapshot), so a variable set here is ignored; explain says so, since the reader
-set it and expects it to count. The engine never sees any of this: it is a pure function of the
-environment it is given; this module only tells the reader how that environment was layered.
+machine in the snapshot), so a variable set here is ignored; explain and env say so (a switch,
+a force or an override), since the reader set it and expects it to count. ``exec`` is the other
+way round: the engine it starts inherits this shell, so its answer uses this shell's
+environment, and it names what the snapshot recorded that it did not use (:func:`left_out`).
+The engine never sees any of this: it is a pure function of the environment it is given; this
+module only tells the reader how that environment was layered.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
     from kernelpolicy.engine.resolution import Resolution
     from kernelpolicy.platform.model import Platform
     from kernelpolicy.policy.schema.conditions import Switch
+
+
+OVERRIDES = "KERNELPOLICY_OVERRIDES"
 
 
 class Origin(StrEnum):
@@ -145,25 +151,35 @@ class ValueSource:
     def line(self, snapshot: bool) -> str:
         """``MYLAB_FUSED_SOFTCAP unset in the snapshot: auto (your shell has ...)``."""
         if self.origin in (Origin.FORCE, Origin.OVERRIDE):
-            return f"{self.origin.value}: {self.variable}={self.value} {_where(self.set_in)}"
-        states = {state for _, state in self.states}
-        said = (
-            next(iter(states)) if len(states) == 1
-            else ", ".join(f"{impl} {state}" for impl, state in self.states)
-        )  # fmt: skip
-        if self.value is None and self.origin is Origin.ENV_OPTION:
-            head = f"{self.variable} unset by --env"
-        elif self.value is None:
-            head = f"{self.variable} unset" + (" in the snapshot" if snapshot else "")
+            text = f"{self.origin.value}: {self.variable}={self.value} {_where(self.set_in)}"
+        elif not self.states:  # a force or override only this shell sets, ignored
+            where = " in the snapshot" if snapshot else ""
+            text = (
+                f"override: none{where}" if self.variable == OVERRIDES
+                else f"force: {self.variable} unset{where}"
+            )  # fmt: skip
         else:
-            head = f"{self.variable}={self.value} {_where(self.origin)}"
-        text = f"switch: {head}: {said}"
+            text = f"switch: {self._switch_head(snapshot)}: {self._said()}"
         if self.ignored is not None:
             text += (
                 f" (your shell has {self.variable}={shown(self.ignored, 40)}, ignored with "
                 "--platform; pass --env to use it)"
             )
         return text
+
+    def _switch_head(self, snapshot: bool) -> str:
+        if self.value is None and self.origin is Origin.ENV_OPTION:
+            return f"{self.variable} unset by --env"
+        if self.value is None:
+            return f"{self.variable} unset" + (" in the snapshot" if snapshot else "")
+        return f"{self.variable}={self.value} {_where(self.origin)}"
+
+    def _said(self) -> str:
+        """What the switch says: one state for all its candidates, else each candidate's."""
+        states = {state for _, state in self.states}
+        if len(states) == 1:
+            return next(iter(states))
+        return ", ".join(f"{impl} {state}" for impl, state in self.states)
 
 
 def _where(origin: Origin | None) -> str:
@@ -182,13 +198,21 @@ def value_sources(resolution: Resolution, feature: str, inputs: AnswerEnv) -> li
     out: list[ValueSource] = []
     force = force_variable(feature)
     overrides = settings_from(inputs.env).overrides
+    shell_force = inputs.ignored_shell_value(force)
     if inputs.env.get(force, "").strip():
         forced = carried(inputs.env[force])
-        out.append(ValueSource(force, forced, Origin.FORCE, inputs.origins.get(force)))
-    elif feature in overrides:
-        where = inputs.origins.get("KERNELPOLICY_OVERRIDES")
-        text = f"{{{feature!r}: {shown(overrides[feature], 40)!r}}}"
-        out.append(ValueSource("KERNELPOLICY_OVERRIDES", text, Origin.OVERRIDE, where))
+        out.append(ValueSource(force, forced, Origin.FORCE, inputs.origins.get(force),
+                               ignored=shell_force))  # fmt: skip
+    else:
+        if shell_force is not None:
+            out.append(ValueSource(force, None, Origin.UNSET, ignored=shell_force))
+        shell_override = None if shell_force else _ignored_override(inputs, feature, overrides)
+        if feature in overrides:
+            where = inputs.origins.get(OVERRIDES)
+            text = f"{{{feature!r}: {shown(overrides[feature], 40)!r}}}"
+            out.append(ValueSource(OVERRIDES, text, Origin.OVERRIDE, where, ignored=shell_override))
+        elif shell_override is not None:
+            out.append(ValueSource(OVERRIDES, None, Origin.UNSET, ignored=shell_override))
     compiled = resolution.policies.features[feature]
     governed: dict[tuple[str, ...], list[tuple[str, Switch]]] = {}
     for candidate in compiled.candidates:
@@ -202,6 +226,48 @@ def value_sources(resolution: Resolution, feature: str, inputs: AnswerEnv) -> li
         states = tuple((impl, _state(switch, value)) for impl, switch in switches)
         ignored = inputs.ignored_shell_value(variable)
         out.append(ValueSource(variable, value, origin, None, states, ignored))
+    return out
+
+
+def _ignored_override(inputs: AnswerEnv, feature: str, overrides: Mapping[str, str]) -> str | None:
+    """``{'feature': 'impl'}`` where this shell's ``KERNELPOLICY_OVERRIDES`` names ``feature``
+    and ``--platform`` left it out (the answer's overrides name another or none), else None."""
+    from kernelpolicy.settings import settings_from
+
+    shell = inputs.ignored_shell_value(OVERRIDES)
+    if shell is None:
+        return None
+    try:
+        impl = settings_from({OVERRIDES: shell}).overrides.get(feature)
+    except SettingsError:  # not this answer's: the shell's own commands say what is wrong
+        return None
+    return None if impl is None or overrides.get(feature) == impl else f"{{{feature!r}: {impl!r}}}"
+
+
+def left_out(
+    used: Mapping[str, str],
+    dropped: Mapping[str, str],
+    read: Iterable[str],
+    prefixes: tuple[str, ...] = (),
+) -> list[tuple[str, str, str | None]]:
+    """The variables an answer reads that ``dropped`` sets (not blank) to another value than
+    ``used``, the environment the answer used: (variable, its value in ``dropped``, in ``used``
+    or None where unset), by name. Those it reads are ``read``, ``KERNELPOLICY_OVERRIDES``,
+    any force, and any whose name starts with one of ``prefixes`` (an engine's own).
+
+    ``env --platform`` drops this shell's environment for the snapshot's; ``exec --platform``
+    the snapshot's for this shell's, which the engine it starts inherits.
+    """
+    from kernelpolicy.engine.switches import FORCE_PREFIX
+
+    wanted = (FORCE_PREFIX, *prefixes)
+    names = set(read) | {OVERRIDES} | {n for n in dropped if n.startswith(wanted)}
+    out = []
+    for name in sorted(names):
+        value = dropped.get(name, "").strip()
+        kept = used.get(name)
+        if value and (kept or "").strip() != value:
+            out.append((name, dropped[name], kept if kept and kept.strip() else None))
     return out
 
 
