@@ -94,10 +94,7 @@ def run(args: argparse.Namespace) -> int:
     warnings = _warnings(args, resolution.platform.libraries, settings, flag_warnings)
     for warning in warnings:
         print(f"kernelpolicy: warning: {warning}", file=sys.stderr)
-    if args.platform:
-        _note_snapshot_unused(resolution, env, settings)
-    for note in settings.per_call_notes():  # the engine's one choice, not select()'s per call
-        print(f"kernelpolicy: note: {note}", file=sys.stderr)
+    _say_notes(args, resolution, env, settings)
     local = settings_from(environ)
     log_exec(local.log_format, settings, argv, warnings)
     if not settings.ok:
@@ -135,6 +132,17 @@ def _warnings(
             f"{settings.version} is the one started, and decides what it is told"
         )
     return warnings
+
+
+def _say_notes(
+    args: argparse.Namespace, resolution: Any, env: Mapping[str, str], settings: EngineSettings
+) -> None:
+    """With --platform, what the snapshot records that the engine does not get; then the
+    engine's one choice where select() chooses per call."""
+    if args.platform:
+        _note_snapshot_unused(resolution, env, settings)
+    for note in settings.per_call_notes():
+        print(f"kernelpolicy: note: {note}", file=sys.stderr)
 
 
 def _note_snapshot_unused(resolution: Any, environ: Mapping[str, str], settings: Any) -> None:
