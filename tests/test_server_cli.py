@@ -198,8 +198,12 @@ def test_status_help_states_the_exit_codes(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         main(["status", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "0 serving and the last reload succeeded" in help_text
-    assert "1 not serving, or the last reload failed" in help_text
+    assert "0 serving, the last reload succeeded and no decision counted is an error" in help_text
+    assert (
+        "1 not serving, the last reload failed (the last good policies keep serving), or a "
+        "decision is an error for every model or for --model-kind (default mha), as explain "
+        "--address counts them"
+    ) in help_text
     assert "2 no daemon answered" in help_text
 
 
