@@ -22,6 +22,7 @@ import pytest
 
 from kernelpolicy.server.reports import Rejection, report_socket_path
 from kernelpolicy.testing.daemon import running_daemon
+from tests.forks_helpers import Forks
 from tests.halts_helpers import GUARDED, report_guard_trips
 from tests.helpers import (
     FIXTURES,
@@ -95,12 +96,19 @@ def nodes() -> Iterator[tuple[Node, Node]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def worker(node: Node, rows: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.halt_worker", node.address, str(rows)], cwd=ROOT,
-        capture_output=True, text=True, timeout=120, check=False,
-        env=serve_env() | {"KERNELPOLICY_LOG_FORMAT": "off"},
-    )  # fmt: skip
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Forks]:
+    """Where the workers are forked from: an interpreter that has imported torch (about 2 s of
+    CPU a worker, of its 2.5), and not kernelpolicy (tests/forks_helpers.py)."""
+    forks = Forks(sys.executable, ["torch"], serve_env(), tmp_path)
+    yield forks
+    forks.close()
+
+
+def worker(workers: Forks, node: Node, rows: int) -> dict[str, Any]:
+    """``python -m tests.halt_worker ADDRESS ROWS``: a worker process of its own."""
+    env = serve_env() | {"KERNELPOLICY_LOG_FORMAT": "off"}
+    done = workers.module("tests.halt_worker", [node.address, str(rows)], env, ROOT)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -113,17 +121,19 @@ def status(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node]) -> None:
+def test_guard_trips_halt_the_kernel_on_that_node_only(
+    nodes: tuple[Node, Node], workers: Forks
+) -> None:
     """Workers on node a trip the guard twice (the policy's halt_on): a resolves without the
     kernel, says so in status, /metrics and its labels; b keeps it; --clear-halt lifts it."""
     a, b = nodes
-    first = worker(a, 1)
+    first = worker(workers, a, 1)
     assert (first["impl"], first["ids"], first["delivered"]) == ("planted", [0], True)
     wait_until(lambda: a.metric("kernelpolicy_worker_events_total", kind="guard_trip") == 1.0)
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
-    worker(a, 1)  # the second trip reaches guard_trips = 2
-    wait_until(lambda: worker(a, 0)["impl"] == "torch")
-    assert worker(b, 0)["impl"] == "planted"  # the other node is untouched
+    worker(workers, a, 1)  # the second trip reaches guard_trips = 2
+    wait_until(lambda: worker(workers, a, 0)["impl"] == "torch")
+    assert worker(workers, b, 0)["impl"] == "planted"  # the other node is untouched
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 1.0
     assert a.metric("kernelpolicy_halts_total", feature=FEATURE, impl="planted") == 1.0
     assert a.metric("kernelpolicy_worker_events_total", kind="served", impl="planted") == 2.0
@@ -140,7 +150,7 @@ def test_guard_trips_halt_the_kernel_on_that_node_only(nodes: tuple[Node, Node])
     assert (cleared.returncode, cleared.stdout.strip()) == (
         0, f"{a.address}: cleared sampler.greedy/planted",
     )  # fmt: skip
-    assert worker(a, 0)["impl"] == "planted"  # answered once the daemon resolved again
+    assert worker(workers, a, 0)["impl"] == "planted"  # answered once the daemon resolved again
     assert "halted." not in a.label_file()
     assert a.metric("kernelpolicy_halted", feature=FEATURE, impl="planted") == 0.0
     again = status(a, "--clear-halt", FEATURE)  # nothing halted any more

