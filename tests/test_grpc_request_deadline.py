@@ -4,7 +4,9 @@ headers and part of its message, then nothing, with its connection kept open, ho
 for long. Calls whose request is in are answered, and server streams run on.
 
 One real daemon on loopback, spoken to as raw HTTP/2 (tests.h2_calls); every case's call is
-opened at once, so the whole module waits for the limit once.
+opened at once, so the whole module waits for the limit once. The daemon runs with the limit at
+LIMIT_SECONDS, where kernelpolicy.limits says 10 s: each case's call is whole or stopped for
+good, on the same side of any limit, and each late call's detail names the limit it ran with.
 """
 
 from __future__ import annotations
@@ -16,12 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from kernelpolicy.limits import (
-    MAX_GRPC_CALLS_PER_PEER,
-    MAX_GRPC_REQUEST_SECONDS,
-    MAX_TCP_REQUEST_BYTES,
-)
-from kernelpolicy.server import peers
+from kernelpolicy.limits import MAX_GRPC_CALLS_PER_PEER, MAX_TCP_REQUEST_BYTES
+from kernelpolicy.server import peer_calls, peers
 from kernelpolicy.testing.daemon import running_daemon
 from tests.h2_calls import EMPTY, RESOLVE, WATCH, H2Calls, half_sent
 from tests.helpers import ROOT, fixture
@@ -30,7 +28,10 @@ pytestmark = pytest.mark.xdist_group("grpc-limits")
 
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 OK, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED = 0, 8, 4
-LATE = f"MAX_GRPC_REQUEST_SECONDS ({MAX_GRPC_REQUEST_SECONDS:g} s)"
+# Set in kernelpolicy.server.peer_calls, which reads it; 2 s leave the calls of one peer, opened
+# one after another in a few milliseconds, all held at once.
+LIMIT_SECONDS = 2.0
+LATE = f"MAX_GRPC_REQUEST_SECONDS ({LIMIT_SECONDS:g} s)"
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Run:
 def _pump(running_on: dict[H2Calls, int]) -> None:
     """Pump until each connection holds only its calls that run on (a bound on a hang, not a
     speed check: the limit and 30 s)."""
-    deadline = time.monotonic() + MAX_GRPC_REQUEST_SECONDS + 30
+    deadline = time.monotonic() + LIMIT_SECONDS + 30
     while time.monotonic() < deadline:
         for connection in running_on:
             connection.pump(0.02)
@@ -85,11 +86,14 @@ def _pump(running_on: dict[H2Calls, int]) -> None:
 def run() -> Iterator[Run]:
     # 127.0.0.2 and up as peers of their own, as remote hosts would be (the daemon groups all of
     # 127.0.0.0/8 as one peer: tests/test_grpc_peer_groups.py): each case's calls apart.
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running,
-    ):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(peer_calls, "MAX_GRPC_REQUEST_SECONDS", LIMIT_SECONDS)
         patch.setattr(peers, "LOOPBACK_V4", ipaddress.IPv4Network("127.0.0.1/32"))
+        yield from _run()
+
+
+def _run() -> Iterator[Run]:
+    with running_daemon(fixture("cpu"), [ROOT / "policies"], watch=False) as running:
         tcp = running.daemon.bound[0]
         cases = {name: H2Calls(tcp, f"127.0.0.{2 + i}") for i, name in enumerate(CASES)}
         peer = H2Calls(tcp, f"127.0.0.{2 + len(CASES)}")
@@ -98,8 +102,8 @@ def run() -> Iterator[Run]:
             for name, connection in cases.items():
                 case = CASES[name]
                 streams[name] = connection.open(case.path, case.payload, end=case.end)
-            peer_calls = [peer.open(RESOLVE, b"", end=False)
-                          for _ in range(MAX_GRPC_CALLS_PER_PEER + 1)]  # fmt: skip
+            held = [peer.open(RESOLVE, b"", end=False)
+                    for _ in range(MAX_GRPC_CALLS_PER_PEER + 1)]  # fmt: skip
             running_on = {cases[name]: int(name == "whole-watch") for name in CASES}
             _pump({**running_on, peer: 0})
             after = peer.open(RESOLVE, EMPTY, end=True)
@@ -113,8 +117,8 @@ def run() -> Iterator[Run]:
                     )
                     for name, connection in cases.items()
                 },
-                peer_statuses=[peer.statuses.get(call, "held") for call in peer_calls],
-                peer_details=[peer.details.get(call, "") for call in peer_calls],
+                peer_statuses=[peer.statuses.get(call, "held") for call in held],
+                peer_details=[peer.details.get(call, "") for call in held],
                 after=peer.statuses.get(after),
             )
         finally:
