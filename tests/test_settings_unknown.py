@@ -217,11 +217,6 @@ def test_a_process_without_unknown_variables_computes_no_message(
     settings_from({"HOME": "/h", "KERNELPOLICY_LOG_FORMAT": "off", "KERNELPOLICY_FORCE_X": "t"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CLI must run its commands within kernelpolicy.logs.warnings_on_stderr() "
-    "(kernelpolicy/cli/__init__.py main, around run_guarded): another helper's file",
-)
 def test_the_cli_says_it_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

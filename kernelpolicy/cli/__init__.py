@@ -111,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.subcommand is None:
         parser.missing_command()
         return 2
-    return run_guarded(args)
+    from kernelpolicy.logs import warnings_on_stderr
+
+    with warnings_on_stderr():  # what the library says to a host's logging reaches the user
+        return run_guarded(args)
 
 
 def interrupted(process: bool) -> int:
