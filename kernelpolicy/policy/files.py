@@ -98,6 +98,9 @@ def list_policy_paths(paths: Iterable[str | Path]) -> PolicyListing:
                 raise PolicyError([PolicyIssue("<policies>", "an empty policy path")])
             path = Path(raw)
             cursor.at(str(path))
+            if "\0" in raw:  # realpath would raise ValueError: no such path can exist
+                message = "not a usable path (it contains a NUL character)"
+                raise PolicyError([PolicyIssue(repr(raw), message)])
             real = os.path.realpath(path)
             if real in given:
                 repeated.append((path, given[real]))
