@@ -290,14 +290,27 @@ class Daemon:
                           serving_revision=snapshot.revision,
                           serving_policy_digest=snapshot.policies.digest)  # fmt: skip
             else:
-                self._emit(
-                    "kernelpolicy.reload",
-                    why=why,
-                    revision=snapshot.revision,
-                    changed=list(change.flags) if change else [],
-                    fingerprint=snapshot.resolution.fingerprint,
-                    policy_digest=snapshot.policies.digest,
-                )
+                self._say_reload(why, snapshot, list(change.flags) if change else [])
+
+    def _say_reload(self, why: str, snapshot: Any, changed: list[str]) -> None:
+        """The ``kernelpolicy.reload`` event: at error level, with ``decision_errors``, where the
+        new decisions hold an error of a feature every model uses (as serve says at start), even
+        when ``quiet``; one kind of model's errors are its ``model_kind_errors`` (level kept)."""
+        from kernelpolicy.logs import bounded
+
+        resolution = snapshot.resolution
+        one_kind = {n for n, f in snapshot.policies.features.items() if f.spec.model_kind}
+        errors = resolution.errors
+        fields: dict[str, Any] = {
+            "why": why, "revision": snapshot.revision, "changed": changed,
+            "fingerprint": resolution.fingerprint, "policy_digest": snapshot.policies.digest,
+        }  # fmt: skip
+        if kinds := {n: e for n, e in errors.items() if n in one_kind}:
+            fields["model_kind_errors"] = bounded(kinds)
+        if every := {n: e for n, e in errors.items() if n not in one_kind}:
+            self._log("error", "kernelpolicy.reload", decision_errors=bounded(every), **fields)
+        else:
+            self._emit("kernelpolicy.reload", **fields)
 
     async def _watch_files(self) -> None:
         """Reload on every change; if watching itself fails, say so and start again."""
