@@ -107,14 +107,25 @@ INJECTED_VERSIONS = [
 
 
 @pytest.mark.parametrize(("fmt", "version"), INJECTED_VERSIONS)
-def test_engine_version_stays_in_its_comment(policy: str, fmt: str, version: str) -> None:
-    """A version with line breaks is one comment line: the consumer reads only the settings."""
-    code, out, err = env_cli(
-        "--platform", H100, "--policies", policy, "--engine-version", version, "--format", fmt
-    )
-    assert code == 0, err
-    assert read_back(fmt, out) == {NAME: "policy", "KP_TEST_PLAIN": "1"}
-    assert out.splitlines()[0].startswith("# kernelpolicy ")
+def test_an_engine_version_with_line_breaks_prints_nothing(
+    policy: str, fmt: str, version: str
+) -> None:
+    """A --engine-version with line breaks is no version: refused before anything is printed
+    (it was one comment line of the header before --engine-version had to be a version), so
+    no consumer reads a line of it."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--platform", H100, "--policies", policy, "--engine-version", version, "--format", fmt]
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as exited,  # a usage error, as argparse ends one
+    ):
+        main(["env", "--engine", "vllm", *argv])
+    assert exited.value.code == 2
+    assert out.getvalue() == ""
+    last = err.getvalue().splitlines()[-1]  # the value shown as repr: one line, escaped
+    assert "is not a version" in last
+    assert "\\n" in last or "\\x85" in last or "\\u2028" in last or "\\r" in last
 
 
 @pytest.mark.parametrize(
