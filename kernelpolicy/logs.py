@@ -117,10 +117,20 @@ def _host_wants(level: int) -> bool:
     return False
 
 
-def log_warning(event: str, fmt: str, **fields: Any) -> None:
+_TERMINALS = [0]  # warnings_on_stderr blocks open (the CLI's command), counted by it alone
+
+
+def log_warning(event: str, fmt: str, *, to_terminal: bool = False, **fields: Any) -> None:
     """A warning of the library, in-process: to the host's logging where it would show one
-    (nothing is even rendered otherwise), never when ``fmt`` is ``off``."""
-    if fmt != "off" and _host_wants(30):  # logging.WARNING
+    (nothing is even rendered otherwise), never when ``fmt`` is ``off``, except where
+    ``to_terminal`` and a person reads the CLI's stderr (:func:`warnings_on_stderr`): a
+    misspelt variable is said to whoever typed the command, whatever the decision log's
+    format, as the CLI's own warnings are."""
+    if fmt == "off":
+        if not (to_terminal and _TERMINALS[0]):
+            return
+        fmt = "console"
+    if _host_wants(30):  # logging.WARNING
         host_logger(fmt).warning(event, **fields)
 
 
@@ -149,9 +159,11 @@ def warnings_on_stderr(stream: TextIO | None = None) -> Iterator[None]:
     handler = Terminal(logging.WARNING)
     logger = logging.getLogger(LOGGER_NAME)
     logger.addHandler(handler)
+    _TERMINALS[0] += 1
     try:
         yield
     finally:
+        _TERMINALS[0] -= 1
         logger.removeHandler(handler)
 
 

@@ -217,11 +217,23 @@ def test_a_process_without_unknown_variables_computes_no_message(
     settings_from({"HOME": "/h", "KERNELPOLICY_LOG_FORMAT": "off", "KERNELPOLICY_FORCE_X": "t"})
 
 
+@pytest.mark.parametrize(
+    "log_format",
+    [
+        pytest.param(None, id="default"),
+        pytest.param("console", id="console"),
+        pytest.param("off", id="off: the decision log's format, not the CLI's warnings"),
+    ],
+)
 def test_the_cli_says_it_once(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], log_format: str | None
 ) -> None:
-    """explain reads its settings more than once (its own, the answer's overrides): one line."""
+    """explain reads its settings more than once (its own, the answer's overrides): one line,
+    whatever the log format (the line was lost with KERNELPOLICY_LOG_FORMAT=off once the
+    library logged it)."""
     monkeypatch.setenv("KERNELPOLICY_SOCKETT", "unix:/x")
+    if log_format is not None:
+        monkeypatch.setenv("KERNELPOLICY_LOG_FORMAT", log_format)
     assert main(["explain", "--platform", str(FIXTURES / "cpu.json"), "sampler.greedy"]) == 0
     assert said(capsys.readouterr().err) == [
         "kernelpolicy: warning: "

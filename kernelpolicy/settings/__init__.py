@@ -189,7 +189,7 @@ def _say_unknown(env: Mapping[str, str]) -> None:
             from kernelpolicy.logs import log_warning
 
             said = {"variable": one_line(name, 80), "message": message}
-            log_warning("kernelpolicy.unknown_variable", _log_format(env), **said)
+            log_warning("kernelpolicy.unknown_variable", _log_format(env), to_terminal=True, **said)
 
 
 def _log_format(env: Mapping[str, str]) -> str:
