@@ -118,6 +118,7 @@ def _host_wants(level: int) -> bool:
 
 
 _TERMINALS = [0]  # warnings_on_stderr blocks open (the CLI's command), counted by it alone
+_DROPPING = [0]  # warnings_dropped blocks open, counted by it alone
 
 
 def log_warning(event: str, fmt: str, *, to_terminal: bool = False, **fields: Any) -> None:
@@ -126,6 +127,8 @@ def log_warning(event: str, fmt: str, *, to_terminal: bool = False, **fields: An
     ``to_terminal`` and a person reads the CLI's stderr (:func:`warnings_on_stderr`): a
     misspelt variable is said to whoever typed the command, whatever the decision log's
     format, as the CLI's own warnings are."""
+    if _DROPPING[0]:
+        return
     if fmt == "off":
         if not (to_terminal and _TERMINALS[0]):
             return
@@ -165,6 +168,17 @@ def warnings_on_stderr(stream: TextIO | None = None) -> Iterator[None]:
     finally:
         _TERMINALS[0] -= 1
         logger.removeHandler(handler)
+
+
+@contextmanager
+def warnings_dropped(dropping: bool = True) -> Iterator[None]:
+    """Within it (``dropping``), the library's warnings are dropped: for a process whose parent
+    already said them (``verify``'s child, ``cli.verify_child.PARENT_SAID``)."""
+    _DROPPING[0] += dropping
+    try:
+        yield
+    finally:
+        _DROPPING[0] -= dropping
 
 
 def log_runtime_fallback(feature: str, note: str, fmt: str = "console") -> None:

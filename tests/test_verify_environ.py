@@ -148,7 +148,9 @@ def test_a_gpu_run_runs_again_in_a_child_that_has_the_cache(
         "FLASHINFER_WORKSPACE_BASE": str(cache / "flashinfer"),
     }
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(verify_child.__file__).parents[2])
-    assert {k: v for k, v in env.items() if k not in (*VARIABLES, "PYTHONPATH")} == {
+    assert env[verify_child.PARENT_SAID] == "1"  # what this run said is not said again
+    rest = (*VARIABLES, "PYTHONPATH", verify_child.PARENT_SAID)
+    assert {k: v for k, v in env.items() if k not in rest} == {
         k: v for k, v in os.environ.items() if k != "PYTHONPATH"
     }
     child = ReadOnlyEnviron(env)
@@ -297,3 +299,40 @@ def test_every_verify_option_is_passed_to_the_child() -> None:
     }
     options = {a.dest for a in parser._actions if a.option_strings and a.dest != "help"}
     assert given == options
+
+
+@pytest.mark.parametrize(
+    ("parent_said", "lines"),
+    [
+        pytest.param(False, 2, id="said-here"),
+        pytest.param(True, 0, id="the-child-of-a-parent-that-said-them"),
+    ],
+)
+def test_a_child_does_not_say_again_what_its_parent_said(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    parent_said: bool,
+    lines: int,
+) -> None:
+    """A GPU run says a misspelt variable and a kernel cache not used, then runs again in a
+    child with the same environment: the child says neither (they were said twice)."""
+    import kernelpolicy.settings as settings_module
+    from kernelpolicy.cli import verify_child, verify_cmd
+
+    kernels = prepare_kernel_cache(tmp_path / "cache")
+    kernels.chmod(0o777)  # a kernel cache others can write: not used, and said
+    monkeypatch.setenv("KERNELPOLICY_CACHE_DIR", str(tmp_path / "cache"))
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KERNELPOLICY_LOG_FROMAT", "json")
+    monkeypatch.delenv(verify_child.PARENT_SAID, raising=False)
+    if parent_said:
+        monkeypatch.setenv(verify_child.PARENT_SAID, "1")
+    monkeypatch.setattr(settings_module, "_SAID", set())  # each variable is said once a process
+    monkeypatch.setattr(verify_cmd, "_reports", lambda *args: [])  # the suite is not the point
+    assert main(["verify", "--device", "cpu", "--no-store"]) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("kernelpolicy: warning:")]
+    assert len(said) == lines, err
+    assert verify_child.environment({}, {})[verify_child.PARENT_SAID] == "1"

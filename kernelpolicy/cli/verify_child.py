@@ -63,11 +63,23 @@ def command(args: argparse.Namespace) -> list[str]:
     return [*python_command(sys.executable, "kernelpolicy"), *argv]
 
 
+PARENT_SAID = "_KERNELPOLICY_VERIFY_PARENT_SAID"
+"""Set to ``1`` in the child's environment: its parent has said what reading the settings and
+looking for the kernel cache say (a misspelt ``KERNELPOLICY_*`` variable, a cache not used),
+read from this same environment, so the child does not say it again. Not a ``KERNELPOLICY_*``
+name: no setting, and not itself said as unknown."""
+
+
 def environment(environ: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """The child's environment: ``environ`` (read, never written) with ``extra`` (the cache's
-    variables it does not set) and kernelpolicy's own directory first on ``PYTHONPATH``
-    (:func:`~kernelpolicy.kernels.build_process.build_environment`)."""
-    return build_environment({**environ, **extra})
+    variables it does not set), :data:`PARENT_SAID`, and kernelpolicy's own directory first on
+    ``PYTHONPATH`` (:func:`~kernelpolicy.kernels.build_process.build_environment`)."""
+    return build_environment({**environ, **extra, PARENT_SAID: "1"})
+
+
+def parent_said(environ: Mapping[str, str]) -> bool:
+    """Whether this process is such a child (:data:`PARENT_SAID`)."""
+    return environ.get(PARENT_SAID) == "1"
 
 
 def run(argv: Sequence[str], env: Mapping[str, str]) -> int:

@@ -81,16 +81,19 @@ def run(args: argparse.Namespace) -> int:
     out = _output_file(args.out)
     profile = QUICK if args.quick else FULL
     storing = profile.evidence and not args.no_store and not args.entry
-    settings = _settings()
+    from kernelpolicy.cli import verify_child
+    from kernelpolicy.logs import warnings_dropped
+
+    said = verify_child.parent_said(os.environ)  # the parent that ran this said them
+    with warnings_dropped(said):
+        settings = _settings()
     if storing:  # refuse an untrusted store now, not after the suite has run
         from kernelpolicy.evidence.store import prepare_store
 
         prepare_store(settings.cache_dir, allow_untrusted=settings.allow_untrusted_files)
     builds = _builds_kernels(device)
-    extra, record = kernel_cache_found(settings.cache_dir, create=builds)
+    extra, record = kernel_cache_found(settings.cache_dir, create=builds, say=not said)
     if builds and "FLASHINFER_WORKSPACE_BASE" in extra:  # only its environment points it
-        from kernelpolicy.cli import verify_child
-
         return verify_child.run(
             verify_child.command(args), verify_child.environment(os.environ, extra)
         )
@@ -125,12 +128,13 @@ def _store(results: list[dict[str, Any]], settings: Any) -> str:
 
 
 def kernel_cache_found(
-    cache_dir: Path | None, *, create: bool
+    cache_dir: Path | None, *, create: bool, say: bool = True
 ) -> tuple[dict[str, str], BuiltRecord | None]:
     """The node's kernel cache for the suite, as exec gives it to the engines it starts: verify
     loads what warm built, and what it builds goes there, recorded for the workers. With
     ``create`` (a GPU run: it compiles) a missing cache is created private, as warm does; one
-    that is not trusted is said in one line and not used.
+    that is not trusted is said in one line (unless not ``say``: a child whose parent said it)
+    and not used.
 
     Returns:
         The cache's variables that this process's environment does not set
@@ -158,12 +162,12 @@ def kernel_cache_found(
         extra, problem = cache_environment(cache, os.environ)
     except UntrustedFileError as exc:
         extra, problem = {}, str(exc)
-    if problem is not None and kernel_cache_dir(cache).exists():  # a missing one: nothing
+    if say and problem is not None and kernel_cache_dir(cache).exists():  # missing: nothing
         print(f"kernelpolicy: warning: kernel cache not used: {problem}", file=sys.stderr)
     if "TRITON_CACHE_DIR" in extra:  # the cache, trusted (just checked), and yours unset
         return extra, BuiltRecord(kernel_cache_dir(cache))
     record, said = record_in_use(os.environ)  # yours, or none
-    if said is not None and said != problem:
+    if say and said is not None and said != problem:
         print(f"kernelpolicy: warning: kernel cache not used: {said}", file=sys.stderr)
     return extra, record
 
