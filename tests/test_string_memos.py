@@ -20,6 +20,16 @@ class Text(str):
     """A str subclass: CEL decides for it, as it did behind the type guard."""
 
 
+class Twin:
+    """Not a str, but equal to one, hash included: the guard sent it to CEL (refused)."""
+
+    def __hash__(self) -> int:
+        return hash("processed_logits")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "processed_logits"
+
+
 @pytest.mark.parametrize(
     ("body", "rewritten", "guarded"),
     [
@@ -127,3 +137,15 @@ def test_select_answers_as_cel_for_every_value(mode: object, generators: bool) -
         except ResolutionError as exc:
             got = str(exc)
         assert got == expected
+
+
+def test_a_value_equal_to_a_string_met_is_answered_as_that_string() -> None:
+    """The documented limit of a memo (engine.string_memos): once "processed_logits" was met,
+    an object that hashes and compares as it is answered as it (torch), where CEL refuses it
+    for not being a string; before the string is met, CEL refuses it here too."""
+    ours = resolve_on("mi355x", **AITER)
+    call = {**CALL, "logprobs_mode": Twin()}
+    with pytest.raises(ResolutionError, match="must be string"):
+        ours.select(TOPK, **call)
+    assert ours.select(TOPK, **{**CALL, "logprobs_mode": "processed_logits"}) == "torch"
+    assert ours.select(TOPK, **call) == "torch"

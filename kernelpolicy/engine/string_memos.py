@@ -11,6 +11,12 @@ A value not met yet goes through :func:`first_sight`, which refuses anything but
 call then goes through the cache and CEL, which raise with the details, as a failed guard did)
 and remembers the answer, up to ``MAX_STRING_MEMO_ENTRIES`` strings per test: callers choose
 the strings, so past that a new one is answered without being kept.
+
+A hit means the value is equal to a string met before (its hash and ``==``), not that it is a
+``str``: a ``str`` subclass is answered as the equal string, as CEL answers it, and so is an
+object of another type that makes itself equal to one (its own ``__hash__`` and ``__eq__``),
+which the guard sent to CEL to be refused. Only code in the caller's process can pass such an
+object, and it gets the answer of the string it claims to be.
 """
 
 from __future__ import annotations
