@@ -76,15 +76,10 @@ def engine_settings(
     versioned = any(rule.versions for rule in rules)
     warnings, about = _warnings(engine, env, teller, told, release, versioned=versioned)
     errors = teller.errors
-    carried = carried_to_workers(engine, merged_env, env, release.reads)
-    merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
-    kept = kept_variables(engine, env, merged_env, carried, warnings)
-    merged_env.update(kept)
-    for feature, text in overriding(
-        engine, env, told, features, sent=merged_env, reads=release.reads, version=release.matched
-    ):
-        warnings.append(text)
-        about.append((feature, text))
+    kept = _operators_variables(
+        engine, env, merged_env, release, told=told, features=features, warnings=warnings,
+        about=about,
+    )  # fmt: skip
     return EngineSettings(
         engine=engine, version=version, release=release.known, fingerprint=resolution.fingerprint,
         model_kind=model_kind, env=merged_env, flags=tuple(flags), decisions=told,
@@ -164,6 +159,32 @@ def _tells_any_engine(feature: CompiledFeature) -> bool:
     return any(feature.engines.values()) or any(
         rules for c in feature.candidates for rules in c.engines.values()
     )
+
+
+def _operators_variables(
+    engine: str,
+    env: Mapping[str, str],
+    merged_env: dict[str, str],
+    release: MatchedRelease,
+    *,
+    told: Mapping[str, Told],
+    features: Mapping[str, CompiledFeature],
+    warnings: list[str],
+    about: list[tuple[str, str]],
+) -> dict[str, str]:
+    """The operator's own variables in what ``engine`` is told: the lists its workers are given
+    extended (carried), the rest kept as set (returned), ``merged_env`` updated with both; and a
+    warning (in ``warnings`` and ``about``) for each kept one that overrides a choice told."""
+    carried = carried_to_workers(engine, merged_env, env, release.reads)
+    merged_env.update(carried)  # the operator's list, extended: not overwritten, so not kept
+    kept = kept_variables(engine, env, merged_env, carried, warnings)
+    merged_env.update(kept)
+    for feature, text in overriding(
+        engine, env, told, features, sent=merged_env, reads=release.reads, version=release.matched
+    ):
+        warnings.append(text)
+        about.append((feature, text))
+    return kept
 
 
 def _all_rules(feature: CompiledFeature, engine: str) -> list[CompiledEngineRule]:
