@@ -194,6 +194,11 @@ def test_on_a_terminal_progress_is_redrawn_and_ends_cleanly(tmp_path: Path) -> N
     assert "sampler.greedy  torch" in out
 
 
+# The tests of the quick run share it (a verify --quick of every feature, about 10 s of CPU): one
+# pytest-xdist worker takes them all (--dist loadgroup), where each worker ran it before.
+ON_THE_QUICK_RUN = pytest.mark.xdist_group("verify-quick-run")
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One ``verify --quick --json`` of every feature (one sampler implementation: the torch
@@ -207,12 +212,14 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"code": code, "doc": json.loads(stdout.getvalue()), "cache": cache}
 
 
+@ON_THE_QUICK_RUN
 def test_quick_passes_and_says_so_in_its_json(quick_run: dict[str, Any]) -> None:
     assert quick_run["code"] == 0
     assert quick_run["doc"]["profile"] == "quick"
     assert quick_run["doc"]["evidence"] is None
 
 
+@ON_THE_QUICK_RUN
 def test_quick_stores_nothing(quick_run: dict[str, Any]) -> None:
     """No evidence directory, nor anything else, under the cache directory, but the settings
     memo (kernelpolicy.settings.memo) that any process reading KERNELPOLICY_* variables
@@ -222,6 +229,7 @@ def test_quick_stores_nothing(quick_run: dict[str, Any]) -> None:
     assert stored == []
 
 
+@ON_THE_QUICK_RUN
 @pytest.mark.parametrize("feature", list(suite.CHECKS))
 def test_quick_runs_fewer_checks_than_the_full_run(feature: str, quick_run: dict[str, Any]) -> None:
     """Each feature ran as many checks as the display counted, no more than the full run's;
