@@ -25,7 +25,7 @@ from kernelpolicy.kernels.sampling_triton.graphs import Mode
 from kernelpolicy.policy import load_policy_text
 from tests import triton_graph_helpers as shared
 from tests.helpers import TritonSampler, fixture
-from tests.triton_graph_helpers import FakeGraphs, assert_exact, distinct, rows
+from tests.triton_graph_helpers import BATCH, FakeGraphs, assert_exact, distinct, rows
 
 fake, sample = shared.fake, shared.sample  # the shared fixtures, found here by their names
 
@@ -40,8 +40,8 @@ def test_a_copy_graph_replays_new_logits_k_and_p(
     logits, k and p go through its buffers."""
     batches = distinct(rows(seed) for seed in range(4))
     for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5, 0.8], strict=True)):
-        kk = None if k is None else torch.full((20,), k - 5 * call)
-        pp = None if p is None else torch.full((20,), p * scale)
+        kk = None if k is None else torch.full((BATCH,), k - 5 * call)
+        pp = None if p is None else torch.full((BATCH,), p * scale)
         ids = sample(logits, kk, pp)
         assert_exact(
             ids, logits, None if k is None else k - 5 * call, None if p is None else p * scale
@@ -54,7 +54,7 @@ def test_strided_logits_are_copied_into_the_graph(fake: FakeGraphs, sample: Trit
     wide = torch.cat([rows(3), rows(4)], dim=1)
     logits = wide[:, ::2]
     for _ in range(3):  # eager, capture, replay
-        ids = sample(logits, torch.full((20,), 7), None)
+        ids = sample(logits, torch.full((BATCH,), 7), None)
         assert_exact(ids, logits.contiguous(), 7, None)
     assert fake.replays == 1
 
@@ -66,12 +66,12 @@ def test_large_logits_are_read_in_place_once_their_address_repeats(
     third replays reading the caller's tensor where it is (new contents included)."""
     monkeypatch.setattr(graphs, "COPY_BYTES", 0)
     buffers = [rows(5), rows(6)]
-    p = torch.full((20,), 0.9)
+    p = torch.ones(BATCH)  # the whole softmax: what is read where is at stake, not the nucleus
     for call in range(3):
         for i, logits in enumerate(buffers):
             logits.copy_(rows(10 * call + i))
             ids = sample(logits, None, p)
-            assert_exact(ids, logits, None, 0.9)
+            assert_exact(ids, logits, None, 1.0)
     assert fake.captures == [b.data_ptr() for b in buffers]
     assert fake.replays == 2
 
@@ -82,7 +82,7 @@ def test_small_logits_are_read_in_place_once_their_address_repeats(
     """Small logits at one address: the first call runs eagerly, the second captures a graph
     reading them where they are, which then replays for new contents: no copying graph at
     all, so no copy into a graph's buffer."""
-    logits, k = rows(0), torch.full((20,), 9)  # k stays where it is, read in place too
+    logits, k = rows(0), torch.full((BATCH,), 9)  # k stays where it is, read in place too
     for call in range(4):
         logits.copy_(rows(call))
         ids = sample(logits, k, None)
@@ -100,11 +100,12 @@ def test_a_shape_captures_at_most_its_share_of_in_place_graphs(
     back), the rest the shape's copying graph; one eager call, then never a capture per
     call."""
     sample.tuning["in_place_captures"] = limit
-    buffers, p = distinct(rows(seed) for seed in range(4)), torch.full((20,), 0.8)
+    buffers = distinct(rows(seed) for seed in range(4))
+    p = torch.ones(BATCH)  # the whole softmax: which graph reads which address is at stake
     order = [b for b in buffers for _ in range(2)] + buffers  # each twice, then each again
     for call, logits in enumerate(order):
         logits.copy_(rows(10 + call))
-        assert_exact(sample(logits, None, p), logits, None, 0.8)
+        assert_exact(sample(logits, None, p), logits, None, 1.0)
     addresses = [b.data_ptr() for b in buffers]
     assert [c for c in fake.captures if c in addresses] == addresses[:limit]
     assert len(fake.captures) == limit + 1  # and the copying graph
@@ -118,10 +119,10 @@ def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
     graph from then on (not eager ones), and the failure is remembered for that address."""
     failing = FakeGraphs(fail_at=0)  # eager, the in-place capture fails, then the copying one
     sample.options["capture"] = failing
-    logits, k = rows(0), torch.full((20,), 9)
+    logits, k = rows(0), torch.full((BATCH,), 3)  # few tokens: a k lost on the way shows
     for call in range(5):
         logits.copy_(rows(call))
-        assert_exact(sample(logits, k, None), logits, 9, None)
+        assert_exact(sample(logits, k, None), logits, 3, None)
     assert len(failing.captures) == 1  # eager, failed in place, copying capture, 2 replays
     assert failing.replays == 2
     (why,) = sample.sampler.graphs._failed.items.values()
@@ -131,7 +132,7 @@ def test_small_logits_whose_in_place_capture_failed_take_the_copying_graph(
 def test_a_cached_in_place_graph_serves_once_sightings_are_forgotten(
     fake: FakeGraphs, sample: TritonSampler
 ) -> None:
-    logits, k = rows(0), torch.full((20,), 9)
+    logits, k = rows(0), torch.full((BATCH,), 9)
     for call in range(3):  # eager, capture in place, replay
         logits.copy_(rows(call))
         sample(logits, k, None)
@@ -150,7 +151,7 @@ def test_replacing_an_in_place_graph_whose_k_moved_spends_no_capture_of_the_shap
     share spent and replays the copying graph."""
     sample.tuning["in_place_captures"] = 1
     first, second = distinct(rows(seed) for seed in range(2))
-    k1, k2 = distinct([torch.full((20,), 9), torch.full((20,), 9)])
+    k1, k2 = distinct([torch.full((BATCH,), 9), torch.full((BATCH,), 9)])
     for logits, k in [(first, k1), (first, k1), (first, k2), (second, k2), (second, k2)]:
         assert_exact(sample(logits, k, None), logits, 9, None)
     in_place, replacement, copying = fake.captures
@@ -166,7 +167,7 @@ def test_a_failed_capture_leaves_the_shape_eager(
     failing = FakeGraphs(fail=True)
     sample.options["capture"] = failing
     for logits in distinct(rows(seed) for seed in range(3)):
-        assert_exact(sample(logits, torch.full((20,), 9), None), logits, 9, None)
+        assert_exact(sample(logits, torch.full((BATCH,), 9), None), logits, 9, None)
     (why,) = sample.sampler.graphs._failed.items.values()
     assert "planted" in why
     assert len(sample.sampler.graphs) == 0
@@ -200,16 +201,17 @@ def test_a_failed_capture_is_reported_as_a_degradation(
     monkeypatch.setattr(sys.modules[__name__], "ENTRY", sample.sampler)
     resolution = resolve_policies(fixture("cpu"), {}, load_policy_text(TRITON_FIRST))
     kernel = resolution.impl("sampler.top_k_top_p")
-    shapes = [(0, 20), (1, 20), (2, 10), (3, 10)]  # each batch eager first, then its capture
+    half = BATCH // 2
+    shapes = [(0, BATCH), (1, BATCH), (2, half), (3, half)]  # each batch eager, then captured
     for logits in distinct(rows(seed, batch) for seed, batch in shapes):
         batch = logits.shape[0]
         assert_exact(kernel(logits, torch.full((batch,), 9), None), logits, 9, None)
     note = resolution.runtime_fallbacks["sampler.top_k_top_p"]
     assert note == (
         "triton degraded at run time: CUDA-graph capture failed for a float32 call shape "
-        "(batch 20, vocab 200: RuntimeError: operation not permitted when stream is capturing "
-        "(planted)); a float32 call shape whose capture fails launches eagerly, with the host "
-        "time of each launch; still triton, correct but slower"
+        f"(batch {BATCH}, vocab 200: RuntimeError: operation not permitted when stream is "
+        "capturing (planted)); a float32 call shape whose capture fails launches eagerly, with "
+        "the host time of each launch; still triton, correct but slower"
     )
     decision = resolution.decision("sampler.top_k_top_p")
     assert (decision.impl, decision.reason, decision.warnings) == (
@@ -218,7 +220,7 @@ def test_a_failed_capture_is_reported_as_a_degradation(
         (note,),
     )
     assert resolution.to_dict()["decisions"]["sampler.top_k_top_p"]["warnings"] == [note]
-    assert len(sample.sampler.graphs._failed.items) == 2  # batch 20 and batch 10
+    assert len(sample.sampler.graphs._failed.items) == 2  # both batches
     assert fake.captures == []
     assert len(sample.sampler.graphs) == 0
 
@@ -239,9 +241,9 @@ def test_each_replay_draws_fresh_uniforms(
     logits draw new tokens (frozen uniforms would repeat the first call's draws row by row)."""
     sample.draws = Draws(uniform=sample.draws.uniform, graph=graph_uniforms)
     torch.manual_seed(0)
-    logits = torch.zeros(20, 200)  # every token equally likely
+    logits = torch.zeros(BATCH, 200)  # every token equally likely
     # a copying graph's first run, an in-place graph's first run, then two replays of it
-    p = torch.full((20,), 0.999)  # one p: a new one each call could land where the last was
+    p = torch.ones(BATCH)  # one p: a new one each call could land where the last was
     draws = [sample(logits, None, p) for _ in range(4)]
     assert fake.replays == 2
     assert not torch.equal(draws[2], draws[3])
@@ -249,12 +251,21 @@ def test_each_replay_draws_fresh_uniforms(
     assert not torch.equal(draws[0], draws[1])
 
 
+def one_value(value: float, shape: tuple[int, ...], past: float) -> torch.Tensor:
+    """``value`` alone in a tensor of ``shape`` (int64 for an int ``past``, as a k), with
+    ``past`` after it in memory: a kernel that read past its end would draw with ``past`` (k 1,
+    p 0.01: the top token alone), where whatever the allocator left there might pass."""
+    backing = torch.full((BATCH,), past)
+    backing[0] = value
+    return backing[:1].reshape(shape)
+
+
 @pytest.mark.parametrize(
     ("k", "p"),
-    [
-        pytest.param(torch.tensor([7]), None, id="k-one"),
-        pytest.param(None, torch.tensor(0.8), id="p-0d"),
-        pytest.param(torch.tensor([7]), torch.tensor([0.8]), id="both-one"),
+    [  # k 7, p 0.5: a value lost on the way (no k, p 1.0) shows in BATCH rows
+        pytest.param(one_value(7, (1,), past=1), None, id="k-one"),
+        pytest.param(None, one_value(0.5, (), past=0.01), id="p-0d"),
+        pytest.param(one_value(7, (1,), past=1), one_value(0.8, (1,), past=0.01), id="both-one"),
     ],
 )
 @pytest.mark.parametrize("eager", [False, True], ids=["graph", "eager"])
@@ -272,14 +283,16 @@ def test_one_value_for_all_rows_is_broadcast(
     # a graph: first run and capture, then replays
     for logits in distinct(rows(seed) for seed in range(3)):
         ids = sample(logits, k, p)
-        assert_exact(ids, logits, None if k is None else 7, None if p is None else 0.8)
+        assert_exact(ids, logits, None if k is None else int(k), None if p is None else float(p))
 
 
 @pytest.mark.parametrize(
     ("k", "p", "words"),
     [
-        pytest.param(torch.full((3,), 7), None, "k must hold one value per row ([20])", id="k"),
-        pytest.param(None, torch.full((20, 1), 0.8), "got shape (20, 1)", id="p-2d"),
+        pytest.param(
+            torch.full((3,), 7), None, f"k must hold one value per row ([{BATCH}])", id="k"
+        ),
+        pytest.param(None, torch.full((BATCH, 1), 0.8), f"got shape ({BATCH}, 1)", id="p-2d"),
     ],
 )
 def test_parameters_of_another_shape_are_refused(

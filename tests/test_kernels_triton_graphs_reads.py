@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 from kernelpolicy.kernels.sampling_triton import Draws, graphs, replay
 from tests import triton_graph_helpers as shared
 from tests.helpers import TritonSampler
-from tests.triton_graph_helpers import FakeGraphs, assert_exact, distinct, rows
+from tests.triton_graph_helpers import BATCH, FakeGraphs, assert_exact, distinct, rows
 
 fake, sample = shared.fake, shared.sample  # the shared fixtures, found here by their names
 
@@ -56,8 +56,8 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
     still exact for new logits, k and p."""
     batches = distinct(rows(seed) for seed in range(4))
     for call, (logits, scale) in enumerate(zip(batches, [1.0, 1.0, 0.5, 0.8], strict=True)):
-        kk = None if k is None else torch.full((20,), k - 5 * call)
-        pp = None if p is None else torch.full((20,), p * scale)
+        kk = None if k is None else torch.full((BATCH,), k - 5 * call)
+        pp = None if p is None else torch.full((BATCH,), p * scale)
         groups_first.events.clear()
         ids = sample(logits, kk, pp)
         assert_exact(
@@ -76,7 +76,7 @@ def test_the_group_pass_replays_first_then_the_inputs_then_the_rest(
 
 def test_small_logits_keep_one_graph(fake: FakeGraphs, sample: TritonSampler) -> None:
     for logits in distinct(rows(seed) for seed in range(2)):
-        ids = sample(logits, torch.full((20,), 9), None)
+        ids = sample(logits, torch.full((BATCH,), 9), None)
         assert_exact(ids, logits, 9, None)
     assert fake.parts == ["launch"]
 
@@ -89,7 +89,7 @@ def test_a_failed_second_capture_leaves_the_shape_eager(
     failing = FakeGraphs(fail_at=1)
     sample.options["capture"] = failing
     for logits in distinct(rows(seed) for seed in range(3)):
-        ids = sample(logits, None, torch.full((20,), 0.8))
+        ids = sample(logits, None, torch.full((BATCH,), 0.8))
         assert_exact(ids, logits, None, 0.8)
     assert failing.parts == ["groups_pass"]
     assert failing.replays == 0
@@ -125,7 +125,7 @@ def _calls(
 
 def _params(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """n (k, p) pairs at distinct addresses (all kept alive, so none is reused)."""
-    return [(torch.zeros(20, dtype=torch.int64), torch.zeros(20)) for _ in range(n)]
+    return [(torch.zeros(BATCH, dtype=torch.int64), torch.zeros(BATCH)) for _ in range(n)]
 
 
 def test_a_graph_reads_k_and_p_where_the_caller_keeps_them(
@@ -177,10 +177,10 @@ def test_a_host_parameter_is_copied_only_when_its_values_change(
     settings = [(20, 0.8), (20, 0.8), (20, 0.5), (20, 0.5), (9, 0.5), (9, 0.5)]
     copies = []
     batches = distinct(rows(call) for call in range(7))
-    sample(batches.pop(), torch.full((20,), 20), torch.full((20,), 0.8))
+    sample(batches.pop(), torch.full((BATCH,), 20), torch.full((BATCH,), 0.8))
     for (k, p), logits in zip(settings, batches, strict=True):  # the shape's first call was eager
         groups_first.events.clear()
-        ids = sample(logits, torch.full((20,), k), torch.full((20,), p))
+        ids = sample(logits, torch.full((BATCH,), k), torch.full((BATCH,), p))
         assert_exact(ids, logits, k, p)
         copies.append(groups_first.events.count("copy"))
     assert copies == ([2, 0, 1, 0, 1, 0] if skip else [2] * 6)
@@ -230,8 +230,8 @@ def test_a_graph_copying_p_keeps_serving_once_p_could_be_read_in_place(
     cannot) reads k in place and copies p. When p then comes where it could be read in place,
     the graph still serves: p is copied as before, k stays read in place, nothing is captured
     again (it was replaced by one that copies both)."""
-    k = torch.zeros(20, dtype=torch.int64)
-    p64, p32 = torch.zeros(20, dtype=torch.float64), torch.zeros(20)
+    k = torch.zeros(BATCH, dtype=torch.int64)
+    p64, p32 = torch.zeros(BATCH, dtype=torch.float64), torch.zeros(BATCH)
     logits = rows(0)
     assert _calls(logits, [(k, p64)] * 3, in_place) == [0, 1, 1]  # eager, capture, replay
     (graph,) = sample.sampler.graphs._graphs.items.values()

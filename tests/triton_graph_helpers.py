@@ -86,7 +86,14 @@ def fake(sample: TritonSampler, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:
     return capture
 
 
-def rows(seed: int, batch: int = 20, vocab: int = 200) -> torch.Tensor:
+BATCH = 8
+"""Rows of a call: copies of one row, drawn at an even grid of uniforms (``fake``), so that
+:func:`assert_exact` checks the whole filtered distribution. Each row is every kernel's program
+once more in the interpreter; 8 rows show a replay that read stale logits, k, p or uniforms
+where the values differ enough (a p of 0.5 against one left at 1.0, not 0.8)."""
+
+
+def rows(seed: int, batch: int = BATCH, vocab: int = 200) -> torch.Tensor:
     row = torch.randn(1, vocab, generator=torch.Generator().manual_seed(seed)) * 2.0
     return row.expand(batch, -1).contiguous()
 
