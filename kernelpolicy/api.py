@@ -101,8 +101,7 @@ def resolved_fields(resolution: Resolution) -> dict[str, Any]:
     """
     fields = resolution.log_fields()
     del fields["errors"], fields["warnings"], fields["policies"]
-    features = resolution.policies.features
-    one_kind = {name for name, feature in features.items() if feature.spec.model_kind}
+    one_kind = resolution.policies.model_kind_features
     errors = resolution.errors
     warned = {name: d.warnings for name, d in resolution.decisions.items() if d.warnings}
     fields["errors"] = {n: e for n, e in errors.items() if n not in one_kind} or None

@@ -230,6 +230,12 @@ class PolicySet:
         return tuple(sorted(names))
 
     @property
+    def model_kind_features(self) -> frozenset[str]:
+        """The features of one kind of model only (``model_kind``: the sparse indexer of
+        sparse-MLA models): their errors and warnings leave a resolution's log level alone."""
+        return frozenset(n for n, f in self.features.items() if f.spec.model_kind)
+
+    @property
     def needs_evidence(self) -> bool:
         """Some candidate says ``verified = true``, or some feature routes calls by dtype
         (``dtypes``): resolving needs the stored evidence."""

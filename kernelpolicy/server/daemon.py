@@ -299,7 +299,7 @@ class Daemon:
         from kernelpolicy.logs import bounded
 
         resolution = snapshot.resolution
-        one_kind = {n for n, f in snapshot.policies.features.items() if f.spec.model_kind}
+        one_kind = snapshot.policies.model_kind_features
         errors = resolution.errors
         fields: dict[str, Any] = {
             "why": why, "revision": snapshot.revision, "changed": changed,
