@@ -14,34 +14,14 @@ import pytest
 from kernelpolicy.api import resolve
 from kernelpolicy.logs import LOGGER_NAME
 from tests.helpers import ROOT, fixture
-
-
-class Collect(logging.Handler):
-    """A host application's own handler."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+from tests.log_helpers import Collect, host_logging
 
 
 @pytest.fixture
 def host() -> Iterator[Collect]:
     """The host configures the ``kernelpolicy`` logger as it would any library's."""
-    logger = logging.getLogger(LOGGER_NAME)
-    handler = Collect()
-    logger.addHandler(handler)
-    level, propagate = logger.level, logger.propagate
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    try:
+    with host_logging(Collect()) as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import io
 import json
-import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import kernelpolicy.settings as settings_module
 from kernelpolicy import SettingsError
 from kernelpolicy.cli import main
 from kernelpolicy.limits import MAX_UNKNOWN_VARIABLES_SAID as MAX_SAID
-from kernelpolicy.logs import LOGGER_NAME, warnings_on_stderr
+from kernelpolicy.logs import warnings_on_stderr
 from kernelpolicy.settings import (
     NOT_SETTINGS,
     VARIABLES,
@@ -30,6 +29,7 @@ from kernelpolicy.settings import (
     unknown_variables,
 )
 from tests.helpers import FIXTURES
+from tests.log_helpers import Collect, host_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 LITERAL = re.compile(r"KERNELPOLICY_[A-Z0-9_]*")
@@ -42,15 +42,8 @@ def nothing_said_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settings_module, "_SAID", set())
 
 
-class Said(logging.Handler):
+class Said(Collect):
     """What a host's handler on the ``kernelpolicy`` logger receives."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
     def messages(self) -> list[str]:
         """The unknown-variable warnings' messages, in order."""
@@ -67,18 +60,8 @@ class Said(logging.Handler):
 @pytest.fixture
 def host() -> Iterator[Said]:
     """A host that configured the ``kernelpolicy`` logger (its own handler, nothing above)."""
-    logger = logging.getLogger(LOGGER_NAME)
-    handler = Said()
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    try:
+    with host_logging(Said()) as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
 
 
 def said(err: str) -> list[str]:
